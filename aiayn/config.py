@@ -1,0 +1,124 @@
+"""Model configuration: one frozen dataclass and the paper's presets by name.
+
+Every preset is a row of PAPER.md (section 3, Table 3, section 6.3) or a small CPU size. The config is
+saved inside every checkpoint (as JSON), so a checkpoint describes itself.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import dataclass
+from typing import Any
+
+# Fixed special ids of the shared vocabulary (SentencePiece is trained with these; see aiayn.data).
+PAD_ID, UNK_ID, BOS_ID, EOS_ID = 0, 1, 2, 3
+
+# The paper's shared BPE vocabulary for WMT14 EN-DE (section 5.1).
+PAPER_VOCAB = 37_000
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    """Hyper-parameters of one Transformer (names as in PAPER.md / Table 3)."""
+
+    vocab_size: int = PAPER_VOCAB
+    n_enc_layers: int = 6  # N (encoder)
+    n_dec_layers: int = 6  # N (decoder)
+    d_model: int = 512
+    d_ff: int = 2048
+    n_heads: int = 8  # h
+    d_k: int = 64  # query/key width per head; h * d_k need not equal d_model (Table 3 rows A, B)
+    d_v: int = 64  # value width per head
+    dropout: float = 0.1  # P_drop: sub-layer outputs and embedding + position sums
+    attention_dropout: float = 0.0  # on attention weights; the paper uses none for translation
+    label_smoothing: float = 0.1  # eps_ls; a training setting kept here because Table 3 row D varies it
+    positional: str = "sinusoidal"  # "sinusoidal" (paper) or "learned" (Table 3 row E)
+    max_positions: int = 1024  # table size for learned positions; sinusoids are computed for any length
+    norm_first: bool = False  # False = post-norm LayerNorm(x + Dropout(Sublayer(x))) as the paper
+    layer_norm_eps: float = 1e-5
+    pad_id: int = PAD_ID
+
+    def __post_init__(self) -> None:
+        if self.positional not in ("sinusoidal", "learned"):
+            raise ValueError(f"positional must be 'sinusoidal' or 'learned', not {self.positional!r}")
+        if self.d_model % 2:
+            raise ValueError(f"d_model must be even for sinusoidal positions, got {self.d_model}")
+        for name in ("vocab_size", "n_enc_layers", "n_dec_layers", "d_model", "d_ff", "n_heads", "d_k", "d_v"):
+            if getattr(self, name) <= 0:
+                raise ValueError(f"{name} must be positive, got {getattr(self, name)}")
+        if not 0.0 <= self.dropout < 1.0 or not 0.0 <= self.attention_dropout < 1.0:
+            raise ValueError("dropout probabilities must lie in [0, 1)")
+
+    @classmethod
+    def preset(cls, name: str, **overrides: Any) -> ModelConfig:
+        """A named preset (`base`, `big`, `A1`..`E`, `parse`, `tiny`, `small`) with fields overridden."""
+        if name not in PRESETS:
+            raise KeyError(f"unknown preset {name!r}; choose one of: {', '.join(PRESETS)}")
+        return dataclasses.replace(cls(**PRESETS[name]), **overrides)
+
+    def replace(self, **overrides: Any) -> ModelConfig:
+        return dataclasses.replace(self, **overrides)
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> ModelConfig:
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = set(d) - known
+        if unknown:
+            raise ValueError(f"unknown ModelConfig fields: {sorted(unknown)}")
+        return cls(**d)
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), indent=2, sort_keys=True)
+
+
+def _base(**kw: Any) -> dict[str, Any]:
+    return {**dataclasses.asdict(ModelConfig()), **kw}
+
+
+def _heads(h: int) -> dict[str, Any]:
+    return _base(n_heads=h, d_k=512 // h, d_v=512 // h)
+
+
+# Table 3 in the paper's order; blank cells = base. (C) rows that change d_model also change d_k = d_v.
+PRESETS: dict[str, dict[str, Any]] = {
+    "base": _base(),
+    "big": _base(d_model=1024, d_ff=4096, n_heads=16, d_k=64, d_v=64, dropout=0.3),
+    "A1": _heads(1),
+    "A2": _heads(4),
+    "A3": _heads(16),
+    "A4": _heads(32),
+    "B1": _base(d_k=16),
+    "B2": _base(d_k=32),
+    "C1": _base(n_enc_layers=2, n_dec_layers=2),
+    "C2": _base(n_enc_layers=4, n_dec_layers=4),
+    "C3": _base(n_enc_layers=8, n_dec_layers=8),
+    "C4": _base(d_model=256, d_k=32, d_v=32),
+    "C5": _base(d_model=1024, d_k=128, d_v=128),
+    "C6": _base(d_ff=1024),
+    "C7": _base(d_ff=4096),
+    "D1": _base(dropout=0.0),
+    "D2": _base(dropout=0.2),
+    "D3": _base(label_smoothing=0.0),
+    "D4": _base(label_smoothing=0.2),
+    "E": _base(positional="learned"),
+    # Section 6.3: 4 layers, d_model 1024 (h = 16 so d_k = 64 as in big), vocabulary 16K (WSJ only).
+    "parse": _base(n_enc_layers=4, n_dec_layers=4, d_model=1024, d_ff=4096, n_heads=16, vocab_size=16_000),
+    # Small CPU sizes (not in the paper): `tiny` for tests, `small` for training on 2 CPU cores.
+    "tiny": _base(vocab_size=1000, n_enc_layers=2, n_dec_layers=2, d_model=32, d_ff=64, n_heads=4, d_k=8,
+                  d_v=8, max_positions=256),
+    "small": _base(vocab_size=8000, n_enc_layers=3, n_dec_layers=3, d_model=256, d_ff=1024, n_heads=4,
+                   d_k=64, d_v=64),
+}
+
+# Table 3's published values, for printing beside our counts: name -> (params in millions or None, PPL, BLEU).
+TABLE3: dict[str, tuple[float | None, float, float]] = {
+    "base": (65, 4.92, 25.8), "A1": (None, 5.29, 24.9), "A2": (None, 5.00, 25.5), "A3": (None, 4.91, 25.8),
+    "A4": (None, 5.01, 25.4), "B1": (58, 5.16, 25.1), "B2": (60, 5.01, 25.4), "C1": (36, 6.11, 23.7),
+    "C2": (50, 5.19, 25.3), "C3": (80, 4.88, 25.5), "C4": (28, 5.75, 24.5), "C5": (168, 4.66, 26.0),
+    "C6": (53, 5.12, 25.4), "C7": (90, 4.75, 26.2), "D1": (None, 5.77, 24.6), "D2": (None, 4.95, 25.5),
+    "D3": (None, 4.67, 25.3), "D4": (None, 5.47, 25.7), "E": (None, 4.92, 25.7), "big": (213, 4.33, 26.4),
+}

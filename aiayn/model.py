@@ -1,0 +1,392 @@
+"""The Transformer of "Attention Is All You Need" (Vaswani et al., 2017), section 3.
+
+Notation (batch first everywhere):
+    B  batch size              S  source length           T  target length (t: one decoding step)
+    D  d_model                 F  d_ff                    V  vocabulary size (shared)
+    h  heads                   dk d_k (query/key width)   dv d_v (value width)
+
+Reading guide, paper -> code:
+    3.2.1 scaled dot-product attention   -> `scaled_dot_product_attention` (reference) / F.sdpa (fast path)
+    3.2.2 multi-head attention           -> `MultiHeadAttention`
+    3.3   position-wise feed-forward     -> `FeedForward`
+    3.1   encoder / decoder stacks       -> `EncoderLayer`, `DecoderLayer`, `Encoder`, `Decoder`
+    3.4   shared embeddings, sqrt(D)     -> `Transformer.embed`, `Transformer.output_logits`
+    3.5   positional encoding            -> `sinusoidal_positions`
+    5.4   residual dropout, post-norm    -> `SublayerConnection`
+
+Initialization (documented in docs/model.md): embeddings N(0, D^-0.5) with the pad row zeroed (as fairseq,
+so that embedding * sqrt(D) has unit scale and the tied output projection starts with unit-variance logits);
+every projection Xavier-uniform per matrix (q, k, v initialised separately inside the fused projection),
+biases zero; LayerNorm weight 1, bias 0.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from aiayn.config import ModelConfig
+
+# ---------------------------------------------------------------------------------------------------------
+# Pure functions: the paper's equations.
+
+
+def scaled_dot_product_attention(
+    q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = None
+) -> tuple[Tensor, Tensor]:
+    """Attention(Q, K, V) = softmax(Q K^T / sqrt(d_k)) V  (eq. 1). Reference version, returns the weights too.
+
+    q (..., n, dk), k (..., m, dk), v (..., m, dv); mask broadcastable to (..., n, m), True = may attend.
+    """
+    scores = q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))  # (..., n, m)
+    if mask is not None:
+        scores = scores.masked_fill(~mask, float("-inf"))
+    weights = scores.softmax(dim=-1)
+    return weights @ v, weights
+
+
+def sinusoidal_positions(n_positions: int, d_model: int, offset: int = 0) -> Tensor:
+    """PE(pos, 2i) = sin(pos / 10000^(2i/D)), PE(pos, 2i+1) = cos(pos / 10000^(2i/D)), for pos in
+    [offset, offset + n_positions). Returns (n_positions, D) in fp32."""
+    pos = torch.arange(offset, offset + n_positions, dtype=torch.float64).unsqueeze(1)  # (n, 1)
+    two_i = torch.arange(0, d_model, 2, dtype=torch.float64)  # (D/2,)
+    angle = pos / torch.pow(10000.0, two_i / d_model)  # (n, D/2)
+    pe = torch.empty(n_positions, d_model, dtype=torch.float64)
+    pe[:, 0::2] = torch.sin(angle)
+    pe[:, 1::2] = torch.cos(angle)
+    return pe.float()
+
+
+def causal_mask(n: int, device: torch.device | None = None) -> Tensor:
+    """(n, n) bool, True on and below the diagonal: position i may attend to positions <= i."""
+    return torch.ones(n, n, dtype=torch.bool, device=device).tril()
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Incremental decoding cache.
+
+
+@dataclass
+class LayerCache:
+    """Keys/values of one decoder layer: self-attention grows by one position a step; cross-attention is
+    computed once per source and reused."""
+
+    self_k: Tensor | None = None  # (B, h, t, dk)
+    self_v: Tensor | None = None  # (B, h, t, dv)
+    cross_k: Tensor | None = None  # (B, h, S, dk)
+    cross_v: Tensor | None = None  # (B, h, S, dv)
+
+    def reorder(self, index: Tensor) -> None:
+        for name in ("self_k", "self_v", "cross_k", "cross_v"):
+            t = getattr(self, name)
+            if t is not None:
+                setattr(self, name, t.index_select(0, index))
+
+
+@dataclass
+class DecoderCache:
+    """Everything step t of incremental decoding needs from steps < t. Beam search reorders it by beam."""
+
+    layers: list[LayerCache] = field(default_factory=list)
+    length: int = 0  # target positions already cached
+
+    def reorder(self, index: Tensor) -> None:
+        """Keep batch rows `index` (LongTensor (B',)), in that order, in every cached tensor."""
+        for layer in self.layers:
+            layer.reorder(index)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Modules.
+
+
+class MultiHeadAttention(nn.Module):
+    """MultiHead(Q, K, V) = Concat(head_1..head_h) W^O, head_i = Attention(Q W_i^Q, K W_i^K, V W_i^V).
+
+    The h per-head projections are stored as one matrix per role (columns of head i at i*dk:(i+1)*dk).
+    Self-attention fuses W^Q, W^K, W^V into one (D, h*(2dk+dv)) matmul; cross-attention fuses W^K, W^V,
+    which are applied to the encoder output once per source when decoding incrementally.
+    """
+
+    def __init__(self, d_model: int, n_heads: int, d_k: int, d_v: int, self_attention: bool,
+                 attention_dropout: float = 0.0):
+        super().__init__()
+        self.h, self.d_k, self.d_v = n_heads, d_k, d_v
+        self.self_attention = self_attention
+        self.attention_dropout = attention_dropout
+        if self_attention:
+            self.qkv_proj = nn.Linear(d_model, n_heads * (2 * d_k + d_v))
+        else:
+            self.q_proj = nn.Linear(d_model, n_heads * d_k)
+            self.kv_proj = nn.Linear(d_model, n_heads * (d_k + d_v))
+        self.out_proj = nn.Linear(n_heads * d_v, d_model)
+        self.record_attention = False  # set True to keep `last_attention` (B, h, n, m) for visualization
+        self.last_attention: Tensor | None = None
+
+    def _split_heads(self, x: Tensor, width: int) -> Tensor:
+        b, n, _ = x.shape
+        return x.view(b, n, self.h, width).transpose(1, 2)  # (B, n, h*w) -> (B, h, n, w)
+
+    def _project_kv(self, kv_input: Tensor) -> tuple[Tensor, Tensor]:
+        k, v = self.kv_proj(kv_input).split([self.h * self.d_k, self.h * self.d_v], dim=-1)
+        return self._split_heads(k, self.d_k), self._split_heads(v, self.d_v)
+
+    def forward(self, x: Tensor, memory: Tensor | None = None, mask: Tensor | None = None,
+                is_causal: bool = False, cache: LayerCache | None = None) -> Tensor:
+        """x (B, n, D) gives the queries; keys/values come from x (self) or memory (cross).
+
+        mask: bool, broadcastable to (B, h, n, m), True = may attend. is_causal: self-attention over a full
+        target. cache: self-attention appends this step's keys/values; cross-attention computes them once.
+        """
+        hk, hv = self.h * self.d_k, self.h * self.d_v
+        if self.self_attention:
+            q, k, v = self.qkv_proj(x).split([hk, hk, hv], dim=-1)
+            q, k, v = self._split_heads(q, self.d_k), self._split_heads(k, self.d_k), self._split_heads(v, self.d_v)
+            if cache is not None:
+                if cache.self_k is not None:
+                    k = torch.cat([cache.self_k, k], dim=2)  # (B, h, t+n, dk)
+                    v = torch.cat([cache.self_v, v], dim=2)
+                    # A step of n > 1 new positions still may not see its own future.
+                    is_causal = False if x.size(1) == 1 else is_causal
+                cache.self_k, cache.self_v = k, v
+        else:
+            q = self._split_heads(self.q_proj(x), self.d_k)
+            if cache is not None and cache.cross_k is not None:
+                k, v = cache.cross_k, cache.cross_v
+            else:
+                k, v = self._project_kv(memory)  # (B, h, S, dk), (B, h, S, dv)
+                if cache is not None:
+                    cache.cross_k, cache.cross_v = k, v
+        if is_causal and k.size(2) != q.size(2):  # queries are the last n of m positions
+            n, m = q.size(2), k.size(2)
+            mask = causal_mask(m, x.device)[m - n:]
+            is_causal = False
+
+        if self.record_attention:
+            if is_causal:
+                mask = causal_mask(q.size(2), x.device)
+            out, weights = scaled_dot_product_attention(q, k, v, mask)
+            self.last_attention = weights.detach()
+        else:
+            dropout = self.attention_dropout if self.training else 0.0
+            out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout, is_causal=is_causal)
+        b, _, n, _ = out.shape
+        out = out.transpose(1, 2).reshape(b, n, hv)  # (B, h, n, dv) -> (B, n, h*dv)
+        return self.out_proj(out)
+
+
+class FeedForward(nn.Module):
+    """FFN(x) = max(0, x W1 + b1) W2 + b2  (eq. 2), applied to each position separately."""
+
+    def __init__(self, d_model: int, d_ff: int):
+        super().__init__()
+        self.w_1 = nn.Linear(d_model, d_ff)
+        self.w_2 = nn.Linear(d_ff, d_model)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.w_2(F.relu(self.w_1(x)))
+
+
+class SublayerConnection(nn.Module):
+    """Post-norm LayerNorm(x + Dropout(Sublayer(x))) as the paper; pre-norm x + Dropout(Sublayer(LN(x)))."""
+
+    def __init__(self, d_model: int, dropout: float, norm_first: bool, eps: float):
+        super().__init__()
+        self.norm = nn.LayerNorm(d_model, eps=eps)
+        self.dropout = nn.Dropout(dropout)
+        self.norm_first = norm_first
+
+    def forward(self, x: Tensor, sublayer) -> Tensor:
+        if self.norm_first:
+            return x + self.dropout(sublayer(self.norm(x)))
+        return self.norm(x + self.dropout(sublayer(x)))
+
+
+class EncoderLayer(nn.Module):
+    """Self-attention, then feed-forward; each wrapped in a SublayerConnection."""
+
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.self_attn = MultiHeadAttention(cfg.d_model, cfg.n_heads, cfg.d_k, cfg.d_v, True, cfg.attention_dropout)
+        self.ffn = FeedForward(cfg.d_model, cfg.d_ff)
+        self.sublayers = nn.ModuleList(
+            SublayerConnection(cfg.d_model, cfg.dropout, cfg.norm_first, cfg.layer_norm_eps) for _ in range(2)
+        )
+
+    def forward(self, x: Tensor, src_mask: Tensor | None) -> Tensor:
+        x = self.sublayers[0](x, lambda y: self.self_attn(y, mask=src_mask))
+        return self.sublayers[1](x, self.ffn)
+
+
+class DecoderLayer(nn.Module):
+    """Masked self-attention, attention over the encoder output, feed-forward."""
+
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.self_attn = MultiHeadAttention(cfg.d_model, cfg.n_heads, cfg.d_k, cfg.d_v, True, cfg.attention_dropout)
+        self.cross_attn = MultiHeadAttention(cfg.d_model, cfg.n_heads, cfg.d_k, cfg.d_v, False,
+                                             cfg.attention_dropout)
+        self.ffn = FeedForward(cfg.d_model, cfg.d_ff)
+        self.sublayers = nn.ModuleList(
+            SublayerConnection(cfg.d_model, cfg.dropout, cfg.norm_first, cfg.layer_norm_eps) for _ in range(3)
+        )
+
+    def forward(self, x: Tensor, memory: Tensor, src_mask: Tensor | None, cache: LayerCache | None) -> Tensor:
+        x = self.sublayers[0](x, lambda y: self.self_attn(y, is_causal=True, cache=cache))
+        x = self.sublayers[1](x, lambda y: self.cross_attn(y, memory, mask=src_mask, cache=cache))
+        return self.sublayers[2](x, self.ffn)
+
+
+class Encoder(nn.Module):
+    """N identical EncoderLayers (a final LayerNorm only in the pre-norm variant)."""
+
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.layers = nn.ModuleList(EncoderLayer(cfg) for _ in range(cfg.n_enc_layers))
+        self.norm = nn.LayerNorm(cfg.d_model, eps=cfg.layer_norm_eps) if cfg.norm_first else nn.Identity()
+
+    def forward(self, x: Tensor, src_mask: Tensor | None) -> Tensor:
+        for layer in self.layers:
+            x = layer(x, src_mask)
+        return self.norm(x)
+
+
+class Decoder(nn.Module):
+    """N identical DecoderLayers; returns hidden states (B, T, D), not logits."""
+
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.layers = nn.ModuleList(DecoderLayer(cfg) for _ in range(cfg.n_dec_layers))
+        self.norm = nn.LayerNorm(cfg.d_model, eps=cfg.layer_norm_eps) if cfg.norm_first else nn.Identity()
+
+    def forward(self, x: Tensor, memory: Tensor, src_mask: Tensor | None, cache: DecoderCache | None) -> Tensor:
+        for i, layer in enumerate(self.layers):
+            x = layer(x, memory, src_mask, cache.layers[i] if cache is not None else None)
+        return self.norm(x)
+
+
+class Transformer(nn.Module):
+    """Encoder-decoder with ONE embedding matrix shared by source, target and the pre-softmax projection."""
+
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.cfg = cfg
+        self.embedding = nn.Embedding(cfg.vocab_size, cfg.d_model, padding_idx=cfg.pad_id)
+        self.embed_scale = math.sqrt(cfg.d_model)
+        if cfg.positional == "learned":
+            self.positions = nn.Embedding(cfg.max_positions, cfg.d_model)
+        else:
+            self.register_buffer("sinusoids", sinusoidal_positions(cfg.max_positions, cfg.d_model), persistent=False)
+        self.dropout = nn.Dropout(cfg.dropout)
+        self.encoder = Encoder(cfg)
+        self.decoder = Decoder(cfg)
+        self.reset_parameters()
+
+    # -- initialization ---------------------------------------------------------------------------------
+    def reset_parameters(self) -> None:
+        cfg = self.cfg
+        nn.init.normal_(self.embedding.weight, mean=0.0, std=cfg.d_model**-0.5)
+        with torch.no_grad():
+            self.embedding.weight[cfg.pad_id].zero_()
+        if cfg.positional == "learned":
+            nn.init.normal_(self.positions.weight, mean=0.0, std=cfg.d_model**-0.5)
+        hk, hv = cfg.n_heads * cfg.d_k, cfg.n_heads * cfg.d_v
+        for module in self.modules():
+            if isinstance(module, MultiHeadAttention):
+                fused = module.qkv_proj if module.self_attention else module.kv_proj
+                widths = [hk, hk, hv] if module.self_attention else [hk, hv]
+                for block in fused.weight.split(widths, dim=0):  # each of W^Q, W^K, W^V on its own
+                    nn.init.xavier_uniform_(block)
+                if not module.self_attention:
+                    nn.init.xavier_uniform_(module.q_proj.weight)
+            elif isinstance(module, FeedForward):
+                nn.init.xavier_uniform_(module.w_1.weight)
+                nn.init.xavier_uniform_(module.w_2.weight)
+            if isinstance(module, MultiHeadAttention):
+                nn.init.xavier_uniform_(module.out_proj.weight)
+            if isinstance(module, nn.Linear):
+                nn.init.zeros_(module.bias)
+
+    # -- embeddings ----------------------------------------------------------------------------------------
+    def position_encoding(self, n: int, offset: int, device: torch.device) -> Tensor:
+        """(n, D) encodings of positions offset .. offset+n-1 (sinusoids extend past max_positions)."""
+        if self.cfg.positional == "learned":
+            if offset + n > self.cfg.max_positions:
+                raise ValueError(
+                    f"position {offset + n - 1} exceeds the learned table (max_positions={self.cfg.max_positions}); "
+                    "shorten the input or train with a larger max_positions"
+                )
+            return self.positions.weight[offset: offset + n]
+        if offset + n > self.sinusoids.size(0):
+            return sinusoidal_positions(n, self.cfg.d_model, offset).to(device)
+        return self.sinusoids[offset: offset + n]
+
+    def embed(self, tokens: Tensor, offset: int = 0) -> Tensor:
+        """Dropout(Embedding(tokens) * sqrt(D) + PE): (B, n) -> (B, n, D)."""
+        x = self.embedding(tokens) * self.embed_scale
+        x = x + self.position_encoding(tokens.size(1), offset, tokens.device)
+        return self.dropout(x)
+
+    def output_logits(self, hidden: Tensor) -> Tensor:
+        """Pre-softmax linear transformation, tied to the embedding: (..., D) -> (..., V)."""
+        return F.linear(hidden, self.embedding.weight)
+
+    # -- the three entry points ---------------------------------------------------------------------------
+    @staticmethod
+    def _key_mask(src_pad: Tensor | None) -> Tensor | None:
+        return None if src_pad is None else (~src_pad)[:, None, None, :]  # (B, 1, 1, S), True = attend
+
+    def encode(self, src: Tensor) -> Tensor:
+        """src (B, S) padded with pad_id -> memory (B, S, D)."""
+        src_pad = src.eq(self.cfg.pad_id)
+        return self.encoder(self.embed(src), self._key_mask(src_pad))
+
+    def decode_hidden(self, tgt_in: Tensor, memory: Tensor, src_pad: Tensor | None,
+                      cache: DecoderCache | None = None) -> Tensor:
+        """Decoder states (B, T, D). With a cache, tgt_in holds only the new positions."""
+        offset = 0
+        if cache is not None:
+            if not cache.layers:
+                cache.layers = [LayerCache() for _ in range(self.cfg.n_dec_layers)]
+            offset = cache.length
+        h = self.decoder(self.embed(tgt_in, offset), memory, self._key_mask(src_pad), cache)
+        if cache is not None:
+            cache.length += tgt_in.size(1)
+        return h
+
+    def decode(self, tgt_in: Tensor, memory: Tensor, src_pad: Tensor | None,
+               cache: DecoderCache | None = None) -> Tensor:
+        """tgt_in (B, T) (shifted right, starts with BOS) -> logits (B, T, V). Right-padded targets need no
+        mask beyond the causal one: no real position can see a later pad."""
+        return self.output_logits(self.decode_hidden(tgt_in, memory, src_pad, cache))
+
+    def new_cache(self) -> DecoderCache:
+        return DecoderCache()
+
+    def forward(self, src: Tensor, tgt_in: Tensor) -> Tensor:
+        """Teacher-forced logits: src (B, S), tgt_in (B, T) -> (B, T, V)."""
+        memory = self.encode(src)
+        return self.decode(tgt_in, memory, src.eq(self.cfg.pad_id))
+
+
+def count_parameters(model: nn.Module) -> int:
+    """Trainable parameters, each shared tensor counted once."""
+    return sum(p.numel() for p in model.parameters() if p.requires_grad)
+
+
+def expected_parameters(cfg: ModelConfig) -> int:
+    """Closed-form parameter count of `Transformer(cfg)` (weights + biases, shared embedding once)."""
+    d, f, h = cfg.d_model, cfg.d_ff, cfg.n_heads
+    hk, hv = h * cfg.d_k, h * cfg.d_v
+    attention = d * (2 * hk + hv) + (2 * hk + hv) + hv * d + d  # W^Q, W^K, W^V, W^O with biases
+    ffn = d * f + f + f * d + d
+    norm = 2 * d
+    enc = cfg.n_enc_layers * (attention + ffn + 2 * norm)
+    dec = cfg.n_dec_layers * (2 * attention + ffn + 3 * norm)
+    final_norms = 2 * norm if cfg.norm_first else 0
+    positions = cfg.max_positions * d if cfg.positional == "learned" else 0
+    return cfg.vocab_size * d + positions + enc + dec + final_norms
