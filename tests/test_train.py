@@ -1,0 +1,153 @@
+"""Training: schedule and loss by hand, checkpoints (atomic, averaged, corrupt), exact resume after SIGKILL,
+DDP (2 processes) equals one process with update-freq 2, and a tiny model learns the task."""
+
+import json
+import math
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from aiayn import checkpoint as ckpt
+from aiayn.config import ModelConfig
+from aiayn.train import TrainConfig, label_smoothed_nll_loss, noam_lr, train
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def test_noam_lr_values():
+    # 512^-0.5 * min(step^-0.5, step * 4000^-1.5)
+    assert noam_lr(1, 512) == pytest.approx(512**-0.5 * 4000**-1.5, rel=1e-12)
+    assert noam_lr(1, 512) == pytest.approx(1.7469e-7, rel=1e-4)
+    assert noam_lr(4000, 512) == pytest.approx(6.9877e-4, rel=1e-4)  # the peak: both branches meet
+    assert noam_lr(100_000, 512) == pytest.approx(1.39754e-4, rel=1e-4)
+    assert noam_lr(2000, 512) == pytest.approx(noam_lr(4000, 512) / 2, rel=1e-12)  # linear warm-up
+    assert noam_lr(16000, 512) == pytest.approx(noam_lr(4000, 512) / 2, rel=1e-12)  # inverse-sqrt decay
+    assert noam_lr(4000, 512, factor=2.0) == pytest.approx(2 * noam_lr(4000, 512))
+    assert noam_lr(4000, 1024) == pytest.approx(noam_lr(4000, 512) / math.sqrt(2))
+
+
+def test_label_smoothed_loss_by_hand():
+    lprobs = torch.log(torch.tensor([[0.75, 0.25]]))
+    loss, nll = label_smoothed_nll_loss(lprobs, torch.tensor([0]), eps=0.1)
+    # nll = -log .75; smooth = -(log .75 + log .25) / 2; loss = 0.9 nll + 0.1 smooth
+    assert nll.item() == pytest.approx(0.287682, abs=1e-6)
+    assert loss.item() == pytest.approx(0.9 * 0.287682 + 0.1 * 0.836988, abs=1e-6)
+    logits = torch.randn(7, 11)
+    target = torch.randint(0, 11, (7,))
+    loss, _ = label_smoothed_nll_loss(F.log_softmax(logits, -1), target, eps=0.1)
+    ref = F.cross_entropy(logits, target, label_smoothing=0.1, reduction="sum")
+    torch.testing.assert_close(loss, ref)
+
+
+def test_train_config_rejects_unknown_option():
+    with pytest.raises(ValueError, match="unknown training options"):
+        TrainConfig.from_dict({"max_step": 5})
+
+
+def _weights(path: Path) -> dict:
+    state, _, _ = ckpt.load_weights(path)
+    return state
+
+
+def test_average_two_checkpoints_is_their_mean(tmp_path):
+    cfg = ModelConfig.preset("tiny", vocab_size=40)
+    a = {"w": torch.tensor([1.0, 2.0]), "b": torch.tensor([[0.5]])}
+    b = {"w": torch.tensor([3.0, -2.0]), "b": torch.tensor([[1.5]])}
+    ckpt.save_weights(tmp_path / "a.safetensors", a, cfg, 1)
+    ckpt.save_weights(tmp_path / "b.safetensors", b, cfg, 2)
+    avg, avg_cfg = ckpt.average_checkpoints([tmp_path / "a.safetensors", tmp_path / "b.safetensors"])
+    assert avg_cfg == cfg
+    torch.testing.assert_close(avg["w"], torch.tensor([2.0, 0.0]))
+    torch.testing.assert_close(avg["b"], torch.tensor([[1.0]]))
+
+
+def test_corrupt_checkpoint_gives_clear_error(tmp_path):
+    bad = tmp_path / "step_00000001.safetensors"
+    bad.write_bytes(b"\x00garbage" * 10)
+    with pytest.raises(ckpt.CheckpointError, match="corrupt"):
+        ckpt.load_weights(bad)
+    with pytest.raises(ckpt.CheckpointError, match="no checkpoint"):
+        ckpt.load_weights(tmp_path / "missing.safetensors")
+
+
+def _cli(*args: str) -> list[str]:
+    return [sys.executable, "-m", "aiayn", *args]
+
+
+def _env() -> dict:
+    return {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}
+
+
+TINY_ARGS = ["--preset", "tiny", "--max-tokens", "160", "--save-every-minutes", "0", "--no-progress",
+             "--threads", "1", "--log-every", "5", "--warmup", "50", "--lr-factor", "2"]
+
+
+def test_resume_after_sigkill_is_bit_exact(copy_data, tmp_path):
+    steps = "120"
+    ref = tmp_path / "ref"
+    subprocess.run(_cli("train", "--data", str(copy_data), "--out", str(ref), "--max-steps", steps,
+                        "--save-every-steps", "10", *TINY_ARGS), check=True, env=_env(), capture_output=True)
+
+    run = tmp_path / "killed"
+    proc = subprocess.Popen(_cli("train", "--data", str(copy_data), "--out", str(run), "--max-steps", steps,
+                                 "--save-every-steps", "10", *TINY_ARGS), env=_env(),
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.time() + 120
+    while time.time() < deadline and not ckpt.step_checkpoint_path(run, 30).exists():
+        time.sleep(0.01)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    done = ckpt.checkpoint_paths(run)
+    assert done and int(done[-1].stem.split("_")[1]) < int(steps), "the run finished before it could be killed"
+
+    subprocess.run(_cli("train", "--resume", str(run), "--no-progress"), check=True, env=_env(),
+                   capture_output=True)
+    final_ref = _weights(ckpt.step_checkpoint_path(ref, int(steps)))
+    final = _weights(ckpt.step_checkpoint_path(run, int(steps)))
+    assert final.keys() == final_ref.keys()
+    for k in final:
+        assert torch.equal(final[k], final_ref[k]), k
+
+
+def test_two_processes_equal_one_process_with_update_freq_2(copy_data, tmp_path):
+    common = ["--max-steps", "6", "--save-every-steps", "6", "--set", "dropout=0.0", *TINY_ARGS]
+    one = tmp_path / "one"
+    subprocess.run(_cli("train", "--data", str(copy_data), "--out", str(one), "--update-freq", "2", *common),
+                   check=True, env=_env(), capture_output=True)
+    two = tmp_path / "two"
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", "29517",
+           "-m", "aiayn", "train", "--data", str(copy_data), "--out", str(two), *common]
+    res = subprocess.run(cmd, env=_env(), capture_output=True, text=True)
+    assert res.returncode == 0, res.stderr[-3000:]
+    a, b = _weights(ckpt.step_checkpoint_path(one, 6)), _weights(ckpt.step_checkpoint_path(two, 6))
+    worst = max((a[k] - b[k]).abs().max().item() for k in a)
+    assert worst < 1e-5, worst
+
+
+def test_tiny_model_learns_and_run_dir_is_self_contained(copy_data, tmp_path):
+    cfg = ModelConfig.preset("tiny", dropout=0.0)
+    tc = TrainConfig(max_steps=150, max_tokens=400, warmup=40, lr_factor=0.5, save_every_steps=50,
+                     save_every_minutes=0, log_every=10, keep_last=2, threads=1)
+    summary = train(copy_data, tmp_path / "run", cfg, tc, progress=False)
+    assert summary["step"] == 150
+    run = tmp_path / "run"
+    logs = [json.loads(x) for x in (run / "log.jsonl").read_text().splitlines()]
+    train_losses = [r["loss"] for r in logs if r["kind"] == "train"]
+    dev = [r for r in logs if r["kind"] == "valid"]
+    assert train_losses[-1] < 0.5 * train_losses[0]
+    assert len(dev) == 3 and dev[-1]["ppl"] < dev[0]["ppl"]
+    assert [p.name for p in ckpt.checkpoint_paths(run)] == ["step_00000100.safetensors", "step_00000150.safetensors"]
+    assert (run / "vocab.model").is_file() and (run / "config.json").is_file() and (run / ckpt.BEST).is_file()
+    model, vocab, loaded_cfg = ckpt.load_for_inference(run)
+    assert loaded_cfg.vocab_size == len(vocab) and not model.training
+    assert (run / "tb").is_dir()
+    from aiayn.train import plot_run
+
+    assert plot_run(run).stat().st_size > 1000
