@@ -1,0 +1,112 @@
+"""`aiayn quickstart`: the whole system on the built-in English->Spanish Bible, on a CPU, in about 15 minutes.
+
+prepare the shipped corpus -> train a small preset in bf16 for a bounded time -> average the last checkpoints
+-> translate the held-out book (Gospel of John) with beam search -> sacreBLEU -> a few example translations.
+Everything lands in one folder; running it again reuses the prepared data (and a finished run).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+from aiayn import checkpoint as ckpt
+from aiayn.config import PRESETS, ModelConfig
+
+EXAMPLES = [
+    "In the beginning was the Word.",
+    "The people went out to the river to be baptized.",
+    "He said to them, \"Follow me, and I will make you fishers of men.\"",
+    "Love your neighbor as yourself.",
+    "The children were playing in the house of their father.",
+]
+
+
+def quickstart(out: Path, minutes: float = 12.0, preset: str = "small", vocab_size: int = 8000,
+               dtype: str = "bf16", average_last: int = 5, beam: int = 4, progress: bool = True) -> dict:
+    from aiayn.data import builtin_corpus, prepare
+    from aiayn.evaluate import chrf, corpus_bleu
+    from aiayn.train import TrainConfig, train
+    from aiayn.translate import translate_lines
+
+    out = Path(out)
+    t0 = time.time()
+    print(f"[1/5] preparing the built-in English-Spanish Bible in {out / 'data'}", flush=True)
+    raw = builtin_corpus(out / "raw")
+    data_dir = out / "data"
+    prepare(*raw["train"], data_dir, vocab_size=vocab_size, valid=raw["valid"], test=raw["test"])
+
+    run = out / "run"
+    if ckpt.latest_checkpoint(run) is None:
+        print(f"[2/5] training preset '{preset}' ({dtype}) for {minutes:g} minutes into {run}", flush=True)
+        cfg = ModelConfig.preset(preset)
+        # ~8k-token batches; the schedule is the paper's with a shorter warm-up for a run this short.
+        tc = TrainConfig(max_steps=10**9, max_minutes=minutes, max_tokens=8192, warmup=1000, lr_factor=1.0,
+                         save_every_minutes=minutes / (average_last + 3), save_every_steps=0,
+                         keep_last=average_last, dtype=dtype, log_every=10)
+        train(data_dir, run, cfg, tc, progress=progress)
+    else:
+        print(f"[2/5] {run} is already trained; reusing it (train longer: aiayn train --resume {run} "
+              "--max-minutes 30)", flush=True)
+
+    paths = ckpt.checkpoint_paths(run)[-average_last:]
+    print(f"[3/5] averaging the last {len(paths)} checkpoints -> {run / ckpt.AVERAGED}", flush=True)
+    state, cfg = ckpt.average_checkpoints(paths)
+    ckpt.save_weights(run / ckpt.AVERAGED, state, cfg)
+
+    model, vocab, _ = ckpt.load_for_inference(run)
+    src_lines = (data_dir / "test.src.txt").read_text(encoding="utf-8").splitlines()
+    refs = (data_dir / "test.tgt.txt").read_text(encoding="utf-8").splitlines()
+    print(f"[4/5] translating the held-out Gospel of John ({len(src_lines)} verses, beam {beam})", flush=True)
+    with torch.inference_mode():
+        hyps = [h[0][0] for h in translate_lines(model, vocab, src_lines, beam=beam, alpha=0.6,
+                                                 bf16=dtype == "bf16", batch_size=64, progress=progress)]
+    (run / "test.hyp").write_text("\n".join(hyps) + "\n", encoding="utf-8")
+    bleu, chrf_score = corpus_bleu(hyps, refs), chrf(hyps, refs)
+    print(f"      test BLEU {bleu.score:.1f}   chrF {chrf_score.score:.1f}\n      sacreBLEU {bleu.signature}")
+
+    print("[5/5] example translations (English -> Spanish):")
+    with torch.inference_mode():
+        examples = translate_lines(model, vocab, EXAMPLES, beam=beam, alpha=0.6, bf16=dtype == "bf16")
+    for en, hyp in zip(EXAMPLES, examples):
+        print(f"      {en}\n   -> {hyp[0][0]}")
+    minutes_total = (time.time() - t0) / 60
+    print(f"""
+done in {minutes_total:.1f} minutes. Everything is in {out}/. Next:
+  echo "The Lord is my shepherd." | aiayn translate --checkpoint {run}
+  aiayn evaluate --hyp {run / 'test.hyp'} --ref {data_dir / 'test.tgt.txt'} --lang es
+  aiayn train --resume {run} --max-minutes 30        # train longer, then average again:
+  aiayn average --run {run} --last 5
+  aiayn plot {run}                                   # training curves -> {run / 'curves.png'}""")
+    return {"bleu": bleu.score, "chrf": chrf_score.score, "signature": bleu.signature, "minutes": minutes_total}
+
+
+def _run(args: argparse.Namespace) -> int:
+    from aiayn.data import DataError
+
+    try:
+        quickstart(Path(args.out), args.minutes, args.preset, args.vocab_size, args.dtype, args.average_last,
+                   args.beam, progress=not args.no_progress)
+    except (DataError, ckpt.CheckpointError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def register_cli(sub) -> None:
+    p = sub.add_parser("quickstart", help="prepare, train, average, translate and score the built-in corpus",
+                       description="The main job on the built-in English-Spanish Bible: about 15 minutes on 2 "
+                       "CPU cores.")
+    p.add_argument("--out", default="runs/quickstart", help="folder for everything (default runs/quickstart)")
+    p.add_argument("--minutes", type=float, default=12.0, help="training time budget (default 12)")
+    p.add_argument("--preset", default="small", choices=list(PRESETS))
+    p.add_argument("--vocab-size", type=int, default=8000)
+    p.add_argument("--dtype", default="bf16", choices=["bf16", "fp32"])
+    p.add_argument("--average-last", type=int, default=5)
+    p.add_argument("--beam", type=int, default=4)
+    p.add_argument("--no-progress", action="store_true")
+    p.set_defaults(func=_run)
