@@ -12,8 +12,6 @@ import sys
 import time
 from pathlib import Path
 
-import torch
-
 from aiayn import checkpoint as ckpt
 from aiayn.config import PRESETS, ModelConfig
 
@@ -62,16 +60,14 @@ def quickstart(out: Path, minutes: float = 12.0, preset: str = "small", vocab_si
     src_lines = (data_dir / "test.src.txt").read_text(encoding="utf-8").splitlines()
     refs = (data_dir / "test.tgt.txt").read_text(encoding="utf-8").splitlines()
     print(f"[4/5] translating the held-out Gospel of John ({len(src_lines)} verses, beam {beam})", flush=True)
-    with torch.inference_mode():
-        hyps = [h[0][0] for h in translate_lines(model, vocab, src_lines, beam=beam, alpha=0.6,
-                                                 bf16=dtype == "bf16", batch_size=64, progress=progress)]
+    hyps = [h[0][0] for h in translate_lines(model, vocab, src_lines, beam=beam, alpha=0.6,
+                                             bf16=dtype == "bf16", batch_size=64, progress=progress)]
     (run / "test.hyp").write_text("\n".join(hyps) + "\n", encoding="utf-8")
     bleu, chrf_score = corpus_bleu(hyps, refs), chrf(hyps, refs)
     print(f"      test BLEU {bleu.score:.1f}   chrF {chrf_score.score:.1f}\n      sacreBLEU {bleu.signature}")
 
     print("[5/5] example translations (English -> Spanish):")
-    with torch.inference_mode():
-        examples = translate_lines(model, vocab, EXAMPLES, beam=beam, alpha=0.6, bf16=dtype == "bf16")
+    examples = translate_lines(model, vocab, EXAMPLES, beam=beam, alpha=0.6, bf16=dtype == "bf16")
     for en, hyp in zip(EXAMPLES, examples):
         print(f"      {en}\n   -> {hyp[0][0]}")
     minutes_total = (time.time() - t0) / 60

@@ -243,10 +243,10 @@ def _unwrap_compile(module: torch.nn.Module) -> torch.nn.Module:
 
 
 def _batches(sampler):
-    """Endless stream of (epoch, indices); the sampler's state always counts the batches handed out."""
+    """Endless stream of batches (lists of indices), epoch after epoch; the sampler's state always counts the
+    batches handed out."""
     while True:
-        for indices in sampler:
-            yield indices
+        yield from sampler
 
 
 def train(data_dir: Path, run_dir: Path, cfg: ModelConfig | None, tc: TrainConfig | None,
@@ -480,7 +480,8 @@ def _train_command(args: argparse.Namespace) -> int:
         print(f"error: {e}", file=sys.stderr)
         return 1
     if int(os.environ.get("RANK", "0")) == 0:
-        print(f"done: step {summary['step']} in {summary['elapsed_s'] / 60:.1f} min; run directory {summary['run_dir']}")
+        minutes = summary["elapsed_s"] / 60
+        print(f"done: step {summary['step']} in {minutes:.1f} min; run directory {summary['run_dir']}")
     if dist.is_initialized():
         dist.destroy_process_group()
     return 0

@@ -1,30 +1,35 @@
-"""aiayn as an adapter of the shared peer harness (../shared/bench/peers), so it is measured on the same
-synthetic batches, with the same timing loop and FLOP model, side by side with the peers.
+"""aiayn as an adapter of the shared peer harness (../shared/bench/peers), for training and decoding, so it is
+measured on the same synthetic batches, with the same timing loop and FLOP model, side by side with the peers.
 
-The harness's ids are fairseq's (BOS 0, PAD 1, EOS 2), so the model is built with pad_id=1.
-Training uses aiayn's own loss path (`aiayn.train.batch_loss`): the vocabulary projection and the
-label-smoothed loss run on real target tokens only -- that is part of what is being measured.
+    python bench_train.py --impl /path/to/aiayn/benchmarks/aiayn_adapter.py --config base --dtype bf16
+    python bench_infer.py --impl /path/to/aiayn/benchmarks/aiayn_adapter.py --config base --beam 4
+
+The harness's ids are fairseq's (BOS 0, PAD 1, EOS 2, words from 4); aiayn's are PAD 0, BOS 2, EOS 3. Words
+keep their ids; the special ids are remapped in prepare_train/prepare_src (untimed) and EOS back in generate.
+Training uses aiayn's own loss path (`aiayn.train.batch_loss`: the vocabulary projection and the
+label-smoothed loss on real target tokens only) -- that is part of what is measured.
 """
 
+import os
 import sys
 from pathlib import Path
 
-import common  # noqa: F401  (the harness's module; on sys.path when the harness loads us)
+import common  # the harness's module, on sys.path when the harness loads this file
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from aiayn.config import ModelConfig  # noqa: E402
+from aiayn.config import BOS_ID, EOS_ID, PAD_ID, ModelConfig  # noqa: E402
 from aiayn.model import Transformer  # noqa: E402
+from aiayn.search import beam_search, greedy_search  # noqa: E402
 from aiayn.train import batch_loss  # noqa: E402
 
 
-def to_aiayn_config(cfg) -> ModelConfig:
-    return ModelConfig(vocab_size=cfg.vocab, n_enc_layers=cfg.enc_layers, n_dec_layers=cfg.dec_layers,
-                       d_model=cfg.d_model, d_ff=cfg.ffn, n_heads=cfg.n_heads, d_k=cfg.d_model // cfg.n_heads,
-                       d_v=cfg.d_model // cfg.n_heads, dropout=cfg.dropout,
-                       attention_dropout=cfg.attention_dropout, label_smoothing=cfg.label_smoothing,
-                       pad_id=common.PAD)
+def to_aiayn_ids(x: torch.Tensor) -> torch.Tensor:
+    out = x.clone()
+    for theirs, ours in ((common.PAD, PAD_ID), (common.BOS, BOS_ID), (common.EOS, EOS_ID)):
+        out[x.eq(theirs)] = ours
+    return out
 
 
 class Adapter:
@@ -39,26 +44,38 @@ class Adapter:
         return {"impl_version": aiayn.__version__}
 
     def build(self) -> torch.nn.Module:
-        return Transformer(to_aiayn_config(self.cfg))
+        c = self.cfg
+        d_head = c.d_model // c.n_heads
+        return Transformer(ModelConfig(
+            vocab_size=c.vocab, n_enc_layers=c.enc_layers, n_dec_layers=c.dec_layers, d_model=c.d_model,
+            d_ff=c.ffn, n_heads=c.n_heads, d_k=d_head, d_v=d_head, dropout=c.dropout,
+            attention_dropout=c.attention_dropout, label_smoothing=c.label_smoothing))
 
     def prepare_train(self, batch):
-        return batch
+        return to_aiayn_ids(batch.src), to_aiayn_ids(batch.tgt_in), to_aiayn_ids(batch.tgt_out)
 
     def train_loss(self, model, prepared) -> torch.Tensor:
-        loss, _, _ = batch_loss(model, prepared.src, prepared.tgt_in, prepared.tgt_out,
-                                self.cfg.label_smoothing, common.PAD)
+        src, tgt_in, tgt_out = prepared
+        loss, _, _ = batch_loss(model, src, tgt_in, tgt_out, self.cfg.label_smoothing, PAD_ID)
         return loss
 
     def prepare_src(self, batch):
-        return batch
+        return to_aiayn_ids(batch.src)
 
-    def generate(self, model, prepared, beam: int, n_tokens: int, lenpen: float):
-        from aiayn.search import beam_search, greedy_search
+    def generate(self, model, src, beam: int, n_tokens: int, lenpen: float):
+        if os.environ.get("AIAYN_BENCH_NO_GRAD"):
+            # As `aiayn translate` runs: no_grad, not the harness's inference_mode, under which autocast
+            # cannot cache its bf16 copies of the weights and recasts every weight at every step.
+            with torch.inference_mode(False), torch.no_grad():
+                return self._search(model, src, beam, n_tokens, lenpen)
+        return self._search(model, src, beam, n_tokens, lenpen)
 
+    @staticmethod
+    def _search(model, src, beam: int, n_tokens: int, lenpen: float):
+        # n_tokens decoder steps: n_tokens - 1 words (EOS banned before), then the forced EOS (as fairseq).
+        n = n_tokens - 1
         if beam == 1:
-            hyps = greedy_search(model, prepared.src, max_len_a=0, max_len_b=n_tokens, min_len=n_tokens,
-                                 bos_id=common.BOS, eos_id=common.EOS)
+            hyps = greedy_search(model, src, max_len_a=0.0, max_len_b=n, min_len=n)
         else:
-            hyps = beam_search(model, prepared.src, beam=beam, alpha=lenpen, max_len_a=0, max_len_b=n_tokens,
-                               min_len=n_tokens, bos_id=common.BOS, eos_id=common.EOS)
-        return [h[0]["tokens"] if isinstance(h, list) else h for h in hyps]
+            hyps = beam_search(model, src, beam=beam, alpha=lenpen, max_len_a=0.0, max_len_b=n, min_len=n)
+        return [h[0].tokens + [common.EOS] for h in hyps]

@@ -1,0 +1,250 @@
+"""Decoding: greedy and beam search on the decoder's KV cache (section 6.1 of the paper).
+
+The paper decodes with beam size 4, length penalty alpha = 0.6 (GNMT: lp(Y) = ((5 + |Y|) / 6)^alpha),
+maximum output length = input length + 50, and stops early once no live hypothesis can still win.
+
+Both searches run many sentences at once: the batch holds `sentences x beams` rows, and a sentence whose
+search is over leaves the batch (its rows are dropped from the cache), so the cost of a step follows the
+sentences still being searched. One step of beam search is fairseq's: add the running log-probs to this
+step's log-softmax, take the top 2*beam of beam*vocab candidates, recover (beam, token) by div/mod, finish
+the candidates among the top `beam` that end in EOS, keep the best `beam` others alive.
+
+Conventions (docs/decoding.md):
+    * |Y| counts the EOS: a hypothesis of n words has |Y| = n + 1 (as fairseq).
+    * score = (sum of the log-probs of its tokens, EOS included) / lp(|Y|).
+    * max length: a sentence of x source tokens (EOS included, pad excluded) gets at most
+      int(max_len_a * x + max_len_b) words; EOS is forced at that step. EOS is banned before min_len words.
+    * PAD and BOS are never generated.
+
+Notation: B sentences, k beams, N rows in the decoder batch (B*k, or B at the first step), V vocabulary,
+t the step (= words generated so far by every live hypothesis).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from aiayn.config import BOS_ID, EOS_ID, PAD_ID
+
+NEG_INF = float("-inf")
+
+
+@dataclass
+class Hypothesis:
+    """One finished translation: word ids (no BOS/EOS), its normalized score, and the log-prob of each
+    token, EOS included (len(positional_scores) == len(tokens) + 1)."""
+
+    tokens: list[int]
+    score: float
+    positional_scores: list[float] = field(default_factory=list)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Pure functions.
+
+
+def length_penalty(length: Tensor | float, alpha: float, kind: str = "gnmt") -> Tensor | float:
+    """lp(|Y|): GNMT's ((5 + |Y|) / 6)^alpha (the paper's), or |Y|^alpha ("power", fairseq/HF)."""
+    if kind == "gnmt":
+        return ((5.0 + length) / 6.0) ** alpha
+    if kind == "power":
+        return length**alpha
+    raise ValueError(f"length penalty kind must be 'gnmt' or 'power', not {kind!r}")
+
+
+def max_output_lengths(src: Tensor, max_len_a: float, max_len_b: int, min_len: int = 0,
+                       max_len: int | None = None) -> Tensor:
+    """Per-sentence word limit int(a * x + b) for x = source tokens (pad excluded), raised to min_len, then
+    cut to max_len (a hard cap, e.g. the size of a learned position table). (B, S) -> (B,) long."""
+    src_len = src.ne(PAD_ID).sum(1).double()
+    limit = (max_len_a * src_len + max_len_b).floor().long().clamp(min=min_len)
+    return limit if max_len is None else limit.clamp(max=max_len)
+
+
+def _constrain(lprobs: Tensor, t: int, min_len: int, row_max_len: Tensor, any_at_max: bool) -> Tensor:
+    """Ban PAD and BOS always, EOS before min_len words; force EOS on rows at their word limit (which wins
+    over min_len). In place."""
+    eos = lprobs[:, EOS_ID].clone() if any_at_max else None
+    lprobs[:, PAD_ID] = NEG_INF
+    lprobs[:, BOS_ID] = NEG_INF
+    if t < min_len:
+        lprobs[:, EOS_ID] = NEG_INF
+    if any_at_max:
+        at_max = row_max_len.le(t)  # (N,)
+        lprobs.masked_fill_(at_max[:, None], NEG_INF)
+        lprobs[:, EOS_ID] = torch.where(at_max, eos, lprobs[:, EOS_ID])
+    return lprobs
+
+
+def _step_log_probs(model, tokens: Tensor, memory: Tensor, src_pad: Tensor, cache) -> Tensor:
+    """Log-softmax (fp32) of the next token given the newest one: (N, t+1) -> (N, V)."""
+    logits = model.decode(tokens[:, -1:], memory, src_pad, cache=cache)  # (N, 1, V)
+    return torch.log_softmax(logits[:, -1].float(), dim=-1)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Greedy search.
+
+
+@torch.no_grad()
+def greedy_search(model, src: Tensor, max_len_a: float = 1.0, max_len_b: int = 50, min_len: int = 1,
+                  max_len: int | None = None, alpha: float = 0.6,
+                  lp_kind: str = "gnmt") -> list[list[Hypothesis]]:
+    """Take the most probable token at every step. src (B, S) padded with PAD_ID -> per sentence a
+    one-element list of Hypothesis (alpha/lp_kind only set how its score is normalized)."""
+    B = src.size(0)
+    src_pad = src.eq(PAD_ID)  # (B, S)
+    memory = model.encode(src)  # (B, S, D)
+    limit = max_output_lengths(src, max_len_a, max_len_b, min_len, max_len)  # (B,)
+    cache = model.new_cache()
+
+    sent = torch.arange(B, device=src.device)  # original sentence of each row
+    tokens = torch.full((B, 1), BOS_ID, dtype=torch.long, device=src.device)  # (N, t+1)
+    logps = torch.zeros(B, 0, device=src.device)  # (N, t) log-prob of each chosen token
+    out: list[list[Hypothesis]] = [[] for _ in range(B)]
+    for t in range(int(limit.max()) + 1):
+        row_limit = limit[sent]
+        lprobs = _step_log_probs(model, tokens, memory, src_pad, cache)  # (N, V)
+        _constrain(lprobs, t, min_len, row_limit, t >= int(row_limit.min()))
+        logp, nxt = lprobs.max(dim=-1)  # (N,), (N,)
+        tokens = torch.cat([tokens, nxt[:, None]], dim=1)
+        logps = torch.cat([logps, logp[:, None]], dim=1)
+
+        done = nxt.eq(EOS_ID) | row_limit.le(t)  # (N,)
+        if done.any():
+            rows = done.nonzero().squeeze(1)
+            lp = length_penalty(float(t + 1), alpha, lp_kind)
+            for i, words, pos in zip(sent[rows].tolist(), tokens[rows, 1:-1].tolist(), logps[rows].tolist()):
+                out[i] = [Hypothesis(words, sum(pos) / lp, pos)]
+            keep = (~done).nonzero().squeeze(1)
+            if keep.numel() == 0:
+                break
+            cache.reorder(keep)
+            sent, tokens, logps = sent[keep], tokens[keep], logps[keep]
+            memory, src_pad = memory.index_select(0, keep), src_pad.index_select(0, keep)
+    return out
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Beam search.
+
+
+@torch.no_grad()
+def beam_search(model, src: Tensor, beam: int = 4, alpha: float = 0.6, max_len_a: float = 1.0,
+                max_len_b: int = 50, nbest: int = 1, min_len: int = 1, max_len: int | None = None,
+                lp_kind: str = "gnmt") -> list[list[Hypothesis]]:
+    """Beam search. src (B, S) padded with PAD_ID -> per sentence up to `nbest` Hypothesis, best first.
+
+    A sentence stops when its nbest-th finished score is at least the best score any live hypothesis
+    could still reach (its log-prob can only fall, its lp is at most lp at the word limit), or at its
+    word limit.
+    """
+    if not 1 <= nbest <= beam:
+        raise ValueError(f"need 1 <= nbest <= beam, got nbest={nbest}, beam={beam}")
+    B, dev, k = src.size(0), src.device, beam
+    src_pad = src.eq(PAD_ID)  # (B, S)
+    memory = model.encode(src)  # (B, S, D)
+    limit = max_output_lengths(src, max_len_a, max_len_b, min_len, max_len)  # (B,)
+    W = int(limit.max()) + 1  # longest finished hypothesis, EOS included
+    cache = model.new_cache()
+
+    # Finished hypotheses, the nbest best per sentence, indexed by original sentence.
+    fin_scores = torch.full((B, nbest), NEG_INF, device=dev)
+    fin_tokens = torch.full((B, nbest, W), PAD_ID, dtype=torch.long, device=dev)
+    fin_logps = torch.zeros(B, nbest, W, device=dev)
+    fin_len = torch.zeros(B, nbest, dtype=torch.long, device=dev)  # |Y|, EOS included
+
+    # Live state. The first step runs one row per sentence (all beams would be identical), then k.
+    sent = torch.arange(B, device=dev)  # (bsz,) original index of each active sentence
+    kk = 1  # live beams per sentence in the current batch
+    tokens = torch.full((B, 1), BOS_ID, dtype=torch.long, device=dev)  # (N, t+1), N = bsz*kk
+    logps = torch.zeros(B, 0, device=dev)  # (N, t) log-prob of each token
+    scores = torch.zeros(B, device=dev)  # (N,) running sum of log-probs
+    for t in range(W):
+        bsz = sent.numel()
+        row_limit = limit[sent].repeat_interleave(kk)  # (N,)
+        lprobs = _step_log_probs(model, tokens, memory, src_pad, cache)  # (N, V)
+        V = lprobs.size(1)
+        _constrain(lprobs, t, min_len, row_limit, t >= int(row_limit.min()))
+
+        # fairseq's step: top 2k of (running score + next log-prob) over kk*V, then div/mod.
+        lprobs.add_(scores[:, None])
+        cand_scores, cand_idx = lprobs.view(bsz, kk * V).topk(min(2 * k, kk * V), dim=1)  # (bsz, 2k)
+        cand_beams = cand_idx.div(V, rounding_mode="floor")  # (bsz, 2k) in [0, kk)
+        cand_tokens = cand_idx.remainder(V)
+        cand_rows = cand_beams + (torch.arange(bsz, device=dev) * kk)[:, None]  # rows of the prefixes
+        cand_eos = cand_tokens.eq(EOS_ID) & cand_scores.gt(NEG_INF)  # (bsz, 2k)
+
+        # Finish the EOS candidates among the top k (as fairseq: so beam 1 is greedy), keeping the nbest
+        # best finished hypotheses of each sentence.
+        fin_now = cand_eos[:, :k]  # (bsz, k)
+        if fin_now.any():
+            s_idx = fin_now.any(1).nonzero().squeeze(1)  # active sentences finishing something
+            rows = cand_rows[s_idx, :k]  # (b, k) prefix rows
+            c_scores = cand_scores[s_idx, :k]
+            new_scores = (c_scores / length_penalty(float(t + 1), alpha, lp_kind)).masked_fill(
+                ~fin_now[s_idx], NEG_INF)  # (b, k)
+            eos_col = torch.full_like(rows[..., None], EOS_ID)
+            new_tokens = torch.cat([tokens[rows, 1:], eos_col], -1)  # (b, k, t+1)
+            new_logps = torch.cat([logps[rows], (c_scores - scores[rows])[..., None]], -1)  # (b, k, t+1)
+            new_tokens = F.pad(new_tokens, (0, W - t - 1), value=PAD_ID)  # (b, k, W)
+            new_logps = F.pad(new_logps, (0, W - t - 1))
+            orig = sent[s_idx]
+            best_scores, best = torch.cat([fin_scores[orig], new_scores], 1).topk(nbest, dim=1)  # (b, nbest)
+            best_w = best[..., None].expand(-1, -1, W)
+            fin_scores[orig] = best_scores
+            fin_tokens[orig] = torch.cat([fin_tokens[orig], new_tokens], 1).gather(1, best_w)
+            fin_logps[orig] = torch.cat([fin_logps[orig], new_logps], 1).gather(1, best_w)
+            fin_len[orig] = F.pad(fin_len[orig], (0, rows.size(1)), value=t + 1).gather(1, best)
+
+        # Keep the best k candidates that do not end in EOS (fairseq: rank + 2k * is_eos, k smallest).
+        rank = torch.arange(cand_scores.size(1), device=dev).expand_as(cand_scores)
+        _, alive = (rank + cand_eos.long() * (2 * k)).topk(k, dim=1, largest=False)  # (bsz, k)
+        alive_scores = cand_scores.gather(1, alive)  # (bsz, k)
+        alive_tokens = cand_tokens.gather(1, alive)
+        alive_rows = cand_rows.gather(1, alive)
+        alive_logps = alive_scores - scores[alive_rows]  # log-prob of the newest token
+
+        # Early termination: nothing alive can beat the nbest-th finished hypothesis.
+        sent_limit = limit[sent]
+        lp_max = torch.maximum(length_penalty((sent_limit + 1).float(), alpha, lp_kind),
+                               length_penalty(torch.full_like(sent_limit, t + 2).float(), alpha, lp_kind))
+        best_alive = alive_scores[:, 0] / lp_max
+        done = fin_scores[sent, nbest - 1].ge(best_alive) | sent_limit.le(t)  # (bsz,)
+        if bool(done.all()):
+            break
+        if done.any():  # drop finished sentences from the batch
+            keep = (~done).nonzero().squeeze(1)
+            alive_scores, alive_tokens, alive_rows = alive_scores[keep], alive_tokens[keep], alive_rows[keep]
+            alive_logps = alive_logps[keep]
+            first_rows = keep * kk  # any row of a sentence: memory and mask are the same for all its beams
+            sent = sent[keep]
+        else:
+            first_rows = torch.arange(bsz, device=dev) * kk
+        src_rows = first_rows.repeat_interleave(k)  # (bsz' * k,)
+        if kk != k or src_rows.numel() != memory.size(0):
+            memory, src_pad = memory.index_select(0, src_rows), src_pad.index_select(0, src_rows)
+
+        index = alive_rows.reshape(-1)  # (bsz' * k,) row of each new hypothesis's prefix
+        cache.reorder(index)
+        tokens = torch.cat([tokens.index_select(0, index), alive_tokens.reshape(-1, 1)], dim=1)
+        scores = alive_scores.reshape(-1)
+        logps = torch.cat([logps.index_select(0, index), alive_logps.reshape(-1, 1)], dim=1)
+        kk = k
+
+    return _collect(fin_scores, fin_tokens, fin_logps, fin_len)
+
+
+def _collect(fin_scores: Tensor, fin_tokens: Tensor, fin_logps: Tensor,
+             fin_len: Tensor) -> list[list[Hypothesis]]:
+    """Finished-hypothesis tensors -> per sentence a list of Hypothesis, best first, -inf slots left out."""
+    out: list[list[Hypothesis]] = []
+    for scores, toks, lps, lens in zip(fin_scores.tolist(), fin_tokens.tolist(), fin_logps.tolist(),
+                                       fin_len.tolist()):
+        out.append([Hypothesis(w[: n - 1], s, lp[:n]) for s, w, lp, n in zip(scores, toks, lps, lens)
+                    if s > NEG_INF])
+    return out

@@ -1,0 +1,255 @@
+"""Greedy and beam search: a scripted model whose answers are worked out by hand, then the real model."""
+
+import math
+
+import pytest
+import torch
+
+from aiayn.config import BOS_ID, EOS_ID, PAD_ID, ModelConfig
+from aiayn.model import Transformer
+from aiayn.search import beam_search, greedy_search, length_penalty
+
+E = EOS_ID
+A, B, C = 4, 5, 6  # words
+V = 8
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _one_thread():
+    """Tiny models gain nothing from a second thread, and on a shared 2-core machine two threads stall."""
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)
+
+
+class ScriptedCache:
+    """The prefix of every row; `reorder` follows the same contract as the model's DecoderCache."""
+
+    def __init__(self):
+        self.prefix = None  # (N, t) tokens fed so far, BOS first
+
+    @property
+    def length(self) -> int:
+        return 0 if self.prefix is None else self.prefix.size(1)
+
+    def reorder(self, index: torch.Tensor) -> None:
+        self.prefix = self.prefix.index_select(0, index)
+
+
+class ScriptedModel:
+    """encode/decode/new_cache like Transformer; decode returns log-probabilities from hand-written tables:
+    tables[first source token][words so far] = {token: probability} (tokens left out have probability 0;
+    a prefix left out of its table gives `default`)."""
+
+    def __init__(self, tables, default=None):
+        self.tables = tables
+        self.default = default or {E: 1.0}
+        self.calls = 0
+
+    def encode(self, src):
+        return src[:, :1].float()[..., None]  # (B, 1, 1): which table each sentence uses
+
+    def new_cache(self):
+        return ScriptedCache()
+
+    def decode(self, tgt_step, memory, src_pad, cache):
+        assert tgt_step.shape == (memory.size(0), 1) and src_pad.size(0) == memory.size(0)
+        cache.prefix = tgt_step if cache.prefix is None else torch.cat([cache.prefix, tgt_step], 1)
+        self.calls += 1
+        out = torch.zeros(tgt_step.size(0), 1, V)
+        for i, (table, prefix) in enumerate(zip(memory[:, 0, 0].long().tolist(), cache.prefix.tolist())):
+            assert prefix[0] == BOS_ID
+            probs = self.tables[table].get(tuple(prefix[1:]), self.default)
+            out[i, 0] = torch.tensor([probs.get(v, 0.0) for v in range(V)]).log()
+        return out
+
+
+# Table 1. Greedy takes a (0.5) then EOS (0.4 > 0.35): "a", p = 0.2. Beam 2 also keeps b and finds
+# "b", p = 0.4 * 0.6 = 0.24. Longer "a b" (p = 0.5 * 0.35 * 1 = 0.175) wins only under a strong length
+# penalty. "b a" ends with p = 0.16 * 0.6 = 0.096 or goes on with c (0.064).
+T1 = {
+    (): {A: 0.5, B: 0.4, E: 0.1},
+    (A,): {E: 0.4, B: 0.35, C: 0.25},
+    (B,): {E: 0.6, A: 0.4},
+    (A, B): {E: 1.0},
+    (B, A): {E: 0.6, C: 0.4},
+}
+# Table 2: EOS is most likely at once, the empty output wins unless min_len bans it.
+T2 = {
+    (): {E: 0.5, A: 0.3, B: 0.2},
+    (A,): {E: 0.9, C: 0.1},
+    (B,): {E: 0.5, C: 0.5},
+}
+# Table 3: EOS never (so the length limit decides).
+T3 = {(): {A: 0.6, B: 0.4}}
+TABLES = {1: T1, 2: T2, 3: T3}
+ln = math.log
+
+
+def src_of(*tables, length=2):
+    """One source sentence per table id: [table, EOS] padded to `length` (so x = 2 tokens)."""
+    s = torch.full((len(tables), length), PAD_ID)
+    s[:, 0] = torch.tensor(tables)
+    s[:, 1] = E
+    return s
+
+
+def run(tables, **kw):
+    model = ScriptedModel(TABLES, default={A: 0.6, B: 0.4 - 1e-6, E: 1e-6} if 3 in tables else None)
+    return beam_search(model, src_of(*tables), **{"max_len_a": 0.0, "max_len_b": 3, "min_len": 0, **kw})
+
+
+def test_length_penalty():
+    assert length_penalty(1.0, 0.6) == pytest.approx(1.0)
+    assert length_penalty(7.0, 1.0) == pytest.approx(2.0)
+    assert length_penalty(4.0, 0.5, kind="power") == pytest.approx(2.0)
+    assert length_penalty(torch.tensor([1.0, 7.0]), 2.0).tolist() == pytest.approx([1.0, 4.0])
+    with pytest.raises(ValueError):
+        length_penalty(3.0, 0.6, kind="nope")
+
+
+def test_greedy_by_hand():
+    (hyp,), = greedy_search(ScriptedModel(TABLES), src_of(1), max_len_a=0.0, max_len_b=3, alpha=0.0)
+    assert hyp.tokens == [A] and hyp.score == pytest.approx(ln(0.5 * 0.4))
+    assert hyp.positional_scores == pytest.approx([ln(0.5), ln(0.4)])
+
+
+def test_beam_without_length_penalty_by_hand():
+    # Step 0: candidates a -0.69, b -0.92, EOS -2.30 (not in the top 2, dropped): a and b live.
+    # Step 1: b+EOS -1.43, a+EOS -1.61, a b -1.74, b a -1.83: "b" and "a" finish, "a b", "b a" live.
+    # The 2nd best finished (-1.61) beats the best live (-1.74): stop.
+    (h1, h2), = run([1], beam=2, nbest=2, alpha=0.0)
+    assert (h1.tokens, h2.tokens) == ([B], [A])
+    assert h1.score == pytest.approx(ln(0.4 * 0.6)) and h2.score == pytest.approx(ln(0.5 * 0.4))
+    assert h1.positional_scores == pytest.approx([ln(0.4), ln(0.6)])
+
+
+def test_beam_with_length_penalty_by_hand():
+    # gnmt alpha 2: lp(2) = (7/6)^2, lp(3) = (8/6)^2, limit 3 words so lp_max = lp(4) = 2.25.
+    # Step 1: "b" = ln .24 / lp(2) = -1.048 is best finished, but live "a b" may still reach
+    # ln .175 / 2.25 = -0.775: go on. Step 2: "a b" = ln .175 / lp(3) = -0.980 wins; best live "b a c"
+    # can reach at most ln .064 / 2.25 = -1.22 < -1.048 (2nd finished): stop.
+    (h1, h2), = run([1], beam=2, nbest=2, alpha=2.0)
+    assert (h1.tokens, h2.tokens) == ([A, B], [B])
+    assert h1.score == pytest.approx(ln(0.5 * 0.35) / (8 / 6) ** 2)
+    assert h2.score == pytest.approx(ln(0.24) / (7 / 6) ** 2)
+    # gnmt alpha 1 is too weak to change the winner: "b" -1.223 vs "a b" -1.307.
+    (h,), = run([1], beam=2, alpha=1.0)
+    assert h.tokens == [B] and h.score == pytest.approx(ln(0.24) / (7 / 6))
+    # |Y|^1: "a b" = ln .175 / 3 = -0.581 beats "b" = ln .24 / 2 = -0.714.
+    (h,), = run([1], beam=2, alpha=1.0, lp_kind="power")
+    assert h.tokens == [A, B] and h.score == pytest.approx(ln(0.175) / 3)
+
+
+def test_early_eos_and_min_len_by_hand():
+    # "" (p 0.5) finishes at step 0 and nothing live (a: ln .3) can beat it: one decoder call only.
+    model = ScriptedModel(TABLES)
+    (h,), = beam_search(model, src_of(2), beam=2, alpha=0.0, min_len=0, max_len_a=0.0, max_len_b=3)
+    assert h.tokens == [] and h.score == pytest.approx(ln(0.5)) and model.calls == 1
+    # min_len 1 bans EOS at step 0: "a" (0.3 * 0.9 = 0.27) beats "b" (0.2 * 0.5).
+    (h,), = run([2], beam=2, alpha=0.0, min_len=1)
+    assert h.tokens == [A] and h.score == pytest.approx(ln(0.27))
+
+
+def test_length_limit_holds():
+    # x = 2 source tokens, limit int(1.5 * 2 + 1) = 4 words. EOS is so unlikely that every search runs
+    # into the limit, where EOS is forced.
+    src, never = src_of(3), {A: 0.6, B: 0.4 - 1e-6, E: 1e-6}
+    for hyps in (beam_search(ScriptedModel(TABLES, never), src, beam=3, nbest=3, max_len_a=1.5, max_len_b=1),
+                 greedy_search(ScriptedModel(TABLES, never), src, max_len_a=1.5, max_len_b=1)):
+        assert hyps[0][0].tokens == [A] * 4
+        assert all(len(h.tokens) <= 4 for h in hyps[0])
+
+
+def test_scripted_batch_equals_alone():
+    # Sentences of different tables finish at different steps; each is dropped from the batch when done.
+    alone = [run([t], beam=2, nbest=2, alpha=a) for t in (1, 2, 3) for a in (0.0, 2.0)]
+    for a_i, alpha in enumerate((0.0, 2.0)):
+        batch = run([3, 1, 2, 1], beam=2, nbest=2, alpha=alpha)
+        for hyps, t in zip(batch, (3, 1, 2, 1)):
+            expect = alone[(t - 1) * 2 + a_i][0]
+            assert [h.tokens for h in hyps] == [h.tokens for h in expect]
+            assert [h.score for h in hyps] == pytest.approx([h.score for h in expect])
+
+
+def test_nbest_ordering_and_validation():
+    (h1, h2, h3), = run([1], beam=3, nbest=3, alpha=0.6)
+    assert h1.score >= h2.score >= h3.score
+    assert len({tuple(h.tokens) for h in (h1, h2, h3)}) == 3
+    with pytest.raises(ValueError):
+        run([1], beam=2, nbest=3)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# The real model (tiny preset, random weights).
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    torch.manual_seed(0)
+    model = Transformer(ModelConfig.preset("tiny")).eval()
+    with torch.no_grad():  # a random model repeats its input; raise the EOS logit by 5 so lengths vary
+        eos = model.embedding.weight[E]
+        model.decoder.layers[-1].sublayers[-1].norm.bias += 5.0 * eos / eos.dot(eos)
+    g = torch.Generator().manual_seed(1)
+    lens = [7, 3, 9, 5, 1, 6]
+    src = torch.full((len(lens), max(lens)), PAD_ID)
+    for i, n in enumerate(lens):
+        src[i, : n - 1] = torch.randint(4, 1000, (n - 1,), generator=g)
+        src[i, n - 1] = E
+    return model, src
+
+
+def test_cached_decoding_equals_full_decoder(tiny):
+    model, src = tiny
+    tgt = torch.cat([torch.full((src.size(0), 1), BOS_ID), torch.randint(4, 1000, (src.size(0), 6))], 1)
+    with torch.no_grad():
+        memory, src_pad = model.encode(src), src.eq(PAD_ID)
+        full = model.decode(tgt, memory, src_pad)  # (B, T, V)
+        cache = model.new_cache()
+        steps = [model.decode(tgt[:, i: i + 1], memory, src_pad, cache=cache) for i in range(tgt.size(1))]
+    torch.testing.assert_close(torch.cat(steps, 1), full, atol=1e-5, rtol=1e-5)
+
+
+def _same(a, b):
+    assert [[h.tokens for h in s] for s in a] == [[h.tokens for h in s] for s in b]
+    assert [h.score for s in a for h in s] == pytest.approx([h.score for s in b for h in s], abs=1e-4)
+
+
+def test_beam_one_equals_greedy(tiny):
+    model, src = tiny
+    # With alpha 0 the finished greedy path is always at least as good as what beam 1 keeps alive.
+    _same(beam_search(model, src, beam=1, alpha=0.0, max_len_b=8),
+          greedy_search(model, src, max_len_b=8, alpha=0.0))
+    # With a length penalty beam 1 keeps searching past the greedy stop, so it can only score higher.
+    b1 = beam_search(model, src, beam=1, alpha=0.6, max_len_b=8)
+    gr = greedy_search(model, src, max_len_b=8, alpha=0.6)
+    assert all(b[0].score >= g[0].score - 1e-5 for b, g in zip(b1, gr))
+
+
+def test_real_model_sentence_same_alone_and_in_any_batch(tiny):
+    model, src = tiny
+    batch = beam_search(model, src, beam=3, nbest=2, max_len_b=6)
+    for i in range(src.size(0)):
+        n = int(src[i].ne(PAD_ID).sum())
+        _same([batch[i]], beam_search(model, src[i: i + 1, :n], beam=3, nbest=2, max_len_b=6))
+    perm = [4, 2, 0, 5, 1, 3]
+    _same([batch[i] for i in perm], beam_search(model, src[perm], beam=3, nbest=2, max_len_b=6))
+    g_batch = greedy_search(model, src, max_len_b=6)
+    _same([g_batch[2]], greedy_search(model, src[2:3], max_len_b=6))
+
+
+def test_real_model_nbest_limits_and_scores(tiny):
+    model, src = tiny
+    nb = beam_search(model, src, beam=4, nbest=4, max_len_a=0.5, max_len_b=3)
+    for s, hyps in zip(src, nb):
+        limit = int(0.5 * int(s.ne(PAD_ID).sum()) + 3)
+        assert 1 <= len(hyps) <= 4
+        assert len({tuple(h.tokens) for h in hyps}) == len(hyps)  # no duplicates
+        for h in hyps:
+            assert 1 <= len(h.tokens) <= limit  # min_len 1 by default: never empty
+            assert all(t not in (PAD_ID, BOS_ID, EOS_ID) for t in h.tokens)
+            assert len(h.positional_scores) == len(h.tokens) + 1
+            assert h.score == pytest.approx(sum(h.positional_scores) / length_penalty(len(h.tokens) + 1, 0.6))
+        assert [h.score for h in hyps] == sorted((h.score for h in hyps), reverse=True)

@@ -1,0 +1,103 @@
+"""translate: order kept while batching by length, blank and over-long lines, n-best, the CLI end to end."""
+
+import io
+
+import pytest
+import torch
+
+from aiayn import checkpoint as ckpt
+from aiayn.cli import main
+from aiayn.config import EOS_ID, ModelConfig
+from aiayn.data import Vocab
+from aiayn.model import Transformer
+from aiayn.translate import encode_sources, translate_ids, translate_lines
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _one_thread():
+    """Tiny models gain nothing from a second thread, and on a shared 2-core machine two threads stall."""
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)
+
+
+def _model(vocab_size: int, **overrides) -> Transformer:
+    torch.manual_seed(0)
+    model = Transformer(ModelConfig.preset("tiny", vocab_size=vocab_size, **overrides)).eval()
+    with torch.no_grad():  # a random model repeats its input; raise the EOS logit so lengths vary
+        eos = model.embedding.weight[EOS_ID]
+        model.decoder.layers[-1].sublayers[-1].norm.bias += 4.0 * eos / eos.dot(eos)
+    return model
+
+
+@pytest.fixture(scope="module")
+def setup(copy_data):
+    vocab = Vocab.load(copy_data / "vocab.model")
+    lines = (copy_data / "test.src.txt").read_text().splitlines()[:12]
+    return _model(len(vocab)), vocab, lines
+
+
+def test_order_kept_and_batch_invariant(setup):
+    model, vocab, lines = setup
+    one_batch = translate_lines(model, vocab, lines, batch_size=64, max_len_b=10)
+    small = translate_lines(model, vocab, lines, batch_size=5, max_len_b=10)
+    alone = [translate_lines(model, vocab, [line], max_len_b=10)[0] for line in lines[:4]]
+    assert [h[0][0] for h in small] == [h[0][0] for h in one_batch]
+    assert [h[0][0] for h in alone] == [h[0][0] for h in one_batch[:4]]
+    assert len({h[0][0] for h in one_batch}) > 1  # the outputs do depend on the input
+    greedy = translate_lines(model, vocab, lines, beam=1, max_len_b=10)  # beam 1 is greedy search
+    greedy_small = translate_lines(model, vocab, lines, beam=1, batch_size=3, max_len_b=10)
+    assert [h[0][0] for h in greedy] == [h[0][0] for h in greedy_small]
+
+
+def test_blank_and_overlong_lines(setup, capsys):
+    model, vocab, lines = setup
+    text = ["", lines[0], "   ", " ".join(lines[:6])]
+    out = translate_lines(model, vocab, text, max_input_len=8, max_len_b=5)
+    assert len(out) == 4 and out[0] == [("", 0.0)] and out[2] == [("", 0.0)]
+    assert out[1][0][0] == translate_lines(model, vocab, [lines[0]], max_len_b=5)[0][0][0]
+    err = capsys.readouterr().err
+    assert "input line 4" in err and "--max-input-len 8" in err and "input line 2" not in err
+
+
+def test_learned_positions_never_overflow(copy_data):
+    # A table of 12 positions: long inputs are cut to 12 tokens, outputs to 11 words (BOS takes one).
+    vocab = Vocab.load(copy_data / "vocab.model")
+    model = _model(len(vocab), positional="learned", max_positions=12)
+    long_line = " ".join((copy_data / "test.src.txt").read_text().splitlines()[:8])
+    sources = encode_sources(vocab, [long_line], model.cfg.max_positions)
+    assert len(sources[0]) == 12 and sources[0][-1] == EOS_ID
+    (hyp,), = translate_ids(model, sources, max_len_b=50, min_len=50)
+    assert len(hyp.tokens) == 11
+
+
+def test_nbest_and_bf16(setup):
+    model, vocab, lines = setup
+    nb = translate_lines(model, vocab, lines[:3], beam=4, nbest=3, max_len_b=6)
+    for hyps in nb:
+        assert len(hyps) == 3 and [s for _, s in hyps] == sorted((s for _, s in hyps), reverse=True)
+    bf = translate_lines(model, vocab, lines[:3], beam=2, max_len_b=6, bf16=True)
+    assert len(bf) == 3 and all(len(h) == 1 for h in bf)
+
+
+def test_cli_end_to_end(setup, copy_data, tmp_path, monkeypatch, capsys):
+    model, vocab, lines = setup
+    run = tmp_path / "run"
+    ckpt.save_weights(run / "checkpoints" / "step_00000010.safetensors", model.state_dict(), model.cfg, 10)
+    (run / "vocab.model").write_bytes((copy_data / "vocab.model").read_bytes())
+    src, out = tmp_path / "in.txt", tmp_path / "out.txt"
+    src.write_text("\n".join(lines[:6]) + "\n")
+    assert main(["translate", "--checkpoint", str(run), "--input", str(src), "--output", str(out),
+                 "--batch-size", "4", "--max-len-b", "10", "--quiet"]) == 0
+    expect = [h[0][0] for h in translate_lines(model, vocab, lines[:6], max_len_b=10)]
+    assert out.read_text().splitlines() == expect
+
+    monkeypatch.setattr("sys.stdin", io.StringIO(lines[0] + "\n\n"))
+    assert main(["translate", "--checkpoint", str(run / "checkpoints" / "step_00000010.safetensors"),
+                 "--nbest", "2", "--max-len-b", "10"]) == 0
+    got = capsys.readouterr().out.splitlines()
+    assert len(got) == 3 and got[0].startswith("0 ||| ") and got[2] == "1 |||  ||| 0.0000"
+    assert got[0].split(" ||| ")[1] == expect[0]
+
+    assert main(["translate", "--checkpoint", str(run), "--beam", "2", "--nbest", "3"]) == 2
