@@ -174,6 +174,10 @@ class MultiHeadAttention(nn.Module):
                 mask = causal_mask(q.size(2), x.device)
             out, weights = scaled_dot_product_attention(q, k, v, mask)
             self.last_attention = weights.detach()
+        elif q.size(2) == 1 and not self.training:
+            # One query per row (a decoding step): two small matmuls beat the flash kernel, and keep the cache
+            # in the autocast dtype instead of converting it every step.
+            out, _ = scaled_dot_product_attention(q, k, v, mask)
         else:
             dropout = self.attention_dropout if self.training else 0.0
             dtype = q.dtype

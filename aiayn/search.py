@@ -83,7 +83,7 @@ def _constrain(lprobs: Tensor, t: int, min_len: int, row_max_len: Tensor, any_at
 def _step_log_probs(model, tokens: Tensor, memory: Tensor, src_pad: Tensor, cache) -> Tensor:
     """Log-softmax (fp32) of the next token given the newest one: (N, t+1) -> (N, V)."""
     logits = model.decode(tokens[:, -1:], memory, src_pad, cache=cache)  # (N, 1, V)
-    return torch.log_softmax(logits[:, -1].float(), dim=-1)
+    return torch.log_softmax(logits[:, -1], dim=-1, dtype=torch.float32)
 
 
 # ---------------------------------------------------------------------------------------------------------
