@@ -65,14 +65,19 @@ class ModelConfig:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> ModelConfig:
-        known = {f.name for f in dataclasses.fields(cls)}
-        unknown = set(d) - known
-        if unknown:
-            raise ValueError(f"unknown ModelConfig fields: {sorted(unknown)}")
+        check_fields(cls, d, "model config fields")
         return cls(**d)
 
     def to_json(self) -> str:
         return json.dumps(self.to_dict(), indent=2, sort_keys=True)
+
+
+def check_fields(cls: type, d: dict[str, Any], what: str) -> None:
+    """Refuse keys that are not fields of the dataclass `cls`, naming the known ones."""
+    known = {f.name for f in dataclasses.fields(cls)}
+    unknown = set(d) - known
+    if unknown:
+        raise ValueError(f"unknown {what}: {sorted(unknown)}; known: {sorted(known)}")
 
 
 def _base(**kw: Any) -> dict[str, Any]:

@@ -27,7 +27,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from aiayn import checkpoint as ckpt
-from aiayn.config import PRESETS, ModelConfig
+from aiayn.config import PRESETS, ModelConfig, check_fields
 from aiayn.model import Transformer, count_parameters
 
 # ---------------------------------------------------------------------------------------------------------
@@ -115,10 +115,7 @@ class TrainConfig:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> TrainConfig:
-        known = {f.name for f in dataclasses.fields(cls)}
-        unknown = set(d) - known
-        if unknown:
-            raise ValueError(f"unknown training options: {sorted(unknown)}; known: {sorted(known)}")
+        check_fields(cls, d, "training options")
         d = dict(d)
         if "adam_betas" in d:
             d["adam_betas"] = tuple(d["adam_betas"])

@@ -19,15 +19,6 @@ REFS = ["The cat sat on a mat.", "He read the book, did he not?", "It is 3.5 km 
         "The quick brown fox jumped over the lazy dog."]
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    """Tiny models gain nothing from a second thread, and on a shared 2-core machine two threads stall."""
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
-
-
 def test_bleu_and_chrf_equal_sacrebleu():
     ours = corpus_bleu(HYPS, REFS)
     theirs = sacrebleu.corpus_bleu(HYPS, [REFS])

@@ -14,15 +14,6 @@ A, B, C = 4, 5, 6  # words
 V = 8
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    """Tiny models gain nothing from a second thread, and on a shared 2-core machine two threads stall."""
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
-
-
 class ScriptedCache:
     """The prefix of every row; `reorder` follows the same contract as the model's DecoderCache."""
 

@@ -13,15 +13,6 @@ from aiayn.model import Transformer
 from aiayn.translate import encode_sources, translate_ids, translate_lines
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    """Tiny models gain nothing from a second thread, and on a shared 2-core machine two threads stall."""
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
-
-
 def _model(vocab_size: int, **overrides) -> Transformer:
     torch.manual_seed(0)
     model = Transformer(ModelConfig.preset("tiny", vocab_size=vocab_size, **overrides)).eval()
