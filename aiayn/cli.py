@@ -49,6 +49,9 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:  # e.g. `aiayn translate ... | head`: stop quietly, as Unix tools do
+        sys.stderr.close()
+        return 141
 
 
 if __name__ == "__main__":

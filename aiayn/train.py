@@ -331,11 +331,16 @@ def train(data_dir: Path, run_dir: Path, cfg: ModelConfig | None, tc: TrainConfi
             best = min(best, dev["loss"])
 
     bar = None
+    by_time = tc.max_minutes > 0  # a time budget: the bar counts minutes, the step goes in its postfix
     if progress and rt.is_main:
         from tqdm.auto import tqdm
 
-        bar = tqdm(total=tc.max_steps, initial=step, desc="train", unit="step", dynamic_ncols=True,
-                   mininterval=1.0)
+        if by_time:
+            bar = tqdm(total=round(tc.max_minutes * 60), desc="train", unit="s", dynamic_ncols=True,
+                       mininterval=1.0, bar_format="{l_bar}{bar}| {n:.0f}/{total} s [{elapsed}<{remaining}{postfix}]")
+        else:
+            bar = tqdm(total=tc.max_steps, initial=step, desc="train", unit="step", dynamic_ncols=True,
+                       mininterval=1.0)
     _write = bar.write if bar is not None else (lambda s: print(s, flush=True))
 
     batches = _batches(sampler)
@@ -379,11 +384,11 @@ def train(data_dir: Path, run_dir: Path, cfg: ModelConfig | None, tc: TrainConfi
                    "lr": lr, "tokens_per_s": tok_w / dt, "elapsed_s": time.time() - t_start}
             logger.log("train", step, **rec)
             if bar is not None:
-                bar.set_postfix(loss=f"{rec['loss']:.3f}", lr=f"{lr:.2e}", tok_s=f"{rec['tokens_per_s']:.0f}",
-                                refresh=False)
+                bar.set_postfix(step=step, loss=f"{rec['loss']:.3f}", lr=f"{lr:.2e}",
+                                tok_s=f"{rec['tokens_per_s']:.0f}", refresh=False)
             window = {"loss": 0.0, "nll": 0.0, "tokens": 0.0, "time": time.time()}
         if bar is not None:
-            bar.update(1)
+            bar.update(min(time.time() - t_start, bar.total) - bar.n if by_time else 1)
 
         out_of_time = tc.max_minutes > 0 and (time.time() - t_start) / 60 >= tc.max_minutes
         due = (tc.save_every_steps and step % tc.save_every_steps == 0) or \
