@@ -16,8 +16,7 @@ Reading guide, paper -> code:
 
 Initialization (documented in docs/model.md): embeddings N(0, D^-0.5) with the pad row zeroed (as fairseq,
 so that embedding * sqrt(D) has unit scale and the tied output projection starts with unit-variance logits);
-every projection Xavier-uniform per matrix (q, k, v initialised separately inside the fused projection),
-biases zero; LayerNorm weight 1, bias 0.
+every projection (W^Q, W^K, W^V, W^O, W1, W2) Xavier-uniform, biases zero; LayerNorm weight 1, bias 0.
 """
 
 from __future__ import annotations
@@ -110,23 +109,20 @@ class DecoderCache:
 class MultiHeadAttention(nn.Module):
     """MultiHead(Q, K, V) = Concat(head_1..head_h) W^O, head_i = Attention(Q W_i^Q, K W_i^K, V W_i^V).
 
-    The h per-head projections are stored as one matrix per role (columns of head i at i*dk:(i+1)*dk).
-    Self-attention fuses W^Q, W^K, W^V into one (D, h*(2dk+dv)) matmul; cross-attention fuses W^K, W^V,
-    which are applied to the encoder output once per source when decoding incrementally.
+    The h per-head projections of a role are one matrix (columns of head i at i*dk:(i+1)*dk). W^Q, W^K, W^V
+    are kept separate: one fused (D, 3D) projection measured no faster here (benchmarks/fused_qkv.py).
     """
 
     def __init__(self, d_model: int, n_heads: int, d_k: int, d_v: int, self_attention: bool,
                  attention_dropout: float = 0.0):
         super().__init__()
         self.h, self.d_k, self.d_v = n_heads, d_k, d_v
-        self.self_attention = self_attention
+        self.self_attention = self_attention  # keys/values from the queries' own sequence, or from the memory
         self.attention_dropout = attention_dropout
-        if self_attention:
-            self.qkv_proj = nn.Linear(d_model, n_heads * (2 * d_k + d_v))
-        else:
-            self.q_proj = nn.Linear(d_model, n_heads * d_k)
-            self.kv_proj = nn.Linear(d_model, n_heads * (d_k + d_v))
-        self.out_proj = nn.Linear(n_heads * d_v, d_model)
+        self.w_q = nn.Linear(d_model, n_heads * d_k)
+        self.w_k = nn.Linear(d_model, n_heads * d_k)
+        self.w_v = nn.Linear(d_model, n_heads * d_v)
+        self.w_o = nn.Linear(n_heads * d_v, d_model)
         self.record_attention = False  # set True to keep `last_attention` (B, h, n, m) for visualization
         self.last_attention: Tensor | None = None
 
@@ -134,9 +130,8 @@ class MultiHeadAttention(nn.Module):
         b, n, _ = x.shape
         return x.view(b, n, self.h, width).transpose(1, 2)  # (B, n, h*w) -> (B, h, n, w)
 
-    def _project_kv(self, kv_input: Tensor) -> tuple[Tensor, Tensor]:
-        k, v = self.kv_proj(kv_input).split([self.h * self.d_k, self.h * self.d_v], dim=-1)
-        return self._split_heads(k, self.d_k), self._split_heads(v, self.d_v)
+    def _keys_values(self, source: Tensor) -> tuple[Tensor, Tensor]:
+        return self._split_heads(self.w_k(source), self.d_k), self._split_heads(self.w_v(source), self.d_v)
 
     def forward(self, x: Tensor, memory: Tensor | None = None, mask: Tensor | None = None,
                 is_causal: bool = False, cache: LayerCache | None = None) -> Tensor:
@@ -145,10 +140,9 @@ class MultiHeadAttention(nn.Module):
         mask: bool, broadcastable to (B, h, n, m), True = may attend. is_causal: self-attention over a full
         target. cache: self-attention appends this step's keys/values; cross-attention computes them once.
         """
-        hk, hv = self.h * self.d_k, self.h * self.d_v
+        q = self._split_heads(self.w_q(x), self.d_k)  # (B, h, n, dk)
         if self.self_attention:
-            q, k, v = self.qkv_proj(x).split([hk, hk, hv], dim=-1)
-            q, k, v = self._split_heads(q, self.d_k), self._split_heads(k, self.d_k), self._split_heads(v, self.d_v)
+            k, v = self._keys_values(x)  # (B, h, n, dk), (B, h, n, dv)
             if cache is not None:
                 if cache.self_k is not None:
                     k = torch.cat([cache.self_k, k], dim=2)  # (B, h, t+n, dk)
@@ -156,14 +150,12 @@ class MultiHeadAttention(nn.Module):
                     # A step of n > 1 new positions still may not see its own future.
                     is_causal = False if x.size(1) == 1 else is_causal
                 cache.self_k, cache.self_v = k, v
+        elif cache is not None and cache.cross_k is not None:
+            k, v = cache.cross_k, cache.cross_v
         else:
-            q = self._split_heads(self.q_proj(x), self.d_k)
-            if cache is not None and cache.cross_k is not None:
-                k, v = cache.cross_k, cache.cross_v
-            else:
-                k, v = self._project_kv(memory)  # (B, h, S, dk), (B, h, S, dv)
-                if cache is not None:
-                    cache.cross_k, cache.cross_v = k, v
+            k, v = self._keys_values(memory)  # (B, h, S, dk), (B, h, S, dv)
+            if cache is not None:
+                cache.cross_k, cache.cross_v = k, v
         if is_causal and k.size(2) != q.size(2):  # queries are the last n of m positions
             n, m = q.size(2), k.size(2)
             mask = causal_mask(m, x.device)[m - n:]
@@ -186,9 +178,9 @@ class MultiHeadAttention(nn.Module):
                 q, k, v = q.float(), k.float(), v.float()
             out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout, is_causal=is_causal)
             out = out.to(dtype)
-        b, _, n, _ = out.shape
-        out = out.transpose(1, 2).reshape(b, n, hv)  # (B, h, n, dv) -> (B, n, h*dv)
-        return self.out_proj(out)
+        b, h, n, dv = out.shape
+        out = out.transpose(1, 2).reshape(b, n, h * dv)  # (B, h, n, dv) -> (B, n, h*dv)
+        return self.w_o(out)
 
 
 class FeedForward(nn.Module):
@@ -306,22 +298,11 @@ class Transformer(nn.Module):
             self.embedding.weight[cfg.pad_id].zero_()
         if cfg.positional == "learned":
             nn.init.normal_(self.positions.weight, mean=0.0, std=cfg.d_model**-0.5)
-        hk, hv = cfg.n_heads * cfg.d_k, cfg.n_heads * cfg.d_v
         for module in self.modules():
-            if isinstance(module, MultiHeadAttention):
-                fused = module.qkv_proj if module.self_attention else module.kv_proj
-                widths = [hk, hk, hv] if module.self_attention else [hk, hv]
-                for block in fused.weight.split(widths, dim=0):  # each of W^Q, W^K, W^V on its own
-                    nn.init.xavier_uniform_(block)
-                if not module.self_attention:
-                    nn.init.xavier_uniform_(module.q_proj.weight)
-            elif isinstance(module, FeedForward):
-                nn.init.xavier_uniform_(module.w_1.weight)
-                nn.init.xavier_uniform_(module.w_2.weight)
-            if isinstance(module, MultiHeadAttention):
-                nn.init.xavier_uniform_(module.out_proj.weight)
-            if isinstance(module, nn.Linear):
-                nn.init.zeros_(module.bias)
+            if isinstance(module, (MultiHeadAttention, FeedForward)):
+                for linear in module.children():
+                    nn.init.xavier_uniform_(linear.weight)
+                    nn.init.zeros_(linear.bias)
 
     # -- embeddings ----------------------------------------------------------------------------------------
     def position_encoding(self, n: int, offset: int, device: torch.device) -> Tensor:

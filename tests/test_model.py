@@ -103,13 +103,8 @@ def naive_multihead(mha: MultiHeadAttention, q_in, kv_in, mask=None):
     """MultiHead = Concat(head_1..head_h) W^O with head_i = Attention(Q W_i^Q, K W_i^K, V W_i^V), one head at a
     time, straight from the formula."""
     h, dk, dv = mha.h, mha.d_k, mha.d_v
-    if mha.self_attention:
-        wq, wk, wv = mha.qkv_proj.weight.split([h * dk, h * dk, h * dv])
-        bq, bk, bv = mha.qkv_proj.bias.split([h * dk, h * dk, h * dv])
-    else:
-        wq, bq = mha.q_proj.weight, mha.q_proj.bias
-        wk, wv = mha.kv_proj.weight.split([h * dk, h * dv])
-        bk, bv = mha.kv_proj.bias.split([h * dk, h * dv])
+    wq, wk, wv = mha.w_q.weight, mha.w_k.weight, mha.w_v.weight
+    bq, bk, bv = mha.w_q.bias, mha.w_k.bias, mha.w_v.bias
     heads = []
     for i in range(h):
         sq, sv = slice(i * dk, (i + 1) * dk), slice(i * dv, (i + 1) * dv)
@@ -120,7 +115,7 @@ def naive_multihead(mha: MultiHeadAttention, q_in, kv_in, mask=None):
         if mask is not None:
             scores = scores.masked_fill(~mask, float("-inf"))
         heads.append(torch.softmax(scores, -1) @ Vh)
-    return torch.cat(heads, -1) @ mha.out_proj.weight.T + mha.out_proj.bias
+    return torch.cat(heads, -1) @ mha.w_o.weight.T + mha.w_o.bias
 
 
 @pytest.mark.parametrize("h,dk,dv", [(4, 8, 8), (4, 5, 3), (1, 32, 32), (8, 16, 4)])
@@ -203,7 +198,7 @@ def test_initialization_scale():
     assert emb[1:].std().item() == pytest.approx(cfg.d_model**-0.5, rel=0.02)
     w1 = model.encoder.layers[0].ffn.w_1.weight
     assert w1.std().item() == pytest.approx(math.sqrt(2 / (cfg.d_model + cfg.d_ff)), rel=0.03)
-    wq = model.encoder.layers[0].self_attn.qkv_proj.weight[: cfg.n_heads * cfg.d_k]
+    wq = model.encoder.layers[0].self_attn.w_q.weight
     assert wq.std().item() == pytest.approx(math.sqrt(2 / (cfg.d_model + cfg.n_heads * cfg.d_k)), rel=0.03)
     assert all(m.bias.abs().max() == 0 for m in model.modules() if isinstance(m, nn.Linear))
     # Initial logits have about unit scale (post-norm output x tied embedding of std D^-0.5).
@@ -244,14 +239,9 @@ def _copy_into_torch_transformer(model: Transformer, norm_first: bool) -> nn.Tra
         ref.decoder.norm.load_state_dict(model.decoder.norm.state_dict())
 
     def copy_attn(dst: nn.MultiheadAttention, src: MultiHeadAttention):
-        if src.self_attention:
-            w, b = src.qkv_proj.weight, src.qkv_proj.bias
-        else:
-            w = torch.cat([src.q_proj.weight, src.kv_proj.weight])
-            b = torch.cat([src.q_proj.bias, src.kv_proj.bias])
-        dst.in_proj_weight.data.copy_(w)
-        dst.in_proj_bias.data.copy_(b)
-        dst.out_proj.load_state_dict(src.out_proj.state_dict())
+        dst.in_proj_weight.data.copy_(torch.cat([src.w_q.weight, src.w_k.weight, src.w_v.weight]))
+        dst.in_proj_bias.data.copy_(torch.cat([src.w_q.bias, src.w_k.bias, src.w_v.bias]))
+        dst.out_proj.load_state_dict(src.w_o.state_dict())
 
     def copy_ffn_norms(dst, src, n_norms):
         dst.linear1.load_state_dict(src.ffn.w_1.state_dict())
