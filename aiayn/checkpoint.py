@@ -185,7 +185,11 @@ def load_for_inference(path: Path, device: str | torch.device = "cpu"):
     model = Transformer(cfg)
     missing, unexpected = model.load_state_dict(state, strict=False)
     if missing or unexpected:
-        raise CheckpointError(f"{ckpt} does not match its config: missing {missing}, unexpected {unexpected}")
+        raise CheckpointError(
+            f"{ckpt} does not match the model its config describes ({len(missing)} tensors missing, e.g. "
+            f"{missing[:2]}; {len(unexpected)} unexpected, e.g. {unexpected[:2]}): was it written by another "
+            "version of aiayn? Load it with that version."
+        )
     vocab = Vocab.load(find_vocab(ckpt))
     if len(vocab) != cfg.vocab_size:
         raise CheckpointError(f"vocabulary has {len(vocab)} entries but the model expects {cfg.vocab_size}")
