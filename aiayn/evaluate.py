@@ -22,7 +22,6 @@ from pathlib import Path
 from typing import NamedTuple
 
 import torch
-import torch.nn.functional as F
 from sacrebleu.metrics import BLEU, CHRF
 
 from aiayn.config import PAD_ID
@@ -112,6 +111,7 @@ def perplexity(model, pairs: Sequence, max_tokens: int = 4096,
     """Per-token perplexity of `model` on (src_ids, tgt_ids) pairs (ids without specials, e.g. a
     PreparedSplit): exp(summed NLL / target tokens), every target token and its EOS counted, as Table 3."""
     from aiayn.data import TokenBatchSampler, collate
+    from aiayn.train import batch_loss
 
     src_len = [len(s) + 1 for s, _ in pairs] if not hasattr(pairs, "src_lengths") else pairs.src_lengths
     tgt_len = [len(t) + 1 for _, t in pairs] if not hasattr(pairs, "tgt_lengths") else pairs.tgt_lengths
@@ -120,12 +120,8 @@ def perplexity(model, pairs: Sequence, max_tokens: int = 4096,
     nll, n = 0.0, 0
     for idx in sampler:
         batch = collate([pairs[i] for i in idx]).to(device)
-        memory = model.encode(batch.src)
-        hidden = model.decode_hidden(batch.tgt_in, memory, batch.src.eq(PAD_ID))  # (B, T, D)
-        real = batch.tgt_out.ne(PAD_ID)  # (B, T)
-        logits = model.output_logits(hidden[real])  # (n, V): real positions only
-        nll += F.cross_entropy(logits.float(), batch.tgt_out[real], reduction="sum").item()
-        n += int(real.sum())
+        _, batch_nll, batch_n = batch_loss(model, batch.src, batch.tgt_in, batch.tgt_out, 0.0, PAD_ID)
+        nll, n = nll + batch_nll.item(), n + batch_n
     if n == 0:
         raise ValueError("no target tokens to score")
     return Perplexity(math.exp(nll / n), nll, n)
