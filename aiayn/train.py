@@ -289,7 +289,7 @@ def train(data_dir: Path, run_dir: Path, cfg: ModelConfig | None, tc: TrainConfi
             optimizer.load_state_dict(trainer["optimizer"])
             sampler.load_state_dict(trainer["sampler"])
             step, best = trainer["step"], trainer["best_dev_loss"]
-    has_valid = (data_dir / "meta.json").is_file() and _has_split(data_dir, "valid")
+    has_valid = _has_split(data_dir, "valid")
 
     objective: torch.nn.Module = TrainingObjective(model)
     if rt.world_size > 1:
@@ -416,13 +416,10 @@ def train(data_dir: Path, run_dir: Path, cfg: ModelConfig | None, tc: TrainConfi
 
 
 def _has_split(data_dir: Path, split: str) -> bool:
-    from aiayn.data import load_split
+    """Whether the prepared data lists `split` (a listed but corrupt split still raises when loaded)."""
+    from aiayn.data import META_FILE
 
-    try:
-        load_split(data_dir, split)
-        return True
-    except Exception:
-        return False
+    return split in json.loads((data_dir / META_FILE).read_text())["splits"]
 
 
 # ---------------------------------------------------------------------------------------------------------
