@@ -21,6 +21,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from aiayn.config import BOS_ID, EOS_ID, PAD_ID, ModelConfig  # noqa: E402
 from aiayn.model import Transformer  # noqa: E402
+from aiayn.perf import keep_freed_memory  # noqa: E402
 from aiayn.search import beam_search, greedy_search  # noqa: E402
 from aiayn.train import batch_loss  # noqa: E402
 
@@ -44,6 +45,7 @@ class Adapter:
         return {"impl_version": aiayn.__version__}
 
     def build(self) -> torch.nn.Module:
+        keep_freed_memory()  # as `aiayn train` does on CPU (aiayn/perf.py)
         c = self.cfg
         d_head = c.d_model // c.n_heads
         return Transformer(ModelConfig(

@@ -9,10 +9,12 @@ from torch import nn
 
 from aiayn.config import PAD_ID, PRESETS, TABLE3, ModelConfig
 from aiayn.model import (
+    Dropout,
     MultiHeadAttention,
     Transformer,
     count_parameters,
     expected_parameters,
+    matmul_attention,
     scaled_dot_product_attention,
     sinusoidal_positions,
 )
@@ -305,3 +307,57 @@ def test_eval_deterministic_and_dropout_only_where_the_paper_says():
     # With P_drop = 0 training mode is deterministic: nothing else (attention weights, FFN inner) drops out.
     model = Transformer(tiny(dropout=0.0)).train()
     torch.testing.assert_close(model(src, tgt), model(src, tgt), rtol=0, atol=0)
+
+
+def test_matmul_attention_equals_formula():
+    torch.manual_seed(0)
+    q, k, v = torch.randn(3, 2, 5, 8), torch.randn(3, 2, 7, 8), torch.randn(3, 2, 7, 6)
+    keys = torch.rand(3, 1, 1, 7) > 0.3
+    keys[..., 0] = True
+    ref, _ = scaled_dot_product_attention(q, k, v, keys)
+    torch.testing.assert_close(matmul_attention(q, k, v, keys), ref)
+    # causal with fewer queries than keys: the queries are the last 5 of 7 positions
+    causal = torch.ones(7, 7, dtype=torch.bool).tril()[2:]
+    ref, _ = scaled_dot_product_attention(q, k, v, causal)
+    torch.testing.assert_close(matmul_attention(q, k, v, is_causal=True), ref)
+    # bf16 inputs: softmax in fp32, result in bf16, close to the fp32 formula
+    out = matmul_attention(q.bfloat16(), k.bfloat16(), v.bfloat16(), keys)
+    assert out.dtype == torch.bfloat16
+    torch.testing.assert_close(out.float(), scaled_dot_product_attention(q, k, v, keys)[0], atol=3e-2, rtol=3e-2)
+
+
+def test_bf16_cpu_path_leaks_nothing_and_ignores_padding():
+    """Under CPU bf16 autocast attention takes `matmul_attention`: the causal and padding masks must hold there."""
+    model = make_model()
+    src, tgt = rand_tokens(2, 7, 1), rand_tokens(2, 9, 2)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        base = model(src, tgt).float()
+        changed = tgt.clone()
+        changed[:, 5:] = rand_tokens(2, 4, 3)
+        out = model(src, changed).float()
+        torch.testing.assert_close(out[:, :5], base[:, :5], rtol=0, atol=1e-6)
+        assert (out[:, 5:] - base[:, 5:]).abs().max() > 1e-2
+        padded_src = torch.cat([src, torch.full((2, 4), PAD_ID)], dim=1)
+        padded_tgt = torch.cat([tgt, torch.full((2, 3), PAD_ID)], dim=1)
+        out = model(padded_src, padded_tgt).float()[:, :9]
+    torch.testing.assert_close(out, base, rtol=0, atol=0.05)  # bf16 rounding of differently shaped matmuls
+    assert (out - base).abs().mean() < 5e-3
+
+
+def test_dropout_mask_rate_scale_gradient_and_seed():
+    drop = Dropout(0.1).train()
+    x = torch.rand(1000, 1000) + 1.0
+    x.requires_grad_()
+    torch.manual_seed(3)
+    y = drop(x)
+    kept = y.ne(0)
+    rate = 1.0 - kept.float().mean().item()
+    assert abs(rate - 0.1) < 5 * math.sqrt(0.1 * 0.9 / x.numel())  # 5 sigma
+    torch.testing.assert_close(y[kept], x[kept] / 0.9)
+    y.sum().backward()
+    torch.testing.assert_close(x.grad, kept.float() / 0.9)
+    torch.manual_seed(3)
+    assert torch.equal(drop(x.detach()), y.detach())  # the global seed governs the mask
+    assert not torch.equal(drop(x.detach()), y.detach())
+    assert drop(x.detach().bfloat16()).dtype == torch.bfloat16
+    assert torch.equal(drop.eval()(x), x)

@@ -16,7 +16,7 @@ import torch.nn.functional as F
 
 from aiayn import checkpoint as ckpt
 from aiayn.config import ModelConfig
-from aiayn.train import TrainConfig, label_smoothed_nll_loss, noam_lr, train
+from aiayn.train import LabelSmoothedCrossEntropy, TrainConfig, label_smoothed_nll_loss, noam_lr, train
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -44,6 +44,33 @@ def test_label_smoothed_loss_by_hand():
     loss, _ = label_smoothed_nll_loss(F.log_softmax(logits, -1), target, eps=0.1)
     ref = F.cross_entropy(logits, target, label_smoothing=0.1, reduction="sum")
     torch.testing.assert_close(loss, ref)
+
+
+@pytest.mark.parametrize("eps", [0.1, 0.0])
+def test_fused_loss_equals_the_formula(monkeypatch, eps):
+    monkeypatch.setattr(LabelSmoothedCrossEntropy, "CHUNK_ELEMENTS", 3 * 37)  # 3 rows a chunk: 10 rows = 4 chunks
+    torch.manual_seed(0)
+    logits = (torch.randn(10, 37, dtype=torch.float64) * 4).float().requires_grad_()
+    target = torch.randint(0, 37, (10,))
+    loss, nll = LabelSmoothedCrossEntropy.apply(logits, target, eps)
+    (2.5 * loss).backward()
+    fused_grad = logits.grad.clone()
+    logits.grad = None
+    ref_loss, ref_nll = label_smoothed_nll_loss(F.log_softmax(logits, -1), target, eps)
+    (2.5 * ref_loss).backward()
+    torch.testing.assert_close(loss, ref_loss)
+    torch.testing.assert_close(nll, ref_nll)
+    torch.testing.assert_close(fused_grad, logits.grad)
+    # bf16 logits: computed in fp32, gradient returned in bf16
+    low = logits.detach().bfloat16().requires_grad_()
+    loss, _ = LabelSmoothedCrossEntropy.apply(low, target, eps)
+    loss.backward()
+    assert low.grad.dtype == torch.bfloat16
+    high = low.detach().float().requires_grad_()
+    ref, _ = label_smoothed_nll_loss(F.log_softmax(high, -1), target, eps)
+    ref.backward()
+    torch.testing.assert_close(loss, ref)
+    torch.testing.assert_close(low.grad, high.grad.bfloat16())
 
 
 def test_train_config_rejects_unknown_option():
