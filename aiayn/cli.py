@@ -47,6 +47,9 @@ def main(argv: list[str] | None = None) -> int:
     if not getattr(args, "func", None):
         parser.print_help()
         return 2
+    from aiayn.perf import keep_freed_memory
+
+    keep_freed_memory()  # every command reuses its big tensors' memory instead of page-faulting it in again
     try:
         return int(args.func(args) or 0)
     except BrokenPipeError:  # e.g. `aiayn translate ... | head`: stop quietly, as Unix tools do

@@ -87,32 +87,37 @@ def causal_mask(n: int, device: torch.device | None = None) -> Tensor:
 
 @dataclass
 class LayerCache:
-    """Keys/values of one decoder layer: self-attention grows by one position a step; cross-attention is
-    computed once per source and reused."""
+    """Keys/values of one decoder layer: self-attention grows by one position a step (one entry per decoder
+    row); cross-attention is computed once per source sentence and shared by all rows (beams) of it."""
 
-    self_k: Tensor | None = None  # (B, h, t, dk)
-    self_v: Tensor | None = None  # (B, h, t, dv)
+    self_k: Tensor | None = None  # (N, h, t, dk)
+    self_v: Tensor | None = None  # (N, h, t, dv)
     cross_k: Tensor | None = None  # (B, h, S, dk)
     cross_v: Tensor | None = None  # (B, h, S, dv)
 
-    def reorder(self, index: Tensor) -> None:
-        for name in ("self_k", "self_v", "cross_k", "cross_v"):
-            t = getattr(self, name)
-            if t is not None:
-                setattr(self, name, t.index_select(0, index))
+    def reorder(self, rows: Tensor, sentences: Tensor | None = None) -> None:
+        self.self_k, self.self_v = self.self_k.index_select(0, rows), self.self_v.index_select(0, rows)
+        if sentences is not None and self.cross_k is not None:
+            self.cross_k = self.cross_k.index_select(0, sentences)
+            self.cross_v = self.cross_v.index_select(0, sentences)
 
 
 @dataclass
 class DecoderCache:
-    """Everything step t of incremental decoding needs from steps < t. Beam search reorders it by beam."""
+    """Everything step t of incremental decoding needs from steps < t.
+
+    Rows and sentences: the decoder may run N = B * g rows for B source sentences, grouped sentence-major (row r
+    belongs to sentence r // g; g = beams). Self-attention state is per row, cross-attention keys/values per
+    sentence, so beam search never copies the latter when it reorders its beams."""
 
     layers: list[LayerCache] = field(default_factory=list)
     length: int = 0  # target positions already cached
 
-    def reorder(self, index: Tensor) -> None:
-        """Keep batch rows `index` (LongTensor (B',)), in that order, in every cached tensor."""
+    def reorder(self, rows: Tensor, sentences: Tensor | None = None) -> None:
+        """Keep decoder rows `rows` (LongTensor (N',)), in that order; and source sentences `sentences`
+        (LongTensor (B',)) when the set of sentences changes (None: the same sentences as before)."""
         for layer in self.layers:
-            layer.reorder(index)
+            layer.reorder(rows, sentences)
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -169,6 +174,12 @@ class MultiHeadAttention(nn.Module):
             k, v = self._keys_values(memory)  # (B, h, S, dk), (B, h, S, dv)
             if cache is not None:
                 cache.cross_k, cache.cross_v = k, v
+        group = q.size(0) // k.size(0)  # decoder rows (beams) per source sentence, in cross-attention
+        if group * k.size(0) != q.size(0):
+            raise ValueError(f"{q.size(0)} decoder rows do not group evenly over {k.size(0)} source sentences")
+        if group > 1:  # the g queries of a sentence's rows attend to its keys together: (B*g, h, n) -> (B, h, g*n)
+            b, h, n, dk = q.shape
+            q = q.view(k.size(0), group, h, n, dk).transpose(1, 2).reshape(k.size(0), h, group * n, dk)
         if is_causal and k.size(2) != q.size(2):  # queries are the last n of m positions
             n, m = q.size(2), k.size(2)
             mask = causal_mask(m, x.device)[m - n:]
@@ -178,18 +189,27 @@ class MultiHeadAttention(nn.Module):
             if is_causal:
                 mask = causal_mask(q.size(2), x.device)
             out, weights = scaled_dot_product_attention(q, k, v, mask)
-            self.last_attention = weights.detach()
+            self.last_attention = _ungroup(weights.detach(), group)
         else:
             dropout = self.attention_dropout if self.training else 0.0
-            if (q.device.type == "cpu" and q.dtype == torch.bfloat16) or (q.size(2) == 1 and not self.training):
-                # bf16 on CPU, or one query per row (a decoding step, which also keeps the cache in the autocast
-                # dtype): two batched matmuls beat torch's flash kernel there (benchmarks/attention.py).
+            if (q.device.type == "cpu" and q.dtype == torch.bfloat16) or (cache is not None and not self.training):
+                # bf16 on CPU, or a decoding step (a few queries per sentence; this also keeps the cache in the
+                # autocast dtype): two batched matmuls beat torch's flash kernel there (benchmarks/attention.py).
                 out = matmul_attention(q, k, v, mask, is_causal, dropout)
             else:
                 out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout, is_causal=is_causal)
+        out = _ungroup(out, group)
         b, h, n, dv = out.shape
         out = out.transpose(1, 2).reshape(b, n, h * dv)  # (B, h, n, dv) -> (B, n, h*dv)
         return self.w_o(out)
+
+
+def _ungroup(x: Tensor, group: int) -> Tensor:
+    """(B, h, g*n, w) -> (B*g, h, n, w): undo MultiHeadAttention's grouping of rows by source sentence."""
+    if group == 1:
+        return x
+    b, h, gn, w = x.shape
+    return x.view(b, h, group, gn // group, w).transpose(1, 2).reshape(b * group, h, gn // group, w)
 
 
 class FeedForward(nn.Module):
@@ -367,7 +387,10 @@ class Transformer(nn.Module):
 
     def decode_hidden(self, tgt_in: Tensor, memory: Tensor, src_pad: Tensor | None,
                       cache: DecoderCache | None = None) -> Tensor:
-        """Decoder states (B, T, D). With a cache, tgt_in holds only the new positions."""
+        """Decoder states (N, T, D). With a cache, tgt_in holds only the new positions.
+
+        memory (B, S, D) and src_pad (B, S) are per source sentence; tgt_in may hold N = B * g rows, g per
+        sentence, sentence-major (beam search's layout; see DecoderCache)."""
         offset = 0
         if cache is not None:
             if not cache.layers:

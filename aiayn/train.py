@@ -61,7 +61,7 @@ class LabelSmoothedCrossEntropy(torch.autograd.Function):
     d loss / dx = softmax(x) - (1 - eps) * onehot(target) - eps / V. Rows are processed in chunks that stay in
     cache, in fp32 whatever the logits' dtype; the (N, V) log-probabilities are never materialised, and the
     gradient is written straight in the logits' dtype. On the base model's 32k vocabulary this replaces ~30 % of
-    a bf16 CPU step (log_softmax, gather and mean backward over N x V fp32 tensors; benchmarks/profile_train.py).
+    a bf16 CPU step (log_softmax, gather and mean backward over N x V fp32 tensors; benchmarks/profile_step.py).
     Equal to the unfused formula to fp32 rounding (tests/test_train.py)."""
 
     CHUNK_ELEMENTS = 1 << 19  # rows per chunk = this / V: 2 MiB of fp32

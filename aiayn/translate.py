@@ -10,7 +10,7 @@ input order. Rules for awkward input (docs/decoding.md):
 from __future__ import annotations
 
 import argparse
-import contextlib
+import copy
 import sys
 from collections.abc import Sequence
 
@@ -41,6 +41,17 @@ def encode_sources(vocab, lines: Sequence[str], max_input_len: int) -> list[list
     return out
 
 
+def inference_model(model, dtype: torch.dtype | None = None):
+    """The model to decode with, in eval mode: `model` itself, or for another dtype (bf16) a copy with every
+    weight converted once. Decoding a bf16 copy instead of running fp32 weights under autocast saves the
+    weight casts autocast repeats at every step (it cannot keep them across steps under inference_mode):
+    ~13 % of a bf16 beam-search batch (benchmarks/profile_step.py --what beam). LayerNorm and the final
+    log-softmax still accumulate in fp32; the attention softmax runs in fp32 (model.matmul_attention)."""
+    if dtype is None or next(model.parameters()).dtype == dtype:
+        return model.eval()
+    return copy.deepcopy(model).to(dtype).eval()
+
+
 def translate_ids(model, sources: Sequence[list[int] | None], beam: int = 4, alpha: float = 0.6,
                   max_len_a: float = 1.0, max_len_b: int = 50, min_len: int = 1, nbest: int = 1,
                   batch_size: int = 64, bf16: bool = False, lp_kind: str = "gnmt",
@@ -51,10 +62,9 @@ def translate_ids(model, sources: Sequence[list[int] | None], beam: int = 4, alp
     max_len = cfg.max_positions - 1 if cfg.positional == "learned" else None  # BOS + words < table size
     results: list[list[Hypothesis]] = [[Hypothesis([], 0.0, [])] for _ in sources]
     order = sorted((i for i, s in enumerate(sources) if s is not None), key=lambda i: -len(sources[i]))
-    autocast = (torch.autocast(torch.device(device).type, dtype=torch.bfloat16) if bf16
-                else contextlib.nullcontext())
+    model = inference_model(model, torch.bfloat16 if bf16 else None)
     bar = tqdm(total=len(order), unit=" sent", disable=not progress, file=sys.stderr)
-    with autocast:
+    with torch.inference_mode():
         for start in range(0, len(order), batch_size):
             idx = order[start: start + batch_size]
             width = max(len(sources[i]) for i in idx)
@@ -140,7 +150,7 @@ def register_cli(sub) -> None:
     p.add_argument("--max-input-len", type=int, default=None,
                    help="longer inputs (subword tokens + EOS) are cut, with a warning (default: the "
                         "model's max_positions)")
-    p.add_argument("--bf16", action="store_true", help="bfloat16 autocast")
+    p.add_argument("--bf16", action="store_true", help="decode in bfloat16 (a bf16 copy of the weights)")
     p.add_argument("--device", default="cpu")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.set_defaults(func=_translate_command)

@@ -10,7 +10,6 @@ Training uses aiayn's own loss path (`aiayn.train.batch_loss`: the vocabulary pr
 label-smoothed loss on real target tokens only) -- that is part of what is measured.
 """
 
-import os
 import sys
 from pathlib import Path
 
@@ -24,6 +23,7 @@ from aiayn.model import Transformer  # noqa: E402
 from aiayn.perf import keep_freed_memory  # noqa: E402
 from aiayn.search import beam_search, greedy_search  # noqa: E402
 from aiayn.train import batch_loss  # noqa: E402
+from aiayn.translate import inference_model  # noqa: E402
 
 
 def to_aiayn_ids(x: torch.Tensor) -> torch.Tensor:
@@ -65,11 +65,14 @@ class Adapter:
         return to_aiayn_ids(batch.src)
 
     def generate(self, model, src, beam: int, n_tokens: int, lenpen: float):
-        if os.environ.get("AIAYN_BENCH_NO_GRAD"):
-            # As `aiayn translate` runs: no_grad, not the harness's inference_mode, under which autocast
-            # cannot cache its bf16 copies of the weights and recasts every weight at every step.
-            with torch.inference_mode(False), torch.no_grad():
-                return self._search(model, src, beam, n_tokens, lenpen)
+        if torch.is_autocast_enabled("cpu"):
+            # The harness's bf16 is autocast around generate; aiayn decodes bf16 as `aiayn translate --bf16`
+            # does, on a bf16 copy of the weights (aiayn.translate.inference_model), made once, at the first
+            # (warm-up) call, as CTranslate2 converts its model beforehand.
+            if getattr(self, "_bf16_of", None) is not model:
+                self._bf16, self._bf16_of = inference_model(model, torch.bfloat16), model
+            with torch.autocast("cpu", enabled=False):
+                return self._search(self._bf16, src, beam, n_tokens, lenpen)
         return self._search(model, src, beam, n_tokens, lenpen)
 
     @staticmethod

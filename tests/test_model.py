@@ -95,10 +95,41 @@ def test_cache_reorder_selects_rows():
     cache = model.new_cache()
     model.decode(tgt[:, :2], memory, src_pad, cache=cache)
     index = torch.tensor([2, 0, 0])
-    cache.reorder(index)
+    cache.reorder(index, index)  # one row per sentence: rows and sentences move together
     step = model.decode(tgt[index, 2:3], memory[index], src_pad[index], cache=cache)
     full = model.decode(tgt[index, :3], memory[index], src_pad[index])
     torch.testing.assert_close(step[:, 0], full[:, 2], rtol=0, atol=1e-5)
+
+
+@pytest.mark.parametrize("bf16", [False, True])
+def test_beam_rows_share_their_sentence_memory(bf16):
+    """g decoder rows per sentence (beam search's layout) against memory kept once per sentence give what the
+    same rows give against memory repeated per row; reordering rows within sentences and dropping a sentence
+    keep that true."""
+    model = make_model()
+    src = rand_tokens(3, 6, 9)
+    src[1, 4:] = PAD_ID
+    g = 4
+    tgt = rand_tokens(3 * g, 5, 10)
+    memory, src_pad = model.encode(src), src.eq(PAD_ID)
+    per_row = memory.repeat_interleave(g, 0), src_pad.repeat_interleave(g, 0)
+    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+        cache = model.new_cache()
+        model.decode(tgt[::g, :1], memory, src_pad, cache=cache)  # first step: one row per sentence
+        cache.reorder(torch.arange(3).repeat_interleave(g))  # then g rows each, sentence-major
+        grouped = model.decode(tgt[:, 1:3], memory, src_pad, cache=cache)
+        prefix = torch.cat([tgt[::g, :1].repeat_interleave(g, 0), tgt[:, 1:3]], 1)
+        ref = model.decode(prefix, *per_row)[:, 1:]
+        torch.testing.assert_close(grouped, ref, rtol=0, atol=2e-2 if bf16 else 1e-5)
+        # beams move within their sentence, and sentence 1 leaves the batch
+        rows = torch.tensor([1, 1, 0, 3, 11, 8, 8, 9])
+        cache.reorder(rows, torch.tensor([0, 2]))
+        step = model.decode(tgt[rows, 3:4], memory[[0, 2]], src_pad[[0, 2]], cache=cache)
+        prefix = torch.cat([prefix[rows], tgt[rows, 3:4]], 1)
+        ref = model.decode(prefix, per_row[0][rows], per_row[1][rows])[:, -1:]
+        torch.testing.assert_close(step, ref, rtol=0, atol=2e-2 if bf16 else 1e-5)
+    with pytest.raises(ValueError, match="do not group evenly"):
+        model.decode(tgt[:5, :1], memory, src_pad)
 
 
 def naive_multihead(mha: MultiHeadAttention, q_in, kv_in, mask=None):

@@ -24,8 +24,8 @@ class ScriptedCache:
     def length(self) -> int:
         return 0 if self.prefix is None else self.prefix.size(1)
 
-    def reorder(self, index: torch.Tensor) -> None:
-        self.prefix = self.prefix.index_select(0, index)
+    def reorder(self, rows: torch.Tensor, sentences: torch.Tensor | None = None) -> None:
+        self.prefix = self.prefix.index_select(0, rows)
 
 
 class ScriptedModel:
@@ -45,11 +45,14 @@ class ScriptedModel:
         return ScriptedCache()
 
     def decode(self, tgt_step, memory, src_pad, cache):
-        assert tgt_step.shape == (memory.size(0), 1) and src_pad.size(0) == memory.size(0)
+        # memory and src_pad are per sentence, the decoder rows are g per sentence, sentence-major
+        group = tgt_step.size(0) // memory.size(0)
+        assert tgt_step.shape == (memory.size(0) * group, 1) and src_pad.size(0) == memory.size(0)
         cache.prefix = tgt_step if cache.prefix is None else torch.cat([cache.prefix, tgt_step], 1)
         self.calls += 1
         out = torch.zeros(tgt_step.size(0), 1, V)
-        for i, (table, prefix) in enumerate(zip(memory[:, 0, 0].long().tolist(), cache.prefix.tolist())):
+        tables = memory[:, 0, 0].long().repeat_interleave(group).tolist()
+        for i, (table, prefix) in enumerate(zip(tables, cache.prefix.tolist())):
             assert prefix[0] == BOS_ID
             probs = self.tables[table].get(tuple(prefix[1:]), self.default)
             out[i, 0] = torch.tensor([probs.get(v, 0.0) for v in range(V)]).log()
