@@ -29,7 +29,6 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 HARNESS = Path(os.environ.get("AIAYN_PEERS_HARNESS", REPO.parent / "shared" / "bench" / "peers"))
-NO_GRAD = "aiayn (no_grad)"  # the bf16 row measured as `aiayn translate --bf16` runs, see Adapter.generate
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -59,12 +58,9 @@ def _measure(impl: str, python: str, beam: int, dtype: str, args) -> tuple[dict 
     if args.threads:
         cmd += ["--threads", str(args.threads)]
     path = os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))
-    env = {k: v for k, v in os.environ.items() if k != "AIAYN_BENCH_NO_GRAD"}
-    env["PYTHONPATH"] = path
+    env = dict(os.environ, PYTHONPATH=path)
     if impl.startswith("aiayn"):
         cmd += ["--label", impl]
-    if impl == NO_GRAD:
-        env["AIAYN_BENCH_NO_GRAD"] = "1"
     try:
         proc = subprocess.run(cmd, cwd=HARNESS, env=env, capture_output=True, text=True, timeout=args.timeout)
     except subprocess.TimeoutExpired:
@@ -104,10 +100,6 @@ def print_table(rows: list[dict], notes: list[str]) -> None:
               f"{r['hyp_len_min']}-{r['hyp_len_max']} | {100 * other:.0f} %{flag} |")
     for note in notes:
         print(f"* {note}")
-    if any(r["impl"] == NO_GRAD for r in rows):
-        print(f"* {NO_GRAD}: the harness runs every implementation under torch.inference_mode(), where "
-              "autocast does not cache its bf16 weight copies (each weight is cast again at every step); "
-              "this row runs aiayn's search under torch.no_grad() instead, as `aiayn translate --bf16` does.")
 
 
 def main() -> int:
@@ -138,14 +130,12 @@ def main() -> int:
         return 1
     root = args.peers_root.expanduser()
 
-    impls = ["aiayn", NO_GRAD, *args.peers]
+    impls = ["aiayn", *args.peers]
     pythons = {i: _python_for(i, root) for i in impls}
     rows, notes = [], []
     for case in args.cases:
         beam, dtype = int(case.split(":")[0]), case.split(":")[1]
         for impl in impls:
-            if impl == NO_GRAD and dtype != "bf16":  # only autocast has weight casts to cache
-                continue
             python, why = pythons[impl]
             if f"{impl}:{dtype}" in args.skip:
                 notes.append(f"{impl} {case}: skipped (--skip)")

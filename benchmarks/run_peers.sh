@@ -3,7 +3,8 @@
 # CTranslate2), in one run of the shared harness (../shared/bench/peers): the same synthetic batches, the same
 # timing loop, the matmul peak measured in the same run (for MFU), measurements interleaved across
 # implementations. Training (base and small, fp32 and bf16) and decoding (beam 4 and greedy, batch 64, fixed
-# output length). About 40 minutes on 2 cores; tables go to $RESULTS/tables.md.
+# output length). About 40 minutes on 2 cores; tables go to $RESULTS/tables.md, aiayn / peer ratios to
+# $RESULTS/ratios.md (benchmarks/ratios.py).
 #
 #   bash benchmarks/run_peers.sh                                   # everything
 #   PARTS="train" TRAIN_CASES="small:bf16" bash benchmarks/run_peers.sh   # a subset (knobs: see run_all.sh)
@@ -17,3 +18,4 @@ PY=${PYTHON:-$(command -v python3)}   # a python that has aiayn installed (pip i
 [ -x "$ROOT/venv/bin/python" ] || ROOT=$ROOT bash "$HARNESS/setup_peers.sh"   # peers' venvs, ~3 min, once
 EXTRA="aiayn=$HERE/aiayn_adapter.py=$PY" bash "$HARNESS/run_all.sh"
 "$ROOT/venv/bin/python" "$HARNESS/summarize.py" "$RESULTS" | tee "$RESULTS/tables.md"
+"$PY" "$HERE/ratios.py" "$RESULTS" | tee "$RESULTS/ratios.md"
