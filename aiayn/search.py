@@ -81,10 +81,40 @@ def _constrain(lprobs: Tensor, t: int, min_len: int, row_max_len: Tensor, any_at
     return lprobs
 
 
-def _step_log_probs(model, tokens: Tensor, memory: Tensor, src_pad: Tensor, cache) -> Tensor:
-    """Log-softmax (fp32) of the next token given the newest one: (N, t+1) -> (N, V)."""
-    logits = model.decode(tokens[:, -1:], memory, src_pad, cache=cache)  # (N, 1, V)
-    return torch.log_softmax(logits[:, -1].float(), dim=-1)  # (2x faster than log_softmax(dtype=) from bf16)
+def _step_logits(model, tokens: Tensor, memory: Tensor, src_pad: Tensor, cache) -> Tensor:
+    """Logits of the next token given the newest one: (N, t+1) -> (N, V), in the model's dtype."""
+    return model.decode(tokens[:, -1:], memory, src_pad, cache=cache)[:, -1]
+
+
+def _log_probs(logits: Tensor) -> Tensor:
+    return torch.log_softmax(logits.float(), dim=-1)  # fp32 (2x faster than log_softmax(dtype=) from bf16)
+
+
+ROWS_ELEMENTS = 1 << 19  # rows of logits handled at once in _top_candidates: 2 MiB of fp32, stays in cache
+
+
+def _top_candidates(logits: Tensor, scores: Tensor, bsz: int, n: int, t: int, min_len: int, row_limit: Tensor,
+                    any_at_max: bool) -> tuple[Tensor, Tensor]:
+    """The n best (running score + constrained log-prob) of each sentence over its rows' vocabularies.
+
+    logits (N, V) with N = bsz * kk rows, sentence-major; scores (N,). Returns (bsz, n') scores, best first, and
+    their flat indices into kk * V (n' = min(n, kk * V)). The same as one top-n over a (bsz, kk * V) tensor of
+    log_softmax + score, computed a cache-sized chunk of rows at a time: a row's score shifts all its
+    candidates alike, so a sentence's best n lie among its rows' best n each."""
+    N, V = logits.shape
+    per_row = min(n, V)
+    row_scores = logits.new_empty(N, per_row, dtype=torch.float32)
+    row_tokens = torch.empty(N, per_row, dtype=torch.long, device=logits.device)
+    step = max(1, ROWS_ELEMENTS // V)
+    for i in range(0, N, step):
+        lprobs = _constrain(_log_probs(logits[i:i + step]), t, min_len, row_limit[i:i + step], any_at_max)
+        torch.topk(lprobs, per_row, dim=1, out=(row_scores[i:i + step], row_tokens[i:i + step]))
+    row_scores.add_(scores[:, None])
+    kk = N // bsz
+    cand_scores, pos = row_scores.view(bsz, kk * per_row).topk(min(n, kk * V), dim=1)  # (bsz, n')
+    beams = pos.div(per_row, rounding_mode="floor")
+    tokens = row_tokens.view(bsz, kk * per_row).gather(1, pos)
+    return cand_scores, beams * V + tokens
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -109,7 +139,7 @@ def greedy_search(model, src: Tensor, max_len_a: float = 1.0, max_len_b: int = 5
     out: list[list[Hypothesis]] = [[] for _ in range(B)]
     for t in range(int(limit.max()) + 1):
         row_limit = limit[sent]
-        lprobs = _step_log_probs(model, tokens, memory, src_pad, cache)  # (N, V)
+        lprobs = _log_probs(_step_logits(model, tokens, memory, src_pad, cache))  # (N, V)
         _constrain(lprobs, t, min_len, row_limit, t >= int(row_limit.min()))
         logp, nxt = lprobs.max(dim=-1)  # (N,), (N,)
         tokens = torch.cat([tokens, nxt[:, None]], dim=1)
@@ -168,13 +198,12 @@ def beam_search(model, src: Tensor, beam: int = 4, alpha: float = 0.6, max_len_a
     for t in range(W):
         bsz = sent.numel()
         row_limit = limit[sent].repeat_interleave(kk)  # (N,)
-        lprobs = _step_log_probs(model, tokens, memory, src_pad, cache)  # (N, V)
-        V = lprobs.size(1)
-        _constrain(lprobs, t, min_len, row_limit, t >= int(row_limit.min()))
+        logits = _step_logits(model, tokens, memory, src_pad, cache)  # (N, V)
+        V = logits.size(1)
 
         # fairseq's step: top 2k of (running score + next log-prob) over kk*V, then div/mod.
-        lprobs.add_(scores[:, None])
-        cand_scores, cand_idx = lprobs.view(bsz, kk * V).topk(min(2 * k, kk * V), dim=1)  # (bsz, 2k)
+        cand_scores, cand_idx = _top_candidates(logits, scores, bsz, 2 * k, t, min_len, row_limit,
+                                                t >= int(row_limit.min()))  # (bsz, 2k)
         cand_beams = cand_idx.div(V, rounding_mode="floor")  # (bsz, 2k) in [0, kk)
         cand_tokens = cand_idx.remainder(V)
         cand_rows = cand_beams + (torch.arange(bsz, device=dev) * kk)[:, None]  # rows of the prefixes
