@@ -157,6 +157,7 @@ class MultiHeadAttention(nn.Module):
 
         mask: bool, broadcastable to (B, h, n, m), True = may attend. is_causal: self-attention over a full
         target. cache: self-attention appends this step's keys/values; cross-attention computes them once.
+        In cross-attention x may hold g rows per memory sentence (N = B * g, sentence-major; see DecoderCache).
         """
         q = self._split_heads(self.w_q(x), self.d_k)  # (B, h, n, dk)
         if self.self_attention:
