@@ -51,8 +51,8 @@ def scaled_dot_product_attention(
 def matmul_attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = None, is_causal: bool = False,
                      dropout: float = 0.0) -> Tensor:
     """Eq. 1 as two batched matmuls with the softmax in fp32 whatever the inputs' dtype: the fast path for bf16 on
-    CPU and for single-query decoding steps, where torch's flash kernel is 1.7-3.5x slower (fwd+bwd, base shape,
-    benchmarks/attention.py). Same maths as `scaled_dot_product_attention` (tested); dropout on the weights."""
+    CPU and for decoding steps, where torch's flash kernel is 1.8x (with fp32 casts) to 4.5x slower (fwd+bwd, base
+    shape, benchmarks/attention.py). Same maths as `scaled_dot_product_attention` (tested); dropout on the weights."""
     scores = (q * (1.0 / math.sqrt(q.size(-1)))) @ k.transpose(-2, -1)  # (..., n, m)
     if is_causal:
         mask = causal_mask(scores.size(-1), q.device)[-scores.size(-2):]

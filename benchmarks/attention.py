@@ -1,19 +1,29 @@
-"""Why aiayn runs the attention core in fp32 under CPU bf16 autocast: time softmax(QK^T/sqrt(dk))V forward +
-backward with torch's SDPA kernels (flash, math) in bf16 and fp32, on the base shape of a ~4k-token batch.
+"""Which attention kernel aiayn uses where: softmax(QK^T/sqrt(dk))V on the base shape of a ~4k-token batch, in the
+model's layout (heads split from (B, n, h*dk) projections, as MultiHeadAttention does), forward and forward+backward:
+
+* torch's SDPA flash kernel on fp32 inputs (bf16 projections cast to fp32 and back: the pre-2026-11-22 choice),
+* the same kernel on the inputs' own dtype,
+* `aiayn.model.matmul_attention` (two batched matmuls, softmax in fp32).
 
     python benchmarks/attention.py [--batch 149 --heads 8 --len 30 --dk 64 --reps 10]
+
+aiayn takes matmul_attention for bf16 on CPU (and for decoding steps) and the flash kernel for fp32.
 """
 
 import argparse
+import sys
 import time
+from pathlib import Path
 
 import torch
 import torch.nn.functional as F
-from torch.nn.attention import SDPBackend, sdpa_kernel
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from aiayn.model import matmul_attention  # noqa: E402
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser()
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--batch", type=int, default=149)
     ap.add_argument("--heads", type=int, default=8)
     ap.add_argument("--len", type=int, default=30)
@@ -21,31 +31,52 @@ def main() -> None:
     ap.add_argument("--reps", type=int, default=10)
     args = ap.parse_args()
     torch.manual_seed(0)
-    shape = (args.batch, args.heads, args.len, args.dk)
-    mask = torch.ones(args.batch, 1, 1, args.len, dtype=torch.bool)
-    mask[::3, ..., args.len - 5:] = False  # a third of the sources padded
-    print(f"attention fwd+bwd, shape (B, h, n, dk) = {shape}; ms per call, best of 3 rounds (interleaved)")
-    print("| dtype | mask | flash | math |")
-    print("|---|---|---|---|")
+    b, h, n, dk = args.batch, args.heads, args.len, args.dk
+    mask = torch.ones(b, 1, 1, n, dtype=torch.bool)
+    mask[::3, ..., n - 5:] = False  # a third of the sources padded
+
+    def heads(x):
+        return x.view(b, n, h, dk).transpose(1, 2)
+
+    def flash(q, k, v, fp32_core: bool):
+        q, k, v = map(heads, (q, k, v))
+        dtype = q.dtype
+        if fp32_core:
+            q, k, v = q.float(), k.float(), v.float()
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask).to(dtype)
+
+    def matmul(q, k, v):
+        q, k, v = map(heads, (q, k, v))
+        return matmul_attention(q, k, v, mask)
+
+    kernels = {"flash, fp32 core": lambda *x: flash(*x, True), "flash": lambda *x: flash(*x, False),
+               "matmul_attention": matmul}
+
+    def time_ms(fn, inputs, backward: bool) -> float:
+        def run():
+            out = fn(*inputs)
+            if backward:
+                out.sum().backward()
+        run()
+        t = time.perf_counter()
+        for _ in range(args.reps):
+            run()
+        return (time.perf_counter() - t) / args.reps * 1000
+
+    print(f"attention, (B, n, h, dk) = {(b, n, h, dk)}, key padding mask, {torch.get_num_threads()} threads; "
+          "ms per call, best of 3 rounds (interleaved)")
+    print("| dtype | pass | " + " | ".join(kernels) + " |")
+    print("|---|---|" + "---|" * len(kernels))
     for dtype in (torch.bfloat16, torch.float32):
-        q, k, v = (torch.randn(shape, dtype=dtype, requires_grad=True) for _ in range(3))
-        for causal in (True, False):
-            best = {}
-            for _ in range(3):
-                for backend in (SDPBackend.FLASH_ATTENTION, SDPBackend.MATH):
-                    with sdpa_kernel(backend):
-                        t = time.perf_counter()
-                        for _ in range(args.reps):
-                            if causal:
-                                o = F.scaled_dot_product_attention(q, k, v, is_causal=True)
-                            else:
-                                o = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
-                            o.sum().backward()
-                        ms = (time.perf_counter() - t) / args.reps * 1000
-                    best[backend.name] = min(ms, best.get(backend.name, float("inf")))
-            name = "bf16" if dtype == torch.bfloat16 else "fp32"
-            print(f"| {name} | {'causal' if causal else 'key padding'} | {best['FLASH_ATTENTION']:.1f} | "
-                  f"{best['MATH']:.1f} |")
+        inputs = [torch.randn(b, n, h * dk, dtype=dtype, requires_grad=True) for _ in range(3)]
+        for backward in (False, True):
+            best = {name: float("inf") for name in kernels}
+            with torch.set_grad_enabled(backward):
+                for _ in range(3):
+                    for name, fn in kernels.items():
+                        best[name] = min(best[name], time_ms(fn, inputs, backward))
+            cells = " | ".join(f"{best[name]:.1f}" for name in kernels)
+            print(f"| {'bf16' if dtype == torch.bfloat16 else 'fp32'} | {'fwd+bwd' if backward else 'fwd'} | {cells} |")
 
 
 if __name__ == "__main__":
