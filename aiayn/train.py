@@ -64,12 +64,19 @@ class LabelSmoothedCrossEntropy(torch.autograd.Function):
     a bf16 CPU step (log_softmax, gather and mean backward over N x V fp32 tensors; benchmarks/profile_step.py).
     Equal to the unfused formula to fp32 rounding (tests/test_train.py)."""
 
-    CHUNK_ELEMENTS = 1 << 19  # rows per chunk = this / V: 2 MiB of fp32
+    CHUNK_ELEMENTS = 1 << 19  # rows per chunk = this / V: 2 MiB of fp32, stays in a CPU core's cache
+    GPU_CHUNK_ELEMENTS = 1 << 27  # on GPUs: few, large chunks (kernel launches cost, caches do not), 512 MiB fp32
+
+    @staticmethod
+    def _rows_per_chunk(logits: Tensor) -> int:
+        n = LabelSmoothedCrossEntropy.CHUNK_ELEMENTS if logits.device.type == "cpu" else \
+            LabelSmoothedCrossEntropy.GPU_CHUNK_ELEMENTS
+        return max(1, n // logits.size(1))
 
     @staticmethod
     def forward(ctx, logits: Tensor, target: Tensor, eps: float) -> tuple[Tensor, Tensor]:
         n, v = logits.shape
-        rows = max(1, LabelSmoothedCrossEntropy.CHUNK_ELEMENTS // v)
+        rows = LabelSmoothedCrossEntropy._rows_per_chunk(logits)
         lse = torch.empty(n, dtype=torch.float32, device=logits.device)
         nll = torch.empty(n, dtype=torch.float32, device=logits.device)
         smooth = torch.empty(n, dtype=torch.float32, device=logits.device)
@@ -88,7 +95,7 @@ class LabelSmoothedCrossEntropy(torch.autograd.Function):
     def backward(ctx, grad_loss: Tensor, _grad_nll: Tensor) -> tuple[Tensor, None, None]:
         logits, target, lse = ctx.saved_tensors
         n, v = logits.shape
-        rows = max(1, LabelSmoothedCrossEntropy.CHUNK_ELEMENTS // v)
+        rows = LabelSmoothedCrossEntropy._rows_per_chunk(logits)
         grad = torch.empty_like(logits)
         g = grad_loss.float()
         for i in range(0, n, rows):
