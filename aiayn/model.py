@@ -6,7 +6,7 @@ Notation (batch first everywhere):
     h  heads                   dk d_k (query/key width)   dv d_v (value width)
 
 Reading guide, paper -> code:
-    3.2.1 scaled dot-product attention   -> `scaled_dot_product_attention` (reference) / F.sdpa (fast path)
+    3.2.1 scaled dot-product attention   -> `scaled_dot_product_attention` / F.sdpa (flash kernel, fp32)
     3.2.2 multi-head attention           -> `MultiHeadAttention`
     3.3   position-wise feed-forward     -> `FeedForward`
     3.1   encoder / decoder stacks       -> `EncoderLayer`, `DecoderLayer`, `Encoder`, `Decoder`
@@ -35,33 +35,22 @@ from aiayn.config import ModelConfig
 
 
 def scaled_dot_product_attention(
-    q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = None
+    q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = None, is_causal: bool = False, dropout: float = 0.0
 ) -> tuple[Tensor, Tensor]:
-    """Attention(Q, K, V) = softmax(Q K^T / sqrt(d_k)) V  (eq. 1). Reference version, returns the weights too.
+    """Attention(Q, K, V) = softmax(Q K^T / sqrt(d_k)) V  (eq. 1), as two batched matmuls; returns the weights too.
 
-    q (..., n, dk), k (..., m, dk), v (..., m, dv); mask broadcastable to (..., n, m), True = may attend.
-    """
+    q (..., n, dk), k (..., m, dk), v (..., m, dv); mask broadcastable to (..., n, m), True = may attend;
+    is_causal: the n queries are the last n of the m positions and see none after their own. The softmax runs in
+    fp32 whatever the inputs' dtype; dropout, if any, applies to the weights (the returned ones are before it).
+    MultiHeadAttention uses this for bf16 on CPU and for decoding steps, where torch's flash kernel is 1.8x (with
+    fp32 casts) to 4.5x slower (fwd+bwd, base shape, benchmarks/attention.py), and F.sdpa elsewhere."""
     scores = q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))  # (..., n, m)
-    if mask is not None:
-        scores = scores.masked_fill(~mask, float("-inf"))
-    weights = scores.softmax(dim=-1)
-    return weights @ v, weights
-
-
-def matmul_attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = None, is_causal: bool = False,
-                     dropout: float = 0.0) -> Tensor:
-    """Eq. 1 as two batched matmuls with the softmax in fp32 whatever the inputs' dtype: the fast path for bf16 on
-    CPU and for decoding steps, where torch's flash kernel is 1.8x (with fp32 casts) to 4.5x slower (fwd+bwd, base
-    shape, benchmarks/attention.py). Same maths as `scaled_dot_product_attention` (tested); dropout on the weights."""
-    scores = (q * (1.0 / math.sqrt(q.size(-1)))) @ k.transpose(-2, -1)  # (..., n, m)
     if is_causal:
         mask = causal_mask(scores.size(-1), q.device)[-scores.size(-2):]
     if mask is not None:
         scores = scores.masked_fill(~mask, float("-inf"))
     weights = scores.softmax(dim=-1, dtype=torch.float32).to(v.dtype)
-    if dropout > 0.0:
-        weights = F.dropout(weights, dropout)
-    return weights @ v
+    return F.dropout(weights, dropout) @ v if dropout > 0.0 else weights @ v, weights
 
 
 def sinusoidal_positions(n_positions: int, d_model: int, offset: int = 0) -> Tensor:
@@ -186,19 +175,16 @@ class MultiHeadAttention(nn.Module):
             mask = causal_mask(m, x.device)[m - n:]
             is_causal = False
 
-        if self.record_attention:
-            if is_causal:
-                mask = causal_mask(q.size(2), x.device)
-            out, weights = scaled_dot_product_attention(q, k, v, mask)
-            self.last_attention = _ungroup(weights.detach(), group)
+        dropout = self.attention_dropout if self.training else 0.0
+        if (self.record_attention or (q.device.type == "cpu" and q.dtype == torch.bfloat16)
+                or (cache is not None and not self.training)):
+            # Weights to keep; bf16 on CPU; a decoding step (a few queries per sentence; this also keeps the cache
+            # in the autocast dtype): two batched matmuls beat torch's flash kernel there (benchmarks/attention.py).
+            out, weights = scaled_dot_product_attention(q, k, v, mask, is_causal, dropout)
+            if self.record_attention:
+                self.last_attention = _ungroup(weights.detach(), group)
         else:
-            dropout = self.attention_dropout if self.training else 0.0
-            if (q.device.type == "cpu" and q.dtype == torch.bfloat16) or (cache is not None and not self.training):
-                # bf16 on CPU, or a decoding step (a few queries per sentence; this also keeps the cache in the
-                # autocast dtype): two batched matmuls beat torch's flash kernel there (benchmarks/attention.py).
-                out = matmul_attention(q, k, v, mask, is_causal, dropout)
-            else:
-                out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout, is_causal=is_causal)
+            out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout, is_causal=is_causal)
         out = _ungroup(out, group)
         b, h, n, dv = out.shape
         out = out.transpose(1, 2).reshape(b, n, h * dv)  # (B, h, n, dv) -> (B, n, h*dv)

@@ -26,10 +26,12 @@ EXAMPLES = [
 
 def quickstart(out: Path, minutes: float = 12.0, preset: str = "small", vocab_size: int = 8000,
                dtype: str = "bf16", average_last: int = 5, beam: int = 4, progress: bool = True) -> dict:
+    import torch
+
     from aiayn.data import builtin_corpus, prepare
     from aiayn.evaluate import chrf, corpus_bleu
     from aiayn.train import TrainConfig, train
-    from aiayn.translate import translate_lines
+    from aiayn.translate import inference_model, translate_lines
 
     out = Path(out)
     t0 = time.time()
@@ -59,6 +61,7 @@ def quickstart(out: Path, minutes: float = 12.0, preset: str = "small", vocab_si
     ckpt.save_weights(run / ckpt.AVERAGED, state, cfg)
 
     model, vocab, _ = ckpt.load_for_inference(run)
+    model = inference_model(model, torch.bfloat16 if dtype == "bf16" else None)  # once, for both translations
     src_lines = (data_dir / "test.src.txt").read_text(encoding="utf-8").splitlines()
     refs = (data_dir / "test.tgt.txt").read_text(encoding="utf-8").splitlines()
     print(f"[4/5] translating the held-out Gospel of John ({len(src_lines)} verses, beam {beam})", flush=True)

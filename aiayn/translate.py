@@ -46,7 +46,7 @@ def inference_model(model, dtype: torch.dtype | None = None):
     weight converted once. Decoding a bf16 copy instead of running fp32 weights under autocast saves the
     weight casts autocast repeats at every step (it cannot keep them across steps under inference_mode):
     ~13 % of a bf16 beam-search batch (benchmarks/profile_step.py --what beam). LayerNorm and the final
-    log-softmax still accumulate in fp32; the attention softmax runs in fp32 (model.matmul_attention)."""
+    log-softmax still accumulate in fp32; the attention softmax runs in fp32 (model.scaled_dot_product_attention)."""
     if dtype is None or next(model.parameters()).dtype == dtype:
         return model.eval()
     return copy.deepcopy(model).to(dtype).eval()
@@ -103,6 +103,8 @@ def _translate_command(args: argparse.Namespace) -> int:
         print(f"error: --nbest must lie in 1..--beam ({args.beam}), got {args.nbest}", file=sys.stderr)
         return 2
     model, vocab, cfg = load_for_inference(args.checkpoint, device=args.device)
+    if args.bf16:
+        model.to(torch.bfloat16)  # in place: the fp32 weights are not needed again (translate_ids would copy)
     if args.input in (None, "-"):
         lines = [line.rstrip("\r\n") for line in sys.stdin]
     else:

@@ -3,11 +3,11 @@ model's layout (heads split from (B, n, h*dk) projections, as MultiHeadAttention
 
 * torch's SDPA flash kernel on fp32 inputs (bf16 projections cast to fp32 and back: the pre-2026-11-22 choice),
 * the same kernel on the inputs' own dtype,
-* `aiayn.model.matmul_attention` (two batched matmuls, softmax in fp32).
+* `aiayn.model.scaled_dot_product_attention` (two batched matmuls, softmax in fp32).
 
     python benchmarks/attention.py [--batch 149 --heads 8 --len 30 --dk 64 --reps 10]
 
-aiayn takes matmul_attention for bf16 on CPU (and for decoding steps) and the flash kernel for fp32.
+aiayn takes the matmuls for bf16 on CPU (and for decoding steps) and the flash kernel for fp32.
 """
 
 import argparse
@@ -19,7 +19,7 @@ import torch
 import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from aiayn.model import matmul_attention  # noqa: E402
+from aiayn.model import scaled_dot_product_attention  # noqa: E402
 
 
 def main() -> None:
@@ -47,10 +47,10 @@ def main() -> None:
 
     def matmul(q, k, v):
         q, k, v = map(heads, (q, k, v))
-        return matmul_attention(q, k, v, mask)
+        return scaled_dot_product_attention(q, k, v, mask)[0]
 
     kernels = {"flash, fp32 core": lambda *x: flash(*x, True), "flash": lambda *x: flash(*x, False),
-               "matmul_attention": matmul}
+               "two matmuls": matmul}
 
     def time_ms(fn, inputs, backward: bool) -> float:
         def run():

@@ -14,7 +14,6 @@ from aiayn.model import (
     Transformer,
     count_parameters,
     expected_parameters,
-    matmul_attention,
     scaled_dot_product_attention,
     sinusoidal_positions,
 )
@@ -340,25 +339,27 @@ def test_eval_deterministic_and_dropout_only_where_the_paper_says():
     torch.testing.assert_close(model(src, tgt), model(src, tgt), rtol=0, atol=0)
 
 
-def test_matmul_attention_equals_formula():
+def test_attention_masks_causal_and_bf16():
     torch.manual_seed(0)
     q, k, v = torch.randn(3, 2, 5, 8), torch.randn(3, 2, 7, 8), torch.randn(3, 2, 7, 6)
     keys = torch.rand(3, 1, 1, 7) > 0.3
     keys[..., 0] = True
-    ref, _ = scaled_dot_product_attention(q, k, v, keys)
-    torch.testing.assert_close(matmul_attention(q, k, v, keys), ref)
+    ref = torch.softmax((q @ k.transpose(-2, -1) / math.sqrt(8)).masked_fill(~keys, float("-inf")), -1) @ v
+    out, weights = scaled_dot_product_attention(q, k, v, keys)
+    torch.testing.assert_close(out, ref)
+    assert weights.masked_select(~keys.expand_as(weights)).eq(0).all()
     # causal with fewer queries than keys: the queries are the last 5 of 7 positions
     causal = torch.ones(7, 7, dtype=torch.bool).tril()[2:]
-    ref, _ = scaled_dot_product_attention(q, k, v, causal)
-    torch.testing.assert_close(matmul_attention(q, k, v, is_causal=True), ref)
+    torch.testing.assert_close(scaled_dot_product_attention(q, k, v, is_causal=True)[0],
+                               scaled_dot_product_attention(q, k, v, causal)[0])
     # bf16 inputs: softmax in fp32, result in bf16, close to the fp32 formula
-    out = matmul_attention(q.bfloat16(), k.bfloat16(), v.bfloat16(), keys)
+    out, _ = scaled_dot_product_attention(q.bfloat16(), k.bfloat16(), v.bfloat16(), keys)
     assert out.dtype == torch.bfloat16
-    torch.testing.assert_close(out.float(), scaled_dot_product_attention(q, k, v, keys)[0], atol=3e-2, rtol=3e-2)
+    torch.testing.assert_close(out.float(), ref, atol=3e-2, rtol=3e-2)
 
 
 def test_bf16_cpu_path_leaks_nothing_and_ignores_padding():
-    """Under CPU bf16 autocast attention takes `matmul_attention`: the causal and padding masks must hold there."""
+    """Under CPU bf16 autocast attention takes the matmul path: the causal and padding masks must hold there."""
     model = make_model()
     src, tgt = rand_tokens(2, 7, 1), rand_tokens(2, 9, 2)
     with torch.autocast("cpu", dtype=torch.bfloat16):
