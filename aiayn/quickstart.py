@@ -31,7 +31,8 @@ def quickstart(out: Path, minutes: float = 12.0, preset: str = "small", vocab_si
     from aiayn.data import builtin_corpus, prepare
     from aiayn.evaluate import chrf, corpus_bleu
     from aiayn.train import TrainConfig, train
-    from aiayn.translate import inference_model, translate_lines
+    from aiayn.search import SearchConfig
+    from aiayn.translate import Translator
 
     out = Path(out)
     t0 = time.time()
@@ -60,21 +61,18 @@ def quickstart(out: Path, minutes: float = 12.0, preset: str = "small", vocab_si
     state, cfg = ckpt.average_checkpoints(paths)
     ckpt.save_weights(run / ckpt.AVERAGED, state, cfg)
 
-    model, vocab, _ = ckpt.load_for_inference(run)
-    model = inference_model(model, torch.bfloat16 if dtype == "bf16" else None)  # once, for both translations
+    translator = Translator.load(run, SearchConfig(beam=beam, alpha=0.6, dtype=dtype))
     src_lines = (data_dir / "test.src.txt").read_text(encoding="utf-8").splitlines()
     refs = (data_dir / "test.tgt.txt").read_text(encoding="utf-8").splitlines()
     print(f"[4/5] translating the held-out Gospel of John ({len(src_lines)} verses, beam {beam})", flush=True)
-    hyps = [h[0][0] for h in translate_lines(model, vocab, src_lines, beam=beam, alpha=0.6,
-                                             bf16=dtype == "bf16", batch_size=64, progress=progress)]
+    hyps = translator.translate(src_lines, progress=progress)
     (run / "test.hyp").write_text("\n".join(hyps) + "\n", encoding="utf-8")
     bleu, chrf_score = corpus_bleu(hyps, refs), chrf(hyps, refs)
     print(f"      test BLEU {bleu.score:.1f}   chrF {chrf_score.score:.1f}\n      sacreBLEU {bleu.signature}")
 
     print("[5/5] example translations (English -> Spanish):")
-    examples = translate_lines(model, vocab, EXAMPLES, beam=beam, alpha=0.6, bf16=dtype == "bf16")
-    for en, hyp in zip(EXAMPLES, examples):
-        print(f"      {en}\n   -> {hyp[0][0]}")
+    for en, hyp in zip(EXAMPLES, translator.translate(EXAMPLES)):
+        print(f"      {en}\n   -> {hyp}")
     minutes_total = (time.time() - t0) / 60
     print(f"""
 done in {minutes_total:.1f} minutes. Everything is in {out}/. Next:

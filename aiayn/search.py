@@ -23,6 +23,7 @@ t the step (= words generated so far by every live hypothesis).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import torch
@@ -32,6 +33,36 @@ from torch import Tensor
 from aiayn.config import BOS_ID, EOS_ID, PAD_ID
 
 NEG_INF = float("-inf")
+
+# A constraint on what may come next (e.g. parsing's well-formed trees): given the original sentence index of each
+# decoder row (N,) and the rows' prefixes (N, t+1) (BOS first), a bool (N, V) mask of the tokens allowed next.
+Constraint = Callable[[Tensor, Tensor], Tensor]
+
+
+@dataclass(frozen=True)
+class SearchConfig:
+    """How to decode: every option a search takes, in one place (defaults are the paper's, section 6.1)."""
+
+    beam: int = 4  # 1 = greedy search
+    alpha: float = 0.6  # length penalty exponent
+    lp: str = "gnmt"  # "gnmt": ((5 + |Y|) / 6)^alpha (the paper's); "power": |Y|^alpha (fairseq, HF, CTranslate2)
+    max_len_a: float = 1.0  # at most int(a * source tokens + b) words
+    max_len_b: int = 50
+    min_len: int = 1  # EOS banned before this many words
+    nbest: int = 1  # hypotheses returned per sentence (<= beam)
+    dtype: str = "fp32"  # "fp32" or "bf16": decode a bf16 copy of the weights
+
+    def __post_init__(self) -> None:
+        if self.beam < 1:
+            raise ValueError(f"beam must be >= 1, got {self.beam}")
+        if not 1 <= self.nbest <= self.beam:
+            raise ValueError(f"nbest must lie in 1..beam ({self.beam}), got {self.nbest}")
+        if self.lp not in ("gnmt", "power"):
+            raise ValueError(f"length penalty kind must be 'gnmt' or 'power', not {self.lp!r}")
+        if self.dtype not in ("fp32", "bf16"):
+            raise ValueError(f"dtype must be fp32 or bf16, not {self.dtype!r}")
+        if self.min_len < 0 or self.max_len_b < 0 or self.max_len_a < 0:
+            raise ValueError("min_len, max_len_a and max_len_b must be >= 0")
 
 
 @dataclass
@@ -66,9 +97,12 @@ def max_output_lengths(src: Tensor, max_len_a: float, max_len_b: int, min_len: i
     return limit if max_len is None else limit.clamp(max=max_len)
 
 
-def _constrain(lprobs: Tensor, t: int, min_len: int, row_max_len: Tensor, any_at_max: bool) -> Tensor:
-    """Ban PAD and BOS always, EOS before min_len words; force EOS on rows at their word limit (which wins
-    over min_len). In place."""
+def _constrain(lprobs: Tensor, t: int, min_len: int, row_max_len: Tensor, any_at_max: bool,
+               allowed: Tensor | None = None) -> Tensor:
+    """Ban PAD and BOS always, EOS before min_len words, and what a constraint does not allow (`allowed`, (N, V)
+    bool); force EOS on rows at their word limit (which wins over everything else). In place."""
+    if allowed is not None:
+        lprobs.masked_fill_(~allowed, NEG_INF)
     eos = lprobs[:, EOS_ID].clone() if any_at_max else None
     lprobs[:, PAD_ID] = NEG_INF
     lprobs[:, BOS_ID] = NEG_INF
@@ -108,7 +142,7 @@ def row_topk(x: Tensor, k: int, block: int = 128) -> tuple[Tensor, Tensor]:
 
 
 def _top_candidates(logits: Tensor, scores: Tensor, bsz: int, n: int, t: int, min_len: int, row_limit: Tensor,
-                    any_at_max: bool) -> tuple[Tensor, Tensor]:
+                    any_at_max: bool, allowed: Tensor | None) -> tuple[Tensor, Tensor]:
     """The n best (running score + constrained log-prob) of each sentence over its rows' vocabularies.
 
     logits (N, V) with N = bsz * kk rows, sentence-major; scores (N,). Returns (bsz, n') scores, best first, and
@@ -116,7 +150,7 @@ def _top_candidates(logits: Tensor, scores: Tensor, bsz: int, n: int, t: int, mi
     log_softmax + score (fairseq's step), but cheaper: a row's score shifts all its candidates alike, so a
     sentence's best n lie among its rows' best n each, and those come from `row_topk`."""
     N, V = logits.shape
-    lprobs = _constrain(_log_probs(logits), t, min_len, row_limit, any_at_max)
+    lprobs = _constrain(_log_probs(logits), t, min_len, row_limit, any_at_max, allowed)
     row_scores, row_tokens = row_topk(lprobs, min(n, V))  # (N, n)
     row_scores.add_(scores[:, None])
     kk, per_row = N // bsz, row_scores.size(1)
@@ -131,15 +165,16 @@ def _top_candidates(logits: Tensor, scores: Tensor, bsz: int, n: int, t: int, mi
 
 
 @torch.no_grad()
-def greedy_search(model, src: Tensor, max_len_a: float = 1.0, max_len_b: int = 50, min_len: int = 1,
-                  max_len: int | None = None, alpha: float = 0.6,
-                  lp_kind: str = "gnmt") -> list[list[Hypothesis]]:
+def greedy_search(model, src: Tensor, search: SearchConfig = SearchConfig(beam=1), max_len: int | None = None,
+                  constraint: Constraint | None = None) -> list[list[Hypothesis]]:
     """Take the most probable token at every step. src (B, S) padded with PAD_ID -> per sentence a
-    one-element list of Hypothesis (alpha/lp_kind only set how its score is normalized)."""
+    one-element list of Hypothesis (search.alpha/lp only set how its score is normalized; beam is ignored).
+    max_len: a hard cap on words (e.g. a learned position table's size)."""
+    min_len, alpha, lp_kind = search.min_len, search.alpha, search.lp
     B = src.size(0)
     src_pad = src.eq(PAD_ID)  # (B, S)
     memory = model.encode(src)  # (B, S, D)
-    limit = max_output_lengths(src, max_len_a, max_len_b, min_len, max_len)  # (B,)
+    limit = max_output_lengths(src, search.max_len_a, search.max_len_b, min_len, max_len)  # (B,)
     cache = model.new_cache()
 
     sent = torch.arange(B, device=src.device)  # original sentence of each row
@@ -149,7 +184,8 @@ def greedy_search(model, src: Tensor, max_len_a: float = 1.0, max_len_b: int = 5
     for t in range(int(limit.max()) + 1):
         row_limit = limit[sent]
         lprobs = _log_probs(_step_logits(model, tokens, memory, src_pad, cache))  # (N, V)
-        _constrain(lprobs, t, min_len, row_limit, t >= int(row_limit.min()))
+        allowed = constraint(sent, tokens) if constraint is not None else None
+        _constrain(lprobs, t, min_len, row_limit, t >= int(row_limit.min()), allowed)
         logp, nxt = (x.squeeze(1) for x in row_topk(lprobs, 1))  # (N,), (N,): the argmax
         tokens = torch.cat([tokens, nxt[:, None]], dim=1)
         logps = torch.cat([logps, logp[:, None]], dim=1)
@@ -174,21 +210,19 @@ def greedy_search(model, src: Tensor, max_len_a: float = 1.0, max_len_b: int = 5
 
 
 @torch.no_grad()
-def beam_search(model, src: Tensor, beam: int = 4, alpha: float = 0.6, max_len_a: float = 1.0,
-                max_len_b: int = 50, nbest: int = 1, min_len: int = 1, max_len: int | None = None,
-                lp_kind: str = "gnmt") -> list[list[Hypothesis]]:
-    """Beam search. src (B, S) padded with PAD_ID -> per sentence up to `nbest` Hypothesis, best first.
+def beam_search(model, src: Tensor, search: SearchConfig = SearchConfig(), max_len: int | None = None,
+                constraint: Constraint | None = None) -> list[list[Hypothesis]]:
+    """Beam search. src (B, S) padded with PAD_ID -> per sentence up to `search.nbest` Hypothesis, best first.
 
     A sentence stops when its nbest-th finished score is at least the best score any live hypothesis
     could still reach (its log-prob can only fall, its lp is at most lp at the word limit), or at its
-    word limit.
+    word limit. max_len: a hard cap on words (e.g. a learned position table's size).
     """
-    if not 1 <= nbest <= beam:
-        raise ValueError(f"need 1 <= nbest <= beam, got nbest={nbest}, beam={beam}")
-    B, dev, k = src.size(0), src.device, beam
+    alpha, lp_kind, nbest, min_len = search.alpha, search.lp, search.nbest, search.min_len
+    B, dev, k = src.size(0), src.device, search.beam
     src_pad = src.eq(PAD_ID)  # (B, S)
     memory = model.encode(src)  # (B, S, D)
-    limit = max_output_lengths(src, max_len_a, max_len_b, min_len, max_len)  # (B,)
+    limit = max_output_lengths(src, search.max_len_a, search.max_len_b, min_len, max_len)  # (B,)
     W = int(limit.max()) + 1  # longest finished hypothesis, EOS included
     cache = model.new_cache()
 
@@ -209,10 +243,11 @@ def beam_search(model, src: Tensor, beam: int = 4, alpha: float = 0.6, max_len_a
         row_limit = limit[sent].repeat_interleave(kk)  # (N,)
         logits = _step_logits(model, tokens, memory, src_pad, cache)  # (N, V)
         V = logits.size(1)
+        allowed = constraint(sent.repeat_interleave(kk), tokens) if constraint is not None else None
 
         # fairseq's step: top 2k of (running score + next log-prob) over kk*V, then div/mod.
         cand_scores, cand_idx = _top_candidates(logits, scores, bsz, 2 * k, t, min_len, row_limit,
-                                                t >= int(row_limit.min()))  # (bsz, 2k)
+                                                t >= int(row_limit.min()), allowed)  # (bsz, 2k)
         cand_beams = cand_idx.div(V, rounding_mode="floor")  # (bsz, 2k) in [0, kk)
         cand_tokens = cand_idx.remainder(V)
         cand_rows = cand_beams + (torch.arange(bsz, device=dev) * kk)[:, None]  # rows of the prefixes

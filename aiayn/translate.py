@@ -13,12 +13,14 @@ import argparse
 import copy
 import sys
 from collections.abc import Sequence
+from pathlib import Path
+from typing import NamedTuple
 
 import torch
 from tqdm import tqdm
 
 from aiayn.config import EOS_ID, PAD_ID
-from aiayn.search import Hypothesis, beam_search, greedy_search
+from aiayn.search import Constraint, Hypothesis, SearchConfig, beam_search, greedy_search
 
 
 def _warn(msg: str) -> None:
@@ -52,44 +54,79 @@ def inference_model(model, dtype: torch.dtype | None = None):
     return copy.deepcopy(model).to(dtype).eval()
 
 
-def translate_ids(model, sources: Sequence[list[int] | None], beam: int = 4, alpha: float = 0.6,
-                  max_len_a: float = 1.0, max_len_b: int = 50, min_len: int = 1, nbest: int = 1,
-                  batch_size: int = 64, bf16: bool = False, lp_kind: str = "gnmt",
-                  device: str | torch.device = "cpu", progress: bool = False) -> list[list[Hypothesis]]:
-    """Search every source (ids with EOS; None = blank) in length-sorted batches; answers in input order.
-    beam 1 is greedy search. A blank source gets one empty hypothesis of score 0."""
-    cfg = model.cfg
-    max_len = cfg.max_positions - 1 if cfg.positional == "learned" else None  # BOS + words < table size
-    results: list[list[Hypothesis]] = [[Hypothesis([], 0.0, [])] for _ in sources]
-    order = sorted((i for i, s in enumerate(sources) if s is not None), key=lambda i: -len(sources[i]))
-    model = inference_model(model, torch.bfloat16 if bf16 else None)
-    bar = tqdm(total=len(order), unit=" sent", disable=not progress, file=sys.stderr)
-    with torch.inference_mode():
-        for start in range(0, len(order), batch_size):
-            idx = order[start: start + batch_size]
-            width = max(len(sources[i]) for i in idx)
-            src = torch.full((len(idx), width), PAD_ID, dtype=torch.long)
-            for row, i in enumerate(idx):
-                src[row, : len(sources[i])] = torch.tensor(sources[i])
-            src = src.to(device)
-            if beam == 1:
-                hyps = greedy_search(model, src, max_len_a, max_len_b, min_len, max_len, alpha, lp_kind)
-            else:
-                hyps = beam_search(model, src, beam, alpha, max_len_a, max_len_b, nbest, min_len, max_len,
-                                   lp_kind)
-            for i, h in zip(idx, hyps):  # empty only if the model gave EOS probability 0 at the limit
-                results[i] = h or [Hypothesis([], float("-inf"), [])]
-            bar.update(len(idx))
-    bar.close()
-    return results
+class Translation(NamedTuple):
+    """One hypothesis for one input line: detokenized text, normalized score, subword ids (no BOS/EOS)."""
+
+    text: str
+    score: float
+    tokens: list[int]
 
 
-def translate_lines(model, vocab, lines: Sequence[str], max_input_len: int | None = None,
-                    **search) -> list[list[tuple[str, float]]]:
-    """Detokenized (text, score) n-best lists, best first, one per input line. `search`: see translate_ids."""
-    limit = max_input_len or model.cfg.max_positions
-    hyps = translate_ids(model, encode_sources(vocab, lines, limit), **search)
-    return [[(vocab.decode(h.tokens), h.score) for h in hs] for hs in hyps]
+class Translator:
+    """A model, its vocabulary and how to search: text in, text out. What the CLI, the quickstart, the server,
+    the attention views and the exporters share.
+
+    Sentences are sorted by length and searched in batches of `batch_size` (less padding); answers come back in
+    input order. `constraint` (see aiayn.search.Constraint) restricts what the search may generate."""
+
+    def __init__(self, model, vocab, search: SearchConfig = SearchConfig(), device: str | torch.device = "cpu",
+                 batch_size: int = 64, max_input_len: int | None = None, constraint: Constraint | None = None):
+        self.vocab, self.search, self.device = vocab, search, torch.device(device)
+        self.model = inference_model(model.to(self.device), torch.bfloat16 if search.dtype == "bf16" else None)
+        self.cfg = model.cfg
+        self.batch_size = batch_size
+        self.max_input_len = max_input_len or self.cfg.max_positions
+        self.constraint = constraint
+
+    @classmethod
+    def load(cls, checkpoint: str | Path, search: SearchConfig = SearchConfig(), device: str = "cpu",
+             **kw) -> Translator:
+        """From a run directory (its averaged, else best, else newest checkpoint) or a checkpoint file."""
+        from aiayn.checkpoint import load_for_inference
+
+        model, vocab, _ = load_for_inference(checkpoint, device=device)
+        if search.dtype == "bf16":
+            model.to(torch.bfloat16)  # in place: the fp32 weights are not needed again
+        return cls(model, vocab, search, device=device, **kw)
+
+    def encode(self, lines: Sequence[str]) -> list[list[int] | None]:
+        return encode_sources(self.vocab, lines, self.max_input_len)
+
+    def search_ids(self, sources: Sequence[list[int] | None], progress: bool = False) -> list[list[Hypothesis]]:
+        """Search every source (ids with EOS; None = blank) in length-sorted batches; answers in input order.
+        A blank source gets one empty hypothesis of score 0."""
+        cfg, search = self.cfg, self.search
+        max_len = cfg.max_positions - 1 if cfg.positional == "learned" else None  # BOS + words < table size
+        results: list[list[Hypothesis]] = [[Hypothesis([], 0.0, [])] for _ in sources]
+        order = sorted((i for i, s in enumerate(sources) if s is not None), key=lambda i: -len(sources[i]))
+        decode = greedy_search if search.beam == 1 else beam_search
+        bar = tqdm(total=len(order), unit=" sent", disable=not progress, file=sys.stderr)
+        with torch.inference_mode():
+            for start in range(0, len(order), self.batch_size):
+                idx = order[start: start + self.batch_size]
+                width = max(len(sources[i]) for i in idx)
+                src = torch.full((len(idx), width), PAD_ID, dtype=torch.long)
+                for row, i in enumerate(idx):
+                    src[row, : len(sources[i])] = torch.tensor(sources[i])
+                constraint = None
+                if self.constraint is not None:  # the constraint sees original line numbers
+                    rows = torch.tensor(idx, device=self.device)
+                    constraint = (lambda c, r: lambda sent, prefix: c(r[sent], prefix))(self.constraint, rows)
+                hyps = decode(self.model, src.to(self.device), search, max_len, constraint)
+                for i, h in zip(idx, hyps):  # empty only if the model gave EOS probability 0 at the limit
+                    results[i] = h or [Hypothesis([], float("-inf"), [])]
+                bar.update(len(idx))
+        bar.close()
+        return results
+
+    def translate_nbest(self, lines: Sequence[str], progress: bool = False) -> list[list[Translation]]:
+        """Up to search.nbest translations per line, best first."""
+        hyps = self.search_ids(self.encode(lines), progress)
+        return [[Translation(self.vocab.decode(h.tokens), h.score, h.tokens) for h in hs] for hs in hyps]
+
+    def translate(self, lines: Sequence[str], progress: bool = False) -> list[str]:
+        """The best translation of each line."""
+        return [hs[0].text for hs in self.translate_nbest(lines, progress)]
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -97,36 +134,55 @@ def translate_lines(model, vocab, lines: Sequence[str], max_input_len: int | Non
 
 
 def _translate_command(args: argparse.Namespace) -> int:
-    from aiayn.checkpoint import load_for_inference
-
-    if not 1 <= args.nbest <= args.beam:
-        print(f"error: --nbest must lie in 1..--beam ({args.beam}), got {args.nbest}", file=sys.stderr)
+    try:
+        search = search_config_from_args(args)
+    except ValueError as e:
+        print(f"error: {e}", file=sys.stderr)
         return 2
-    model, vocab, cfg = load_for_inference(args.checkpoint, device=args.device)
-    if args.bf16:
-        model.to(torch.bfloat16)  # in place: the fp32 weights are not needed again (translate_ids would copy)
+    translator = Translator.load(args.checkpoint, search, device=args.device, batch_size=args.batch_size,
+                                 max_input_len=args.max_input_len)
     if args.input in (None, "-"):
         lines = [line.rstrip("\r\n") for line in sys.stdin]
     else:
         with open(args.input, encoding="utf-8") as f:
             lines = [line.rstrip("\r\n") for line in f]
-    nbests = translate_lines(
-        model, vocab, lines, args.max_input_len, beam=args.beam, alpha=args.alpha, max_len_a=args.max_len_a,
-        max_len_b=args.max_len_b, min_len=args.min_len, nbest=args.nbest, batch_size=args.batch_size,
-        bf16=args.bf16, lp_kind=args.lp, device=args.device,
-        progress=args.input not in (None, "-") and not args.quiet,
-    )
+    nbests = translator.translate_nbest(lines, progress=args.input not in (None, "-") and not args.quiet)
     out = open(args.output, "w", encoding="utf-8") if args.output else sys.stdout
     try:
         for n, hyps in enumerate(nbests):
-            if args.nbest == 1:
-                out.write(hyps[0][0] + "\n")
+            if search.nbest == 1:
+                out.write(hyps[0].text + "\n")
             else:  # Moses n-best format: input line number (from 0) ||| text ||| score
-                out.writelines(f"{n} ||| {text} ||| {score:.4f}\n" for text, score in hyps)
+                out.writelines(f"{n} ||| {h.text} ||| {h.score:.4f}\n" for h in hyps)
     finally:
         if out is not sys.stdout:
             out.close()
     return 0
+
+
+def add_search_args(p: argparse.ArgumentParser, defaults: SearchConfig = SearchConfig()) -> None:
+    """The decoding flags, one spelling for every command that decodes (defaults: the paper's, or `defaults`)."""
+    g = p.add_argument_group("search")
+    g.add_argument("--beam", type=int, default=defaults.beam, help=f"beam size (default {defaults.beam}); 1 = greedy")
+    g.add_argument("--alpha", type=float, default=defaults.alpha,
+                   help=f"length penalty alpha (default {defaults.alpha})")
+    g.add_argument("--lp", choices=["gnmt", "power"], default=defaults.lp,
+                   help="length penalty: gnmt ((5+|Y|)/6)^alpha (paper) or power |Y|^alpha "
+                        f"(default {defaults.lp})")
+    g.add_argument("--max-len-a", type=float, default=defaults.max_len_a,
+                   help="max output words = a * input tokens + b")
+    g.add_argument("--max-len-b", type=int, default=defaults.max_len_b)
+    g.add_argument("--min-len", type=int, default=defaults.min_len,
+                   help=f"EOS banned before this many words (default {defaults.min_len})")
+    g.add_argument("--nbest", type=int, default=defaults.nbest,
+                   help="hypotheses per input; >1 prints 'LINE ||| TEXT ||| SCORE' lines (Moses n-best)")
+    g.add_argument("--bf16", action="store_true", help="decode in bfloat16 (a bf16 copy of the weights)")
+
+
+def search_config_from_args(args: argparse.Namespace) -> SearchConfig:
+    return SearchConfig(beam=args.beam, alpha=args.alpha, lp=args.lp, max_len_a=args.max_len_a,
+                        max_len_b=args.max_len_b, min_len=args.min_len, nbest=args.nbest,
+                        dtype="bf16" if args.bf16 else "fp32")
 
 
 def register_cli(sub) -> None:
@@ -139,20 +195,11 @@ def register_cli(sub) -> None:
                         "file")
     p.add_argument("--input", help="input file (default: stdin); a progress bar is shown for files")
     p.add_argument("--output", help="output file (default: stdout)")
-    p.add_argument("--beam", type=int, default=4, help="beam size (default 4); 1 = greedy search")
-    p.add_argument("--alpha", type=float, default=0.6, help="length penalty alpha (default 0.6)")
-    p.add_argument("--lp", choices=["gnmt", "power"], default="gnmt",
-                   help="length penalty: gnmt ((5+|Y|)/6)^alpha (paper, default) or power |Y|^alpha")
-    p.add_argument("--max-len-a", type=float, default=1.0, help="max output words = a * input tokens + b")
-    p.add_argument("--max-len-b", type=int, default=50)
-    p.add_argument("--min-len", type=int, default=1, help="EOS banned before this many words (default 1)")
-    p.add_argument("--nbest", type=int, default=1,
-                   help="hypotheses per input; >1 prints 'LINE ||| TEXT ||| SCORE' lines (Moses n-best)")
     p.add_argument("--batch-size", type=int, default=64, help="sentences per batch (default 64)")
     p.add_argument("--max-input-len", type=int, default=None,
                    help="longer inputs (subword tokens + EOS) are cut, with a warning (default: the "
                         "model's max_positions)")
-    p.add_argument("--bf16", action="store_true", help="decode in bfloat16 (a bf16 copy of the weights)")
+    add_search_args(p)
     p.add_argument("--device", default="cpu")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.set_defaults(func=_translate_command)

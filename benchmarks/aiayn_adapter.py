@@ -21,7 +21,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from aiayn.config import BOS_ID, EOS_ID, PAD_ID, ModelConfig  # noqa: E402
 from aiayn.model import Transformer  # noqa: E402
 from aiayn.perf import keep_freed_memory  # noqa: E402
-from aiayn.search import beam_search, greedy_search  # noqa: E402
+from aiayn.search import SearchConfig, beam_search, greedy_search  # noqa: E402
 from aiayn.train import batch_loss  # noqa: E402
 from aiayn.translate import inference_model  # noqa: E402
 
@@ -80,7 +80,7 @@ class Adapter:
         # n_tokens decoder steps: n_tokens - 1 words (EOS banned before), then the forced EOS (as fairseq).
         n = n_tokens - 1
         if beam == 1:
-            hyps = greedy_search(model, src, max_len_a=0.0, max_len_b=n, min_len=n)
+            hyps = greedy_search(model, src, SearchConfig(beam=1, max_len_a=0.0, max_len_b=n, min_len=n))
         else:
-            hyps = beam_search(model, src, beam=beam, alpha=lenpen, max_len_a=0.0, max_len_b=n, min_len=n)
+            hyps = beam_search(model, src, SearchConfig(beam=beam, alpha=lenpen, max_len_a=0.0, max_len_b=n, min_len=n))
         return [h[0].tokens + [common.EOS] for h in hyps]

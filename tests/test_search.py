@@ -7,7 +7,17 @@ import torch
 
 from aiayn.config import BOS_ID, EOS_ID, PAD_ID, ModelConfig
 from aiayn.model import Transformer
-from aiayn.search import beam_search, greedy_search, length_penalty, row_topk
+from aiayn.search import SearchConfig, length_penalty, row_topk
+from aiayn.search import beam_search as _beam_search
+from aiayn.search import greedy_search as _greedy_search
+
+
+def beam_search(model, src, **kw):
+    return _beam_search(model, src, SearchConfig(**kw))
+
+
+def greedy_search(model, src, **kw):
+    return _greedy_search(model, src, SearchConfig(beam=1, **kw))
 
 E = EOS_ID
 A, B, C = 4, 5, 6  # words
@@ -132,7 +142,7 @@ def test_beam_with_length_penalty_by_hand():
     (h,), = run([1], beam=2, alpha=1.0)
     assert h.tokens == [B] and h.score == pytest.approx(ln(0.24) / (7 / 6))
     # |Y|^1: "a b" = ln .175 / 3 = -0.581 beats "b" = ln .24 / 2 = -0.714.
-    (h,), = run([1], beam=2, alpha=1.0, lp_kind="power")
+    (h,), = run([1], beam=2, alpha=1.0, lp="power")
     assert h.tokens == [A, B] and h.score == pytest.approx(ln(0.175) / 3)
 
 

@@ -10,7 +10,14 @@ from aiayn.cli import main
 from aiayn.config import EOS_ID, ModelConfig
 from aiayn.data import Vocab
 from aiayn.model import Transformer
-from aiayn.translate import encode_sources, translate_ids, translate_lines
+from aiayn.search import SearchConfig
+from aiayn.translate import Translator, encode_sources
+
+
+def translate_lines(model, vocab, lines, batch_size=64, max_input_len=None, **search):
+    """(text, score) n-best lists through a Translator."""
+    t = Translator(model, vocab, SearchConfig(**search), batch_size=batch_size, max_input_len=max_input_len)
+    return [[(h.text, h.score) for h in hs] for hs in t.translate_nbest(lines)]
 
 
 def _model(vocab_size: int, **overrides) -> Transformer:
@@ -59,7 +66,7 @@ def test_learned_positions_never_overflow(copy_data):
     long_line = " ".join((copy_data / "test.src.txt").read_text().splitlines()[:8])
     sources = encode_sources(vocab, [long_line], model.cfg.max_positions)
     assert len(sources[0]) == 12 and sources[0][-1] == EOS_ID
-    (hyp,), = translate_ids(model, sources, max_len_b=50, min_len=50)
+    (hyp,), = Translator(model, vocab, SearchConfig(max_len_b=50, min_len=50)).search_ids(sources)
     assert len(hyp.tokens) == 11
 
 
@@ -68,7 +75,7 @@ def test_nbest_and_bf16(setup):
     nb = translate_lines(model, vocab, lines[:3], beam=4, nbest=3, max_len_b=6)
     for hyps in nb:
         assert len(hyps) == 3 and [s for _, s in hyps] == sorted((s for _, s in hyps), reverse=True)
-    bf = translate_lines(model, vocab, lines[:3], beam=2, max_len_b=6, bf16=True)
+    bf = translate_lines(model, vocab, lines[:3], beam=2, max_len_b=6, dtype="bf16")
     assert len(bf) == 3 and all(len(h) == 1 for h in bf)
 
 
