@@ -31,15 +31,12 @@ from safetensors import SafetensorError
 from safetensors.torch import load_file, safe_open, save_file
 
 from aiayn.config import ModelConfig
+from aiayn.errors import CheckpointError
 
 CHECKPOINT_DIR = "checkpoints"
 BEST = "checkpoint_best.safetensors"
 AVERAGED = "averaged.safetensors"
 _STEP_RE = re.compile(r"step_(\d+)\.safetensors$")
-
-
-class CheckpointError(RuntimeError):
-    """A checkpoint or run directory that cannot be used; the message says why and what to do."""
 
 
 def atomic_write(path: Path, write: Callable[[Path], None]) -> None:

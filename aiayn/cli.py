@@ -39,8 +39,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from aiayn.checkpoint import CheckpointError
-    from aiayn.vocab import DataError
+
+    from aiayn.errors import CheckpointError, DataError
 
     parser = build_parser()
     args = parser.parse_args(argv)

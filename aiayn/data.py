@@ -29,7 +29,8 @@ import torch
 from tqdm import tqdm
 
 from aiayn.config import BOS_ID, EOS_ID, PAD_ID, PAPER_VOCAB, UNK_ID
-from aiayn.vocab import DataError, Vocab
+from aiayn.errors import DataError
+from aiayn.vocab import Vocab
 
 __all__ = [
     "Batch", "DataError", "PreparedSplit", "TokenBatchSampler", "Vocab", "builtin_corpus", "collate",

@@ -26,12 +26,11 @@ EXAMPLES = [
 
 def quickstart(out: Path, minutes: float = 12.0, preset: str = "small", vocab_size: int = 8000,
                dtype: str = "bf16", average_last: int = 5, beam: int = 4, progress: bool = True) -> dict:
-    import torch
 
     from aiayn.data import builtin_corpus, prepare
     from aiayn.evaluate import chrf, corpus_bleu
-    from aiayn.train import TrainConfig, train
     from aiayn.search import SearchConfig
+    from aiayn.train import TrainConfig, train
     from aiayn.translate import Translator
 
     out = Path(out)

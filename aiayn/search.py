@@ -65,6 +65,9 @@ class SearchConfig:
             raise ValueError("min_len, max_len_a and max_len_b must be >= 0")
 
 
+PAPER_SEARCH = SearchConfig()  # beam 4, alpha 0.6, max length = input + 50 (section 6.1)
+
+
 @dataclass
 class Hypothesis:
     """One finished translation: word ids (no BOS/EOS), its normalized score, and the log-prob of each
@@ -210,7 +213,7 @@ def greedy_search(model, src: Tensor, search: SearchConfig = SearchConfig(beam=1
 
 
 @torch.no_grad()
-def beam_search(model, src: Tensor, search: SearchConfig = SearchConfig(), max_len: int | None = None,
+def beam_search(model, src: Tensor, search: SearchConfig = PAPER_SEARCH, max_len: int | None = None,
                 constraint: Constraint | None = None) -> list[list[Hypothesis]]:
     """Beam search. src (B, S) padded with PAD_ID -> per sentence up to `search.nbest` Hypothesis, best first.
 

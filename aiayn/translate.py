@@ -20,7 +20,7 @@ import torch
 from tqdm import tqdm
 
 from aiayn.config import EOS_ID, PAD_ID
-from aiayn.search import Constraint, Hypothesis, SearchConfig, beam_search, greedy_search
+from aiayn.search import PAPER_SEARCH, Constraint, Hypothesis, SearchConfig, beam_search, greedy_search
 
 
 def _warn(msg: str) -> None:
@@ -69,7 +69,7 @@ class Translator:
     Sentences are sorted by length and searched in batches of `batch_size` (less padding); answers come back in
     input order. `constraint` (see aiayn.search.Constraint) restricts what the search may generate."""
 
-    def __init__(self, model, vocab, search: SearchConfig = SearchConfig(), device: str | torch.device = "cpu",
+    def __init__(self, model, vocab, search: SearchConfig = PAPER_SEARCH, device: str | torch.device = "cpu",
                  batch_size: int = 64, max_input_len: int | None = None, constraint: Constraint | None = None):
         self.vocab, self.search, self.device = vocab, search, torch.device(device)
         self.model = inference_model(model.to(self.device), torch.bfloat16 if search.dtype == "bf16" else None)
@@ -79,7 +79,7 @@ class Translator:
         self.constraint = constraint
 
     @classmethod
-    def load(cls, checkpoint: str | Path, search: SearchConfig = SearchConfig(), device: str = "cpu",
+    def load(cls, checkpoint: str | Path, search: SearchConfig = PAPER_SEARCH, device: str = "cpu",
              **kw) -> Translator:
         """From a run directory (its averaged, else best, else newest checkpoint) or a checkpoint file."""
         from aiayn.checkpoint import load_for_inference
@@ -160,7 +160,7 @@ def _translate_command(args: argparse.Namespace) -> int:
     return 0
 
 
-def add_search_args(p: argparse.ArgumentParser, defaults: SearchConfig = SearchConfig()) -> None:
+def add_search_args(p: argparse.ArgumentParser, defaults: SearchConfig = PAPER_SEARCH) -> None:
     """The decoding flags, one spelling for every command that decodes (defaults: the paper's, or `defaults`)."""
     g = p.add_argument_group("search")
     g.add_argument("--beam", type=int, default=defaults.beam, help=f"beam size (default {defaults.beam}); 1 = greedy")

@@ -15,13 +15,10 @@ from pathlib import Path
 import sentencepiece as spm
 
 from aiayn.config import BOS_ID, EOS_ID, PAD_ID, UNK_ID
+from aiayn.errors import DataError
 
 MODEL_FILE = "vocab.model"  # the SentencePiece model; the name inside prepared-data and run directories
 PIECES_FILE = "vocab.vocab"  # the same pieces as text (piece TAB score), for people
-
-
-class DataError(ValueError):
-    """Bad input to the data pipeline; the message says what is wrong and how to fix it."""
 
 
 def num_threads() -> int:
