@@ -17,11 +17,9 @@ the previous checkpoint intact. Nothing is unpickled: weights are safetensors, t
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import re
-import sys
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
@@ -62,6 +60,21 @@ def atomic_write(path: Path, write: Callable[[Path], None]) -> None:
 
 def write_json(path: Path, obj) -> None:
     atomic_write(path, lambda p: p.write_text(json.dumps(obj, indent=2, sort_keys=True) + "\n"))
+
+
+def read_run_config(run_dir: Path) -> dict:
+    """RUN/config.json: {"model": ..., "train": ..., "data": ...}, with a clear error if it is missing or broken."""
+    path = Path(run_dir) / "config.json"
+    if not path.is_file():
+        raise CheckpointError(f"{run_dir} is not a run directory (no config.json); start a run with "
+                              "`aiayn train --data DIR --out RUN`")
+    try:
+        saved = json.loads(path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise CheckpointError(f"{path} is not valid JSON ({e}); it was damaged outside aiayn") from None
+    if not isinstance(saved, dict) or not {"model", "train", "data"} <= set(saved):
+        raise CheckpointError(f"{path} lacks the model, train or data section; it was not written by aiayn train")
+    return saved
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -212,31 +225,3 @@ def average_checkpoints(paths: list[Path]) -> tuple[dict[str, torch.Tensor], Mod
         for k, v in state.items():
             total[k] = total[k] + v.double() if k in total else v.double()
     return {k: (v / len(paths)).to(torch.float32) for k, v in total.items()}, cfg0
-
-
-def _average_command(args: argparse.Namespace) -> int:
-    if args.inputs:
-        paths = [Path(p) for p in args.inputs]
-    else:
-        paths = checkpoint_paths(args.run)[-args.last:]
-        if len(paths) < args.last:
-            print(f"warning: {args.run} has only {len(paths)} checkpoints; averaging those", file=sys.stderr)
-    out = Path(args.out) if args.out else Path(args.run) / AVERAGED
-    try:
-        state, cfg = average_checkpoints(paths)
-        save_weights(out, state, cfg)
-    except CheckpointError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 1
-    print(f"averaged {len(paths)} checkpoints ({paths[0].name} .. {paths[-1].name}) -> {out}")
-    return 0
-
-
-def register_cli(sub) -> None:
-    p = sub.add_parser("average", help="average the last N checkpoints of a run (paper: 5 base, 20 big)")
-    src = p.add_mutually_exclusive_group(required=True)
-    src.add_argument("--run", type=Path, help="run directory; its last --last step checkpoints are averaged")
-    src.add_argument("--inputs", nargs="+", help="explicit checkpoint files to average")
-    p.add_argument("--last", type=int, default=5, help="how many of the newest checkpoints (default 5)")
-    p.add_argument("--out", help=f"output file (default RUN/{AVERAGED})")
-    p.set_defaults(func=_average_command)

@@ -11,6 +11,8 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
+from aiayn.errors import UsageError
+
 # Fixed special ids of the shared vocabulary (SentencePiece is trained with these; see aiayn.data).
 PAD_ID, UNK_ID, BOS_ID, EOS_ID = 0, 1, 2, 3
 
@@ -31,30 +33,29 @@ class ModelConfig:
     d_k: int = 64  # query/key width per head; h * d_k need not equal d_model (Table 3 rows A, B)
     d_v: int = 64  # value width per head
     dropout: float = 0.1  # P_drop: sub-layer outputs and embedding + position sums
-    attention_dropout: float = 0.0  # on attention weights; the paper uses none for translation
     label_smoothing: float = 0.1  # eps_ls; a training setting kept here because Table 3 row D varies it
     positional: str = "sinusoidal"  # "sinusoidal" (paper) or "learned" (Table 3 row E)
     max_positions: int = 1024  # table size for learned positions; sinusoids are computed for any length
     norm_first: bool = False  # False = post-norm LayerNorm(x + Dropout(Sublayer(x))) as the paper
     layer_norm_eps: float = 1e-5
-    pad_id: int = PAD_ID
 
     def __post_init__(self) -> None:
         if self.positional not in ("sinusoidal", "learned"):
-            raise ValueError(f"positional must be 'sinusoidal' or 'learned', not {self.positional!r}")
+            raise UsageError(f"positional must be 'sinusoidal' or 'learned', not {self.positional!r}")
         if self.d_model % 2:
-            raise ValueError(f"d_model must be even for sinusoidal positions, got {self.d_model}")
+            raise UsageError(f"d_model must be even for sinusoidal positions, got {self.d_model}")
         for name in ("vocab_size", "n_enc_layers", "n_dec_layers", "d_model", "d_ff", "n_heads", "d_k", "d_v"):
             if getattr(self, name) <= 0:
-                raise ValueError(f"{name} must be positive, got {getattr(self, name)}")
-        if not 0.0 <= self.dropout < 1.0 or not 0.0 <= self.attention_dropout < 1.0:
-            raise ValueError("dropout probabilities must lie in [0, 1)")
+                raise UsageError(f"{name} must be positive, got {getattr(self, name)}")
+        if not 0.0 <= self.dropout < 1.0:
+            raise UsageError(f"dropout must lie in [0, 1), got {self.dropout}")
 
     @classmethod
     def preset(cls, name: str, **overrides: Any) -> ModelConfig:
         """A named preset (`base`, `big`, `A1`..`E`, `parse`, `tiny`, `small`) with fields overridden."""
         if name not in PRESETS:
-            raise KeyError(f"unknown preset {name!r}; choose one of: {', '.join(PRESETS)}")
+            raise UsageError(f"unknown preset {name!r}; choose one of: {', '.join(PRESETS)}")
+        check_fields(cls, overrides, "model config fields")
         return dataclasses.replace(cls(**PRESETS[name]), **overrides)
 
     def replace(self, **overrides: Any) -> ModelConfig:
@@ -65,6 +66,7 @@ class ModelConfig:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> ModelConfig:
+        d = {k: v for k, v in d.items() if _LEGACY_NO_OPS.get(k, object()) != v}
         check_fields(cls, d, "model config fields")
         return cls(**d)
 
@@ -72,12 +74,16 @@ class ModelConfig:
         return json.dumps(self.to_dict(), indent=2, sort_keys=True)
 
 
+# Fields of configs saved by earlier versions, removed since; accepted (and dropped) at the value that changes nothing.
+_LEGACY_NO_OPS: dict[str, Any] = {"pad_id": PAD_ID, "attention_dropout": 0.0}
+
+
 def check_fields(cls: type, d: dict[str, Any], what: str) -> None:
     """Refuse keys that are not fields of the dataclass `cls`, naming the known ones."""
     known = {f.name for f in dataclasses.fields(cls)}
     unknown = set(d) - known
     if unknown:
-        raise ValueError(f"unknown {what}: {sorted(unknown)}; known: {sorted(known)}")
+        raise UsageError(f"unknown {what}: {sorted(unknown)}; known: {sorted(known)}")
 
 
 def _base(**kw: Any) -> dict[str, Any]:

@@ -10,7 +10,7 @@ class UserError(Exception):
     exit_code = 1
 
 
-class UsageError(UserError):
+class UsageError(UserError, ValueError):
     """Flags that do not fit together or lie outside their range (exit 2, as argparse)."""
 
     exit_code = 2

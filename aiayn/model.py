@@ -6,7 +6,7 @@ Notation (batch first everywhere):
     h  heads                   dk d_k (query/key width)   dv d_v (value width)
 
 Reading guide, paper -> code:
-    3.2.1 scaled dot-product attention   -> `scaled_dot_product_attention` / F.sdpa (flash kernel, fp32)
+    3.2.1 scaled dot-product attention   -> `scaled_dot_product_attention` (or torch's fused kernel: aiayn.fast)
     3.2.2 multi-head attention           -> `MultiHeadAttention`
     3.3   position-wise feed-forward     -> `FeedForward`
     3.1   encoder / decoder stacks       -> `EncoderLayer`, `DecoderLayer`, `Encoder`, `Decoder`
@@ -28,29 +28,29 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from aiayn.config import ModelConfig
+from aiayn.config import PAD_ID, ModelConfig
+from aiayn.fast import Dropout, use_matmul_attention
 
 # ---------------------------------------------------------------------------------------------------------
 # Pure functions: the paper's equations.
 
 
 def scaled_dot_product_attention(
-    q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = None, is_causal: bool = False, dropout: float = 0.0
+    q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = None, is_causal: bool = False
 ) -> tuple[Tensor, Tensor]:
     """Attention(Q, K, V) = softmax(Q K^T / sqrt(d_k)) V  (eq. 1), as two batched matmuls; returns the weights too.
 
     q (..., n, dk), k (..., m, dk), v (..., m, dv); mask broadcastable to (..., n, m), True = may attend;
     is_causal: the n queries are the last n of the m positions and see none after their own. The softmax runs in
-    fp32 whatever the inputs' dtype; dropout, if any, applies to the weights (the returned ones are before it).
-    MultiHeadAttention uses this for bf16 on CPU and for decoding steps, where torch's flash kernel is 1.8x (with
-    fp32 casts) to 4.5x slower (fwd+bwd, base shape, benchmarks/attention.py), and F.sdpa elsewhere."""
+    fp32 whatever the inputs' dtype. MultiHeadAttention runs this or torch's fused kernel (the same equation) as
+    aiayn.fast.use_matmul_attention decides."""
     scores = q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))  # (..., n, m)
     if is_causal:
         mask = causal_mask(scores.size(-1), q.device)[-scores.size(-2):]
     if mask is not None:
         scores = scores.masked_fill(~mask, float("-inf"))
     weights = scores.softmax(dim=-1, dtype=torch.float32).to(v.dtype)
-    return F.dropout(weights, dropout) @ v if dropout > 0.0 else weights @ v, weights
+    return weights @ v, weights
 
 
 def sinusoidal_positions(n_positions: int, d_model: int, offset: int = 0) -> Tensor:
@@ -120,12 +120,10 @@ class MultiHeadAttention(nn.Module):
     are kept separate: one fused (D, 3D) projection measured no faster here (benchmarks/fused_qkv.py).
     """
 
-    def __init__(self, d_model: int, n_heads: int, d_k: int, d_v: int, self_attention: bool,
-                 attention_dropout: float = 0.0):
+    def __init__(self, d_model: int, n_heads: int, d_k: int, d_v: int, self_attention: bool):
         super().__init__()
         self.h, self.d_k, self.d_v = n_heads, d_k, d_v
         self.self_attention = self_attention  # keys/values from the queries' own sequence, or from the memory
-        self.attention_dropout = attention_dropout
         self.w_q = nn.Linear(d_model, n_heads * d_k)
         self.w_k = nn.Linear(d_model, n_heads * d_k)
         self.w_v = nn.Linear(d_model, n_heads * d_v)
@@ -175,16 +173,13 @@ class MultiHeadAttention(nn.Module):
             mask = causal_mask(m, x.device)[m - n:]
             is_causal = False
 
-        dropout = self.attention_dropout if self.training else 0.0
-        if (self.record_attention or (q.device.type == "cpu" and q.dtype == torch.bfloat16)
-                or (cache is not None and not self.training)):
-            # Weights to keep; bf16 on CPU; a decoding step (a few queries per sentence; this also keeps the cache
-            # in the autocast dtype): two batched matmuls beat torch's flash kernel there (benchmarks/attention.py).
-            out, weights = scaled_dot_product_attention(q, k, v, mask, is_causal, dropout)
+        decoding = cache is not None and not self.training
+        if use_matmul_attention(q, decoding=decoding, need_weights=self.record_attention):
+            out, weights = scaled_dot_product_attention(q, k, v, mask, is_causal)
             if self.record_attention:
                 self.last_attention = _ungroup(weights.detach(), group)
         else:
-            out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout, is_causal=is_causal)
+            out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=is_causal)
         out = _ungroup(out, group)
         b, h, n, dv = out.shape
         out = out.transpose(1, 2).reshape(b, n, h * dv)  # (B, h, n, dv) -> (B, n, h*dv)
@@ -211,24 +206,6 @@ class FeedForward(nn.Module):
         return self.w_2(F.relu(self.w_1(x)))
 
 
-class Dropout(nn.Dropout):
-    """Dropout (section 5.4), with a faster mask on CPU.
-
-    torch's CPU dropout draws one Bernoulli sample per element; on a (4470, 512) activation that takes ~13 ms,
-    ~9 % of a bf16 base training step over its 32 applications. Here each element instead gets 31 random bits
-    (two per 64-bit draw of the same generator, so `torch.manual_seed` still governs it) and is kept when they
-    are >= p * 2^31: the drop probability is p to within 2^-31, survivors are scaled by 1 / (1 - p) as usual.
-    ~2x faster on CPU; on other devices torch's own kernel is used."""
-
-    def forward(self, x: Tensor) -> Tensor:
-        if not self.training or self.p == 0.0 or x.device.type != "cpu" or self.p >= 1.0:
-            return super().forward(x)
-        n = x.numel()
-        bits = torch.empty((n + 1) // 2, dtype=torch.int64).random_().view(torch.int32)[:n].view(x.shape)
-        keep = bits.bitwise_and_(0x7FFFFFFF) >= round(self.p * 2**31)
-        return x * keep.to(x.dtype).mul_(1.0 / (1.0 - self.p))
-
-
 class SublayerConnection(nn.Module):
     """Post-norm LayerNorm(x + Dropout(Sublayer(x))) as the paper; pre-norm x + Dropout(Sublayer(LN(x)))."""
 
@@ -249,7 +226,7 @@ class EncoderLayer(nn.Module):
 
     def __init__(self, cfg: ModelConfig):
         super().__init__()
-        self.self_attn = MultiHeadAttention(cfg.d_model, cfg.n_heads, cfg.d_k, cfg.d_v, True, cfg.attention_dropout)
+        self.self_attn = MultiHeadAttention(cfg.d_model, cfg.n_heads, cfg.d_k, cfg.d_v, True)
         self.ffn = FeedForward(cfg.d_model, cfg.d_ff)
         self.sublayers = nn.ModuleList(
             SublayerConnection(cfg.d_model, cfg.dropout, cfg.norm_first, cfg.layer_norm_eps) for _ in range(2)
@@ -265,9 +242,8 @@ class DecoderLayer(nn.Module):
 
     def __init__(self, cfg: ModelConfig):
         super().__init__()
-        self.self_attn = MultiHeadAttention(cfg.d_model, cfg.n_heads, cfg.d_k, cfg.d_v, True, cfg.attention_dropout)
-        self.cross_attn = MultiHeadAttention(cfg.d_model, cfg.n_heads, cfg.d_k, cfg.d_v, False,
-                                             cfg.attention_dropout)
+        self.self_attn = MultiHeadAttention(cfg.d_model, cfg.n_heads, cfg.d_k, cfg.d_v, True)
+        self.cross_attn = MultiHeadAttention(cfg.d_model, cfg.n_heads, cfg.d_k, cfg.d_v, False)
         self.ffn = FeedForward(cfg.d_model, cfg.d_ff)
         self.sublayers = nn.ModuleList(
             SublayerConnection(cfg.d_model, cfg.dropout, cfg.norm_first, cfg.layer_norm_eps) for _ in range(3)
@@ -313,7 +289,7 @@ class Transformer(nn.Module):
     def __init__(self, cfg: ModelConfig):
         super().__init__()
         self.cfg = cfg
-        self.embedding = nn.Embedding(cfg.vocab_size, cfg.d_model, padding_idx=cfg.pad_id)
+        self.embedding = nn.Embedding(cfg.vocab_size, cfg.d_model, padding_idx=PAD_ID)
         self.embed_scale = math.sqrt(cfg.d_model)
         if cfg.positional == "learned":
             self.positions = nn.Embedding(cfg.max_positions, cfg.d_model)
@@ -329,7 +305,7 @@ class Transformer(nn.Module):
         cfg = self.cfg
         nn.init.normal_(self.embedding.weight, mean=0.0, std=cfg.d_model**-0.5)
         with torch.no_grad():
-            self.embedding.weight[cfg.pad_id].zero_()
+            self.embedding.weight[PAD_ID].zero_()
         if cfg.positional == "learned":
             nn.init.normal_(self.positions.weight, mean=0.0, std=cfg.d_model**-0.5)
         for module in self.modules():
@@ -368,8 +344,8 @@ class Transformer(nn.Module):
         return None if src_pad is None else (~src_pad)[:, None, None, :]  # (B, 1, 1, S), True = attend
 
     def encode(self, src: Tensor) -> Tensor:
-        """src (B, S) padded with pad_id -> memory (B, S, D)."""
-        src_pad = src.eq(self.cfg.pad_id)
+        """src (B, S) padded with PAD_ID -> memory (B, S, D)."""
+        src_pad = src.eq(PAD_ID)
         return self.encoder(self.embed(src), self._key_mask(src_pad))
 
     def decode_hidden(self, tgt_in: Tensor, memory: Tensor, src_pad: Tensor | None,
@@ -400,7 +376,7 @@ class Transformer(nn.Module):
     def forward(self, src: Tensor, tgt_in: Tensor) -> Tensor:
         """Teacher-forced logits: src (B, S), tgt_in (B, T) -> (B, T, V)."""
         memory = self.encode(src)
-        return self.decode(tgt_in, memory, src.eq(self.cfg.pad_id))
+        return self.decode(tgt_in, memory, src.eq(PAD_ID))
 
 
 def count_parameters(model: nn.Module) -> int:

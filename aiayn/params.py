@@ -1,8 +1,6 @@
-"""`aiayn params`: parameter counts of every preset beside Table 3's column."""
+"""Parameter counts of every preset beside Table 3's column (`aiayn params`)."""
 
 from __future__ import annotations
-
-import argparse
 
 import torch
 
@@ -34,16 +32,3 @@ def format_table(rows: list[dict]) -> str:
         lines.append(f"| {r['preset']} | {r['N']} | {r['d_model']} | {r['d_ff']} | {r['h']} | {r['d_k']} | "
                      f"{r['d_v']} | {r['vocab']} | {r['params'] / 1e6:.1f}M | {r['closed_form']:,} | {paper} |")
     return "\n".join(lines)
-
-
-def _run(args: argparse.Namespace) -> int:
-    print(format_table(parameter_table(args.vocab_size)))
-    print(f"\nTable 3 rows counted with a shared vocabulary of {args.vocab_size:,} (the paper's ~37K BPE); "
-          "the paper does not state the exact vocabulary behind its column, so expect a few % difference.")
-    return 0
-
-
-def register_cli(sub) -> None:
-    p = sub.add_parser("params", help="print parameter counts of every preset beside Table 3")
-    p.add_argument("--vocab-size", type=int, default=PAPER_VOCAB)
-    p.set_defaults(func=_run)

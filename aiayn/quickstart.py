@@ -7,13 +7,16 @@ Everything lands in one folder; running it again reuses the prepared data (and a
 
 from __future__ import annotations
 
-import argparse
-import sys
 import time
 from pathlib import Path
 
 from aiayn import checkpoint as ckpt
-from aiayn.config import PRESETS, ModelConfig
+from aiayn.config import ModelConfig
+from aiayn.data import builtin_corpus, prepare
+from aiayn.metrics import chrf, corpus_bleu
+from aiayn.search import SearchConfig
+from aiayn.train import TrainConfig, train
+from aiayn.translate import Translator
 
 EXAMPLES = [
     "In the beginning was the Word.",
@@ -26,13 +29,7 @@ EXAMPLES = [
 
 def quickstart(out: Path, minutes: float = 12.0, preset: str = "small", vocab_size: int = 8000,
                dtype: str = "bf16", average_last: int = 5, beam: int = 4, progress: bool = True) -> dict:
-
-    from aiayn.data import builtin_corpus, prepare
-    from aiayn.evaluate import chrf, corpus_bleu
-    from aiayn.search import SearchConfig
-    from aiayn.train import TrainConfig, train
-    from aiayn.translate import Translator
-
+    """Run the whole job into `out`; returns test BLEU, chrF, the sacreBLEU signature and the minutes taken."""
     out = Path(out)
     t0 = time.time()
     print(f"[1/5] preparing the built-in English-Spanish Bible in {out / 'data'}", flush=True)
@@ -81,30 +78,3 @@ done in {minutes_total:.1f} minutes. Everything is in {out}/. Next:
   aiayn average --run {run} --last 5
   aiayn plot {run}                                   # training curves -> {run / 'curves.png'}""")
     return {"bleu": bleu.score, "chrf": chrf_score.score, "signature": bleu.signature, "minutes": minutes_total}
-
-
-def _run(args: argparse.Namespace) -> int:
-    from aiayn.data import DataError
-
-    try:
-        quickstart(Path(args.out), args.minutes, args.preset, args.vocab_size, args.dtype, args.average_last,
-                   args.beam, progress=not args.no_progress)
-    except (DataError, ckpt.CheckpointError) as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 1
-    return 0
-
-
-def register_cli(sub) -> None:
-    p = sub.add_parser("quickstart", help="prepare, train, average, translate and score the built-in corpus",
-                       description="The main job on the built-in English-Spanish Bible: about 15 minutes on 2 "
-                       "CPU cores.")
-    p.add_argument("--out", default="runs/quickstart", help="folder for everything (default runs/quickstart)")
-    p.add_argument("--minutes", type=float, default=12.0, help="training time budget (default 12)")
-    p.add_argument("--preset", default="small", choices=list(PRESETS))
-    p.add_argument("--vocab-size", type=int, default=8000)
-    p.add_argument("--dtype", default="bf16", choices=["bf16", "fp32"])
-    p.add_argument("--average-last", type=int, default=5)
-    p.add_argument("--beam", type=int, default=4)
-    p.add_argument("--no-progress", action="store_true")
-    p.set_defaults(func=_run)

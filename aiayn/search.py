@@ -31,6 +31,8 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from aiayn.config import BOS_ID, EOS_ID, PAD_ID
+from aiayn.errors import UsageError
+from aiayn.fast import row_topk
 
 NEG_INF = float("-inf")
 
@@ -54,15 +56,15 @@ class SearchConfig:
 
     def __post_init__(self) -> None:
         if self.beam < 1:
-            raise ValueError(f"beam must be >= 1, got {self.beam}")
+            raise UsageError(f"beam must be >= 1, got {self.beam}")
         if not 1 <= self.nbest <= self.beam:
-            raise ValueError(f"nbest must lie in 1..beam ({self.beam}), got {self.nbest}")
+            raise UsageError(f"nbest must lie in 1..beam ({self.beam}), got {self.nbest}")
         if self.lp not in ("gnmt", "power"):
-            raise ValueError(f"length penalty kind must be 'gnmt' or 'power', not {self.lp!r}")
+            raise UsageError(f"length penalty kind must be 'gnmt' or 'power', not {self.lp!r}")
         if self.dtype not in ("fp32", "bf16"):
-            raise ValueError(f"dtype must be fp32 or bf16, not {self.dtype!r}")
+            raise UsageError(f"dtype must be fp32 or bf16, not {self.dtype!r}")
         if self.min_len < 0 or self.max_len_b < 0 or self.max_len_a < 0:
-            raise ValueError("min_len, max_len_a and max_len_b must be >= 0")
+            raise UsageError("min_len, max_len_a and max_len_b must be >= 0")
 
 
 PAPER_SEARCH = SearchConfig()  # beam 4, alpha 0.6, max length = input + 50 (section 6.1)
@@ -88,7 +90,7 @@ def length_penalty(length: Tensor | float, alpha: float, kind: str = "gnmt") -> 
         return ((5.0 + length) / 6.0) ** alpha
     if kind == "power":
         return length**alpha
-    raise ValueError(f"length penalty kind must be 'gnmt' or 'power', not {kind!r}")
+    raise UsageError(f"length penalty kind must be 'gnmt' or 'power', not {kind!r}")
 
 
 def max_output_lengths(src: Tensor, max_len_a: float, max_len_b: int, min_len: int = 0,
@@ -125,23 +127,6 @@ def _step_logits(model, tokens: Tensor, memory: Tensor, src_pad: Tensor, cache) 
 
 def _log_probs(logits: Tensor) -> Tensor:
     return torch.log_softmax(logits.float(), dim=-1)  # fp32 (2x faster than log_softmax(dtype=) from bf16)
-
-
-def row_topk(x: Tensor, k: int, block: int = 128) -> tuple[Tensor, Tensor]:
-    """torch.topk(x, k, dim=1) for (N, V) rows with V >> k, ~3x faster on CPU: the k largest values of a row
-    lie in the k blocks of `block` columns with the largest maxima, so take the block maxima (a fast
-    reduction), then top-k among those k * block candidates. Same values as torch.topk; among equal values
-    the index chosen may differ (torch.topk does not specify it either)."""
-    n, v = x.shape
-    if v < 8 * block * k:
-        return x.topk(k, dim=1)
-    if v % block:
-        x = F.pad(x, (0, block - v % block), value=NEG_INF)
-    blocks = x.view(n, -1, block)  # (N, V / block, block)
-    _, best_blocks = blocks.amax(dim=2).topk(k, dim=1)  # (N, k)
-    cand = blocks.gather(1, best_blocks[..., None].expand(n, k, block)).view(n, k * block)
-    values, j = cand.topk(k, dim=1)
-    return values, best_blocks.gather(1, j.div(block, rounding_mode="floor")) * block + j.remainder(block)
 
 
 def _top_candidates(logits: Tensor, scores: Tensor, bsz: int, n: int, t: int, min_len: int, row_limit: Tensor,

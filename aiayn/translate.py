@@ -1,4 +1,4 @@
-"""`aiayn translate`: text in, detokenized translations out, one line per input line, in input order.
+"""Translation: text in, detokenized translations out, one per input line, in input order (`Translator`).
 
 Sentences are sorted by length and searched in batches (less padding); the answers are put back in
 input order. Rules for awkward input (docs/decoding.md):
@@ -9,10 +9,9 @@ input order. Rules for awkward input (docs/decoding.md):
 
 from __future__ import annotations
 
-import argparse
-import copy
 import sys
 from collections.abc import Sequence
+from functools import partial
 from pathlib import Path
 from typing import NamedTuple
 
@@ -20,6 +19,7 @@ import torch
 from tqdm import tqdm
 
 from aiayn.config import EOS_ID, PAD_ID
+from aiayn.fast import inference_copy
 from aiayn.search import PAPER_SEARCH, Constraint, Hypothesis, SearchConfig, beam_search, greedy_search
 
 
@@ -43,17 +43,6 @@ def encode_sources(vocab, lines: Sequence[str], max_input_len: int) -> list[list
     return out
 
 
-def inference_model(model, dtype: torch.dtype | None = None):
-    """The model to decode with, in eval mode: `model` itself, or for another dtype (bf16) a copy with every
-    weight converted once. Decoding a bf16 copy instead of running fp32 weights under autocast saves the
-    weight casts autocast repeats at every step (it cannot keep them across steps under inference_mode):
-    ~13 % of a bf16 beam-search batch (benchmarks/profile_step.py --what beam). LayerNorm and the final
-    log-softmax still accumulate in fp32; the attention softmax runs in fp32 (model.scaled_dot_product_attention)."""
-    if dtype is None or next(model.parameters()).dtype == dtype:
-        return model.eval()
-    return copy.deepcopy(model).to(dtype).eval()
-
-
 class Translation(NamedTuple):
     """One hypothesis for one input line: detokenized text, normalized score, subword ids (no BOS/EOS)."""
 
@@ -72,14 +61,14 @@ class Translator:
     def __init__(self, model, vocab, search: SearchConfig = PAPER_SEARCH, device: str | torch.device = "cpu",
                  batch_size: int = 64, max_input_len: int | None = None, constraint: Constraint | None = None):
         self.vocab, self.search, self.device = vocab, search, torch.device(device)
-        self.model = inference_model(model.to(self.device), torch.bfloat16 if search.dtype == "bf16" else None)
+        self.model = inference_copy(model.to(self.device), torch.bfloat16 if search.dtype == "bf16" else None)
         self.cfg = model.cfg
         self.batch_size = batch_size
         self.max_input_len = max_input_len or self.cfg.max_positions
         self.constraint = constraint
 
     @classmethod
-    def load(cls, checkpoint: str | Path, search: SearchConfig = PAPER_SEARCH, device: str = "cpu",
+    def load(cls, checkpoint: str | Path, search: SearchConfig = PAPER_SEARCH, device: str | torch.device = "cpu",
              **kw) -> Translator:
         """From a run directory (its averaged, else best, else newest checkpoint) or a checkpoint file."""
         from aiayn.checkpoint import load_for_inference
@@ -109,9 +98,8 @@ class Translator:
                 for row, i in enumerate(idx):
                     src[row, : len(sources[i])] = torch.tensor(sources[i])
                 constraint = None
-                if self.constraint is not None:  # the constraint sees original line numbers
-                    rows = torch.tensor(idx, device=self.device)
-                    constraint = (lambda c, r: lambda sent, prefix: c(r[sent], prefix))(self.constraint, rows)
+                if self.constraint is not None:  # the constraint sees input line numbers, not batch rows
+                    constraint = partial(_on_lines, self.constraint, torch.tensor(idx, device=self.device))
                 hyps = decode(self.model, src.to(self.device), search, max_len, constraint)
                 for i, h in zip(idx, hyps):  # empty only if the model gave EOS probability 0 at the limit
                     results[i] = h or [Hypothesis([], float("-inf"), [])]
@@ -129,77 +117,5 @@ class Translator:
         return [hs[0].text for hs in self.translate_nbest(lines, progress)]
 
 
-# ---------------------------------------------------------------------------------------------------------
-# CLI
-
-
-def _translate_command(args: argparse.Namespace) -> int:
-    try:
-        search = search_config_from_args(args)
-    except ValueError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
-    translator = Translator.load(args.checkpoint, search, device=args.device, batch_size=args.batch_size,
-                                 max_input_len=args.max_input_len)
-    if args.input in (None, "-"):
-        lines = [line.rstrip("\r\n") for line in sys.stdin]
-    else:
-        with open(args.input, encoding="utf-8") as f:
-            lines = [line.rstrip("\r\n") for line in f]
-    nbests = translator.translate_nbest(lines, progress=args.input not in (None, "-") and not args.quiet)
-    out = open(args.output, "w", encoding="utf-8") if args.output else sys.stdout
-    try:
-        for n, hyps in enumerate(nbests):
-            if search.nbest == 1:
-                out.write(hyps[0].text + "\n")
-            else:  # Moses n-best format: input line number (from 0) ||| text ||| score
-                out.writelines(f"{n} ||| {h.text} ||| {h.score:.4f}\n" for h in hyps)
-    finally:
-        if out is not sys.stdout:
-            out.close()
-    return 0
-
-
-def add_search_args(p: argparse.ArgumentParser, defaults: SearchConfig = PAPER_SEARCH) -> None:
-    """The decoding flags, one spelling for every command that decodes (defaults: the paper's, or `defaults`)."""
-    g = p.add_argument_group("search")
-    g.add_argument("--beam", type=int, default=defaults.beam, help=f"beam size (default {defaults.beam}); 1 = greedy")
-    g.add_argument("--alpha", type=float, default=defaults.alpha,
-                   help=f"length penalty alpha (default {defaults.alpha})")
-    g.add_argument("--lp", choices=["gnmt", "power"], default=defaults.lp,
-                   help="length penalty: gnmt ((5+|Y|)/6)^alpha (paper) or power |Y|^alpha "
-                        f"(default {defaults.lp})")
-    g.add_argument("--max-len-a", type=float, default=defaults.max_len_a,
-                   help="max output words = a * input tokens + b")
-    g.add_argument("--max-len-b", type=int, default=defaults.max_len_b)
-    g.add_argument("--min-len", type=int, default=defaults.min_len,
-                   help=f"EOS banned before this many words (default {defaults.min_len})")
-    g.add_argument("--nbest", type=int, default=defaults.nbest,
-                   help="hypotheses per input; >1 prints 'LINE ||| TEXT ||| SCORE' lines (Moses n-best)")
-    g.add_argument("--bf16", action="store_true", help="decode in bfloat16 (a bf16 copy of the weights)")
-
-
-def search_config_from_args(args: argparse.Namespace) -> SearchConfig:
-    return SearchConfig(beam=args.beam, alpha=args.alpha, lp=args.lp, max_len_a=args.max_len_a,
-                        max_len_b=args.max_len_b, min_len=args.min_len, nbest=args.nbest,
-                        dtype="bf16" if args.bf16 else "fp32")
-
-
-def register_cli(sub) -> None:
-    p = sub.add_parser("translate", help="translate text with a trained model (beam search as the paper)",
-                       description="Translate stdin or --input, one sentence per line, to detokenized text "
-                                   "(one line per input line, same order). Defaults are the paper's: beam 4, "
-                                   "length penalty alpha 0.6, max output length = input length + 50.")
-    p.add_argument("--checkpoint", required=True,
-                   help="run directory (its averaged, else best, else newest checkpoint) or a checkpoint "
-                        "file")
-    p.add_argument("--input", help="input file (default: stdin); a progress bar is shown for files")
-    p.add_argument("--output", help="output file (default: stdout)")
-    p.add_argument("--batch-size", type=int, default=64, help="sentences per batch (default 64)")
-    p.add_argument("--max-input-len", type=int, default=None,
-                   help="longer inputs (subword tokens + EOS) are cut, with a warning (default: the "
-                        "model's max_positions)")
-    add_search_args(p)
-    p.add_argument("--device", default="cpu")
-    p.add_argument("--quiet", action="store_true", help="no progress bar")
-    p.set_defaults(func=_translate_command)
+def _on_lines(constraint: Constraint, lines: torch.Tensor, sent: torch.Tensor, prefix: torch.Tensor) -> torch.Tensor:
+    return constraint(lines[sent], prefix)

@@ -13,17 +13,9 @@ import torch
 
 from aiayn.cli import main as cli_main
 from aiayn.config import BOS_ID, EOS_ID, PAD_ID, UNK_ID
-from aiayn.data import (
-    BUILTIN_HELD_OUT,
-    DataError,
-    TokenBatchSampler,
-    Vocab,
-    builtin_corpus,
-    collate,
-    load_split,
-    load_wmt14,
-    prepare,
-)
+from aiayn.data import TokenBatchSampler, Vocab, builtin_corpus, collate, load_split, load_wmt14, prepare
+from aiayn.data.corpora import BUILTIN_HELD_OUT
+from aiayn.errors import DataError
 
 SHARED_DATA = Path(__file__).resolve().parents[1] / "../shared/data"
 needs_shared = pytest.mark.skipif(
@@ -209,7 +201,7 @@ def test_cli_prints_error_without_traceback(tmp_path, capsys):
     src, tgt = write(tmp_path / "a.en", ["one", "two"]), write(tmp_path / "a.es", ["uno"])
     assert cli_main(["prepare", "--src", str(src), "--tgt", str(tgt), "--out", str(tmp_path / "o")]) == 1
     err = capsys.readouterr().err
-    assert err.startswith("aiayn prepare: error: line counts differ") and "Traceback" not in err
+    assert err.startswith("error: line counts differ") and "Traceback" not in err
 
 
 def test_cli_prepare(tmp_path, prepared, capsys):

@@ -10,7 +10,8 @@ from aiayn import checkpoint as ckpt
 from aiayn.cli import main
 from aiayn.config import ModelConfig
 from aiayn.data import load_split
-from aiayn.evaluate import chrf, corpus_bleu, moses_tokenize, perplexity, split_compounds, tokenized_bleu
+from aiayn.metrics import chrf, corpus_bleu, perplexity, tokenized_bleu
+from aiayn.metrics.bleu import moses_tokenize, split_compounds
 from aiayn.model import Transformer
 
 HYPS = ["The cat sat on the mat.", "He read the book, didn't he?", "It's 3.5 km to the station!",

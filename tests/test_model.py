@@ -8,8 +8,8 @@ import torch
 from torch import nn
 
 from aiayn.config import PAD_ID, PRESETS, TABLE3, ModelConfig
+from aiayn.fast import Dropout
 from aiayn.model import (
-    Dropout,
     MultiHeadAttention,
     Transformer,
     count_parameters,

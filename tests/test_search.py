@@ -6,8 +6,9 @@ import pytest
 import torch
 
 from aiayn.config import BOS_ID, EOS_ID, PAD_ID, ModelConfig
+from aiayn.fast import row_topk
 from aiayn.model import Transformer
-from aiayn.search import SearchConfig, length_penalty, row_topk
+from aiayn.search import SearchConfig, length_penalty
 from aiayn.search import beam_search as _beam_search
 from aiayn.search import greedy_search as _greedy_search
 

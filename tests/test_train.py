@@ -16,7 +16,8 @@ import torch.nn.functional as F
 
 from aiayn import checkpoint as ckpt
 from aiayn.config import ModelConfig
-from aiayn.train import LabelSmoothedCrossEntropy, TrainConfig, label_smoothed_nll_loss, noam_lr, train
+from aiayn.losses import LabelSmoothedCrossEntropy, label_smoothed_nll_loss
+from aiayn.train import TrainConfig, noam_lr, train
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -175,6 +176,6 @@ def test_tiny_model_learns_and_run_dir_is_self_contained(copy_data, tmp_path):
     model, vocab, loaded_cfg = ckpt.load_for_inference(run)
     assert loaded_cfg.vocab_size == len(vocab) and not model.training
     assert (run / "tb").is_dir()
-    from aiayn.train import plot_run
+    from aiayn.viz.curves import plot_run
 
     assert plot_run(run).stat().st_size > 1000

@@ -87,7 +87,7 @@ def test_cli_end_to_end(setup, copy_data, tmp_path, monkeypatch, capsys):
     src, out = tmp_path / "in.txt", tmp_path / "out.txt"
     src.write_text("\n".join(lines[:6]) + "\n")
     assert main(["translate", "--checkpoint", str(run), "--input", str(src), "--output", str(out),
-                 "--batch-size", "4", "--max-len-b", "10", "--quiet"]) == 0
+                 "--batch-size", "4", "--max-len-b", "10", "--no-progress"]) == 0
     expect = [h[0][0] for h in translate_lines(model, vocab, lines[:6], max_len_b=10)]
     assert out.read_text().splitlines() == expect
 

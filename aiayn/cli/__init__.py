@@ -1,7 +1,9 @@
 """The `aiayn` command line: one subcommand per job, in the habits of fairseq/OpenNMT users.
 
-Each module that owns a job exposes `register_cli(subparsers)`, which adds its subcommand(s)
-with `parser.set_defaults(func=...)`; this file only collects them.
+Each module listed in COMMANDS adds its subcommand(s) with `register(subparsers)`; its handler `run(args)` returns
+an exit code and raises aiayn.errors.UserError for a user's mistake. `main` is the one place errors become exit
+codes: a UserError, a file that cannot be read or written, or bad bytes -> one line "error: ..." on stderr and exit 1
+(2 for a usage error); Ctrl-C -> 130; anything else is a bug and keeps its traceback.
 """
 
 from __future__ import annotations
@@ -10,15 +12,17 @@ import argparse
 import importlib
 import sys
 
+from aiayn.errors import UserError
+
 # Modules that contribute subcommands, in the order `aiayn --help` lists them.
-_MODULES = [
-    "aiayn.quickstart",
-    "aiayn.data",
-    "aiayn.train",
-    "aiayn.checkpoint",
-    "aiayn.translate",
-    "aiayn.evaluate",
-    "aiayn.params",
+COMMANDS = [
+    "aiayn.cli.quickstart",
+    "aiayn.cli.prepare",
+    "aiayn.cli.train",
+    "aiayn.cli.average",
+    "aiayn.cli.translate",
+    "aiayn.cli.evaluate",
+    "aiayn.cli.params",
 ]
 
 
@@ -27,27 +31,18 @@ def build_parser() -> argparse.ArgumentParser:
         prog="aiayn", description="The Transformer of 'Attention Is All You Need', end to end."
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for name in _MODULES:
-        try:
-            module = importlib.import_module(name)
-        except ModuleNotFoundError as e:
-            if e.name == name:  # module not written yet
-                continue
-            raise
-        module.register_cli(sub)
+    for name in COMMANDS:
+        importlib.import_module(name).register(sub)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
-
-    from aiayn.errors import CheckpointError, DataError
-
     parser = build_parser()
     args = parser.parse_args(argv)
     if not getattr(args, "func", None):
         parser.print_help()
         return 2
-    from aiayn.perf import keep_freed_memory
+    from aiayn.fast import keep_freed_memory
 
     keep_freed_memory()  # every command reuses its big tensors' memory instead of page-faulting it in again
     try:
@@ -55,14 +50,15 @@ def main(argv: list[str] | None = None) -> int:
     except BrokenPipeError:  # e.g. `aiayn translate ... | head`: stop quietly, as Unix tools do
         sys.stderr.close()
         return 141
-    except (CheckpointError, DataError, OSError, UnicodeDecodeError) as e:
-        # Problems with the user's files: say what is wrong without a traceback.
+    except UserError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return e.exit_code
+    except (OSError, UnicodeDecodeError) as e:  # a file that cannot be read or written
         print(f"error: {e}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
-
 
 
 if __name__ == "__main__":

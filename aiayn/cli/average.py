@@ -1,0 +1,33 @@
+"""`aiayn average`: the element-wise mean of a run's last checkpoints (paper: 5 for base, 20 for big)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from aiayn.checkpoint import AVERAGED, average_checkpoints, checkpoint_paths, save_weights
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.inputs:
+        paths = [Path(p) for p in args.inputs]
+    else:
+        paths = checkpoint_paths(args.run)[-args.last:]
+        if len(paths) < args.last:
+            print(f"warning: {args.run} has only {len(paths)} checkpoints; averaging those", file=sys.stderr)
+    out = Path(args.out) if args.out else Path(args.run) / AVERAGED
+    state, cfg = average_checkpoints(paths)
+    save_weights(out, state, cfg)
+    print(f"averaged {len(paths)} checkpoints ({paths[0].name} .. {paths[-1].name}) -> {out}")
+    return 0
+
+
+def register(sub) -> None:
+    p = sub.add_parser("average", help="average the last N checkpoints of a run (paper: 5 base, 20 big)")
+    src = p.add_mutually_exclusive_group(required=True)
+    src.add_argument("--run", type=Path, help="run directory; its last --last step checkpoints are averaged")
+    src.add_argument("--inputs", nargs="+", help="explicit checkpoint files to average")
+    p.add_argument("--last", type=int, default=5, help="how many of the newest checkpoints (default 5)")
+    p.add_argument("--out", help=f"output file (default RUN/{AVERAGED})")
+    p.set_defaults(func=run)

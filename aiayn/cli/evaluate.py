@@ -1,0 +1,72 @@
+"""`aiayn evaluate`: BLEU (sacreBLEU and the paper's tokenized kind), chrF, and a checkpoint's perplexity."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from aiayn.checkpoint import load_for_inference
+from aiayn.cli.common import add_device_arg
+from aiayn.data import load_split
+from aiayn.errors import DataError, UsageError
+from aiayn.metrics import chrf, corpus_bleu, perplexity, tokenized_bleu
+from aiayn.runtime import resolve_device
+
+
+def _read_lines(path: str) -> list[str]:
+    with open(path, encoding="utf-8") as f:
+        return [line.rstrip("\r\n") for line in f]
+
+
+def _guess_lang(ref: str) -> str:
+    """Language from the reference's suffix (newstest2014.de -> de), else English."""
+    suffix = Path(ref).suffix.lstrip(".")
+    return suffix if len(suffix) == 2 and suffix.isalpha() else "en"
+
+
+def run(args: argparse.Namespace) -> int:
+    if not (args.hyp or args.checkpoint):
+        raise UsageError("give --hyp FILE --ref FILE (BLEU, chrF) and/or --checkpoint C --data DIR (perplexity)")
+    if args.hyp:
+        if not args.ref:
+            raise UsageError("--hyp needs --ref")
+        hyps, refs = _read_lines(args.hyp), _read_lines(args.ref)
+        if len(hyps) != len(refs):
+            raise DataError(f"{args.hyp} has {len(hyps)} lines but {args.ref} has {len(refs)}; they must be "
+                            "line-aligned")
+        lang = args.lang or _guess_lang(args.ref)
+        split = not args.no_compound_split and lang == "de"
+        bleu, ch = corpus_bleu(hyps, refs), chrf(hyps, refs)
+        tok = tokenized_bleu(hyps, refs, lang, compound_split=split)
+        print(f"sacreBLEU       {bleu.score:6.2f}  {bleu.line}")
+        print(f"  signature     {bleu.signature}")
+        print(f"chrF            {ch.score:6.2f}  signature {ch.signature}")
+        kind = "Moses-tokenized" + (", compound-split" if split else "")
+        print(f"tokenized BLEU  {tok.score:6.2f}  ({kind}, lang {lang}; the paper's kind of number)")
+        print(f"                {tok.line}")
+    if args.checkpoint:
+        if not args.data:
+            raise UsageError("--checkpoint needs --data DIR (a prepared-data directory)")
+        model, _, _ = load_for_inference(args.checkpoint, device=resolve_device(args.device))
+        res = perplexity(model, load_split(args.data, args.split), args.max_tokens)
+        print(f"perplexity      {res.ppl:6.3f}  per token on {args.data} {args.split} "
+              f"({res.tokens:,} target tokens incl. EOS, mean NLL {res.nll / res.tokens:.4f} nats)")
+    return 0
+
+
+def register(sub) -> None:
+    p = sub.add_parser("evaluate", help="BLEU (sacreBLEU and the paper's tokenized kind), chrF, perplexity",
+                       description="Score translations against references (sacreBLEU with signature, chrF, "
+                                   "tokenized BLEU as in the paper) and/or a checkpoint's per-token "
+                                   "perplexity.")
+    p.add_argument("--hyp", help="detokenized system output, one sentence per line")
+    p.add_argument("--ref", help="detokenized reference, line-aligned with --hyp")
+    p.add_argument("--lang", help="target language for Moses tokenization (default: the --ref suffix, else "
+                                  "en); de also splits compounds as the paper")
+    p.add_argument("--no-compound-split", action="store_true", help="no ##AT## compound splitting for German")
+    p.add_argument("--checkpoint", help="run directory or checkpoint file, for --data perplexity")
+    p.add_argument("--data", help="prepared-data directory (aiayn prepare)")
+    p.add_argument("--split", default="test", help="split of --data to score (default test)")
+    p.add_argument("--max-tokens", type=int, default=4096, help="padded tokens per batch (default 4096)")
+    add_device_arg(p, default="cpu")
+    p.set_defaults(func=run)

@@ -1,0 +1,97 @@
+"""`aiayn train` (a new run, or --resume one) and `aiayn plot` (its training curves)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import torch.distributed as dist
+
+from aiayn.cli.common import add_dataclass_args, add_progress_arg, given_fields
+from aiayn.config import PRESETS, ModelConfig
+from aiayn.errors import UsageError
+from aiayn.train import TrainConfig, resume, train
+
+
+def _parse_value(text: str):
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError:
+        return text
+
+
+def load_config_file(path: Path) -> dict[str, Any]:
+    """A YAML or JSON file: {preset: NAME, model: {field: value}, train: {field: value}, data: DIR}."""
+    text = Path(path).read_text(encoding="utf-8")
+    try:
+        if str(path).endswith((".yaml", ".yml")):
+            import yaml
+
+            cfg = yaml.safe_load(text) or {}
+        else:
+            cfg = json.loads(text)
+    except Exception as e:  # yaml.YAMLError or json.JSONDecodeError: say which file
+        raise UsageError(f"{path}: not valid {'YAML' if str(path).endswith(('.yaml', '.yml')) else 'JSON'}: "
+                         f"{str(e).splitlines()[0]}") from None
+    if not isinstance(cfg, dict) or not set(cfg) <= {"preset", "model", "train", "data"}:
+        raise UsageError(f"{path}: expected a mapping with the sections preset, model, train, data")
+    return cfg
+
+
+def run(args: argparse.Namespace) -> int:
+    flags = given_fields(args, TrainConfig)
+    if args.resume:
+        if args.data or args.out or args.preset or args.config or args.set:
+            raise UsageError("--resume continues a run as it was configured; drop --data, --out, --preset, "
+                             "--config and --set")
+        summary = resume(Path(args.resume), progress=not args.no_progress, **flags)
+    else:
+        file_cfg = load_config_file(args.config) if args.config else {}
+        data = args.data or file_cfg.get("data")
+        if not data or not args.out:
+            raise UsageError("--data DIR and --out RUN_DIR are required (or --resume RUN_DIR)")
+        model_over = dict(file_cfg.get("model", {}))
+        for kv in args.set or []:
+            key, _, value = kv.partition("=")
+            model_over[key] = _parse_value(value)
+        cfg = ModelConfig.preset(args.preset or file_cfg.get("preset", "base"), **model_over)
+        tc = TrainConfig.from_dict({**file_cfg.get("train", {}), **flags})
+        summary = train(Path(data), Path(args.out), cfg, tc, progress=not args.no_progress)
+    if int(os.environ.get("RANK", "0")) == 0:
+        print(f"done: step {summary['step']} in {summary['elapsed_s'] / 60:.1f} min; run directory "
+              f"{summary['run_dir']}")
+    if dist.is_initialized():
+        dist.destroy_process_group()
+    return 0
+
+
+def plot(args: argparse.Namespace) -> int:
+    from aiayn.viz.curves import plot_run
+
+    print(f"wrote {plot_run(args.run, args.out)}")
+    return 0
+
+
+def register(sub) -> None:
+    p = sub.add_parser("train", help="train a preset on a prepared-data directory (or resume a run)",
+                       description="Train the Transformer with the paper's recipe. Example: aiayn train --data "
+                       "data-bin/wmt14 --preset base --out runs/base; multi-GPU: torchrun --nproc_per_node 8 "
+                       "-m aiayn train ...; continue: aiayn train --resume runs/base [--max-steps N] "
+                       "[--max-minutes M] (only the stopping criteria may change on resume).")
+    p.add_argument("--data", help="prepared-data directory (aiayn prepare)")
+    p.add_argument("--out", help="new run directory")
+    p.add_argument("--resume", help="continue this run directory exactly where it stopped")
+    p.add_argument("--preset", choices=list(PRESETS), help="model preset (default base)")
+    p.add_argument("--config", help="YAML/JSON file with preset, model, train and data sections")
+    p.add_argument("--set", action="append", metavar="FIELD=VALUE", help="override a model field, e.g. dropout=0.3")
+    add_dataclass_args(p.add_argument_group("training options (TrainConfig)"), TrainConfig)
+    add_progress_arg(p)
+    p.set_defaults(func=run)
+
+    pl = sub.add_parser("plot", help="plot the training curves of a run directory to a PNG")
+    pl.add_argument("run", type=Path)
+    pl.add_argument("--out", type=Path, help="image file (default RUN/curves.png)")
+    pl.set_defaults(func=plot)

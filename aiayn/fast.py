@@ -1,0 +1,113 @@
+"""Measured fast paths: each changes how fast something runs, never what is computed, and each sits beside the
+reference it is tested against (tests/test_fast.py). Why each was kept, with its measurements: docs/speed.md.
+
+    fast path                          reference it must equal
+    Dropout (31-bit CPU mask)          nn.Dropout: drop probability p, survivors scaled by 1 / (1 - p)
+    use_matmul_attention               chooses between model.scaled_dot_product_attention (eq. 1 as two matmuls,
+                                       fp32 softmax) and torch's F.scaled_dot_product_attention (flash); both
+                                       compute eq. 1
+    row_topk                           torch.topk(x, k, dim=1)
+    inference_copy                     the model itself (a bf16 copy of its weights, converted once)
+    keep_freed_memory                  glibc's default allocator settings (speed only, no numerics)
+
+The fused label-smoothed loss is a fast path too; it lives in aiayn/losses.py beside its reference formula.
+"""
+
+from __future__ import annotations
+
+import copy
+import ctypes
+import sys
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+NEG_INF = float("-inf")
+
+# ---------------------------------------------------------------------------------------------------------
+# Dropout.
+
+
+class Dropout(nn.Dropout):
+    """Dropout (section 5.4) with a faster mask on CPU: each element gets 31 random bits (two per 64-bit draw of
+    torch's generator, so `torch.manual_seed` still governs it) and is kept when they are >= p * 2^31, so the drop
+    probability is p to within 2^-31; survivors are scaled by 1 / (1 - p). Other devices use torch's kernel."""
+
+    def forward(self, x: Tensor) -> Tensor:
+        if not self.training or self.p == 0.0 or x.device.type != "cpu" or self.p >= 1.0:
+            return super().forward(x)
+        n = x.numel()
+        bits = torch.empty((n + 1) // 2, dtype=torch.int64).random_().view(torch.int32)[:n].view(x.shape)
+        keep = bits.bitwise_and_(0x7FFFFFFF) >= round(self.p * 2**31)
+        return x * keep.to(x.dtype).mul_(1.0 / (1.0 - self.p))
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Attention kernel choice.
+
+
+def use_matmul_attention(q: Tensor, decoding: bool, need_weights: bool) -> bool:
+    """Whether MultiHeadAttention should run eq. 1 as two matmuls (model.scaled_dot_product_attention) rather than
+    torch's fused kernel: when the weights are wanted, for bf16 on CPU (torch's flash kernel is slower there, with
+    or without fp32 casts), and for decoding steps (a few queries per sentence; this also keeps the cache in the
+    autocast dtype). Everywhere else (fp32 training, GPUs) the fused kernel."""
+    return need_weights or decoding or (q.device.type == "cpu" and q.dtype == torch.bfloat16)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Top-k over wide rows.
+
+
+def row_topk(x: Tensor, k: int, block: int = 128) -> tuple[Tensor, Tensor]:
+    """torch.topk(x, k, dim=1) for (N, V) rows with V >> k, faster on CPU: the k largest values of a row lie in the
+    k blocks of `block` columns with the largest maxima, so take the block maxima (a fast reduction), then top-k
+    among those k * block candidates. Same values as torch.topk; among equal values the index chosen may differ
+    (torch.topk does not specify it either)."""
+    n, v = x.shape
+    if v < 8 * block * k:
+        return x.topk(k, dim=1)
+    if v % block:
+        x = F.pad(x, (0, block - v % block), value=NEG_INF)
+    blocks = x.view(n, -1, block)  # (N, V / block, block)
+    _, best_blocks = blocks.amax(dim=2).topk(k, dim=1)  # (N, k)
+    cand = blocks.gather(1, best_blocks[..., None].expand(n, k, block)).view(n, k * block)
+    values, j = cand.topk(k, dim=1)
+    return values, best_blocks.gather(1, j.div(block, rounding_mode="floor")) * block + j.remainder(block)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Inference weights.
+
+
+def inference_copy(model: nn.Module, dtype: torch.dtype | None = None) -> nn.Module:
+    """The model to decode with, in eval mode: `model` itself, or for another dtype (bf16) a copy with every weight
+    converted once (autocast would cast the weights again at every step). LayerNorm and the final log-softmax
+    still accumulate in fp32; the attention softmax runs in fp32 (model.scaled_dot_product_attention)."""
+    if dtype is None or next(model.parameters()).dtype == dtype:
+        return model.eval()
+    return copy.deepcopy(model).to(dtype).eval()
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Allocator.
+
+_M_TRIM_THRESHOLD = -1  # glibc mallopt parameters (malloc.h)
+_M_MMAP_MAX = -4
+
+
+def keep_freed_memory() -> bool:
+    """Tell glibc's malloc to keep freed memory in the process instead of handing it back to the OS.
+
+    A training step allocates and frees the same large tensors every time; by default glibc serves blocks above
+    32 MiB with mmap and returns them at free, and trims the heap, so every step page-faults its memory in again.
+    With mmap off and trimming off the memory is reused; the process keeps its peak memory until it exits.
+    Returns False where this is not glibc (then nothing changes)."""
+    if not sys.platform.startswith("linux"):
+        return False
+    try:
+        libc = ctypes.CDLL("libc.so.6")
+        mallopt = libc.mallopt
+    except (OSError, AttributeError):
+        return False
+    return bool(mallopt(_M_MMAP_MAX, 0)) and bool(mallopt(_M_TRIM_THRESHOLD, 2**31 - 1))

@@ -1,0 +1,102 @@
+"""The training objective (section 5.4): label-smoothed cross-entropy on real target tokens.
+
+    label_smoothed_nll_loss     the formula, on log-probabilities (the reference)
+    LabelSmoothedCrossEntropy   the same, fused over logits in cache-sized chunks (the fast path, tested equal)
+    batch_loss                  one batch through the model: the vocabulary projection on real tokens only
+    TrainingObjective           model + loss in one forward, what DDP and torch.compile wrap
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+from aiayn.config import PAD_ID
+from aiayn.model import Transformer
+
+
+def label_smoothed_nll_loss(lprobs: Tensor, target: Tensor, eps: float) -> tuple[Tensor, Tensor]:
+    """Cross-entropy against (1 - eps) * one-hot + eps * uniform (section 5.4), summed over the rows given.
+
+    lprobs (N, V) log-probabilities of real (non-pad) target positions, target (N,). Returns
+    (smoothed loss sum, true NLL sum); the NLL gives perplexity, the smoothed loss is what is minimised."""
+    nll = -lprobs.gather(-1, target.unsqueeze(-1)).squeeze(-1)  # (N,)
+    smooth = -lprobs.mean(dim=-1)  # (N,) cross-entropy against the uniform distribution
+    loss = (1.0 - eps) * nll + eps * smooth
+    return loss.sum(), nll.sum()
+
+
+class LabelSmoothedCrossEntropy(torch.autograd.Function):
+    """`label_smoothed_nll_loss(log_softmax(logits))` in one fused pass over the logits, and its gradient in one more.
+
+    With z = logsumexp(x) per row: nll = z - x[target], smooth = z - mean(x), and
+    d loss / dx = softmax(x) - (1 - eps) * onehot(target) - eps / V. Rows are processed in chunks that stay in
+    cache, in fp32 whatever the logits' dtype; the (N, V) log-probabilities are never materialised, and the
+    gradient is written straight in the logits' dtype (a measured fast path: docs/speed.md). Equal to
+    `label_smoothed_nll_loss` to fp32 rounding (tests/test_losses.py)."""
+
+    CHUNK_ELEMENTS = 1 << 19  # rows per chunk = this / V: 2 MiB of fp32, stays in a CPU core's cache
+    GPU_CHUNK_ELEMENTS = 1 << 27  # on GPUs: few, large chunks (kernel launches cost, caches do not), 512 MiB fp32
+
+    @staticmethod
+    def _rows_per_chunk(logits: Tensor) -> int:
+        n = LabelSmoothedCrossEntropy.CHUNK_ELEMENTS if logits.device.type == "cpu" else \
+            LabelSmoothedCrossEntropy.GPU_CHUNK_ELEMENTS
+        return max(1, n // logits.size(1))
+
+    @staticmethod
+    def forward(ctx, logits: Tensor, target: Tensor, eps: float) -> tuple[Tensor, Tensor]:
+        n, v = logits.shape
+        rows = LabelSmoothedCrossEntropy._rows_per_chunk(logits)
+        lse = torch.empty(n, dtype=torch.float32, device=logits.device)
+        nll = torch.empty(n, dtype=torch.float32, device=logits.device)
+        smooth = torch.empty(n, dtype=torch.float32, device=logits.device)
+        for i in range(0, n, rows):
+            x = logits[i:i + rows].float()
+            z = torch.logsumexp(x, dim=-1)
+            lse[i:i + rows] = z
+            nll[i:i + rows] = z - x.gather(-1, target[i:i + rows, None]).squeeze(-1)
+            smooth[i:i + rows] = z - x.mean(dim=-1)
+        ctx.save_for_backward(logits, target, lse)
+        ctx.eps = eps
+        ctx.mark_non_differentiable(nll)
+        return ((1.0 - eps) * nll + eps * smooth).sum(), nll.sum()
+
+    @staticmethod
+    def backward(ctx, grad_loss: Tensor, _grad_nll: Tensor) -> tuple[Tensor, None, None]:
+        logits, target, lse = ctx.saved_tensors
+        n, v = logits.shape
+        rows = LabelSmoothedCrossEntropy._rows_per_chunk(logits)
+        grad = torch.empty_like(logits)
+        g = grad_loss.float()
+        for i in range(0, n, rows):
+            p = torch.sub(logits[i:i + rows].float(), lse[i:i + rows, None]).exp_()  # softmax (a new tensor)
+            p.sub_(ctx.eps / v)
+            p.scatter_add_(-1, target[i:i + rows, None], p.new_full((p.size(0), 1), ctx.eps - 1.0))
+            grad[i:i + rows] = p.mul_(g)
+        return grad, None, None
+
+
+def batch_loss(model: Transformer, src: Tensor, tgt_in: Tensor, tgt_out: Tensor,
+               eps: float) -> tuple[Tensor, Tensor, int]:
+    """(smoothed loss sum, NLL sum, target tokens) of one batch. The vocabulary projection and softmax run on
+    real target positions only: padding costs nothing there."""
+    memory = model.encode(src)
+    hidden = model.decode_hidden(tgt_in, memory, src.eq(PAD_ID))  # (B, T, D)
+    real = tgt_out.ne(PAD_ID)
+    logits = model.output_logits(hidden[real])  # (N, V), N = real target tokens
+    loss, nll = LabelSmoothedCrossEntropy.apply(logits, tgt_out[real], eps)
+    return loss, nll, int(real.sum())
+
+
+class TrainingObjective(torch.nn.Module):
+    """The model plus its loss in one forward, so DDP (which hooks `forward`) and torch.compile wrap both."""
+
+    def __init__(self, model: Transformer):
+        super().__init__()
+        self.model = model
+
+    def forward(self, src: Tensor, tgt_in: Tensor, tgt_out: Tensor) -> tuple[Tensor, Tensor]:
+        cfg = self.model.cfg
+        loss, nll, _ = batch_loss(self.model, src, tgt_in, tgt_out, cfg.label_smoothing)
+        return loss, nll

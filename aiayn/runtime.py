@@ -1,0 +1,90 @@
+"""Where and how the maths runs: device, dtype (bf16 autocast), CPU threads, and processes (torchrun/DDP).
+Decided here only; the trainer, the dev evaluation and the benchmarks take a `Runtime`."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from dataclasses import dataclass
+
+import torch
+import torch.distributed as dist
+
+from aiayn.errors import UsageError
+
+DTYPES = ("fp32", "bf16")
+
+
+@dataclass
+class Runtime:
+    device: torch.device
+    rank: int = 0
+    world_size: int = 1
+    dtype: str = "fp32"  # "fp32", or "bf16": autocast around forward passes (fp32 master weights)
+
+    @property
+    def is_main(self) -> bool:
+        return self.rank == 0
+
+    def autocast(self):
+        if self.dtype == "bf16":
+            return torch.autocast(self.device.type, dtype=torch.bfloat16)
+        return contextlib.nullcontext()
+
+    def all_reduce(self, values: list[float]) -> list[float]:
+        """Sums over processes (the values themselves in a single process)."""
+        if self.world_size == 1:
+            return values
+        t = torch.tensor(values, dtype=torch.float64, device=self.device)
+        dist.all_reduce(t)
+        return t.tolist()
+
+    def any(self, flag: bool) -> bool:
+        """True if `flag` is true in any process (so that all take the same branch)."""
+        return bool(self.all_reduce([float(flag)])[0]) if self.world_size > 1 else flag
+
+    def wrap(self, module: torch.nn.Module, compile: bool = False) -> torch.nn.Module:
+        """DDP across processes when there are several, then torch.compile if asked."""
+        if self.world_size > 1:
+            module = torch.nn.parallel.DistributedDataParallel(
+                module, device_ids=[self.device.index] if self.device.type == "cuda" else None)
+        return torch.compile(module) if compile else module
+
+
+def resolve_device(name: str, local_rank: int = 0) -> torch.device:
+    """"auto" (CUDA when there is one, else CPU), "cpu", "cuda" (this process's GPU under torchrun), "cuda:N",
+    "mps"; a clear error when the device is not there."""
+    if name == "auto":
+        name = "cuda" if torch.cuda.is_available() else "cpu"
+    try:
+        device = torch.device(name)
+    except RuntimeError:
+        raise UsageError(f"unknown device {name!r}; use auto, cpu, cuda, cuda:N or mps") from None
+    if device.type == "cuda":
+        if not torch.cuda.is_available():
+            raise UsageError(f"--device {name}: this PyTorch ({torch.__version__}) sees no CUDA GPU; use --device cpu "
+                             "(or install a CUDA build of torch on a machine with a GPU)")
+        if device.index is None:
+            device = torch.device("cuda", local_rank)
+        if device.index >= torch.cuda.device_count():
+            raise UsageError(f"--device {name}: only {torch.cuda.device_count()} GPU(s) visible")
+    elif device.type == "mps" and not torch.backends.mps.is_available():
+        raise UsageError(f"--device {name}: MPS is not available on this machine; use --device cpu")
+    return device
+
+
+def setup_runtime(device: str = "auto", dtype: str = "fp32", threads: int = 0) -> Runtime:
+    """A single process, or one process of a torchrun job (gloo on CPU, NCCL on GPU)."""
+    if dtype not in DTYPES:
+        raise UsageError(f"dtype must be one of {DTYPES}, not {dtype!r}")
+    if threads:
+        torch.set_num_threads(threads)
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    rank = int(os.environ.get("RANK", "0"))
+    dev = resolve_device(device, int(os.environ.get("LOCAL_RANK", "0")))
+    if dev.type == "cuda":
+        torch.cuda.set_device(dev)
+        torch.backends.cuda.matmul.allow_tf32 = dtype == "fp32"
+    if world > 1 and not dist.is_initialized():
+        dist.init_process_group("nccl" if dev.type == "cuda" else "gloo")
+    return Runtime(dev, rank, world, dtype)

@@ -1,0 +1,45 @@
+"""Training curves of a run directory (`aiayn plot`): training and dev loss against step, and the learning rate."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from aiayn.errors import UserError
+
+
+def plot_run(run_dir: Path, out: Path | None = None) -> Path:
+    """Training and dev loss against step (and learning rate) from RUN/log.jsonl."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    log = Path(run_dir) / "log.jsonl"
+    if not log.is_file():
+        raise UserError(f"{run_dir} has no log.jsonl; is it a run directory of `aiayn train`?")
+    try:
+        records = [json.loads(line) for line in log.read_text(encoding="utf-8").splitlines() if line]
+    except json.JSONDecodeError as e:
+        raise UserError(f"{log}: a line is not JSON ({e}); the log was damaged outside aiayn") from None
+    tr = [r for r in records if r["kind"] == "train"]
+    va = [r for r in records if r["kind"] == "valid"]
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 4))
+    ax1.plot([r["step"] for r in tr], [r["loss"] for r in tr], label="train loss (smoothed)")
+    ax1.plot([r["step"] for r in tr], [r["nll"] for r in tr], label="train NLL", alpha=0.7)
+    if va:
+        ax1.plot([r["step"] for r in va], [r["nll"] for r in va], "o-", label="dev NLL")
+    ax1.set_xlabel("step")
+    ax1.set_ylabel("nats / token")
+    ax1.legend()
+    ax1.grid(alpha=0.3)
+    ax2.plot([r["step"] for r in tr], [r["lr"] for r in tr])
+    ax2.set_xlabel("step")
+    ax2.set_ylabel("learning rate")
+    ax2.grid(alpha=0.3)
+    fig.suptitle(str(run_dir))
+    fig.tight_layout()
+    out = Path(out) if out else Path(run_dir) / "curves.png"
+    fig.savefig(out, dpi=100)
+    plt.close(fig)
+    return out
