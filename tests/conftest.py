@@ -4,8 +4,6 @@ from pathlib import Path
 import pytest
 import torch
 
-REPO = Path(__file__).resolve().parents[1]
-SHARED_DATA = REPO.parent / "shared" / "data"
 
 @pytest.fixture(autouse=True, scope="session")
 def _one_thread():

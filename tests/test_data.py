@@ -10,6 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from helpers import SHARED_DATA
 
 from aiayn.cli import main as cli_main
 from aiayn.config import BOS_ID, EOS_ID, PAD_ID, UNK_ID
@@ -17,7 +18,6 @@ from aiayn.data import TokenBatchSampler, Vocab, builtin_corpus, collate, load_s
 from aiayn.data.corpora import BUILTIN_HELD_OUT
 from aiayn.errors import DataError
 
-SHARED_DATA = Path(__file__).resolve().parents[1] / "../shared/data"
 needs_shared = pytest.mark.skipif(
     not (SHARED_DATA / "multi30k").is_dir(), reason=f"real corpora not found at {SHARED_DATA} (../shared)"
 )

@@ -6,7 +6,6 @@ import pytest
 import torch
 
 from aiayn.config import BOS_ID, EOS_ID, PAD_ID, ModelConfig
-from aiayn.fast import row_topk
 from aiayn.model import Transformer
 from aiayn.search import SearchConfig, length_penalty
 from aiayn.search import beam_search as _beam_search
@@ -258,17 +257,3 @@ def test_real_model_nbest_limits_and_scores(tiny):
             assert len(h.positional_scores) == len(h.tokens) + 1
             assert h.score == pytest.approx(sum(h.positional_scores) / length_penalty(len(h.tokens) + 1, 0.6))
         assert [h.score for h in hyps] == sorted((h.score for h in hyps), reverse=True)
-
-
-@pytest.mark.parametrize("v", [32000, 37000, 100])  # blocks divide V; V padded to whole blocks; V too small
-def test_row_topk_equals_topk(v):
-    torch.manual_seed(0)
-    x = torch.randn(5, v)
-    x[1, :] = x[1, 0]  # a row of ties: any k of them are right
-    x[2, -3:] = 50.0  # the best in the last (possibly partial) block
-    for k in (1, 8):
-        values, index = row_topk(x, k)
-        ref, _ = x.topk(k, dim=1)
-        torch.testing.assert_close(values, ref, rtol=0, atol=0)
-        torch.testing.assert_close(x.gather(1, index), values, rtol=0, atol=0)
-        assert all(len(set(row)) == k for row in index.tolist())

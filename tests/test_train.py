@@ -1,4 +1,4 @@
-"""Training: schedule and loss by hand, checkpoints (atomic, averaged, corrupt), exact resume after SIGKILL,
+"""Training: the schedule by hand, exact resume after SIGKILL,
 DDP (2 processes) equals one process with update-freq 2, and a tiny model learns the task."""
 
 import json
@@ -12,14 +12,11 @@ from pathlib import Path
 
 import pytest
 import torch
-import torch.nn.functional as F
+from helpers import REPO
 
 from aiayn import checkpoint as ckpt
 from aiayn.config import ModelConfig
-from aiayn.losses import LabelSmoothedCrossEntropy, label_smoothed_nll_loss
 from aiayn.train import TrainConfig, noam_lr, train
-
-REPO = Path(__file__).resolve().parents[1]
 
 
 def test_noam_lr_values():
@@ -34,46 +31,6 @@ def test_noam_lr_values():
     assert noam_lr(4000, 1024) == pytest.approx(noam_lr(4000, 512) / math.sqrt(2))
 
 
-def test_label_smoothed_loss_by_hand():
-    lprobs = torch.log(torch.tensor([[0.75, 0.25]]))
-    loss, nll = label_smoothed_nll_loss(lprobs, torch.tensor([0]), eps=0.1)
-    # nll = -log .75; smooth = -(log .75 + log .25) / 2; loss = 0.9 nll + 0.1 smooth
-    assert nll.item() == pytest.approx(0.287682, abs=1e-6)
-    assert loss.item() == pytest.approx(0.9 * 0.287682 + 0.1 * 0.836988, abs=1e-6)
-    logits = torch.randn(7, 11)
-    target = torch.randint(0, 11, (7,))
-    loss, _ = label_smoothed_nll_loss(F.log_softmax(logits, -1), target, eps=0.1)
-    ref = F.cross_entropy(logits, target, label_smoothing=0.1, reduction="sum")
-    torch.testing.assert_close(loss, ref)
-
-
-@pytest.mark.parametrize("eps", [0.1, 0.0])
-def test_fused_loss_equals_the_formula(monkeypatch, eps):
-    monkeypatch.setattr(LabelSmoothedCrossEntropy, "CHUNK_ELEMENTS", 3 * 37)  # 3 rows a chunk: 10 rows = 4 chunks
-    torch.manual_seed(0)
-    logits = (torch.randn(10, 37, dtype=torch.float64) * 4).float().requires_grad_()
-    target = torch.randint(0, 37, (10,))
-    loss, nll = LabelSmoothedCrossEntropy.apply(logits, target, eps)
-    (2.5 * loss).backward()
-    fused_grad = logits.grad.clone()
-    logits.grad = None
-    ref_loss, ref_nll = label_smoothed_nll_loss(F.log_softmax(logits, -1), target, eps)
-    (2.5 * ref_loss).backward()
-    torch.testing.assert_close(loss, ref_loss)
-    torch.testing.assert_close(nll, ref_nll)
-    torch.testing.assert_close(fused_grad, logits.grad)
-    # bf16 logits: computed in fp32, gradient returned in bf16
-    low = logits.detach().bfloat16().requires_grad_()
-    loss, _ = LabelSmoothedCrossEntropy.apply(low, target, eps)
-    loss.backward()
-    assert low.grad.dtype == torch.bfloat16
-    high = low.detach().float().requires_grad_()
-    ref, _ = label_smoothed_nll_loss(F.log_softmax(high, -1), target, eps)
-    ref.backward()
-    torch.testing.assert_close(loss, ref)
-    torch.testing.assert_close(low.grad, high.grad.bfloat16())
-
-
 def test_train_config_rejects_unknown_option():
     with pytest.raises(ValueError, match="unknown training options"):
         TrainConfig.from_dict({"max_step": 5})
@@ -82,27 +39,6 @@ def test_train_config_rejects_unknown_option():
 def _weights(path: Path) -> dict:
     state, _, _ = ckpt.load_weights(path)
     return state
-
-
-def test_average_two_checkpoints_is_their_mean(tmp_path):
-    cfg = ModelConfig.preset("tiny", vocab_size=40)
-    a = {"w": torch.tensor([1.0, 2.0]), "b": torch.tensor([[0.5]])}
-    b = {"w": torch.tensor([3.0, -2.0]), "b": torch.tensor([[1.5]])}
-    ckpt.save_weights(tmp_path / "a.safetensors", a, cfg, 1)
-    ckpt.save_weights(tmp_path / "b.safetensors", b, cfg, 2)
-    avg, avg_cfg = ckpt.average_checkpoints([tmp_path / "a.safetensors", tmp_path / "b.safetensors"])
-    assert avg_cfg == cfg
-    torch.testing.assert_close(avg["w"], torch.tensor([2.0, 0.0]))
-    torch.testing.assert_close(avg["b"], torch.tensor([[1.0]]))
-
-
-def test_corrupt_checkpoint_gives_clear_error(tmp_path):
-    bad = tmp_path / "step_00000001.safetensors"
-    bad.write_bytes(b"\x00garbage" * 10)
-    with pytest.raises(ckpt.CheckpointError, match="corrupt"):
-        ckpt.load_weights(bad)
-    with pytest.raises(ckpt.CheckpointError, match="no checkpoint"):
-        ckpt.load_weights(tmp_path / "missing.safetensors")
 
 
 def _cli(*args: str) -> list[str]:

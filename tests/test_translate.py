@@ -3,13 +3,11 @@
 import io
 
 import pytest
-import torch
+from helpers import save_run, tiny_model
 
-from aiayn import checkpoint as ckpt
 from aiayn.cli import main
-from aiayn.config import EOS_ID, ModelConfig
+from aiayn.config import EOS_ID
 from aiayn.data import Vocab
-from aiayn.model import Transformer
 from aiayn.search import SearchConfig
 from aiayn.translate import Translator, encode_sources
 
@@ -20,20 +18,11 @@ def translate_lines(model, vocab, lines, batch_size=64, max_input_len=None, **se
     return [[(h.text, h.score) for h in hs] for hs in t.translate_nbest(lines)]
 
 
-def _model(vocab_size: int, **overrides) -> Transformer:
-    torch.manual_seed(0)
-    model = Transformer(ModelConfig.preset("tiny", vocab_size=vocab_size, **overrides)).eval()
-    with torch.no_grad():  # a random model repeats its input; raise the EOS logit so lengths vary
-        eos = model.embedding.weight[EOS_ID]
-        model.decoder.layers[-1].sublayers[-1].norm.bias += 4.0 * eos / eos.dot(eos)
-    return model
-
-
 @pytest.fixture(scope="module")
 def setup(copy_data):
     vocab = Vocab.load(copy_data / "vocab.model")
     lines = (copy_data / "test.src.txt").read_text().splitlines()[:12]
-    return _model(len(vocab)), vocab, lines
+    return tiny_model(len(vocab), eos_bias=4.0), vocab, lines
 
 
 def test_order_kept_and_batch_invariant(setup):
@@ -62,7 +51,7 @@ def test_blank_and_overlong_lines(setup, capsys):
 def test_learned_positions_never_overflow(copy_data):
     # A table of 12 positions: long inputs are cut to 12 tokens, outputs to 11 words (BOS takes one).
     vocab = Vocab.load(copy_data / "vocab.model")
-    model = _model(len(vocab), positional="learned", max_positions=12)
+    model = tiny_model(len(vocab), eos_bias=4.0, positional="learned", max_positions=12)
     long_line = " ".join((copy_data / "test.src.txt").read_text().splitlines()[:8])
     sources = encode_sources(vocab, [long_line], model.cfg.max_positions)
     assert len(sources[0]) == 12 and sources[0][-1] == EOS_ID
@@ -81,9 +70,7 @@ def test_nbest_and_bf16(setup):
 
 def test_cli_end_to_end(setup, copy_data, tmp_path, monkeypatch, capsys):
     model, vocab, lines = setup
-    run = tmp_path / "run"
-    ckpt.save_weights(run / "checkpoints" / "step_00000010.safetensors", model.state_dict(), model.cfg, 10)
-    (run / "vocab.model").write_bytes((copy_data / "vocab.model").read_bytes())
+    run = save_run(model, copy_data / "vocab.model", tmp_path / "run")
     src, out = tmp_path / "in.txt", tmp_path / "out.txt"
     src.write_text("\n".join(lines[:6]) + "\n")
     assert main(["translate", "--checkpoint", str(run), "--input", str(src), "--output", str(out),

@@ -7,9 +7,12 @@ import sys
 from pathlib import Path
 
 from aiayn.checkpoint import AVERAGED, average_checkpoints, checkpoint_paths, save_weights
+from aiayn.errors import UsageError
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.inputs and not args.out:
+        raise UsageError("--inputs needs --out FILE (where to write the average)")
     if args.inputs:
         paths = [Path(p) for p in args.inputs]
     else:

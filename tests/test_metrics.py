@@ -5,14 +5,13 @@ import math
 import pytest
 import sacrebleu
 import torch
+from helpers import tiny_model
 
 from aiayn import checkpoint as ckpt
 from aiayn.cli import main
-from aiayn.config import ModelConfig
 from aiayn.data import load_split
 from aiayn.metrics import chrf, corpus_bleu, perplexity, tokenized_bleu
 from aiayn.metrics.bleu import moses_tokenize, split_compounds
-from aiayn.model import Transformer
 
 HYPS = ["The cat sat on the mat.", "He read the book, didn't he?", "It's 3.5 km to the station!",
         "A quick brown fox jumps over the lazy dog"]
@@ -54,21 +53,16 @@ def test_tokenized_compound_split_bleu_by_hand():
     assert bp.score == pytest.approx(100 * math.exp(1 - 5 / 4))
 
 
-def _model(vocab_size: int, seed: int = 0) -> Transformer:
-    torch.manual_seed(seed)
-    return Transformer(ModelConfig.preset("tiny", vocab_size=vocab_size)).eval()
-
-
 def test_perplexity_by_hand_and_against_full_forward(copy_data):
     pairs = load_split(copy_data, "test")
-    model = _model(120)
+    model = tiny_model(120)
     with torch.no_grad():
         model.embedding.weight.zero_()  # every logit 0: a uniform distribution, perplexity = V exactly
     res = perplexity(model, pairs, max_tokens=64)
     assert res.ppl == pytest.approx(120.0, rel=1e-5)
     assert res.tokens == sum(len(t) + 1 for _, t in pairs)  # EOS counted
 
-    model = _model(120, seed=3)
+    model = tiny_model(120, seed=3)
     nll = 0.0
     for s, t in pairs:  # one pair at a time, full forward, no batching or padding
         s, t = s.tolist(), t.tolist()
@@ -91,7 +85,7 @@ def test_evaluate_cli(tmp_path, copy_data, capsys):
     assert f"{sacrebleu.corpus_bleu(HYPS, [REFS]).score:6.2f}" in out and "nrefs:1|case:mixed" in out
     assert "chrF" in out and "compound-split, lang de" in out
 
-    model = _model(120)
+    model = tiny_model(120)
     ckpt.save_weights(ckpt.step_checkpoint_path(tmp_path / "run", 1), model.state_dict(), model.cfg, 1)
     (tmp_path / "run" / "vocab.model").write_bytes((copy_data / "vocab.model").read_bytes())
     args = ["evaluate", "--checkpoint", str(tmp_path / "run"), "--data", str(copy_data), "--split", "valid"]

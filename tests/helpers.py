@@ -1,0 +1,34 @@
+"""Helpers the test modules share (fixtures are in conftest.py)."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import torch
+
+from aiayn import checkpoint as ckpt
+from aiayn.config import EOS_ID, ModelConfig
+from aiayn.model import Transformer
+
+REPO = Path(__file__).resolve().parents[1]
+SHARED_DATA = REPO.parent / "shared" / "data"  # the real corpora (../shared), read by path; may be absent
+
+
+def tiny_model(vocab_size: int, seed: int = 0, eos_bias: float = 0.0, **overrides) -> Transformer:
+    """The `tiny` preset with random weights, in eval mode. eos_bias > 0 raises the EOS logit (a random model
+    otherwise repeats its input until the length limit), so that output lengths vary."""
+    torch.manual_seed(seed)
+    model = Transformer(ModelConfig.preset("tiny", vocab_size=vocab_size, **overrides)).eval()
+    if eos_bias:
+        with torch.no_grad():
+            eos = model.embedding.weight[EOS_ID]
+            model.decoder.layers[-1].sublayers[-1].norm.bias += eos_bias * eos / eos.dot(eos)
+    return model
+
+
+def save_run(model: Transformer, vocab_model: Path, run: Path, step: int = 10) -> Path:
+    """A run directory holding `model` as its only step checkpoint, and the vocabulary: what `--checkpoint` takes."""
+    ckpt.save_weights(ckpt.step_checkpoint_path(run, step), model.state_dict(), model.cfg, step)
+    shutil.copyfile(vocab_model, run / "vocab.model")
+    return run

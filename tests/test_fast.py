@@ -1,0 +1,86 @@
+"""The measured fast paths of aiayn.fast, each against the reference it stands in for."""
+
+import copy
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from aiayn.config import ModelConfig
+from aiayn.fast import Dropout, inference_copy, keep_freed_memory, row_topk, use_matmul_attention
+from aiayn.model import Transformer, scaled_dot_product_attention
+
+
+def test_dropout_mask_rate_scale_gradient_and_seed():
+    drop = Dropout(0.1).train()
+    x = torch.rand(1000, 1000) + 1.0
+    x.requires_grad_()
+    torch.manual_seed(3)
+    y = drop(x)
+    kept = y.ne(0)
+    rate = 1.0 - kept.float().mean().item()
+    assert abs(rate - 0.1) < 5 * math.sqrt(0.1 * 0.9 / x.numel())  # 5 sigma
+    torch.testing.assert_close(y[kept], x[kept] / 0.9)
+    y.sum().backward()
+    torch.testing.assert_close(x.grad, kept.float() / 0.9)
+    torch.manual_seed(3)
+    assert torch.equal(drop(x.detach()), y.detach())  # the global seed governs the mask
+    assert not torch.equal(drop(x.detach()), y.detach())
+    assert drop(x.detach().bfloat16()).dtype == torch.bfloat16
+    assert torch.equal(drop.eval()(x), x)
+
+
+def test_matmul_attention_equals_fused_kernel():
+    # The two kernels use_matmul_attention chooses between compute the same eq. 1: with a padding mask, causal,
+    # and causal over the last n of m positions (a decoding step with a cache).
+    torch.manual_seed(0)
+    q, k, v = torch.randn(2, 4, 6, 8), torch.randn(2, 4, 6, 8), torch.randn(2, 4, 6, 5)
+    mask = torch.ones(2, 1, 1, 6, dtype=torch.bool)
+    mask[1, ..., 4:] = False
+    ours, _ = scaled_dot_product_attention(q, k, v, mask)
+    torch.testing.assert_close(ours, F.scaled_dot_product_attention(q, k, v, attn_mask=mask))
+    ours, _ = scaled_dot_product_attention(q, k, v, is_causal=True)
+    torch.testing.assert_close(ours, F.scaled_dot_product_attention(q, k, v, is_causal=True))
+    last, _ = scaled_dot_product_attention(q[:, :, -2:], k, v, is_causal=True)
+    torch.testing.assert_close(last, ours[:, :, -2:])
+    # The choice: matmuls for weights, decoding and CPU bf16; the fused kernel for fp32 training.
+    assert use_matmul_attention(q, decoding=False, need_weights=True)
+    assert use_matmul_attention(q, decoding=True, need_weights=False)
+    assert use_matmul_attention(q.bfloat16(), decoding=False, need_weights=False)
+    assert not use_matmul_attention(q, decoding=False, need_weights=False)
+
+
+@pytest.mark.parametrize("v", [32000, 37000, 100])  # blocks divide V; V padded to whole blocks; V too small
+def test_row_topk_equals_topk(v):
+    torch.manual_seed(0)
+    x = torch.randn(5, v)
+    x[1, :] = x[1, 0]  # a row of ties: any k of them are right
+    x[2, -3:] = 50.0  # the best in the last (possibly partial) block
+    for k in (1, 8):
+        values, index = row_topk(x, k)
+        ref, _ = x.topk(k, dim=1)
+        torch.testing.assert_close(values, ref, rtol=0, atol=0)
+        torch.testing.assert_close(x.gather(1, index), values, rtol=0, atol=0)
+        assert all(len(set(row)) == k for row in index.tolist())
+
+
+def test_inference_copy_is_the_model_in_another_dtype():
+    torch.manual_seed(0)
+    model = Transformer(ModelConfig.preset("tiny", vocab_size=40)).train()
+    before = copy.deepcopy(model.state_dict())
+    assert inference_copy(model) is model and not model.training  # same dtype: the model itself, in eval mode
+    low = inference_copy(model, torch.bfloat16)
+    assert low is not model and next(low.parameters()).dtype == torch.bfloat16 and not low.training
+    for name, t in model.state_dict().items():  # the original is untouched
+        assert t.dtype == torch.float32 and torch.equal(t, before[name])
+        torch.testing.assert_close(low.state_dict()[name], t.bfloat16(), rtol=0, atol=0)
+    assert inference_copy(low, torch.bfloat16) is low
+
+
+def test_keep_freed_memory_applies_on_glibc():
+    import platform
+    import sys
+
+    expected = sys.platform.startswith("linux") and platform.libc_ver()[0] == "glibc"
+    assert keep_freed_memory() is expected
