@@ -6,7 +6,7 @@ measured on the same synthetic batches, with the same timing loop and FLOP model
 
 The harness's ids are fairseq's (BOS 0, PAD 1, EOS 2, words from 4); aiayn's are PAD 0, BOS 2, EOS 3. Words
 keep their ids; the special ids are remapped in prepare_train/prepare_src (untimed) and EOS back in generate.
-Training uses aiayn's own loss path (`aiayn.train.batch_loss`: the vocabulary projection and the
+Training uses aiayn's own loss path (`aiayn.losses.batch_loss`: the vocabulary projection and the
 label-smoothed loss on real target tokens only) -- that is part of what is measured.
 """
 
@@ -19,11 +19,10 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from aiayn.config import BOS_ID, EOS_ID, PAD_ID, ModelConfig  # noqa: E402
+from aiayn.fast import inference_copy, keep_freed_memory  # noqa: E402
+from aiayn.losses import batch_loss  # noqa: E402
 from aiayn.model import Transformer  # noqa: E402
-from aiayn.perf import keep_freed_memory  # noqa: E402
 from aiayn.search import SearchConfig, beam_search, greedy_search  # noqa: E402
-from aiayn.train import batch_loss  # noqa: E402
-from aiayn.translate import inference_model  # noqa: E402
 
 
 def to_aiayn_ids(x: torch.Tensor) -> torch.Tensor:
@@ -45,20 +44,22 @@ class Adapter:
         return {"impl_version": aiayn.__version__}
 
     def build(self) -> torch.nn.Module:
-        keep_freed_memory()  # as `aiayn train` does on CPU (aiayn/perf.py)
+        keep_freed_memory()  # as every `aiayn` command does (aiayn/fast.py)
         c = self.cfg
+        if c.attention_dropout:
+            raise ValueError("aiayn has no attention dropout (the paper uses none); set the harness's to 0")
         d_head = c.d_model // c.n_heads
         return Transformer(ModelConfig(
             vocab_size=c.vocab, n_enc_layers=c.enc_layers, n_dec_layers=c.dec_layers, d_model=c.d_model,
             d_ff=c.ffn, n_heads=c.n_heads, d_k=d_head, d_v=d_head, dropout=c.dropout,
-            attention_dropout=c.attention_dropout, label_smoothing=c.label_smoothing))
+            label_smoothing=c.label_smoothing))
 
     def prepare_train(self, batch):
         return to_aiayn_ids(batch.src), to_aiayn_ids(batch.tgt_in), to_aiayn_ids(batch.tgt_out)
 
     def train_loss(self, model, prepared) -> torch.Tensor:
         src, tgt_in, tgt_out = prepared
-        loss, _, _ = batch_loss(model, src, tgt_in, tgt_out, self.cfg.label_smoothing, PAD_ID)
+        loss, _, _ = batch_loss(model, src, tgt_in, tgt_out, self.cfg.label_smoothing)
         return loss
 
     def prepare_src(self, batch):
@@ -67,10 +68,10 @@ class Adapter:
     def generate(self, model, src, beam: int, n_tokens: int, lenpen: float):
         if torch.is_autocast_enabled("cpu"):
             # The harness's bf16 is autocast around generate; aiayn decodes bf16 as `aiayn translate --bf16`
-            # does, on a bf16 copy of the weights (aiayn.translate.inference_model), made once, at the first
+            # does, on a bf16 copy of the weights (aiayn.fast.inference_copy), made once, at the first
             # (warm-up) call, as CTranslate2 converts its model beforehand.
             if getattr(self, "_bf16_of", None) is not model:
-                self._bf16, self._bf16_of = inference_model(model, torch.bfloat16), model
+                self._bf16, self._bf16_of = inference_copy(model, torch.bfloat16), model
             with torch.autocast("cpu", enabled=False):
                 return self._search(self._bf16, src, beam, n_tokens, lenpen)
         return self._search(model, src, beam, n_tokens, lenpen)

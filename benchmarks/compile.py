@@ -18,7 +18,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import common  # noqa: E402
 from aiayn_adapter import Adapter  # noqa: E402
 
-from aiayn.train import TrainingObjective  # noqa: E402
+from aiayn.losses import TrainingObjective  # noqa: E402
 
 
 def main() -> None:

@@ -23,10 +23,10 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from aiayn.config import BOS_ID, EOS_ID, PAD_ID, ModelConfig  # noqa: E402
+from aiayn.fast import inference_copy  # noqa: E402
+from aiayn.losses import TrainingObjective  # noqa: E402
 from aiayn.model import Transformer, count_parameters  # noqa: E402
 from aiayn.search import SearchConfig, beam_search, greedy_search  # noqa: E402
-from aiayn.train import TrainingObjective  # noqa: E402
-from aiayn.translate import inference_model  # noqa: E402
 
 DATASHEET_BF16 = {"H100": 989e12, "H200": 989e12}
 
@@ -117,7 +117,7 @@ def train_speed(preset: str, dtype: str, tokens: int, steps: int, device, compil
 def decode_speed(preset: str, dtype: str, beam: int, sents: int, n_tokens: int, device) -> dict:
     torch.manual_seed(0)
     cfg = ModelConfig.preset(preset)
-    model = inference_model(Transformer(cfg).to(device), torch.bfloat16 if dtype == "bf16" else None)
+    model = inference_copy(Transformer(cfg).to(device), torch.bfloat16 if dtype == "bf16" else None)
     src = batch(cfg.vocab_size, sents * 27, device, seed=1, lo=23, hi=27)[0][:sents]
     search = SearchConfig(beam=beam, max_len_a=0.0, max_len_b=n_tokens, min_len=n_tokens)
     run = greedy_search if beam == 1 else beam_search
