@@ -7,7 +7,8 @@ reference it is tested against (tests/test_fast.py). Why each was kept, with its
                                        fp32 softmax) and torch's F.scaled_dot_product_attention (flash); both
                                        compute eq. 1
     row_topk                           torch.topk(x, k, dim=1)
-    inference_copy                     the model itself (a bf16 copy of its weights, converted once)
+    inference_copy                     the model itself (a bf16 copy of its weights, converted once; or int8:
+                                       every projection dynamically quantized, int8 weights per output channel)
     keep_freed_memory                  glibc's default allocator settings (speed only, no numerics)
 
 The fused label-smoothed loss is a fast path too; it lives in aiayn/losses.py beside its reference formula.
@@ -80,13 +81,61 @@ def row_topk(x: Tensor, k: int, block: int = 128) -> tuple[Tensor, Tensor]:
 # Inference weights.
 
 
-def inference_copy(model: nn.Module, dtype: torch.dtype | None = None) -> nn.Module:
-    """The model to decode with, in eval mode: `model` itself, or for another dtype (bf16) a copy with every weight
-    converted once (autocast would cast the weights again at every step). LayerNorm and the final log-softmax
-    still accumulate in fp32; the attention softmax runs in fp32 (model.scaled_dot_product_attention)."""
-    if dtype is None or next(model.parameters()).dtype == dtype:
+def inference_copy(model: nn.Module, dtype: str = "fp32") -> nn.Module:
+    """The model to decode with, in eval mode: "fp32" the model itself; "bf16" a copy with every weight converted
+    once (autocast would cast the weights again at every step); "int8" a copy whose projections (W^Q, W^K, W^V,
+    W^O, the FFN and the tied output projection) hold int8 weights, one scale per output channel, and quantize their
+    input per batch (dynamic quantization: fbgemm's int8 GEMM). LayerNorm, softmax and the log-softmax stay in fp32
+    (bf16: they accumulate in fp32)."""
+    if dtype not in ("fp32", "bf16", "int8"):
+        raise ValueError(f"inference dtype must be fp32, bf16 or int8, not {dtype!r}")
+    if dtype == "int8":
+        return _int8_copy(model)
+    target = torch.bfloat16 if dtype == "bf16" else torch.float32
+    if getattr(model, "int8", False) or next(model.parameters()).dtype == target:
         return model.eval()
-    return copy.deepcopy(model).to(dtype).eval()
+    return copy.deepcopy(model).to(target).eval()
+
+
+class _Int8TiedProjection(nn.Module):
+    """The output projection hidden -> logits with an int8 copy of the (tied) embedding matrix."""
+
+    def __init__(self, weight: Tensor):
+        super().__init__()
+        from torch.ao.nn.quantized.dynamic import Linear as DynamicLinear
+
+        v, d = weight.shape
+        linear = nn.Linear(d, v, bias=False)
+        linear.weight.data.copy_(weight.detach().float())
+        self.linear = DynamicLinear.from_float(_with_qconfig(linear))
+
+    def forward(self, hidden: Tensor) -> Tensor:
+        return self.linear(hidden)
+
+
+def _with_qconfig(module: nn.Module) -> nn.Module:
+    from torch.ao.quantization import per_channel_dynamic_qconfig
+
+    module.qconfig = per_channel_dynamic_qconfig
+    return module
+
+
+def _int8_copy(model: nn.Module) -> nn.Module:
+    import warnings
+
+    from torch.ao.quantization import per_channel_dynamic_qconfig, quantize_dynamic
+
+    if getattr(model, "int8", False):
+        return model.eval()
+    if next(model.parameters()).device.type != "cpu":
+        raise ValueError("int8 decoding runs on CPU (fbgemm); use bf16 on GPUs")
+    q = copy.deepcopy(model).float().eval()
+    with warnings.catch_warnings():  # torch.ao.quantization announces its move to torchao
+        warnings.simplefilter("ignore")
+        q = quantize_dynamic(q, {nn.Linear: per_channel_dynamic_qconfig}, dtype=torch.qint8)
+        q.output_logits = _Int8TiedProjection(q.embedding.weight)  # this copy only: shadows the tied F.linear
+    q.int8 = True
+    return q
 
 
 # ---------------------------------------------------------------------------------------------------------

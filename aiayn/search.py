@@ -52,7 +52,7 @@ class SearchConfig:
     max_len_b: int = 50
     min_len: int = 1  # EOS banned before this many words
     nbest: int = 1  # hypotheses returned per sentence (<= beam)
-    dtype: str = "fp32"  # "fp32" or "bf16": decode a bf16 copy of the weights
+    dtype: str = "fp32"  # "fp32"; "bf16": a bf16 copy of the weights; "int8": int8 projections (CPU; aiayn.fast)
 
     def __post_init__(self) -> None:
         if self.beam < 1:
@@ -61,8 +61,8 @@ class SearchConfig:
             raise UsageError(f"nbest must lie in 1..beam ({self.beam}), got {self.nbest}")
         if self.lp not in ("gnmt", "power"):
             raise UsageError(f"length penalty kind must be 'gnmt' or 'power', not {self.lp!r}")
-        if self.dtype not in ("fp32", "bf16"):
-            raise UsageError(f"dtype must be fp32 or bf16, not {self.dtype!r}")
+        if self.dtype not in ("fp32", "bf16", "int8"):
+            raise UsageError(f"dtype must be fp32, bf16 or int8, not {self.dtype!r}")
         if self.min_len < 0 or self.max_len_b < 0 or self.max_len_a < 0:
             raise UsageError("min_len, max_len_a and max_len_b must be >= 0")
 

@@ -67,11 +67,11 @@ class Adapter:
 
     def generate(self, model, src, beam: int, n_tokens: int, lenpen: float):
         if torch.is_autocast_enabled("cpu"):
-            # The harness's bf16 is autocast around generate; aiayn decodes bf16 as `aiayn translate --bf16`
+            # The harness's bf16 is autocast around generate; aiayn decodes bf16 as `aiayn translate --dtype bf16`
             # does, on a bf16 copy of the weights (aiayn.fast.inference_copy), made once, at the first
             # (warm-up) call, as CTranslate2 converts its model beforehand.
             if getattr(self, "_bf16_of", None) is not model:
-                self._bf16, self._bf16_of = inference_copy(model, torch.bfloat16), model
+                self._bf16, self._bf16_of = inference_copy(model, "bf16"), model
             with torch.autocast("cpu", enabled=False):
                 return self._search(self._bf16, src, beam, n_tokens, lenpen)
         return self._search(model, src, beam, n_tokens, lenpen)

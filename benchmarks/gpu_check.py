@@ -117,7 +117,7 @@ def train_speed(preset: str, dtype: str, tokens: int, steps: int, device, compil
 def decode_speed(preset: str, dtype: str, beam: int, sents: int, n_tokens: int, device) -> dict:
     torch.manual_seed(0)
     cfg = ModelConfig.preset(preset)
-    model = inference_copy(Transformer(cfg).to(device), torch.bfloat16 if dtype == "bf16" else None)
+    model = inference_copy(Transformer(cfg).to(device), dtype)
     src = batch(cfg.vocab_size, sents * 27, device, seed=1, lo=23, hi=27)[0][:sents]
     search = SearchConfig(beam=beam, max_len_a=0.0, max_len_b=n_tokens, min_len=n_tokens)
     run = greedy_search if beam == 1 else beam_search

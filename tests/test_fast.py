@@ -70,12 +70,12 @@ def test_inference_copy_is_the_model_in_another_dtype():
     model = Transformer(ModelConfig.preset("tiny", vocab_size=40)).train()
     before = copy.deepcopy(model.state_dict())
     assert inference_copy(model) is model and not model.training  # same dtype: the model itself, in eval mode
-    low = inference_copy(model, torch.bfloat16)
+    low = inference_copy(model, "bf16")
     assert low is not model and next(low.parameters()).dtype == torch.bfloat16 and not low.training
     for name, t in model.state_dict().items():  # the original is untouched
         assert t.dtype == torch.float32 and torch.equal(t, before[name])
         torch.testing.assert_close(low.state_dict()[name], t.bfloat16(), rtol=0, atol=0)
-    assert inference_copy(low, torch.bfloat16) is low
+    assert inference_copy(low, "bf16") is low
 
 
 def test_keep_freed_memory_applies_on_glibc():
@@ -84,3 +84,27 @@ def test_keep_freed_memory_applies_on_glibc():
 
     expected = sys.platform.startswith("linux") and platform.libc_ver()[0] == "glibc"
     assert keep_freed_memory() is expected
+
+
+def test_int8_copy_follows_the_model():
+    # Dynamic int8 projections (per output channel): logits close to fp32's, the same greedy output on a model whose
+    # choices are clear-cut, the original untouched.
+    from aiayn.search import SearchConfig, greedy_search
+
+    torch.manual_seed(0)
+    model = Transformer(ModelConfig.preset("tiny", vocab_size=60)).eval()
+    before = copy.deepcopy(model.state_dict())
+    q = inference_copy(model, "int8")
+    assert q is not model and getattr(q, "int8", False) and inference_copy(q, "int8") is q
+    src = torch.randint(4, 60, (3, 7))
+    src[:, -1] = 3
+    tgt = torch.randint(4, 60, (3, 5))
+    with torch.no_grad():
+        ref, low = model(src, tgt), q(src, tgt)
+    assert (low - ref).abs().max() < 0.05 * ref.abs().max()
+    for name, t in model.state_dict().items():
+        assert torch.equal(t, before[name])
+    search = SearchConfig(beam=1, max_len_a=0.0, max_len_b=6)
+    pairs = zip(greedy_search(model, src, search), greedy_search(q, src, search))
+    agree = [a[0].tokens == b[0].tokens for a, b in pairs]
+    assert sum(agree) >= 2

@@ -33,14 +33,16 @@ def add_search_args(p: argparse.ArgumentParser, defaults: SearchConfig = PAPER_S
                    help=f"EOS banned before this many words (default {defaults.min_len})")
     g.add_argument("--nbest", type=int, default=defaults.nbest,
                    help="hypotheses per input; >1 prints 'LINE ||| TEXT ||| SCORE' lines (Moses n-best)")
-    g.add_argument("--bf16", action="store_true", help="decode in bfloat16 (a bf16 copy of the weights)")
+    g.add_argument("--dtype", choices=["fp32", "bf16", "int8"], default=defaults.dtype,
+                   help="fp32; bf16 (a bf16 copy of the weights); int8 (int8 projections, CPU) (default "
+                        f"{defaults.dtype})")
 
 
 def search_config(args: argparse.Namespace) -> SearchConfig:
     """The SearchConfig the search flags describe (its checks raise UsageError)."""
     return SearchConfig(beam=args.beam, alpha=args.alpha, lp=args.lp, max_len_a=args.max_len_a,
                         max_len_b=args.max_len_b, min_len=args.min_len, nbest=args.nbest,
-                        dtype="bf16" if args.bf16 else "fp32")
+                        dtype=args.dtype)
 
 
 _TYPES = {"int": int, "float": float, "str": str}
