@@ -14,6 +14,7 @@ from aiayn import checkpoint as ckpt
 from aiayn.config import ModelConfig
 from aiayn.data import builtin_corpus, prepare
 from aiayn.metrics import chrf, corpus_bleu
+from aiayn.runtime import resolve_device, resolve_dtype
 from aiayn.search import SearchConfig
 from aiayn.train import TrainConfig, train
 from aiayn.translate import Translator
@@ -28,9 +29,10 @@ EXAMPLES = [
 
 
 def quickstart(out: Path, minutes: float = 12.0, preset: str = "small", vocab_size: int = 8000,
-               dtype: str = "bf16", average_last: int = 5, beam: int = 4, progress: bool = True) -> dict:
+               dtype: str = "auto", average_last: int = 5, beam: int = 4, progress: bool = True) -> dict:
     """Run the whole job into `out`; returns test BLEU, chrF, the sacreBLEU signature and the minutes taken."""
     out = Path(out)
+    dtype = resolve_dtype(dtype, resolve_device("auto"))  # bf16 only where this machine multiplies it natively
     t0 = time.time()
     print(f"[1/5] preparing the built-in English-Spanish Bible in {out / 'data'}", flush=True)
     raw = builtin_corpus(out / "raw")

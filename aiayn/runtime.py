@@ -12,7 +12,7 @@ import torch.distributed as dist
 
 from aiayn.errors import UsageError
 
-DTYPES = ("fp32", "bf16")
+DTYPES = ("fp32", "bf16", "auto")  # auto: bf16 where the device multiplies bf16 natively, else fp32
 
 
 @dataclass
@@ -73,15 +73,44 @@ def resolve_device(name: str, local_rank: int = 0) -> torch.device:
     return device
 
 
+def native_bf16(device: torch.device) -> bool:
+    """Whether bf16 matmuls run natively here: a CUDA GPU with bf16, or a CPU with AVX512-BF16 or AMX-BF16. Without
+    them (a VM may hide the flags even on a CPU that has them) torch emulates bf16 matmuls at a fraction of fp32's
+    speed: 28 vs 109 GFLOP/s on one such machine (docs/speed.md)."""
+    if device.type == "cuda":
+        return torch.cuda.is_bf16_supported()
+    if device.type != "cpu":
+        return False
+    flags = cpu_flags()
+    return "avx512_bf16" in flags or "amx_bf16" in flags
+
+
+def cpu_flags() -> set[str]:
+    """The CPU feature flags Linux reports (empty elsewhere)."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            return set(next((line.split(":", 1)[1].split() for line in f if line.startswith("flags")), []))
+    except OSError:
+        return set()
+
+
+def resolve_dtype(dtype: str, device: torch.device) -> str:
+    """"fp32" or "bf16" as given; "auto" -> bf16 where native_bf16(device), else fp32."""
+    if dtype not in DTYPES:
+        raise UsageError(f"dtype must be one of {', '.join(DTYPES)}, not {dtype!r}")
+    if dtype == "auto":
+        return "bf16" if native_bf16(device) else "fp32"
+    return dtype
+
+
 def setup_runtime(device: str = "auto", dtype: str = "fp32", threads: int = 0) -> Runtime:
     """A single process, or one process of a torchrun job (gloo on CPU, NCCL on GPU)."""
-    if dtype not in DTYPES:
-        raise UsageError(f"dtype must be one of {DTYPES}, not {dtype!r}")
     if threads:
         torch.set_num_threads(threads)
     world = int(os.environ.get("WORLD_SIZE", "1"))
     rank = int(os.environ.get("RANK", "0"))
     dev = resolve_device(device, int(os.environ.get("LOCAL_RANK", "0")))
+    dtype = resolve_dtype(dtype, dev)
     if dev.type == "cuda":
         torch.cuda.set_device(dev)
         torch.backends.cuda.matmul.allow_tf32 = dtype == "fp32"

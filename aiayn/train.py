@@ -65,14 +65,15 @@ class TrainConfig:
     save_every_minutes: float = _opt(10.0, "save a checkpoint every N minutes (paper: 10)")
     keep_last: int = _opt(20, "step checkpoints kept (paper: averages the last 5 base / 20 big)")
     log_every: int = _opt(10, "log training loss every N steps")
-    dtype: str = _opt("fp32", "fp32, or bf16 (autocast; fp32 master weights and optimizer state)")
+    dtype: str = _opt("fp32", "fp32; bf16 (autocast; fp32 master weights and optimizer state); auto: bf16 where "
+                              "the device multiplies bf16 natively, else fp32 (the resolved one is saved)")
     device: str = _opt("auto", "auto (CUDA if present), cpu, cuda, cuda:N")
     compile: bool = _opt(False, "torch.compile the model and loss")
     threads: int = _opt(0, "CPU threads for torch (0 = torch's default: all cores)")
 
     def __post_init__(self) -> None:
         if self.dtype not in DTYPES:
-            raise UsageError(f"dtype must be fp32 or bf16, not {self.dtype!r}")
+            raise UsageError(f"dtype must be one of {', '.join(DTYPES)}, not {self.dtype!r}")
         for name in ("max_steps", "max_tokens", "update_freq", "warmup", "keep_last", "log_every"):
             if getattr(self, name) < 1:
                 raise UsageError(f"{name} must be >= 1, got {getattr(self, name)}")
@@ -238,6 +239,7 @@ def train(data_dir: Path, run_dir: Path, cfg: ModelConfig, tc: TrainConfig, prog
     if len(vocab) != cfg.vocab_size:
         cfg = cfg.replace(vocab_size=len(vocab))  # the model always matches the prepared vocabulary
     rt = setup_runtime(tc.device, tc.dtype, tc.threads)
+    tc = dataclasses.replace(tc, dtype=rt.dtype)  # "auto" resolved: a resumed run keeps the dtype it started with
     if rt.is_main:
         if run_dir.exists() and any(run_dir.iterdir()):
             raise UsageError(f"{run_dir} is not empty; use --resume {run_dir} to continue it, or a new --out")

@@ -25,7 +25,8 @@ def register(sub) -> None:
     p.add_argument("--minutes", type=float, default=12.0, help="training time budget (default 12)")
     p.add_argument("--preset", default="small", choices=list(PRESETS))
     p.add_argument("--vocab-size", type=int, default=8000)
-    p.add_argument("--dtype", default="bf16", choices=["bf16", "fp32"])
+    p.add_argument("--dtype", default="auto", choices=["auto", "bf16", "fp32"],
+                   help="auto (default): bf16 where the CPU/GPU multiplies bf16 natively, else fp32")
     p.add_argument("--average-last", type=int, default=5)
     p.add_argument("--beam", type=int, default=4)
     add_progress_arg(p)
