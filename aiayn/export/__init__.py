@@ -1,0 +1,25 @@
+"""Export a trained aiayn model to HF transformers (MarianMTModel) and CTranslate2, proven equal (docs/export.md).
+
+Reading guide:
+    names.py   ONE table: each aiayn parameter's name in MarianMTModel and in a CTranslate2 spec, with the meaning
+               of its axes (d_model, heads, ...). Neither exporter spells a layer name of its own.
+    hf.py      aiayn <-> MarianMTModel: the sinusoid permutation, the Marian config, the tokenizer files, what
+               Marian cannot represent (pre-norm, learned positions, h*d_k != d_model), and the exact import back.
+    ct2.py     aiayn -> CTranslate2 through its spec API (every preset, Table 3 rows A/B/E and pre-norm
+               included), quantization, and `translate_ct2`: decoding with aiayn's SearchConfig mapped onto
+               CTranslate2's options (what cannot map is listed there).
+    card.py    provenance (checkpoint, step, data) and the README model card; the all-or-nothing output folder.
+
+`aiayn export --checkpoint RUN --to hf|ct2 OUT` (aiayn/cli/export.py) runs these; `aiayn translate --engine ct2`
+decodes through an exported CTranslate2 folder. transformers and ctranslate2 are imported only inside this
+subpackage (the `export` extra).
+
+Equality, as tests/test_export.py checks it: HF logits within 1e-5 of aiayn's (fp32, also after save/load), HF
+greedy and beam outputs identical with aiayn's `lp="power"`; CTranslate2 per-token log-probs within 1e-4, its
+greedy and beam outputs identical; the exported tokenizer gives aiayn's ids; HF -> aiayn is exact.
+"""
+
+from aiayn.export.card import Provenance
+from aiayn.export.names import Param, parameter_map
+
+__all__ = ["Param", "Provenance", "parameter_map"]

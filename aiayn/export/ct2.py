@@ -1,0 +1,249 @@
+"""aiayn -> CTranslate2: a model folder for `ctranslate2.Translator`, and decoding through it (`translate_ct2`).
+
+The spec is built with CTranslate2's Python spec API (`ctranslate2.specs`), not through its HF converter, so every
+aiayn config exports: Table 3 rows A, B and E, and pre-norm, included.
+
+    names.py rows (aiayn -> CT2 name)      -> `ct2_variables`: renamed, heads padded, Q/K/V fused
+    the paper's sinusoids (section 3.5)    -> written out as position_encodings/encodings (CTranslate2's own are
+                                              [sin | cos], another timescale, from position 1: not the paper's)
+    learned positions (row E)              -> the learned table itself
+    h * d_k != d_model (row B: d_k != d_v) -> one head width, max(d_k, d_v): the narrower heads padded with zero
+                                              features, queries scaled by 1/sqrt(d_k) (`queries_scale`), which
+                                              leaves softmax(Q K^T / sqrt(d_k)) V unchanged
+    shared vocabulary                      -> the SentencePiece pieces in id order on both sides; vocab.model is
+                                              copied into the folder so `translate_ct2` can tokenize
+
+How `translate_ct2` maps aiayn's SearchConfig onto CTranslate2's options, and what cannot map: DECODING_NOTES
+(also in the README of every exported folder).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import shutil
+from collections import defaultdict
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from aiayn.config import BOS_ID, EOS_ID, PAD_ID, UNK_ID, ModelConfig
+from aiayn.errors import UsageError, UserError
+from aiayn.export.card import Provenance, fresh_folder, write_card
+from aiayn.export.names import POSITIONS, parameter_map
+from aiayn.model import Transformer, sinusoidal_positions
+from aiayn.search import SearchConfig, max_output_lengths
+from aiayn.translate import Translation, encode_sources
+
+QUANTIZATIONS = ("int8", "int8_float32", "int16", "float16", "bfloat16")
+AIAYN_FILE = "aiayn.json"  # the aiayn config, beside CTranslate2's own config.json
+MIN_POSITIONS = 1024  # rows of the written sinusoid table at least (CTranslate2 refuses positions past the table)
+
+DECODING_NOTES = """\
+* Length penalty: CTranslate2 divides by |Y|^alpha, aiayn's `--lp power`; the paper's GNMT penalty
+  ((5 + |Y|) / 6)^alpha (aiayn's default) has no CTranslate2 equivalent. |Y| counts the EOS in both.
+* Length limit: aiayn allows int(a * source tokens + b) words per sentence; CTranslate2 takes one
+  `max_decoding_length` per call, so `translate_ct2` batches sentences of equal limit. At the limit aiayn forces
+  an EOS and scores it; CTranslate2 stops without one. The words are the same in greedy search.
+* PAD and BOS are never generated, EOS not before `min_len` words: CTranslate2 masks these before its
+  log-softmax, aiayn after, so beam scores differ by log(1 - p(masked)): nothing for a trained model, whose
+  p(PAD), p(BOS) and p(EOS first) are ~0, but it can reorder near-ties. Greedy outputs are unaffected.
+* Beam search stops after `beam * patience` finished hypotheses in CTranslate2, and only when no live hypothesis
+  can still win in aiayn. patience 1 (CTranslate2's default, fastest) can miss a longer, better hypothesis that
+  aiayn finds; a large patience searches as long as aiayn does (to the length limit)."""
+
+
+def head_dim(cfg: ModelConfig) -> int:
+    """CTranslate2's one per-head width for queries, keys and values."""
+    return max(cfg.d_k, cfg.d_v)
+
+
+def _pad_heads(x: torch.Tensor, dim: int, heads: int, width: int, to: int) -> torch.Tensor:
+    """Zero-pad each of the `heads` blocks of `width` along `dim` to `to`: (.., h*width, ..) -> (.., h*to, ..)."""
+    if width == to:
+        return x
+    shape = list(x.shape)
+    x = x.reshape(shape[:dim] + [heads, width] + shape[dim + 1:])
+    pad = [0, 0] * (x.dim() - dim - 2) + [0, to - width]  # F.pad lists dims from the last one
+    return torch.nn.functional.pad(x, pad).reshape(shape[:dim] + [heads * to] + shape[dim + 1:])
+
+
+def ct2_variables(model: Transformer) -> dict[str, np.ndarray]:
+    """Every CTranslate2 variable of `model` (fp32 numpy arrays), named as in names.py."""
+    cfg = model.cfg
+    state = {k: v.detach().float().cpu() for k, v in model.state_dict().items()}
+    params = parameter_map(cfg)
+    if cfg.positional == "sinusoidal":  # the paper's table, written out: aiayn computes it, CTranslate2 reads it
+        state[POSITIONS.aiayn] = sinusoidal_positions(max(MIN_POSITIONS, cfg.max_positions), cfg.d_model)
+        params.append(POSITIONS)
+    widths = {"qk": cfg.d_k, "v": cfg.d_v}
+    parts: dict[str, dict[int, torch.Tensor]] = defaultdict(dict)  # CT2 name -> {part index: tensor}
+    for p in params:
+        x = state[p.aiayn]
+        for dim, axis in enumerate(p.axes):
+            if axis in widths:
+                x = _pad_heads(x, dim, cfg.n_heads, widths[axis], head_dim(cfg))
+        for name in p.ct2:
+            parts[name][p.part[0]] = x
+    return {name: torch.cat([ps[i] for i in sorted(ps)]).contiguous().numpy() for name, ps in parts.items()}
+
+
+def _set(spec, path: str, value) -> None:
+    """spec.<path> = value, for a path such as "decoder/layer_3/attention/linear_1/weight", where a scope
+    "name_3" means element 3 of the list attribute `name` (layer, linear, embeddings)."""
+    *scopes, leaf = path.split("/")
+    for scope in scopes:
+        name, _, index = scope.rpartition("_")
+        items = getattr(spec, name, None) if index.isdigit() else None
+        spec = items[int(index)] if isinstance(items, list) else getattr(spec, scope)
+    setattr(spec, leaf, value)
+
+
+def ct2_spec(model: Transformer, vocab):
+    """The CTranslate2 TransformerSpec of `model`, with the shared vocabulary registered on both sides."""
+    from ctranslate2.specs import TransformerSpec, common_spec, transformer_spec
+
+    cfg = model.cfg
+    sides = dict(num_heads=cfg.n_heads, pre_norm=cfg.norm_first, activation=common_spec.Activation.RELU,
+                 head_dim=head_dim(cfg))
+    spec = TransformerSpec(transformer_spec.TransformerEncoderSpec(cfg.n_enc_layers, **sides),
+                           transformer_spec.TransformerDecoderSpec(cfg.n_dec_layers, **sides))
+    for name, value in ct2_variables(model).items():
+        _set(spec, name, value)
+    spec.decoder.projection.bias = np.zeros(cfg.vocab_size, dtype=np.float32)  # aiayn's tied output has none
+    scale = np.float32(1 / math.sqrt(cfg.d_k))  # the paper's 1/sqrt(d_k), whatever the padded head width
+    for layer in [*spec.encoder.layer, *spec.decoder.layer]:
+        for attention in (layer.self_attention, getattr(layer, "attention", None)):
+            if attention is not None:
+                attention.queries_scale = scale
+    pieces = [vocab.piece(i) for i in range(len(vocab))]
+    spec.register_source_vocabulary(pieces)
+    spec.register_target_vocabulary(pieces)
+    spec.config.add_source_eos = True  # aiayn's sources end with EOS
+    spec.config.decoder_start_token = spec.config.bos_token = vocab.piece(BOS_ID)
+    spec.config.eos_token, spec.config.unk_token = vocab.piece(EOS_ID), vocab.piece(UNK_ID)
+    spec.config.layer_norm_epsilon = cfg.layer_norm_eps
+    return spec
+
+
+_USAGE = """\
+```python
+import ctranslate2, sentencepiece as spm
+
+sp = spm.SentencePieceProcessor(model_file="{path}/vocab.model")
+translator = ctranslate2.Translator("{path}", device="cpu")
+pieces = sp.encode(["A man is riding a bike."], out_type=str)
+out = translator.translate_batch(pieces, beam_size=4, length_penalty=0.6, max_decoding_length=256,
+                                 suppress_sequences=[["<pad>"], ["<s>"]])
+print(sp.decode(out[0].hypotheses[0]))
+```
+
+Or through aiayn: `aiayn translate --engine ct2 --checkpoint {path} --lp power` (search flags map as below)."""
+
+
+def export_ct2(model: Transformer, vocab, out: Path, quantization: str | None = None,
+               prov: Provenance | None = None) -> Path:
+    """Write `out`: a CTranslate2 folder (model.bin, config.json, shared vocabulary, vocab.model, aiayn.json,
+    README.md), the weights quantized as `quantization` says (None: float32). Returns `out`."""
+    from ctranslate2.converters.converter import Converter
+
+    if quantization is not None and quantization not in QUANTIZATIONS:
+        raise UsageError(f"unknown quantization {quantization!r}; choose one of: {', '.join(QUANTIZATIONS)}")
+    spec = ct2_spec(model, vocab)
+
+    class _Given(Converter):  # CTranslate2's validate / de-duplicate / quantize / save steps, on our spec
+        def _load(self):
+            return spec
+
+    with fresh_folder(out) as tmp:
+        _Given().convert(str(tmp), quantization=quantization, force=True)
+        shutil.copyfile(vocab.model_path, tmp / "vocab.model")
+        (tmp / AIAYN_FILE).write_text(json.dumps({"model": model.cfg.to_dict(), "quantization": quantization},
+                                                 indent=2) + "\n")
+        write_card(tmp, model.cfg, prov or Provenance(), "ct2", _USAGE.format(path=Path(out).name), DECODING_NOTES,
+                   quantization or "float32")
+    return Path(out)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Decoding through CTranslate2.
+
+
+def equal_limit_batches(sources: Sequence[list[int] | None], search: SearchConfig, cap: int | None,
+                        batch_size: int) -> list[tuple[int, list[int]]]:
+    """(word limit, source indices) batches of sentences that share aiayn's limit int(a * x + b) (x = source tokens
+    with EOS; capped at `cap`), shortest limit first: for engines that take one limit per call. None = skipped."""
+    kept = [i for i, s in enumerate(sources) if s is not None]
+    if not kept:
+        return []
+    n_tokens = torch.tensor([len(sources[i]) for i in kept])
+    as_src = (torch.arange(int(n_tokens.max()))[None] < n_tokens[:, None]).long()  # (N, S): 1 token, 0 PAD
+    limits = dict(zip(kept, max_output_lengths(as_src, search.max_len_a, search.max_len_b, search.min_len,
+                                               cap).tolist()))
+    batches: list[tuple[int, list[int]]] = []
+    for i in sorted(kept, key=lambda i: (limits[i], len(sources[i]))):
+        if batches and batches[-1][0] == limits[i] and len(batches[-1][1]) < batch_size:
+            batches[-1][1].append(i)
+        else:
+            batches.append((limits[i], [i]))
+    return batches
+
+
+class CT2Translator:
+    """An exported CTranslate2 folder with its vocabulary and config: text in, text out, as aiayn's Translator.
+
+    threads: CPU threads (default: as many as torch uses, torch.get_num_threads(); CTranslate2's own default of 4
+    stalls on a busy 2-core machine). compute_type: CTranslate2's ("default" = as exported; "int8", ...)."""
+
+    def __init__(self, model_dir: Path | str, device: str = "cpu", compute_type: str = "default",
+                 threads: int | None = None):
+        import ctranslate2
+
+        from aiayn.data import Vocab
+
+        model_dir = Path(model_dir)
+        if not (model_dir / "model.bin").is_file() or not (model_dir / AIAYN_FILE).is_file():
+            raise UserError(f"{model_dir} is not a CTranslate2 folder written by `aiayn export --to ct2`")
+        self.cfg = ModelConfig.from_dict(json.loads((model_dir / AIAYN_FILE).read_text())["model"])
+        self.vocab = Vocab.load(model_dir / "vocab.model")
+        self.translator = ctranslate2.Translator(str(model_dir), device=device, compute_type=compute_type,
+                                                 intra_threads=threads or torch.get_num_threads())
+
+    def translate_nbest(self, lines: Sequence[str], search: SearchConfig, batch_size: int = 64,
+                        max_input_len: int | None = None, patience: float = 1.0) -> list[list[Translation]]:
+        """Up to search.nbest translations per line, best first; a blank line gives one empty translation.
+
+        search.lp must be "power" (DECODING_NOTES: what maps how). Inputs longer than max_input_len tokens (EOS
+        included; default the model's max_positions) are cut, with a warning, as aiayn's Translator cuts them.
+        patience: CTranslate2's beam stopping rule (DECODING_NOTES)."""
+        if search.lp != "power":
+            raise UsageError("CTranslate2's length penalty is |Y|^alpha: decode with --lp power (the paper's GNMT "
+                             "penalty ((5 + |Y|) / 6)^alpha has no CTranslate2 equivalent)")
+        cfg, vocab = self.cfg, self.vocab
+        sources = encode_sources(vocab, lines, max_input_len or cfg.max_positions)  # ids + EOS; None = blank
+        positions = cfg.max_positions if cfg.positional == "learned" else max(MIN_POSITIONS, cfg.max_positions)
+        results = [[Translation("", 0.0, [])] for _ in sources]
+        for limit, idx in equal_limit_batches(sources, search, positions - 1, batch_size):
+            out = self.translator.translate_batch(
+                [[vocab.piece(t) for t in sources[i][:-1]] for i in idx],  # CTranslate2 appends the EOS itself
+                beam_size=search.beam, patience=patience, num_hypotheses=search.nbest, length_penalty=search.alpha,
+                max_decoding_length=limit, min_decoding_length=search.min_len, max_input_length=0,
+                suppress_sequences=[[vocab.piece(PAD_ID)], [vocab.piece(BOS_ID)]], return_scores=True)
+            for i, res in zip(idx, out):
+                results[i] = [Translation(vocab.decode(ids), score, ids) for ids, score in
+                              (([vocab.sp.piece_to_id(p) for p in h], s) for h, s in zip(res.hypotheses, res.scores))]
+        return results
+
+    def translate(self, lines: Sequence[str], search: SearchConfig, **options) -> list[str]:
+        """The best translation of each line (options: those of `translate_nbest`)."""
+        return [hyps[0].text for hyps in self.translate_nbest(lines, search, **options)]
+
+
+def translate_ct2(model_dir: Path | str, lines: Sequence[str], search: SearchConfig, **options) -> list[str]:
+    """The best translation of each line through an exported CTranslate2 folder, searched as `search` says
+    (search.lp must be "power"; DECODING_NOTES says what maps how). Options: `batch_size`, `max_input_len`,
+    `patience` (CT2Translator.translate_nbest); `device`, `compute_type`, `threads` (CT2Translator)."""
+    loading = {k: options.pop(k) for k in ("device", "compute_type", "threads") if k in options}
+    return CT2Translator(model_dir, **loading).translate(lines, search, **options)
