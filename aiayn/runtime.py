@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import time
 from dataclasses import dataclass
 
 import torch
@@ -103,11 +104,40 @@ def resolve_dtype(dtype: str, device: torch.device) -> str:
     return dtype
 
 
+def free_cores(interval: float = 0.25) -> int:
+    """CPU cores this process may use that other processes are not busy on, measured over `interval` seconds from
+    /proc/stat (all usable cores where that cannot be read). On a shared machine a thread on a busy core stalls the
+    others at every synchronisation: two threads on two cores, one of them busy, ran ~4x slower than one thread."""
+    usable = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+
+    try:
+        t0, i0 = _cpu_ticks()
+        time.sleep(interval)
+        t1, i1 = _cpu_ticks()
+    except (OSError, ValueError, IndexError):
+        return usable
+    machine = os.cpu_count() or usable
+    busy = machine * (1 - (i1 - i0) / max(t1 - t0, 1))
+    return max(1, min(usable, round(machine - busy)))
+
+
+def _cpu_ticks() -> tuple[int, int]:
+    """(all, idle + iowait) CPU ticks of the whole machine since boot, from /proc/stat."""
+    with open("/proc/stat", encoding="utf-8") as f:
+        v = [int(x) for x in f.readline().split()[1:]]
+    return sum(v), v[3] + v[4]
+
+
 def setup_runtime(device: str = "auto", dtype: str = "fp32", threads: int = 0) -> Runtime:
-    """A single process, or one process of a torchrun job (gloo on CPU, NCCL on GPU)."""
+    """A single process, or one process of a torchrun job (gloo on CPU, NCCL on GPU). threads: CPU threads for
+    torch; 0 = the free cores (free_cores), unless OMP_NUM_THREADS says otherwise or several processes share the
+    machine (torchrun)."""
+    world = int(os.environ.get("WORLD_SIZE", "1"))
     if threads:
         torch.set_num_threads(threads)
-    world = int(os.environ.get("WORLD_SIZE", "1"))
+    elif world == 1 and "OMP_NUM_THREADS" not in os.environ and device in ("cpu", "auto") \
+            and not torch.cuda.is_available():
+        torch.set_num_threads(free_cores())
     rank = int(os.environ.get("RANK", "0"))
     dev = resolve_device(device, int(os.environ.get("LOCAL_RANK", "0")))
     dtype = resolve_dtype(dtype, dev)

@@ -69,7 +69,7 @@ class TrainConfig:
                               "the device multiplies bf16 natively, else fp32 (the resolved one is saved)")
     device: str = _opt("auto", "auto (CUDA if present), cpu, cuda, cuda:N")
     compile: bool = _opt(False, "torch.compile the model and loss")
-    threads: int = _opt(0, "CPU threads for torch (0 = torch's default: all cores)")
+    threads: int = _opt(0, "CPU threads for torch (0 = the cores not busy with other processes, measured at start)")
 
     def __post_init__(self) -> None:
         if self.dtype not in DTYPES:

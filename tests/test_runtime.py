@@ -28,3 +28,14 @@ def test_devices():
     if not torch.cuda.is_available():
         with pytest.raises(UsageError, match="sees no CUDA GPU"):
             runtime.resolve_device("cuda")
+
+
+@pytest.mark.parametrize("idle_ticks, free", [(1000, 2), (500, 1), (0, 1), (760, 2)])
+def test_free_cores_counts_idle_ones(monkeypatch, idle_ticks, free):
+    # 1000 ticks pass on a 2-core machine; of them `idle_ticks` idle: busy cores = 2 * (1 - idle share).
+    samples = iter([(0, 0), (1000, idle_ticks)])
+    monkeypatch.setattr(runtime, "_cpu_ticks", lambda: next(samples))
+    monkeypatch.setattr(runtime.os, "cpu_count", lambda: 2)
+    monkeypatch.setattr(runtime.os, "sched_getaffinity", lambda _: {0, 1}, raising=False)
+    monkeypatch.setattr(runtime.time, "sleep", lambda _: None)
+    assert runtime.free_cores() == free
