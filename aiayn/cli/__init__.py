@@ -21,6 +21,7 @@ COMMANDS = [
     "aiayn.cli.train",
     "aiayn.cli.average",
     "aiayn.cli.translate",
+    "aiayn.cli.attention",
     "aiayn.cli.export",
     "aiayn.cli.evaluate",
     "aiayn.cli.params",

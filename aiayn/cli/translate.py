@@ -6,12 +6,17 @@ import argparse
 import sys
 
 from aiayn.cli.common import add_device_arg, add_progress_arg, add_search_args, search_config
+from aiayn.errors import UsageError
 from aiayn.runtime import resolve_device
 from aiayn.translate import Translator
 
 
 def run(args: argparse.Namespace) -> int:
     search = search_config(args)
+    if args.print_alignment and args.engine != "aiayn":
+        raise UsageError("--print-alignment needs --engine aiayn (it reads aiayn's cross-attention)")
+    if args.alignment_layer is not None and not args.print_alignment:
+        raise UsageError("--alignment-layer needs --print-alignment")
     if args.engine == "aiayn":
         translator = Translator.load(args.checkpoint, search, device=resolve_device(args.device),
                                      batch_size=args.batch_size, max_input_len=args.max_input_len)
@@ -20,21 +25,29 @@ def run(args: argparse.Namespace) -> int:
     else:
         with open(args.input, encoding="utf-8") as f:
             lines = [line.rstrip("\r\n") for line in f]
+    progress = args.input not in (None, "-") and not args.no_progress
+    tails = None  # per hypothesis, what follows its text: " ||| alignment" with --print-alignment
     if args.engine == "ct2":  # an exported CTranslate2 folder; the search flags map as aiayn.export.ct2 says
         from aiayn.export.ct2 import CT2Translator
 
         compute_type = {"fp32": "default", "bf16": "bfloat16", "int8": "int8"}[search.dtype]  # fp32: as exported
         ct2 = CT2Translator(args.checkpoint, device=resolve_device(args.device).type, compute_type=compute_type)
         nbests = ct2.translate_nbest(lines, search, batch_size=args.batch_size, max_input_len=args.max_input_len)
+    elif args.print_alignment:  # word alignments from cross-attention, Marian/OpenNMT style: text ||| 0-0 1-2 ...
+        from aiayn.viz.alignment import format_alignment, translate_with_alignment
+
+        nbests, alignments = translate_with_alignment(translator, lines, args.alignment_layer, progress=progress)
+        tails = [[" ||| " + format_alignment(pairs) for pairs in line] for line in alignments]
     else:
-        nbests = translator.translate_nbest(lines, progress=args.input not in (None, "-") and not args.no_progress)
+        nbests = translator.translate_nbest(lines, progress=progress)
     out = open(args.output, "w", encoding="utf-8") if args.output else sys.stdout
     try:
         for n, hyps in enumerate(nbests):
+            tail = tails[n] if tails else [""] * len(hyps)
             if search.nbest == 1:
-                out.write(hyps[0].text + "\n")
-            else:  # Moses n-best format: input line number (from 0) ||| text ||| score
-                out.writelines(f"{n} ||| {h.text} ||| {h.score:.4f}\n" for h in hyps)
+                out.write(hyps[0].text + tail[0] + "\n")
+            else:  # Moses n-best format: input line number (from 0) ||| text ||| score [||| alignment]
+                out.writelines(f"{n} ||| {h.text} ||| {h.score:.4f}{t}\n" for h, t in zip(hyps, tail))
     finally:
         if out is not sys.stdout:
             out.close()
@@ -58,6 +71,13 @@ def register(sub) -> None:
     p.add_argument("--max-input-len", type=int, default=None,
                    help="longer inputs (subword tokens + EOS) are cut, with a warning (default: the model's "
                         "max_positions)")
+    p.add_argument("--print-alignment", action="store_true",
+                   help="append ' ||| i-j ...' to each output line: source word i aligned to output word j (from 0, "
+                        "words split on spaces), from the averaged heads of one cross-attention layer "
+                        "(docs/attention.md)")
+    p.add_argument("--alignment-layer", type=int, default=None,
+                   help="decoder layer whose cross-attention gives the alignment, from 0 (default: the top one, the "
+                        "best on our Multi30k model; docs/attention.md)")
     add_search_args(p)
     add_device_arg(p, default="cpu")
     add_progress_arg(p)
