@@ -22,6 +22,7 @@ COMMANDS = [
     "aiayn.cli.average",
     "aiayn.cli.translate",
     "aiayn.cli.attention",
+    "aiayn.cli.serve",
     "aiayn.cli.export",
     "aiayn.cli.evaluate",
     "aiayn.cli.params",

@@ -1,0 +1,266 @@
+"""Dynamic batching: requests that arrive together are decoded together, by one model worker thread.
+
+    request ─encode─> queue (bounded, in sentences) ─collect─> batch (<= max_batch_tokens) ─model thread─> futures
+                          waiting <= max_wait_ms after the oldest job arrived or the last batch ended
+
+Everything but the decoding runs on the event loop, so the queue needs no locks: `submit` encodes the texts and
+appends a job, the collector task takes jobs oldest first while the batch stays within the token budget (padding
+counted: rows x longest source, as fairseq's --max-tokens) and hands the batch to a one-thread executor; the loop
+stays free to accept requests while the model runs, and those pile up into the next batch. Jobs in one batch share
+one search: a job asking for more n-best rides with jobs asking for the same number (the n-best size changes
+when beam search stops, see aiayn.search.beam_search), and others wait for the next batch.
+
+Decoding a sentence alone or among others gives the same translation (Translator sorts and pads; tests check
+this), so a batched server answers exactly what offline `aiayn translate` does.
+
+Overload and shutdown: a full queue raises QueueFull (HTTP 503 + Retry-After); a job not answered within
+timeout_s raises RequestTimeout (504) and is dropped if it has not started; `close()` stops new jobs, finishes
+every queued one, then stops the worker (the server's SIGTERM path).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import dataclasses
+import time
+from collections import deque
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import TypeVar
+
+from aiayn.translate import Translation, Translator
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class BatchConfig:
+    """How requests are grouped and how much may wait."""
+
+    max_batch_tokens: int = 2048  # source tokens per decoding batch, padding counted (sentences x longest)
+    max_wait_ms: float = 5.0  # a batch not full waits at most this long for more jobs to join it
+    max_queue: int = 1024  # sentences waiting or decoding; more -> 503 (memory stays bounded)
+    timeout_s: float = 30.0  # a request not answered in this time -> 504
+    enabled: bool = True  # False: one request per batch (what a server without dynamic batching does)
+
+    def __post_init__(self) -> None:
+        if self.max_batch_tokens < 1 or self.max_queue < 1 or self.max_wait_ms < 0 or self.timeout_s <= 0:
+            raise ValueError(f"bad batching settings: {self}")
+
+
+class QueueFull(Exception):
+    """The queue holds max_queue sentences already (or the server is shutting down)."""
+
+    def __init__(self, message: str, retry_after_s: int):
+        super().__init__(message)
+        self.retry_after_s = retry_after_s
+
+
+class RequestTimeout(Exception):
+    """A request waited longer than timeout_s."""
+
+
+@dataclass(eq=False)
+class _Job:
+    """Texts to translate (sources), or a call to make on the model's thread (call; sources empty)."""
+
+    sources: list[list[int] | None]  # ids + EOS per text (None = blank)
+    nbest: int
+    future: asyncio.Future
+    call: Callable[[], object] | None = None
+    arrived: float = field(default_factory=time.perf_counter)
+
+    @property
+    def size(self) -> int:
+        """Its share of the queue bound: a sentence each; a call counts as one."""
+        return len(self.sources) or 1
+
+    @property
+    def width(self) -> int:
+        return max((len(s) for s in self.sources if s), default=0)
+
+
+class Batcher:
+    """Queue of translation jobs decoded in batches by one worker thread (see the module docstring).
+
+    Create it anywhere; it starts on the first `submit` in a running event loop and binds to that loop."""
+
+    def __init__(self, translator: Translator, config: BatchConfig | None = None):
+        self.translator, self.config = translator, config or BatchConfig()
+        self._queue: deque[_Job] = deque()
+        self._queued = 0  # sizes of the jobs not answered yet (queued or running)
+        self._arrived: asyncio.Event | None = None
+        self._task: asyncio.Task | None = None
+        self._pool: ThreadPoolExecutor | None = None
+        self._closing = False
+        self._idle_since = 0.0  # when the model thread last finished a job
+        self._by_nbest: dict[int, Translator] = {translator.search.nbest: translator}
+        # counters for /info and the load benchmark; model_busy_s: seconds the model thread spent on batches
+        self.stats = {"batches": 0, "sentences": 0, "requests": 0, "rejected": 0, "timed_out": 0, "model_busy_s": 0.0}
+
+    # ---- the event loop side
+
+    async def submit(self, texts: Sequence[str], nbest: int = 1) -> list[list[Translation]]:
+        """Translate `texts` (up to `nbest` hypotheses each, best first) among whatever else is queued."""
+        self._admit(len(texts))
+        return await self._wait(_Job(self.translator.encode(texts), nbest, self._loop().create_future()))
+
+    async def run(self, fn: Callable[..., T], *args) -> T:
+        """fn(*args) on the model's thread between two batches (for work that touches the model, e.g. recording
+        attention), queued and timed like a request."""
+        self._admit(1)
+        return await self._wait(_Job([], 0, self._loop().create_future(), call=lambda: fn(*args)))
+
+    async def close(self) -> None:
+        """Refuse new jobs, answer every queued one, stop the worker thread."""
+        self._closing = True
+        if self._task is not None:
+            self._arrived.set()
+            await self._task
+        if self._pool is not None:
+            await asyncio.to_thread(self._pool.shutdown, wait=True)  # the loop must not block on it
+
+    @property
+    def queued(self) -> int:
+        """Sentences queued or being decoded (and calls waiting for the model, one each)."""
+        return self._queued
+
+    @property
+    def closing(self) -> bool:
+        return self._closing
+
+    def _admit(self, size: int) -> None:
+        if self._closing:
+            raise QueueFull("the server is shutting down", retry_after_s=5)
+        if self._queued + size > self.config.max_queue:
+            self.stats["rejected"] += 1
+            raise QueueFull(f"the queue is full ({self._queued} sentences waiting, max_queue "
+                            f"{self.config.max_queue}); retry later", retry_after_s=1)
+
+    def _loop(self) -> asyncio.AbstractEventLoop:
+        """The running loop; the first call starts the collector task and the model thread on it."""
+        loop = asyncio.get_running_loop()
+        if self._task is None:
+            self._arrived = asyncio.Event()
+            self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="aiayn-model")
+            self._task = loop.create_task(self._collect_forever())
+        return loop
+
+    async def _wait(self, job: _Job):
+        self._queue.append(job)
+        self._queued += job.size
+        self._arrived.set()
+        try:
+            # shield: a timeout must not cancel the future the worker's results are delivered to
+            return await asyncio.wait_for(asyncio.shield(job.future), self.config.timeout_s)
+        except asyncio.TimeoutError:
+            self.stats["timed_out"] += 1
+            raise RequestTimeout(f"no answer within timeout_s = {self.config.timeout_s:g} s") from None
+        finally:
+            if not job.future.done():  # timed out, or the client went away
+                job.future.cancel()
+                if job in self._queue:  # not started: nobody will run it
+                    self._queue.remove(job)
+                    self._queued -= job.size
+
+    async def _collect_forever(self) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            if not self._queue:
+                if self._closing:
+                    return
+                self._arrived.clear()
+                await self._arrived.wait()
+                continue
+            await self._wait_for_company()
+            if not self._queue:  # all that was queued timed out meanwhile
+                continue
+            batch = self._take_batch()
+            started = time.perf_counter()
+            try:
+                results = await loop.run_in_executor(self._pool, self._run, batch)
+            except Exception as e:  # a bug or out of memory: every request of the batch gets the error
+                results = [e] * len(batch)
+            for job, result in zip(batch, results):
+                self._queued -= job.size
+                if job.future.done():  # timed out while running
+                    continue
+                if isinstance(result, Exception):
+                    job.future.set_exception(result)
+                else:
+                    job.future.set_result(result)
+            self._idle_since = time.perf_counter()
+            if batch[0].call is None:
+                self.stats["model_busy_s"] += self._idle_since - started
+                self.stats["batches"] += 1
+                self.stats["requests"] += len(batch)
+                self.stats["sentences"] += sum(len(j.sources) for j in batch)
+
+    async def _wait_for_company(self) -> None:
+        """Give other requests up to max_wait_ms to join, unless the batch is full already."""
+        if not self.config.enabled or self._queue[0].call is not None:
+            return
+        # Counted from the later of the head's arrival and the end of the last batch: the clients that batch just
+        # answered are sending their next requests, and without the wait the batches would alternate between two
+        # halves of the clients.
+        deadline = max(self._queue[0].arrived, self._idle_since) + self.config.max_wait_ms / 1000
+        while not self._closing and self._queue and self._budget_left() \
+                and (left := deadline - time.perf_counter()) > 0:
+            self._arrived.clear()
+            try:
+                await asyncio.wait_for(self._arrived.wait(), left)
+            except asyncio.TimeoutError:
+                return
+
+    def _budget_left(self) -> bool:
+        """Whether jobs of the head's search could still join without going over the token budget."""
+        nbest, rows, width = self._queue[0].nbest, 0, 0
+        for job in self._queue:
+            if job.call is None and job.nbest == nbest:
+                rows, width = rows + len(job.sources), max(width, job.width)
+        return rows * width < self.config.max_batch_tokens
+
+    def _take_batch(self) -> list[_Job]:
+        """The head, and after it the jobs with its n-best, oldest first, while rows x longest stays within the
+        budget; a call or batching off: the head alone."""
+        head = self._queue.popleft()
+        if head.call is not None or not self.config.enabled:
+            return [head]
+        batch, rows, width, rest = [head], len(head.sources), head.width, deque()
+        for job in self._queue:
+            w = max(width, job.width)
+            if job.call is None and job.nbest == head.nbest and (rows + len(job.sources)) * w <= \
+                    self.config.max_batch_tokens:
+                batch.append(job)
+                rows, width = rows + len(job.sources), w
+            else:
+                rest.append(job)
+        self._queue = rest
+        return batch
+
+    # ---- the worker thread
+
+    def _run(self, batch: list[_Job]) -> list:
+        """A call, or all sentences of the batch searched at once, the answers split per job."""
+        if batch[0].call is not None:
+            return [batch[0].call()]
+        translator = self._translator(batch[0].nbest)
+        sources = [s for job in batch for s in job.sources]
+        hyps = translator.search_ids(sources)
+        decode = translator.vocab.decode
+        out, start = [], 0
+        for job in batch:
+            part = hyps[start: start + len(job.sources)]
+            out.append([[Translation(decode(h.tokens), h.score, h.tokens) for h in hs] for hs in part])
+            start += len(job.sources)
+        return out
+
+    def _translator(self, nbest: int) -> Translator:
+        """The translator with search.nbest = nbest, sharing the model (a shallow copy: only `search` differs)."""
+        if nbest not in self._by_nbest:
+            t = copy.copy(self.translator)
+            t.search = dataclasses.replace(self.translator.search, nbest=nbest)
+            self._by_nbest[nbest] = t
+        return self._by_nbest[nbest]

@@ -1,0 +1,350 @@
+"""serve: the HTTP API (shapes, errors, limits, n-best), dynamic batching under concurrency (every request gets its
+own answer, equal to offline translation), overload (503, 504), SIGTERM draining, and the page in a real browser."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("fastapi")
+httpx = pytest.importorskip("httpx")
+uvicorn = pytest.importorskip("uvicorn")
+
+from helpers import REPO, save_run, tiny_model  # noqa: E402
+
+from aiayn.data import Vocab  # noqa: E402
+from aiayn.search import SearchConfig  # noqa: E402
+from aiayn.serve import BatchConfig, Limits, create_app  # noqa: E402
+from aiayn.translate import Translator  # noqa: E402
+
+SEARCH = SearchConfig(beam=4, max_len_b=10)
+
+
+@pytest.fixture(scope="module")
+def setup(copy_data):
+    vocab = Vocab.load(copy_data / "vocab.model")
+    lines = (copy_data / "test.src.txt").read_text().splitlines()
+    model = tiny_model(len(vocab), eos_bias=1.0)  # its 40 test lines get 40 different translations
+    return Translator(model, vocab, SEARCH), lines
+
+
+def call(app, requests: list[tuple[str, str, object]]) -> list[httpx.Response]:
+    """Send (method, path, json-or-bytes) requests to `app` all at once (ASGI, no network); then drain its batcher."""
+    async def go():
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app), base_url="http://test") as client:
+            def send(method, path, body):
+                if isinstance(body, bytes):
+                    return client.request(method, path, content=body, headers={"Content-Type": "application/json"})
+                return client.request(method, path, json=body)
+            out = await asyncio.gather(*(send(*r) for r in requests))
+        await app.state.server.batcher.close()
+        return out
+    return asyncio.run(go())
+
+
+def test_translate_shapes_and_nbest(setup):
+    translator, lines = setup
+    offline = translator.translate(lines[:3])
+    nbest = Translator(translator.model, translator.vocab, SearchConfig(beam=4, nbest=3, max_len_b=10))
+    offline3 = nbest.translate_nbest(lines[:2])
+    one, many, alts, alts_many = call(create_app(translator), [
+        ("POST", "/translate", {"q": lines[0], "source": "en", "target": "de", "format": "text", "api_key": "x"}),
+        ("POST", "/translate", {"q": lines[:3]}),
+        ("POST", "/translate", {"q": lines[0], "alternatives": 2}),
+        ("POST", "/translate", {"q": lines[:2], "alternatives": 2}),
+    ])
+    assert one.status_code == 200 and one.json()["translatedText"] == offline[0]
+    assert set(one.json()) == {"translatedText", "scores"} and len(one.json()["scores"]) == 1
+    assert many.json()["translatedText"] == offline
+    a = alts.json()
+    assert [a["translatedText"], *a["alternatives"]] == [h.text for h in offline3[0]]
+    assert a["scores"] == pytest.approx([h.score for h in offline3[0]], abs=1e-5)
+    assert a["scores"] == sorted(a["scores"], reverse=True)
+    b = alts_many.json()
+    assert b["translatedText"] == [hs[0].text for hs in offline3]
+    assert b["alternatives"] == [[h.text for h in hs[1:]] for hs in offline3]
+
+
+@pytest.mark.parametrize("body, status, says", [
+    (b'{"q": "caf\xe9"}', 400, "not valid UTF-8"),  # Latin-1, not UTF-8
+    (b"q=hello", 400, "not JSON"),
+    (b"", 400, "body is empty"),
+    (b"[1, 2]", 422, "JSON object"),
+    (b'{"text": "hello"}', 422, "q must be a string or a list of strings"),
+    (b'{"q": 3}', 422, "q must be a string or a list of strings"),
+    (b'{"q": ["a", null]}', 422, "q must be a string or a list of strings"),
+    (b'{"q": "   "}', 422, "q is empty"),
+    (b'{"q": ["alpha", ""]}', 422, "q[1] is empty"),
+    (b'{"q": []}', 422, "empty list"),
+    (b'{"q": "\\ud800x"}', 422, "lone surrogate"),
+    (b'{"q": "alpha", "format": "html"}', 422, "format"),
+    (b'{"q": "alpha", "alternatives": -1}', 422, "alternatives"),
+    (b'{"q": "alpha", "alternatives": 4}', 422, "at most 3"),  # beam 4: the best + 3 alternatives
+    (b'{"q": "' + b"a" * 21 + b'"}', 413, "max_chars 20"),
+    (b'{"q": ["a", "b", "c", "d"]}', 413, "max_texts 3"),
+    (b'{"q": "' + b" " * 5000 + b'"}', 413, "max_body_bytes"),
+])
+def test_errors_are_clear_json(setup, body, status, says):
+    translator, _ = setup
+    (r,) = call(create_app(translator, limits=Limits(max_chars=20, max_texts=3)), [("POST", "/translate", body)])
+    assert r.status_code == status and says in r.json()["error"], r.text
+    if status == 413:
+        assert r.json()["limit"] in ("max_chars", "max_texts", "max_body_bytes") and r.json()["limit"] in says
+
+
+def test_other_routes(setup):
+    translator, _ = setup
+    import aiayn
+
+    health, info, docs, schema, page, missing = call(create_app(translator, checkpoint="RUN"), [
+        ("GET", "/health", None), ("GET", "/info", None), ("GET", "/docs", None), ("GET", "/openapi.json", None),
+        ("GET", "/", None), ("GET", "/nope", None)])
+    assert health.json() == {"status": "ok", "queued": 0}
+    i = info.json()
+    assert i["version"] == aiayn.__version__ and i["vocab_size"] == len(translator.vocab) == 120
+    assert i["model"]["d_model"] == translator.cfg.d_model and i["search"]["beam"] == 4 and i["checkpoint"] == "RUN"
+    assert i["limits"]["max_chars"] == 1000 and i["max_alternatives"] == 3 and i["batching"]["enabled"] is True
+    assert docs.status_code == 200 and "swagger" in docs.text.lower()
+    body = schema.json()["paths"]["/translate"]["post"]["requestBody"]["content"]["application/json"]["schema"]
+    assert body["required"] == ["q"] and "alternatives" in body["properties"]
+    assert page.status_code == 200 and 'id="src"' in page.text and "renderAttention" in page.text
+    assert "connect-src 'self'" in page.headers["content-security-policy"]
+    assert missing.status_code == 404 and missing.json() == {"error": "Not Found"}
+
+
+def test_attention_route(setup):
+    pytest.importorskip("aiayn.viz.attention")
+    translator, lines = setup
+    (r, t) = call(create_app(translator), [("POST", "/attention", {"q": lines[0]}),
+                                           ("POST", "/translate", {"q": lines[0]})])
+    data = r.json()
+    vocab = translator.vocab
+    assert data["tokens"]["src"] == [vocab.piece(i) for i in vocab.encode(lines[0])] + ["</s>"]
+    assert data["tgt"] == t.json()["translatedText"] and data["tgt_source"] == "beam search"
+    cross = data["weights"]["cross"][0][0]  # layer 0, head 0: a row per target token, a column per source token
+    assert len(cross) == len(data["tokens"]["tgt_out"]) and all(abs(sum(row) - 1) < 1e-3 for row in cross)
+
+
+def test_concurrent_requests_get_their_own_answers(setup):
+    """64 requests at once: single texts, lists and n-best requests mixed; each answer is offline translation's."""
+    translator, lines = setup
+    offline = translator.translate(lines[:40])
+    assert len(set(offline)) == 40  # a mix-up between requests cannot go unnoticed
+    requests, expect = [], []
+    for k in range(64):
+        if k % 8 == 7:  # a list of three
+            q = [lines[(k + j) % 40] for j in range(3)]
+            requests.append(("POST", "/translate", {"q": q}))
+            expect.append([offline[(k + j) % 40] for j in range(3)])
+        else:  # one text; every fifth also asks for an alternative (decoded in batches of its own search)
+            requests.append(("POST", "/translate", {"q": lines[k % 40], "alternatives": int(k % 5 == 0)}))
+            expect.append(offline[k % 40])
+    app = create_app(translator, BatchConfig(max_wait_ms=20))
+    got = call(app, requests)
+    assert [r.json()["translatedText"] for r in got] == expect
+    stats = app.state.server.batcher.stats
+    assert stats["requests"] == 64 and stats["batches"] < 16  # they were decoded together
+
+    plain = create_app(translator, BatchConfig(enabled=False))
+    got = call(plain, requests[:16])
+    assert [r.json()["translatedText"] for r in got] == expect[:16]
+    assert plain.state.server.batcher.stats["batches"] == 16  # batching off: one request per batch
+
+
+def _occupy_model(app) -> tuple[threading.Event, threading.Event]:
+    """Hold the model's thread (a call through the batcher's queue) until `release` is set: (release, started)."""
+    release, started = threading.Event(), threading.Event()
+
+    def block():
+        started.set()
+        release.wait(10)
+
+    asyncio.get_running_loop().create_task(app.state.server.batcher.run(block))
+    return release, started
+
+
+def test_full_queue_503_and_timeout_504(setup):
+    translator, lines = setup
+    app = create_app(translator, BatchConfig(max_queue=5, timeout_s=1.0))
+
+    async def go():
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app), base_url="http://test") as client:
+            release, started = _occupy_model(app)
+            while not started.is_set():
+                await asyncio.sleep(0.01)
+            queued = [asyncio.create_task(client.post("/translate", json={"q": lines[k]})) for k in range(3)]
+            await asyncio.sleep(0.05)
+            full = await client.post("/translate", json={"q": lines[:2]})  # 1 call + 3 + 2 > max_queue 5
+            health = await client.get("/health")
+            release.set()
+            answers = await asyncio.gather(*queued)
+            # the model is held past timeout_s: the request times out, and its job leaves the queue
+            release2, started2 = _occupy_model(app)
+            while not started2.is_set():
+                await asyncio.sleep(0.01)
+            slow = await client.post("/translate", json={"q": lines[5]})
+            left = app.state.server.batcher.queued
+            release2.set()
+            after = await client.post("/translate", json={"q": lines[6]})
+        await app.state.server.batcher.close()
+        return full, health, answers, slow, left, after
+
+    full, health, answers, slow, left, after = asyncio.run(go())
+    assert full.status_code == 503 and full.headers["retry-after"] == "1"
+    assert full.json()["limit"] == "max_queue" and "queue is full" in full.json()["error"]
+    assert health.json()["queued"] == 4
+    assert [a.json()["translatedText"] for a in answers] == translator.translate(lines[:3])
+    assert slow.status_code == 504 and slow.json()["limit"] == "timeout_s"
+    assert left == 1 and after.status_code == 200  # only the call holding the model is left; the server goes on
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_serve_command_drains_on_sigterm(setup, copy_data, tmp_path):
+    """`aiayn serve` on loopback: SIGTERM while requests are decoding -> each still gets its answer, then exit."""
+    translator, lines = setup
+    run = save_run(translator.model, copy_data / "vocab.model", tmp_path / "run")
+    port = free_port()
+    search = ["--beam", "4", "--min-len", "25", "--max-len-b", "25"]  # 25 steps a sentence: slow enough to catch
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO)}
+    proc = subprocess.Popen([sys.executable, "-m", "aiayn", "serve", "--checkpoint", str(run), "--port", str(port),
+                             "--log-level", "warning", *search], env=env, stderr=subprocess.PIPE, text=True)
+    base = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 60
+        while True:  # wait for the server to listen
+            try:
+                httpx.get(base + "/health", timeout=1)
+                break
+            except httpx.TransportError:
+                assert proc.poll() is None and time.monotonic() < deadline, "the server did not start"
+                time.sleep(0.2)
+
+        async def load():
+            async with httpx.AsyncClient(base_url=base, timeout=60) as client:
+                tasks = [asyncio.create_task(client.post("/translate", json={"q": lines[4 * k: 4 * k + 4]}))
+                         for k in range(8)]
+                while (await client.get("/health")).json()["queued"] == 0:
+                    await asyncio.sleep(0.01)
+                proc.send_signal(signal.SIGTERM)  # with 32 sentences queued or decoding
+                return await asyncio.gather(*tasks)
+
+        answers = asyncio.run(load())
+        code = proc.wait(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    offline = Translator(translator.model, translator.vocab, SearchConfig(min_len=25, max_len_b=25)).translate(
+        lines[:32])
+    assert [a.status_code for a in answers] == [200] * 8
+    assert [t for a in answers for t in a.json()["translatedText"]] == offline
+    assert code in (0, -signal.SIGTERM)  # uvicorn re-raises the signal once it has drained
+    with pytest.raises(httpx.TransportError):
+        httpx.get(base + "/health", timeout=1)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# The page, in a real browser.
+
+CHROMIUM, CHROMEDRIVER = Path("/usr/bin/chromium"), Path("/usr/bin/chromedriver")
+
+
+class ServerThread:
+    """uvicorn serving `app` on a free loopback port, in a thread (signals stay with the main thread)."""
+
+    def __init__(self, app):
+        self.port = free_port()
+        self.server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=self.port, log_level="warning"))
+        self.thread = threading.Thread(target=self.server.run, daemon=True)
+
+    def __enter__(self) -> str:
+        self.thread.start()
+        deadline = time.monotonic() + 30
+        while not self.server.started:
+            assert time.monotonic() < deadline and self.thread.is_alive(), "uvicorn did not start"
+            time.sleep(0.05)
+        return f"http://127.0.0.1:{self.port}"
+
+    def __exit__(self, *exc) -> None:
+        self.server.should_exit = True
+        self.thread.join(30)
+
+
+def browser():
+    if not CHROMIUM.exists() or not CHROMEDRIVER.exists():
+        pytest.skip("chromium / chromedriver not installed (apt-get install chromium chromium-driver)")
+    webdriver = pytest.importorskip("selenium.webdriver")
+    from selenium.webdriver.chrome.service import Service
+
+    options = webdriver.ChromeOptions()
+    options.binary_location = str(CHROMIUM)
+    for arg in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+                "--window-size=1200,1400"):
+        options.add_argument(arg)
+    return webdriver.Chrome(service=Service(str(CHROMEDRIVER)), options=options)
+
+
+def test_page_in_browser(setup):
+    """Type a sentence: its translation (as offline), the n-best with scores and the attention view appear."""
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    translator, lines = setup
+    sentence = next(line for line in lines if translator.translate([line])[0])  # one with a non-empty translation
+    expect = translator.translate([sentence])[0]
+    driver = browser()
+    try:
+        with ServerThread(create_app(translator)) as base:
+            driver.get(base + "/")
+            wait = WebDriverWait(driver, 30)
+            wait.until(lambda d: d.find_element(By.ID, "model-info").text)  # /info has answered
+            driver.find_element(By.ID, "src").send_keys(sentence)
+            wait.until(lambda d: d.find_element(By.ID, "translation").get_attribute("data-src") == sentence)
+            assert driver.find_element(By.ID, "translation").text == expect
+            items = driver.find_elements(By.CSS_SELECTOR, "#nbest li")
+            assert len(items) == 4 and items[0].find_element(By.CLASS_NAME, "text").text == expect
+            scores = [float(li.find_element(By.CLASS_NAME, "score").text) for li in items]
+            assert scores == sorted(scores, reverse=True) and all(s <= 0 for s in scores)
+            # the attention view (aiayn.viz), encoder-decoder attention first: target tokens left, source right
+            wait.until(lambda d: d.find_element(By.ID, "attention").get_attribute("data-src") == sentence)
+            assert driver.find_element(By.CSS_SELECTOR, "#attention select.att-kind").get_attribute("value") \
+                == "cross"
+            right = [e.text for e in driver.find_elements(By.CSS_SELECTOR, "#attention .att-right .att-tok")]
+            left = [e.text for e in driver.find_elements(By.CSS_SELECTOR, "#attention .att-left .att-tok")]
+            vocab = translator.vocab
+            assert right == [vocab.piece(i) for i in vocab.encode(sentence)] + ["</s>"]
+            best = translator.translate_nbest([sentence])[0][0]
+            assert left == [vocab.piece(i) for i in best.tokens] + ["</s>"]
+            assert driver.find_elements(By.CSS_SELECTOR, "#attention canvas")
+            # typing more: the translation follows the new text
+            driver.find_element(By.ID, "src").send_keys("\n" + lines[1])
+            wait.until(lambda d: d.find_element(By.ID, "translation").get_attribute("data-src")
+                       == sentence + "\n" + lines[1])
+            assert driver.find_element(By.ID, "translation").text.split("\n") == translator.translate(
+                [sentence, lines[1]])
+    finally:
+        driver.quit()
+
+
+def test_serve_command_flags(tmp_path, capsys):
+    from aiayn.cli import main
+
+    assert main(["serve", "--checkpoint", str(tmp_path), "--max-queue", "0"]) == 2
+    assert "max_queue=0" in capsys.readouterr().err
+    assert main(["serve", "--checkpoint", str(tmp_path), "--nbest", "2"]) == 2
+    assert '"alternatives"' in capsys.readouterr().err
+    assert main(["serve", "--checkpoint", str(tmp_path / "missing")]) == 1
+    assert "neither a checkpoint file nor a run directory" in capsys.readouterr().err
