@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 
 from aiayn.errors import UserError
@@ -26,6 +27,7 @@ COMMANDS = [
     "aiayn.cli.export",
     "aiayn.cli.evaluate",
     "aiayn.cli.params",
+    "aiayn.cli.variations",
 ]
 
 
@@ -33,6 +35,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="aiayn", description="The Transformer of 'Attention Is All You Need', end to end."
     )
+    parser.add_argument("--low-memory", action="store_true",
+                        help="give freed memory back to the OS (lower peak RSS, slower CPU steps; by default aiayn "
+                             "keeps it for reuse: docs/speed.md); also AIAYN_LOW_MEMORY=1")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name in COMMANDS:
         importlib.import_module(name).register(sub)
@@ -45,9 +50,10 @@ def main(argv: list[str] | None = None) -> int:
     if not getattr(args, "func", None):
         parser.print_help()
         return 2
-    from aiayn.fast import keep_freed_memory
+    if not (args.low_memory or os.environ.get("AIAYN_LOW_MEMORY") == "1"):
+        from aiayn.fast import keep_freed_memory
 
-    keep_freed_memory()  # every command reuses its big tensors' memory instead of page-faulting it in again
+        keep_freed_memory()  # every command reuses its big tensors' memory instead of page-faulting it in again
     try:
         return int(args.func(args) or 0)
     except BrokenPipeError:  # e.g. `aiayn translate ... | head`: stop quietly, as Unix tools do

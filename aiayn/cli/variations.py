@@ -1,0 +1,60 @@
+"""`aiayn variations`: Table 3 of the paper regenerated (aiayn.experiments.table3)."""
+
+from __future__ import annotations
+
+import argparse
+
+from aiayn.cli.common import add_dataclass_args, add_device_arg, given_fields
+from aiayn.errors import UsageError
+from aiayn.train import TrainConfig
+
+# Chosen per machine or by --steps/--minutes; every other training option is a flag, fixed for all rows.
+_NOT_FLAGS = ("max_steps", "max_minutes", "device", "threads", "keep_last")
+
+
+def run(args: argparse.Namespace) -> int:
+    from aiayn.experiments import table3
+
+    if args.report:
+        summary = table3.report(args.out)
+        print(summary["text"], end="")
+    else:
+        if args.steps is not None and args.minutes is not None:
+            raise UsageError("give --steps or --minutes, not both")
+        table3.run_variations(args.data, args.out, args.rows, scale=args.scale, steps=args.steps,
+                              minutes=args.minutes, jobs=args.jobs, device=args.device, threads=args.threads,
+                              keep_checkpoints=args.keep_checkpoints,
+                              train={k: v for k, v in given_fields(args, TrainConfig).items() if k not in _NOT_FLAGS})
+    print(f"wrote {args.out}/table3.md and {args.out}/table3.png")
+    return 0
+
+
+def register(sub) -> None:
+    p = sub.add_parser(
+        "variations", help="Table 3: train every model variation alike and set the scores beside the paper's",
+        description="Train each row of Table 3 (presets base, A1..A4, B1, B2, C1..C7, D1..D4, E, big) with everything "
+                    "else equal (the same steps, data, seed and options), score it as the paper did (dev perplexity "
+                    "per subword token, dev BLEU with beam 4, no checkpoint averaging), and write OUT/table3.md (ours "
+                    "beside the paper's), OUT/table3.png and Spearman's rank correlation. Finished rows are skipped, "
+                    "interrupted ones resume; rows trained on several machines merge by copying OUT/<row> folders "
+                    "(then --report). Example: aiayn variations --data data-bin/multi30k --out runs/table3 --scale 4 "
+                    "--steps 2000 --jobs 8 --max-tokens 8192 --warmup 1000")
+    p.add_argument("--data", help="prepared-data directory with a valid split (needed to start OUT)")
+    p.add_argument("--out", required=True, help="output directory (one folder per row)")
+    p.add_argument("--rows", help="comma-separated rows, e.g. base,A1,C5 (default: all 20)")
+    p.add_argument("--scale", type=int, help="divide d_model, d_ff, d_k, d_v by K; N, h, P_drop, eps_ls as the row "
+                                             "says (default 1: the paper's sizes)")
+    p.add_argument("--steps", type=int, help="training steps of every row (default 100000, the paper's)")
+    p.add_argument("--minutes", type=float,
+                   help="instead of --steps: time each row's first steps and pick the one step count that fits all "
+                        "rows into about M minutes of training (saved in OUT/plan.json)")
+    p.add_argument("--jobs", type=int, default=1, help="rows trained at once, as subprocesses (default 1)")
+    p.add_argument("--threads", type=int, help="CPU threads per row (default: cores / jobs)")
+    p.add_argument("--keep-checkpoints", action="store_true",
+                   help="keep each row's checkpoints after it is scored (default: delete them)")
+    p.add_argument("--report", action="store_true", help="only write the table, plot and rho from OUT's finished rows")
+    add_device_arg(p)
+    add_dataclass_args(p.add_argument_group("training options, the same for every row (TrainConfig; defaults: the "
+                                            "paper's, with checkpoints every 5 minutes)"), TrainConfig,
+                       skip=_NOT_FLAGS)
+    p.set_defaults(func=run)

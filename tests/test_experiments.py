@@ -1,0 +1,263 @@
+"""Table 3 as a command (aiayn.experiments.table3): the scaled presets, Spearman's rho by hand, and a tiny run of
+three rows end to end (skipping finished rows, resuming an interrupted one in a subprocess, merging folders)."""
+
+import json
+import math
+import shutil
+
+import pytest
+import torch
+
+from aiayn.config import TABLE3, ModelConfig
+from aiayn.errors import UsageError
+from aiayn.experiments import table3
+from aiayn.model import Transformer, count_parameters
+
+# --- the rows ----------------------------------------------------------------------------------------------
+
+
+def test_rows_are_table3_in_the_paper_order():
+    assert len(table3.ROWS) == 20 and set(table3.ROWS) == set(TABLE3)
+    assert table3.paper_row("C5") == {"group": "(C)", "params_M": 168, "ppl": 4.66, "bleu": 26.0, "steps": "100K"}
+    assert table3.paper_row("big")["steps"] == "300K"
+    assert table3.parse_rows("D1, base,A1") == ["base", "A1", "D1"]  # the paper's order whatever the order given
+    with pytest.raises(UsageError, match="unknown row"):
+        table3.parse_rows("base,Z9")
+
+
+def test_scaled_preset_divides_the_widths_and_keeps_the_rest():
+    base = table3.scaled_preset("base", 4)
+    assert (base.d_model, base.d_ff, base.d_k, base.d_v, base.n_heads, base.n_enc_layers) == (128, 512, 16, 16, 8, 6)
+    a1 = table3.scaled_preset("A1", 4)  # h = 1, d_k = d_v = 512 in the paper
+    assert (a1.n_heads, a1.d_k, a1.d_v) == (1, 128, 128)
+    big = table3.scaled_preset("big", 4)
+    assert (big.d_model, big.d_ff, big.n_heads, big.d_k, big.dropout) == (256, 1024, 16, 16, 0.3)
+    assert table3.scaled_preset("C3", 8).n_dec_layers == 8
+    assert table3.scaled_preset("D4", 4).label_smoothing == 0.2
+    assert table3.scaled_preset("E", 4).positional == "learned"
+    assert table3.scaled_preset("A4", 32).d_k == 1  # 16 / 32 rounds to 0: every width stays >= 1
+    assert table3.scaled_preset("C4", 1) == ModelConfig.preset("C4")
+    with pytest.raises(UsageError):
+        table3.scaled_preset("base", 0)
+
+
+# --- Spearman by hand --------------------------------------------------------------------------------------
+
+
+def test_average_ranks_share_ties():
+    assert table3.average_ranks([10, 30, 20]) == [1, 3, 2]
+    # the two 1s take ranks 1 and 2 -> 1.5 each; 3, 4, 5 follow
+    assert table3.average_ranks([3, 1, 4, 1, 5]) == [3, 1.5, 4, 1.5, 5]
+    assert table3.average_ranks([7, 7, 7]) == [2, 2, 2]
+
+
+def test_spearman_by_hand():
+    assert table3.spearman([1, 2, 3, 4], [10, 20, 30, 40]) == pytest.approx(1.0)
+    assert table3.spearman([1, 2, 3, 4], [4, 3, 2, 1]) == pytest.approx(-1.0)
+    # no ties: rho = 1 - 6 * sum d^2 / (n (n^2 - 1)); ranks of y are 2, 1, 4, 3 -> d^2 sum 4 -> 1 - 24/60 = 0.6
+    assert table3.spearman([1, 2, 3, 4], [5, 1, 9, 7]) == pytest.approx(0.6)
+    # ties: x ranks 1.5, 1.5, 3, 4 against 1, 2, 3, 4: Pearson of those ranks, worked out by hand:
+    # x - mean = -1, -1, 0.5, 1.5; y - mean = -1.5, -0.5, 0.5, 1.5; sxy = 1.5 + 0.5 + 0.25 + 2.25 = 4.5
+    # sxx = 1 + 1 + 0.25 + 2.25 = 4.5; syy = 5 -> rho = 4.5 / sqrt(4.5 * 5) = 0.9487
+    assert table3.spearman([2, 2, 5, 9], [1, 2, 3, 4]) == pytest.approx(4.5 / math.sqrt(22.5))
+    assert math.isnan(table3.spearman([1, 1, 1], [1, 2, 3]))  # a constant side has no ranking
+    scipy_stats = pytest.importorskip("scipy.stats")  # an independent implementation, where installed
+    x, y = [4.92, 5.29, 5.0, 4.91, 5.01, 5.16], [3.1, 3.3, 3.3, 3.0, 3.2, 3.25]
+    assert table3.spearman(x, y) == pytest.approx(scipy_stats.spearmanr(x, y).statistic)
+
+
+def test_steps_for_budget():
+    # 4 rows of 1/8, 1/8, 1/8, 1/4 s/step: 5/8 s per step of all rows
+    assert table3.steps_for_budget([0.125, 0.125, 0.125, 0.25], 10, 1) == 960  # 600 s / 0.625
+    assert table3.steps_for_budget([0.125, 0.125, 0.125, 0.25], 10, 2) == 1920  # 600 s / 0.3125
+    # on 4 slots the slowest row alone sets the pace: 600 s / 0.25
+    assert table3.steps_for_budget([0.125, 0.125, 0.125, 0.25], 10, 4) == 2400
+    assert table3.steps_for_budget([0.125, 0.125, 0.125, 0.25], 1, 1) == 90  # 96, rounded down to tens
+
+
+# --- a tiny run of three rows end to end -------------------------------------------------------------------
+
+TINY = {"max_tokens": 256, "warmup": 20, "lr_factor": 2.0, "save_every_minutes": 0.0, "log_every": 5}
+ROWS3 = ["base", "C1", "D3"]
+
+
+@pytest.fixture(scope="module")
+def tiny_table(copy_data, tmp_path_factory):
+    """Three rows at scale 1/32 (d_model 16), 20 steps each, one after the other in this process."""
+    out = tmp_path_factory.mktemp("table3") / "out"
+    lines = []
+    summary = table3.run_variations(copy_data, out, ROWS3, scale=32, steps=20, jobs=1, device="cpu", threads=1,
+                                    train=TINY, say=lines.append)
+    return out, summary, lines
+
+
+def test_tiny_run_scores_every_row(tiny_table, copy_data):
+    out, summary, lines = tiny_table
+    assert summary["rows"] == ROWS3 and summary["steps"] == 20 and summary["scale"] == 32
+    for name in ROWS3:
+        r = json.loads((out / name / "result.json").read_text())
+        assert r["steps"] == 20 and r["row"] == name
+        cfg = table3.scaled_preset(name, 32).replace(vocab_size=120)  # the fixture's vocabulary
+        assert r["model"] == cfg.to_dict()
+        assert r["params"] == count_parameters(Transformer(cfg))
+        # perplexity = exp(NLL per token); 20 steps already beat the uniform guess (PPL = the vocabulary, 120)
+        assert r["dev_ppl"] == pytest.approx(math.exp(r["dev_nll_per_token"]))
+        assert 1.0 < r["dev_ppl"] < 120
+        assert 0.0 <= r["dev_bleu"] <= 100.0 and "tok:13a" in r["bleu_signature"]
+        assert r["train_minutes"] > 0 and r["concurrent_jobs"] == 1
+        hyps = (out / name / "dev.hyp").read_text().splitlines()
+        assert len(hyps) == len((copy_data / "valid.src.txt").read_text().splitlines())
+        run = out / name / "run"
+        assert not (run / "checkpoints").exists(), "checkpoints are deleted once the row is scored"
+        assert (run / "log.jsonl").is_file()
+    # the rows differ as the presets say: C1 has 2+2 layers instead of 6+6, D3 the same size as base
+    params = {n: json.loads((out / n / "result.json").read_text())["params"] for n in ROWS3}
+    assert params["C1"] < params["base"] == params["D3"]
+    assert any(line.startswith("C1: step 20") for line in lines)
+
+
+def test_tiny_run_writes_table_plot_and_rho(tiny_table):
+    out, summary, _ = tiny_table
+    text = (out / "table3.md").read_text()
+    assert "| (C) | C1 | 2 |" in text  # the paper's layout: group, row, the paper's N where it differs from base
+    assert "| 4.92 | 25.8 | 65M |" in text  # the paper's PPL, BLEU and params beside ours
+    assert "| - | - | - | - |" in text  # rows not trained are listed, empty
+    results = table3.load_results(out)
+    ours = [results[n]["dev_ppl"] for n in ROWS3]
+    assert summary["spearman_ppl"] == pytest.approx(table3.spearman([4.92, 6.11, 4.67], ours))
+    assert f"dev PPL rho = {summary['spearman_ppl']:.3f}" in text
+    assert (out / "table3.png").stat().st_size > 1000
+    assert json.loads((out / "summary.json").read_text())["missing"] == [n for n in table3.ROWS if n not in ROWS3]
+
+
+def test_finished_rows_are_skipped_and_options_must_match(tiny_table, copy_data):
+    out, _, _ = tiny_table
+    before = {n: (out / n / "result.json").stat().st_mtime_ns for n in ROWS3}
+    lines = []
+    table3.run_variations(None, out, ROWS3, jobs=1, device="cpu", threads=1, say=lines.append)  # options from plan
+    assert {n: (out / n / "result.json").stat().st_mtime_ns for n in ROWS3} == before
+    assert not any(": step" in line for line in lines)
+    with pytest.raises(UsageError, match="steps 40"):
+        table3.run_variations(copy_data, out, ROWS3, scale=32, steps=40, say=lines.append)
+    with pytest.raises(UsageError, match="warmup"):
+        table3.run_variations(copy_data, out, ROWS3, train={"warmup": 10}, say=lines.append)
+
+
+def test_interrupted_row_resumes_in_a_subprocess_to_the_same_result_and_folders_merge(tiny_table, copy_data, tmp_path):
+    out, _, _ = tiny_table
+    other = tmp_path / "other"
+    plan = table3.make_plan(other, copy_data, 32, 20, None, TINY)
+    assert table3.run_row(other, plan, "C1", 10, "cpu", threads=1) is None  # stopped at step 10: not scored
+    assert table3.trained_steps(other, "C1") == 10 and not table3.finished(other, "C1")
+    # finished by a subprocess (--jobs > 1), which resumes the run where this process left it
+    table3.run_variations(None, other, ["C1"], jobs=2, device="cpu", threads=1, say=lambda s: None)
+    assert "step 20: saved" in (other / "C1" / "worker.log").read_text()
+    steps = [json.loads(line)["step"] for line in (other / "C1" / "run" / "log.jsonl").read_text().splitlines()
+             if json.loads(line)["kind"] == "train"]
+    assert steps == [5, 10, 15, 20]  # continued from step 10, not restarted
+    resumed = json.loads((other / "C1" / "result.json").read_text())
+    straight = json.loads((out / "C1" / "result.json").read_text())
+    assert resumed["train_calls"] == 2
+    assert resumed["dev_ppl"] == pytest.approx(straight["dev_ppl"], rel=1e-6)  # the trainer resumes exactly
+    assert resumed["dev_bleu"] == pytest.approx(straight["dev_bleu"])
+
+    # rows trained in two places merge by copying their folders
+    merged = tmp_path / "merged"
+    for src, name in ((out, "base"), (out, "D3"), (other, "C1")):
+        shutil.copytree(src / name, merged / name)
+    summary = table3.report(merged, plot=False)
+    assert summary["rows"] == ROWS3
+
+
+def test_report_refuses_rows_trained_differently(tiny_table, tmp_path):
+    out, _, _ = tiny_table
+    mixed = tmp_path / "mixed"
+    shutil.copytree(out / "base", mixed / "base")
+    shutil.copytree(out / "C1", mixed / "C1")
+    r = json.loads((mixed / "C1" / "result.json").read_text())
+    (mixed / "C1" / "result.json").write_text(json.dumps({**r, "steps": 21}))
+    with pytest.raises(ValueError, match="trained alike"):
+        table3.report(mixed, plot=False)
+
+
+def test_cli_report(tiny_table, capsys):
+    from aiayn.cli import main
+
+    out, summary, _ = tiny_table
+    assert main(["variations", "--out", str(out), "--report"]) == 0
+    assert f"dev PPL rho = {summary['spearman_ppl']:.3f}" in capsys.readouterr().out
+
+
+
+def test_seconds_per_step_reads_the_second_half_of_the_newest_call(tmp_path):
+    lines = [{"kind": "train", "step": 5, "elapsed_s": 1.0}, {"kind": "train", "step": 10, "elapsed_s": 2.0},
+             {"kind": "valid", "step": 10, "loss": 3.0},
+             {"kind": "train", "step": 15, "elapsed_s": 0.5}, {"kind": "train", "step": 20, "elapsed_s": 1.5},
+             {"kind": "train", "step": 25, "elapsed_s": 2.5}, {"kind": "train", "step": 30, "elapsed_s": 3.5},
+             {"kind": "train", "step": 35, "elapsed_s": 0.4}]
+    (tmp_path / "log.jsonl").write_text("".join(json.dumps(r) + "\n" for r in lines))
+    # the third call logged one line only: the second (elapsed restarts) from step 15 = 30 // 2 on counts,
+    # (3.5 - 0.5) s / (30 - 15) steps
+    assert table3.seconds_per_step(tmp_path) == pytest.approx(0.2)
+
+
+def test_minutes_calibrates_then_trains_every_row_the_same_steps(copy_data, tmp_path, monkeypatch):
+    monkeypatch.setattr(table3, "CALIBRATION_STEPS", 10)
+    seen = {}
+
+    def budget(step_seconds, minutes, jobs):  # the measured speed varies; the step count is checked above
+        seen.update(step_seconds=step_seconds, minutes=minutes, jobs=jobs)
+        return 20
+
+    monkeypatch.setattr(table3, "steps_for_budget", budget)
+    out = tmp_path / "out"
+    table3.run_variations(copy_data, out, ["C1", "D3"], scale=32, minutes=1.5, device="cpu", threads=1, train=TINY,
+                          say=lambda s: None)
+    assert seen["minutes"] == 1.5 and len(seen["step_seconds"]) == 2 and min(seen["step_seconds"]) > 0
+    plan = json.loads((out / "plan.json").read_text())
+    assert plan["steps"] == 20 and plan["minutes"] == 1.5
+    for name in ("C1", "D3"):
+        assert json.loads((out / name / "result.json").read_text())["steps"] == 20
+        steps = [json.loads(line)["step"] for line in (out / name / "run" / "log.jsonl").read_text().splitlines()
+                 if json.loads(line)["kind"] == "train"]
+        assert steps == [5, 10, 15, 20]  # the calibration's 10 steps were kept
+
+
+# --- Table 2's cost arithmetic -----------------------------------------------------------------------------
+
+
+def test_paper_cost_reproduces_table2():
+    from aiayn.experiments.table2 import PAPER_COST, PAPER_HOURS, paper_cost
+
+    # 12 h x 8 P100 x 9.5 TFLOPS = 3.3e18 (base); 3.5 days = 2.3e19 (big), as Table 2 prints them
+    assert f"{paper_cost(PAPER_HOURS['base'], 8, 9.5):.1e}" == f"{PAPER_COST['base']:.1e}"
+    assert f"{paper_cost(PAPER_HOURS['big'], 8, 9.5):.1e}" == f"{PAPER_COST['big']:.1e}"
+
+
+def test_forward_flops_match_torch_flop_counter():
+    from torch.utils.flop_counter import FlopCounterMode
+
+    from aiayn.experiments.table2 import forward_flops
+
+    # d_k != d_v and h * d_k != d_model: every width enters differently. (It also keeps attention on two matmuls,
+    # which the counter sees; it counts torch's fused CPU attention kernel as 0.)
+    cfg = ModelConfig.preset("tiny", vocab_size=60, d_model=64, d_ff=96, n_heads=4, d_k=8, d_v=12)
+    model = Transformer(cfg).eval()
+    src, tgt = torch.randint(4, 60, (1, 7)), torch.randint(4, 60, (1, 5))
+    with FlopCounterMode(display=False) as counter, torch.no_grad():
+        model(src, tgt)
+    assert counter.get_total_flops() == forward_flops(cfg, 7, 5)
+
+
+def test_run_cost_from_a_log(tmp_path):
+    from aiayn.experiments.table2 import run_cost, training_flops_per_token
+
+    cfg = ModelConfig.preset("base")
+    (tmp_path / "config.json").write_text(json.dumps({"model": cfg.to_dict(), "train": {}, "data": "x"}))
+    speeds = [999.0, 50_000.0, 50_000.0, 60_000.0]  # the first line (warming up) is left out: median 50,000
+    (tmp_path / "log.jsonl").write_text("".join(json.dumps({"kind": "train", "step": 10 * i, "tokens_per_s": s}) + "\n"
+                                                for i, s in enumerate(speeds, 1)))
+    c = run_cost(tmp_path, gpus=1, tflops=100.0, steps=1000, tokens_per_step=25_000)
+    assert c["hours"] == pytest.approx(1000 * 25_000 / 50_000 / 3600)  # 500 s
+    assert c["paper_way_flops"] == pytest.approx(500 * 1 * 100e12)
+    assert c["model_flops"] == pytest.approx(1000 * 25_000 * training_flops_per_token(cfg))
