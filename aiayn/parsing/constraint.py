@@ -1,0 +1,82 @@
+"""The search constraint that makes every parse a well-formed tree with exactly one leaf per input word.
+
+An aiayn.search.Constraint: for each decoder row, from its prefix, the tokens allowed next:
+    "(X"   while words remain (a constituent must cover a word) and the root is not yet closed; the first token
+    "XX"   inside a constituent, while words remain
+    ")X"   only for the innermost open constituent, labelled X, once it covers a word (the root: once all do)
+    EOS    once the root is closed and every word placed
+everything else (subword pieces, PAD, BOS, UNK) never. It runs inside the beam search as a mask over the vocabulary
+(the search itself is unchanged); the state of a prefix is derived from its parent's, memoised per call.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+from aiayn.config import EOS_ID
+from aiayn.parsing.trees import POS
+
+
+@dataclass(frozen=True)
+class _State:
+    stack: tuple[tuple[str, bool], ...]  # open constituents (label, covers a word yet), innermost last
+    placed: int  # words placed
+    closed: bool  # the root has been closed
+
+
+class TreeConstraint:
+    """structure: token id -> structure token ("(NP", ")NP", "XX"); words[line] = words of input line `line`."""
+
+    def __init__(self, structure: Mapping[int, str], vocab_size: int, words: Sequence[int], max_depth: int = 64):
+        self.words, self.max_depth, self.vocab_size = list(words), max_depth, vocab_size
+        self.tok = dict(structure)
+        self.opens = {i: t[1:] for i, t in self.tok.items() if t.startswith("(")}
+        self.closes = {t[1:]: i for i, t in self.tok.items() if t.startswith(")")}
+        self.pos = next(i for i, t in self.tok.items() if t == POS)
+        self.open_ids = torch.tensor(sorted(self.opens), dtype=torch.long)
+        self._memo: dict[tuple[int, tuple[int, ...]], _State] = {}
+
+    def _state(self, line: int, prefix: tuple[int, ...]) -> _State:
+        key = (line, prefix)
+        if key in self._memo:
+            return self._memo[key]
+        if len(prefix) <= 1:  # BOS only
+            state = _State((), 0, False)
+        else:
+            s, last = self._state(line, prefix[:-1]), self.tok.get(prefix[-1])
+            if last is None:  # not a structure token: cannot happen under the constraint
+                state = s
+            elif last == POS:
+                state = _State(s.stack[:-1] + ((s.stack[-1][0], True),), s.placed + 1, s.closed)
+            elif last.startswith("("):
+                stack = s.stack
+                if stack:
+                    stack = stack[:-1] + ((stack[-1][0], True),)  # the parent now has a child
+                state = _State(stack + ((last[1:], False),), s.placed, False)
+            else:
+                state = _State(s.stack[:-1], s.placed, not s.stack[:-1])
+        if len(self._memo) > 500_000:
+            self._memo.clear()
+        self._memo[key] = state
+        return state
+
+    def __call__(self, sent: Tensor, prefix: Tensor) -> Tensor:
+        allowed = torch.zeros(prefix.size(0), self.vocab_size, dtype=torch.bool)
+        for row, (line, toks) in enumerate(zip(sent.tolist(), prefix.tolist())):
+            s = self._state(line, tuple(toks))
+            remaining = self.words[line] - s.placed
+            if s.closed:
+                if remaining == 0:
+                    allowed[row, EOS_ID] = True
+                continue
+            if remaining > 0 and len(s.stack) < self.max_depth:
+                allowed[row, self.open_ids] = True
+            if s.stack and remaining > 0:
+                allowed[row, self.pos] = True
+            if s.stack and s.stack[-1][1] and s.stack[-1][0] in self.closes and (len(s.stack) > 1 or remaining == 0):
+                allowed[row, self.closes[s.stack[-1][0]]] = True
+        return allowed.to(prefix.device)
