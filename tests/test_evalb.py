@@ -77,3 +77,20 @@ def test_by_hand():
     # gold: S 0-6? no: '.' is deleted, so 5 words: S(0,5) NP(0,2) VP(2,5) PP(3,5) NP(3,5); test: S NP VP PP(3,4) NP(3,5)
     assert (r.all.gold, r.all.test, r.all.match) == (5, 5, 4)
     assert r.all.recall == pytest.approx(80.0) and r.all.f1 == pytest.approx(80.0) and r.all.complete == 0
+
+
+def test_evaluate_parse_cli_gold_tags_and_perfect_score(tmp_path, capsys):
+    from aiayn.cli import main
+    from aiayn.parsing.trees import delinearize, linearize, normalize
+
+    gold = ["( (S (NP-SBJ (DT The) (NN cat)) (VP (VBD sat) (NP (-NONE- *-1))) (. .)) )",
+            "(S (NP (PRP It)) (VP (VBZ is) (ADJP (JJ red))) (. .))"]
+    hyps = []
+    for line in gold:
+        t = normalize(parse_tree(line))
+        hyps.append(str(delinearize(linearize(t), t.words())))  # placeholder tags, as the parser writes
+    (tmp_path / "gold").write_text("\n".join(gold) + "\n")
+    (tmp_path / "hyp").write_text("\n".join(hyps) + "\n")
+    assert main(["evaluate", "--task", "parse", "--hyp", str(tmp_path / "hyp"), "--ref", str(tmp_path / "gold")]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("parse F1        100.00") and "Number of Error sentence  =      0" in out

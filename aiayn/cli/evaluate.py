@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import re
 from pathlib import Path
 
 from aiayn.checkpoint import load_for_inference
@@ -24,7 +25,28 @@ def _guess_lang(ref: str) -> str:
     return suffix if len(suffix) == 2 and suffix.isalpha() else "en"
 
 
+def _evaluate_parse(args: argparse.Namespace) -> int:
+    from aiayn.metrics.evalb import COLLINS, evalb, with_gold_tags
+
+    if not (args.hyp and args.ref):
+        raise UsageError("--task parse needs --hyp TREES --ref GOLD_TREES (one bracketed tree per line)")
+    hyps, refs = _read_lines(args.hyp), _read_lines(args.ref)
+    if len(hyps) != len(refs):
+        raise DataError(f"{args.hyp} has {len(hyps)} lines but {args.ref} has {len(refs)}; they must be line-aligned")
+    # PTB's outer empty bracket "( (S ...) )" is TOP, which COLLINS.prm deletes
+    hyps, refs = ([re.sub(r"^\s*\(\s*\(", "(TOP (", line) for line in lines] for lines in (hyps, refs))
+    try:
+        result = evalb(refs, [with_gold_tags(h, r) for h, r in zip(hyps, refs)], COLLINS)
+    except ValueError as e:
+        raise DataError(f"{args.hyp} / {args.ref}: {e}") from None
+    print(f"parse F1        {result.all.f1:6.2f}  (labelled brackets, EVALB COLLINS.prm; POS tags taken from --ref)")
+    print(result.summary(), end="")
+    return 0
+
+
 def run(args: argparse.Namespace) -> int:
+    if args.task == "parse":
+        return _evaluate_parse(args)
     if not (args.hyp or args.checkpoint):
         raise UsageError("give --hyp FILE --ref FILE (BLEU, chrF) and/or --checkpoint C --data DIR (perplexity)")
     if args.hyp:
@@ -59,6 +81,8 @@ def register(sub) -> None:
                        description="Score translations against references (sacreBLEU with signature, chrF, "
                                    "tokenized BLEU as in the paper) and/or a checkpoint's per-token "
                                    "perplexity.")
+    p.add_argument("--task", choices=["translation", "parse"], default="translation",
+                   help="parse: --hyp/--ref are bracketed trees; prints EVALB's (COLLINS.prm) F1 and summary")
     p.add_argument("--hyp", help="detokenized system output, one sentence per line")
     p.add_argument("--ref", help="detokenized reference, line-aligned with --hyp")
     p.add_argument("--lang", help="target language for Moses tokenization (default: the --ref suffix, else "

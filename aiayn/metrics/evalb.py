@@ -222,3 +222,21 @@ def evalb(gold: Sequence[str], test: Sequence[str], params: EvalbParams = COLLIN
                 tot.words += words
                 tot.tags += tags
     return res
+
+
+def with_gold_tags(hyp: str, gold: str) -> str:
+    """The hypothesis tree with the gold tree's POS tags on its words (a parser that predicts placeholder tags, as
+    aiayn's, is scored on brackets only: evalb deletes punctuation by tag, so the tags must be the gold ones).
+    Returned unchanged when the words differ (evalb then counts an error sentence)."""
+    g_tags = [(m.group(1), m.group(2)) for m in _PRETERMINAL.finditer(gold) if m.group(1) != "-NONE-"]
+    h = list(_PRETERMINAL.finditer(hyp))
+    if [w for _, w in g_tags] != [m.group(2) for m in h]:
+        return hyp
+    out, last = [], 0
+    for m, (tag, word) in zip(h, g_tags):
+        out += [hyp[last:m.start()], f"({tag} {word})"]
+        last = m.end()
+    return "".join(out) + hyp[last:]
+
+
+_PRETERMINAL = re.compile(r"\(([^\s()]+) ([^\s()]+)\)")
