@@ -45,3 +45,51 @@ def test_round_trip_exact_on_the_whole_sample():
             assert str(delinearize(linearize(t), t.words(), t.tags())) == str(t)
             n += 1
     assert n == 3700
+
+
+def _toy_treebank(path, n, seed):
+    """Trees of a tiny grammar: S -> NP VP, NP -> DT NN | NNP, VP -> VBD | VBD NP."""
+    import random
+
+    rng = random.Random(seed)
+    nouns, names, verbs = ["cat", "dog", "bird"], ["Ann", "Bob"], ["saw", "ran", "sang"]
+
+    def np():
+        return f"(NP (DT the) (NN {rng.choice(nouns)}))" if rng.random() < 0.6 else f"(NP (NNP {rng.choice(names)}))"
+
+    lines = []
+    for _ in range(n):
+        vp = f"(VP (VBD {rng.choice(verbs)}) {np()})" if rng.random() < 0.5 else f"(VP (VBD {rng.choice(verbs)}))"
+        lines.append(f"( (S {np()} {vp} (. .)) )")
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def test_prepare_train_parse_end_to_end(tmp_path, capsys):
+    from aiayn.cli import main
+    from aiayn.config import ModelConfig
+    from aiayn.data import Vocab, load_split
+    from aiayn.parsing.parse import structure_ids
+    from aiayn.train import TrainConfig, train
+
+    train_trees = _toy_treebank(tmp_path / "train.trees", 300, 1)
+    dev_trees = _toy_treebank(tmp_path / "dev.trees", 20, 2)
+    data = tmp_path / "data"
+    assert main(["prepare-parse", "--train", str(train_trees), "--valid", str(dev_trees), "--out", str(data),
+                 "--vocab-size", "40"]) == 0
+    vocab = Vocab.load(data)
+    structure = structure_ids(vocab)
+    assert set(structure.values()) == {"XX", "(S", ")S", "(NP", ")NP", "(VP", ")VP"}
+    src, tgt = load_split(data, "train")[0]
+    assert all(int(i) in structure for i in tgt)  # one id per structure token
+    tc = TrainConfig(max_steps=60, max_tokens=600, warmup=20, lr_factor=1.0, save_every_steps=60,
+                     save_every_minutes=0, log_every=20, keep_last=1, threads=1)
+    train(data, tmp_path / "run", ModelConfig.preset("tiny", dropout=0.0), tc, progress=False)
+    sents = (data / "valid.src.txt").read_text().splitlines()[:5]
+    (tmp_path / "in.txt").write_text("\n".join(sents) + "\n")
+    assert main(["parse", "--checkpoint", str(tmp_path / "run"), "--input", str(tmp_path / "in.txt"),
+                 "--output", str(tmp_path / "out.trees"), "--beam", "3"]) == 0
+    trees = (tmp_path / "out.trees").read_text().splitlines()
+    assert len(trees) == 5
+    for sentence, line in zip(sents, trees):  # always a tree with the input's words, one leaf each
+        assert parse_tree(line).words() == sentence.split()

@@ -25,6 +25,7 @@ COMMANDS = [
     "aiayn.cli.attention",
     "aiayn.cli.serve",
     "aiayn.cli.export",
+    "aiayn.cli.parse",
     "aiayn.cli.evaluate",
     "aiayn.cli.params",
     "aiayn.cli.variations",

@@ -54,12 +54,15 @@ class Vocab:
         return cls(model)
 
     @classmethod
-    def train(cls, sentences: Iterable[str], out_dir: str | Path, vocab_size: int) -> Vocab:
+    def train(cls, sentences: Iterable[str], out_dir: str | Path, vocab_size: int,
+              symbols: Sequence[str] = ()) -> Vocab:
         """Train BPE on `sentences` (both languages mixed) and write vocab.model/.vocab into out_dir.
 
         BPE training reads no random numbers, so equal sentences give equal vocabularies; the sample
-        of sentences is drawn (with a seed) by the caller.
+        of sentences is drawn (with a seed) by the caller. `symbols` become single pieces, matched longest first
+        wherever they occur, and no word-boundary piece is put before a sentence (parsing's structure tokens).
         """
+        extra = {"user_defined_symbols": list(symbols), "add_dummy_prefix": False} if symbols else {}
         out_dir = Path(out_dir)
         with open(out_dir / MODEL_FILE, "wb") as writer:
             try:
@@ -73,6 +76,7 @@ class Vocab:
                     pad_piece="<pad>", unk_piece="<unk>", bos_piece="<s>", eos_piece="</s>",
                     num_threads=num_threads(),
                     minloglevel=2,
+                    **extra,
                 )
             except RuntimeError as e:  # e.g. "Vocabulary size is too high (37000). Please set it to <= 5123."
                 raise DataError(
