@@ -40,15 +40,19 @@ class ModelConfig:
     layer_norm_eps: float = 1e-5
 
     def __post_init__(self) -> None:
+        check_types(self)
         if self.positional not in ("sinusoidal", "learned"):
             raise UsageError(f"positional must be 'sinusoidal' or 'learned', not {self.positional!r}")
         if self.d_model % 2:
             raise UsageError(f"d_model must be even for sinusoidal positions, got {self.d_model}")
-        for name in ("vocab_size", "n_enc_layers", "n_dec_layers", "d_model", "d_ff", "n_heads", "d_k", "d_v"):
-            if getattr(self, name) <= 0:
-                raise UsageError(f"{name} must be positive, got {getattr(self, name)}")
-        if not 0.0 <= self.dropout < 1.0:
-            raise UsageError(f"dropout must lie in [0, 1), got {self.dropout}")
+        for name, most in _MAX_SIZES.items():
+            if not 1 <= getattr(self, name) <= most:
+                raise UsageError(f"{name} must lie in 1..{most:,}, got {getattr(self, name)}")
+        for name in ("dropout", "label_smoothing"):
+            if not 0.0 <= getattr(self, name) < 1.0:
+                raise UsageError(f"{name} must lie in [0, 1), got {getattr(self, name)}")
+        if not 0.0 < self.layer_norm_eps < 1.0:
+            raise UsageError(f"layer_norm_eps must lie in (0, 1), got {self.layer_norm_eps}")
 
     @classmethod
     def preset(cls, name: str, **overrides: Any) -> ModelConfig:
@@ -66,12 +70,35 @@ class ModelConfig:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> ModelConfig:
+        if not isinstance(d, dict):
+            raise UsageError(f"a model config is a mapping of field: value, not {type(d).__name__}")
         d = {k: v for k, v in d.items() if _LEGACY_NO_OPS.get(k, object()) != v}
         check_fields(cls, d, "model config fields")
         return cls(**d)
 
     def to_json(self) -> str:
         return json.dumps(self.to_dict(), indent=2, sort_keys=True)
+
+
+# Upper bounds far beyond any published Transformer (big: d_model 1024, d_ff 4096, 16 heads, 6 layers). A config read
+# from a checkpoint is untrusted input: these bound what building its model allocates (the sinusoid table alone is
+# max_positions x d_model), so a damaged or hostile file is refused before any tensor exists.
+_MAX_SIZES = {"vocab_size": 1 << 20, "n_enc_layers": 256, "n_dec_layers": 256, "d_model": 1 << 14, "d_ff": 1 << 17,
+              "n_heads": 1024, "d_k": 1 << 14, "d_v": 1 << 14, "max_positions": 1 << 16}
+
+_TYPE_NAMES = {"int": "an integer", "float": "a number", "str": "a string", "bool": "true or false"}
+
+
+def check_types(obj: Any) -> None:
+    """Refuse field values of the wrong type (from JSON, YAML, --set or a checkpoint), before any comparison: an int
+    field takes an int (not a bool), a float field an int or float, a str field a str, a bool field a bool."""
+    for f in dataclasses.fields(obj):
+        value, kind = getattr(obj, f.name), str(f.type)
+        ok = {"int": isinstance(value, int) and not isinstance(value, bool),
+              "float": isinstance(value, (int, float)) and not isinstance(value, bool),
+              "str": isinstance(value, str), "bool": isinstance(value, bool)}.get(kind, True)
+        if not ok:
+            raise UsageError(f"{f.name} must be {_TYPE_NAMES[kind]}, got {value!r}")
 
 
 # Fields of configs saved by earlier versions, removed since; accepted (and dropped) at the value that changes nothing.

@@ -2,7 +2,9 @@
 
 prepare the shipped corpus -> train a small preset in bf16 for a bounded time -> average the last checkpoints
 -> translate the held-out book (Gospel of John) with beam search -> sacreBLEU -> a few example translations.
-Everything lands in one folder; running it again reuses the prepared data (and a finished run).
+Everything lands in one folder; running it again reuses the prepared data and a finished run, and resumes a run
+that was interrupted (Ctrl-C, SIGTERM, kill) to its time budget. Ctrl-C or SIGTERM during training saves a checkpoint
+and stops the quickstart (the result says "interrupted_by").
 """
 
 from __future__ import annotations
@@ -13,10 +15,11 @@ from pathlib import Path
 from aiayn import checkpoint as ckpt
 from aiayn.config import ModelConfig
 from aiayn.data import builtin_corpus, prepare
+from aiayn.errors import UsageError
 from aiayn.metrics import chrf, corpus_bleu
 from aiayn.runtime import resolve_device, resolve_dtype
 from aiayn.search import SearchConfig
-from aiayn.train import TrainConfig, train
+from aiayn.train import TrainConfig, resume, train
 from aiayn.translate import Translator
 
 EXAMPLES = [
@@ -30,9 +33,21 @@ EXAMPLES = [
 
 def quickstart(out: Path, minutes: float = 12.0, preset: str = "small", vocab_size: int = 8000,
                dtype: str = "auto", average_last: int = 5, beam: int = 4, progress: bool = True) -> dict:
-    """Run the whole job into `out`; returns test BLEU, chrF, the sacreBLEU signature and the minutes taken."""
+    """Run the whole job into `out`; returns test BLEU, chrF, the sacreBLEU signature and the minutes taken (or
+    {"interrupted_by": signal} if Ctrl-C/SIGTERM stopped the training)."""
     out = Path(out)
     dtype = resolve_dtype(dtype, resolve_device("auto"))  # bf16 only where this machine multiplies it natively
+    if minutes <= 0:
+        raise UsageError(f"the training budget must be > 0 minutes, got {minutes:g}")
+    # Every option is checked before anything is written.
+    cfg = ModelConfig.preset(preset)
+    # A run of several hundred steps: ~2k-token batches (more updates in the time: measured better than 4k,
+    # RESULTS.md) and the paper's schedule with a 400-step warm-up, scaled to peak at ~2e-3 (the paper's base
+    # peaks at 7e-4 with 25k-token batches and 4000 warm-up steps).
+    tc = TrainConfig(max_steps=10**9, max_minutes=minutes, max_tokens=2048, warmup=400, lr_factor=0.65,
+                     save_every_minutes=minutes / (average_last + 3), save_every_steps=0,
+                     keep_last=average_last, dtype=dtype, log_every=10)
+    search = SearchConfig(beam=beam, alpha=0.6, dtype=dtype)
     t0 = time.time()
     print(f"[1/5] preparing the built-in English-Spanish Bible in {out / 'data'}", flush=True)
     raw = builtin_corpus(out / "raw")
@@ -40,31 +55,34 @@ def quickstart(out: Path, minutes: float = 12.0, preset: str = "small", vocab_si
     prepare(*raw["train"], data_dir, vocab_size=vocab_size, valid=raw["valid"], test=raw["test"])
 
     run = out / "run"
-    if ckpt.latest_checkpoint(run) is None:
+    summary = None
+    if not (run / "config.json").is_file():  # a new run (or one whose start was interrupted: train reuses it)
         print(f"[2/5] training preset '{preset}' ({dtype}) for {minutes:g} minutes into {run}", flush=True)
-        cfg = ModelConfig.preset(preset)
-        # A run of several hundred steps: ~2k-token batches (more updates in the time: measured better than 4k,
-        # RESULTS.md) and the paper's schedule with a 400-step warm-up, scaled to peak at ~2e-3 (the paper's base
-        # peaks at 7e-4 with 25k-token batches and 4000 warm-up steps).
-        tc = TrainConfig(max_steps=10**9, max_minutes=minutes, max_tokens=2048, warmup=400, lr_factor=0.65,
-                         save_every_minutes=minutes / (average_last + 3), save_every_steps=0,
-                         keep_last=average_last, dtype=dtype, log_every=10)
-        train(data_dir, run, cfg, tc, progress=progress)
+        summary = train(data_dir, run, cfg, tc, progress=progress)
+    elif (done := _trained_seconds(run)) is not None and done < minutes * 60 - 1:
+        print(f"[2/5] {run} was interrupted after {done / 60:.1f} of its {minutes:g} minutes; resuming it",
+              flush=True)
+        summary = resume(run, progress=progress, max_minutes=(minutes * 60 - done) / 60)
     else:
         print(f"[2/5] {run} is already trained; reusing it (train longer: aiayn train --resume {run} "
               "--max-minutes 30)", flush=True)
+    if summary is not None and summary["interrupted_by"] is not None:
+        print(f"quickstart stopped: training was interrupted at step {summary['step']} (checkpoint saved); run the "
+              "same command again to finish it", flush=True)
+        return {"interrupted_by": summary["interrupted_by"]}
 
     paths = ckpt.checkpoint_paths(run)[-average_last:]
     print(f"[3/5] averaging the last {len(paths)} checkpoints -> {run / ckpt.AVERAGED}", flush=True)
     state, cfg = ckpt.average_checkpoints(paths)
     ckpt.save_weights(run / ckpt.AVERAGED, state, cfg)
 
-    translator = Translator.load(run, SearchConfig(beam=beam, alpha=0.6, dtype=dtype))
+    translator = Translator.load(run, search)
     src_lines = (data_dir / "test.src.txt").read_text(encoding="utf-8").splitlines()
     refs = (data_dir / "test.tgt.txt").read_text(encoding="utf-8").splitlines()
     print(f"[4/5] translating the held-out Gospel of John ({len(src_lines)} verses, beam {beam})", flush=True)
     hyps = translator.translate(src_lines, progress=progress)
-    (run / "test.hyp").write_text("\n".join(hyps) + "\n", encoding="utf-8")
+    with ckpt.atomic_text_output(run / "test.hyp") as f:
+        f.write("\n".join(hyps) + "\n")
     bleu, chrf_score = corpus_bleu(hyps, refs), chrf(hyps, refs)
     print(f"      test BLEU {bleu.score:.1f}   chrF {chrf_score.score:.1f}\n      sacreBLEU {bleu.signature}")
 
@@ -79,4 +97,14 @@ done in {minutes_total:.1f} minutes. Everything is in {out}/. Next:
   aiayn train --resume {run} --max-minutes 30        # train longer, then average again:
   aiayn average --run {run} --last 5
   aiayn plot {run}                                   # training curves -> {run / 'curves.png'}""")
-    return {"bleu": bleu.score, "chrf": chrf_score.score, "signature": bleu.signature, "minutes": minutes_total}
+    return {"bleu": bleu.score, "chrf": chrf_score.score, "signature": bleu.signature, "minutes": minutes_total,
+            "interrupted_by": None}
+
+
+def _trained_seconds(run: Path) -> float | None:
+    """Training time a run has done up to its newest checkpoint (0 with none yet); None if its checkpoints predate
+    that record (then it counts as trained, as before)."""
+    last = ckpt.latest_checkpoint(run, resumable=True)
+    if last is None:
+        return 0.0
+    return ckpt.load_trainer_state(last).get("train_seconds")

@@ -2,7 +2,12 @@
 label smoothing 0.1, residual dropout, token-based batches; resumable exactly; one CPU to many GPUs.
 
     train(data, run, cfg, tc)  a new run         resume(run)  continue one where it stopped
-    both go through `_loop`: one update per iteration, read top to bottom.
+    both check everything (flags, data, batch limit, model) before writing anything, hold the run's lock
+    (one writer per run directory), then go through `_loop`: one update per iteration, read top to bottom.
+
+A run remembers what it was trained on (config.json: the data's content digest and the vocabulary's SHA-256);
+resuming on data prepared again in the same folder is refused. Ctrl-C/SIGTERM stop after the current update with a
+checkpoint (no dev evaluation: stopping stays quick) and the summary says which signal ("interrupted_by").
 
 Where the rest lives: the loss in aiayn.losses, device/dtype/processes in aiayn.runtime, checkpoint files in
 aiayn.checkpoint, batches in aiayn.data, dev perplexity in aiayn.metrics.perplexity, plots in aiayn.viz.curves.
@@ -24,9 +29,11 @@ from typing import Any
 import torch
 
 from aiayn import checkpoint as ckpt
-from aiayn.config import ModelConfig, check_fields
-from aiayn.data import TokenBatchSampler, Vocab, collate, has_split, load_split
-from aiayn.errors import UsageError
+from aiayn.config import ModelConfig, check_fields, check_types
+from aiayn.data import PreparedSplit, TokenBatchSampler, Vocab, collate
+from aiayn.data.batching import open_prepared
+from aiayn.data.prepare import prepared_sha256, sha256_file
+from aiayn.errors import CheckpointError, DataError, UsageError
 from aiayn.losses import TrainingObjective
 from aiayn.metrics.perplexity import perplexity
 from aiayn.model import Transformer, count_parameters
@@ -42,8 +49,12 @@ def noam_lr(step: int, d_model: int, warmup: int = 4000, factor: float = 1.0) ->
     return factor * d_model**-0.5 * min(step**-0.5, step * warmup**-1.5)
 
 
-def _opt(default: Any, help: str, **kw: Any) -> Any:
-    return field(default=default, metadata={"help": help}, **kw)
+def _opt(default: Any, help: str, low: float | None = None, above: float | None = None, below: float | None = None,
+         **kw: Any) -> Any:
+    """A TrainConfig field: its default, its --help, and its allowed range (value >= low, > above, < below; each
+    element of a tuple): the one place a training option's range is written; the CLI checks flags against it at parse
+    time (aiayn.cli.common.add_dataclass_args)."""
+    return field(default=default, metadata={"help": help, "low": low, "above": above, "below": below}, **kw)
 
 
 @dataclass(frozen=True)
@@ -51,46 +62,58 @@ class TrainConfig:
     """Everything about a run except the model's shape. Defaults are the paper's (base, one machine). Each field
     is also a flag of `aiayn train` (--max-steps, ...), with this help."""
 
-    max_steps: int = _opt(100_000, "stop after this many updates (paper: 100k base, 300k big)")
-    max_minutes: float = _opt(0.0, "stop after this wall time, with a checkpoint (0 = no limit)")
-    max_tokens: int = _opt(25_000, "tokens per batch and side, padding included (paper: ~25,000)")
-    update_freq: int = _opt(1, "batches accumulated per update, per process (fewer GPUs than the paper's 8)")
-    lr_factor: float = _opt(1.0, "scales the whole learning-rate schedule (1 = the paper's)")
-    warmup: int = _opt(4000, "warm-up steps of the schedule (paper: 4000)")
-    adam_betas: tuple[float, float] = _opt((0.9, 0.98), "Adam beta1 beta2 (paper: 0.9 0.98)")
-    adam_eps: float = _opt(1e-9, "Adam epsilon (paper: 1e-9)")
-    clip_norm: float = _opt(0.0, "clip the gradient norm to this (0 = no clipping, as the paper)")
-    seed: int = _opt(1, "random seed (initialization, batch order, dropout)")
-    save_every_steps: int = _opt(0, "also save a checkpoint every N steps (0 = by time only)")
-    save_every_minutes: float = _opt(10.0, "save a checkpoint every N minutes (paper: 10)")
-    keep_last: int = _opt(20, "step checkpoints kept (paper: averages the last 5 base / 20 big)")
-    log_every: int = _opt(10, "log training loss every N steps")
+    max_steps: int = _opt(100_000, "stop after this many updates (paper: 100k base, 300k big)", low=1)
+    max_minutes: float = _opt(0.0, "stop after this wall time, with a checkpoint (0 = no limit)", low=0)
+    max_tokens: int = _opt(25_000, "tokens per batch and side, padding included (paper: ~25,000)", low=1)
+    update_freq: int = _opt(1, "batches accumulated per update, per process (fewer GPUs than the paper's 8)", low=1)
+    lr_factor: float = _opt(1.0, "scales the whole learning-rate schedule (1 = the paper's)", above=0)
+    warmup: int = _opt(4000, "warm-up steps of the schedule (paper: 4000)", low=1)
+    adam_betas: tuple[float, float] = _opt((0.9, 0.98), "Adam beta1 beta2 (paper: 0.9 0.98)", low=0, below=1)
+    adam_eps: float = _opt(1e-9, "Adam epsilon (paper: 1e-9)", above=0)
+    clip_norm: float = _opt(0.0, "clip the gradient norm to this (0 = no clipping, as the paper)", low=0)
+    seed: int = _opt(1, "random seed (initialization, batch order, dropout)", low=0)
+    save_every_steps: int = _opt(0, "also save a checkpoint every N steps (0 = by time only)", low=0)
+    save_every_minutes: float = _opt(10.0, "save a checkpoint every N minutes (paper: 10)", low=0)
+    keep_last: int = _opt(20, "step checkpoints kept (paper: averages the last 5 base / 20 big)", low=1)
+    log_every: int = _opt(10, "log training loss every N steps", low=1)
     dtype: str = _opt("fp32", "fp32; bf16 (autocast; fp32 master weights and optimizer state); auto: bf16 where "
                               "the device multiplies bf16 natively, else fp32 (the resolved one is saved)")
     device: str = _opt("auto", "auto (CUDA if present), cpu, cuda, cuda:N")
     compile: bool = _opt(False, "torch.compile the model and loss")
-    threads: int = _opt(0, "CPU threads for torch (0 = the cores not busy with other processes, measured at start)")
+    threads: int = _opt(0, "CPU threads for torch (0 = the cores not busy with other processes, measured at start)",
+                        low=0)
 
     def __post_init__(self) -> None:
+        check_types(self)
         if self.dtype not in DTYPES:
             raise UsageError(f"dtype must be one of {', '.join(DTYPES)}, not {self.dtype!r}")
-        for name in ("max_steps", "max_tokens", "update_freq", "warmup", "keep_last", "log_every"):
-            if getattr(self, name) < 1:
-                raise UsageError(f"{name} must be >= 1, got {getattr(self, name)}")
-        for name in ("max_minutes", "lr_factor", "clip_norm", "save_every_steps", "save_every_minutes", "threads"):
-            if getattr(self, name) < 0:
-                raise UsageError(f"{name} must be >= 0, got {getattr(self, name)}")
+        betas = self.adam_betas
+        if not (isinstance(betas, tuple) and len(betas) == 2 and all(
+                isinstance(b, (int, float)) and not isinstance(b, bool) for b in betas)):
+            raise UsageError(f"adam_betas must be two numbers, got {betas!r}")
+        for f in dataclasses.fields(self):
+            low, above, below = (f.metadata.get(k) for k in ("low", "above", "below"))
+            value = getattr(self, f.name)
+            for v in value if isinstance(value, tuple) else (value,):
+                if v != v or (low is not None and v < low) or (above is not None and v <= above) or (
+                        below is not None and v >= below):  # v != v: NaN
+                    want = " and ".join(f"{op} {b}" for op, b in ((">=", low), (">", above), ("<", below))
+                                        if b is not None)
+                    raise UsageError(f"{f.name} must be {want}, got {value}")
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> TrainConfig:
+        if not isinstance(d, dict):
+            raise UsageError(f"training options are a mapping of option: value, not {type(d).__name__}")
         check_fields(cls, d, "training options")
         d = dict(d)
-        if "adam_betas" in d:
+        if isinstance(d.get("adam_betas"), list):
             d["adam_betas"] = tuple(d["adam_betas"])
         return cls(**d)
 
 
-# Options that may change when a run is resumed; any other would break exactness.
+# Options that may change when a run is resumed (the stopping criteria); any other would break exactness, so
+# `aiayn train --resume RUN` refuses every other training flag rather than ignore it.
 RESUMABLE_OPTIONS = ("max_steps", "max_minutes")
 
 
@@ -106,6 +129,7 @@ class Logger:
         self.path = run_dir / "log.jsonl"
         self.tb = None
         if enabled:
+            _drop_torn_line(self.path)
             try:
                 from torch.utils.tensorboard import SummaryWriter
 
@@ -126,6 +150,26 @@ class Logger:
     def close(self) -> None:
         if self.tb is not None:
             self.tb.close()
+
+
+def _drop_torn_line(path: Path) -> None:
+    """Cut a last line that a kill left half-written (no newline), so that lines appended after a resume stay JSON."""
+    if not path.is_file():
+        return
+    with open(path, "rb+") as f:
+        end = f.seek(0, 2)
+        pos = end
+        while pos > 0:  # read backwards from the end to the last newline
+            start = max(0, pos - 4096)
+            f.seek(start)
+            chunk = f.read(pos - start)
+            if pos == end and chunk.endswith(b"\n"):
+                return
+            if (i := chunk.rfind(b"\n")) >= 0:
+                f.truncate(start + i + 1)
+                return
+            pos = start
+        f.truncate(0)
 
 
 class Progress:
@@ -195,27 +239,45 @@ class TrainState:
     sampler: TokenBatchSampler
     step: int = 0
     best_dev_loss: float = math.inf
+    train_seconds: float = 0.0  # training time over all sessions, up to the last checkpoint (a budget's progress)
 
     def restore(self, path: Path) -> None:
-        """Weights, optimizer, batch order and counters from a step checkpoint (and its trainer state)."""
+        """Weights, optimizer, batch order and counters from a step checkpoint (and its trainer state), each checked
+        to belong to this run before it is used."""
+        meta, cfg, shapes = ckpt.read_header(path)
+        if cfg != self.model.cfg:
+            differ = [k for k, v in cfg.to_dict().items() if getattr(self.model.cfg, k) != v]
+            raise CheckpointError(f"{path} holds another model (differs in {', '.join(differ)}) than the run's "
+                                  "config.json describes; it does not belong to this run: move it away")
+        ckpt.check_shapes(path, cfg, shapes)
         state, _, _ = ckpt.load_weights(path)
         self.model.load_state_dict(state)
         trainer = ckpt.load_trainer_state(path)
-        self.optimizer.load_state_dict(trainer["optimizer"])
+        if "step" in meta and meta["step"] != str(trainer["step"]):
+            raise CheckpointError(f"{path} is step {meta['step']} but its trainer state is step {trainer['step']}; "
+                                  f"delete both {path.name} files to resume from the previous checkpoint")
+        try:
+            self.optimizer.load_state_dict(trainer["optimizer"])
+        except (ValueError, KeyError, TypeError, RuntimeError) as e:
+            raise CheckpointError(f"{ckpt.state_path(path)}: its optimizer state does not fit the model ({e}); "
+                                  f"delete both {path.name} files to resume from the previous checkpoint") from None
         self.sampler.load_state_dict(trainer["sampler"])
         self.step, self.best_dev_loss = trainer["step"], trainer["best_dev_loss"]
+        self.train_seconds = float(trainer.get("train_seconds", 0.0))
 
 
 def save(state: TrainState, run_dir: Path, tc: TrainConfig, rt: Runtime, valid, logger: Logger) -> str:
-    """Dev perplexity (if there is a dev split), then a step checkpoint (and the best one so far). Returns a line
-    to print."""
+    """Dev perplexity (if there is a dev split and `valid` is given), then a step checkpoint (and the best one so
+    far). Returns a line to print. The dev split needs no check against max_tokens: perplexity() raises its batch
+    limit to the longest pair."""
     dev = perplexity(state.model, valid, tc.max_tokens, state.model.cfg.label_smoothing, rt) if valid else None
     dev_loss = dev.loss / dev.tokens if dev else math.inf
     msg = f"step {state.step}"
     if rt.is_main:
         cfg, weights = state.model.cfg, state.model.state_dict()
         trainer = {"optimizer": state.optimizer.state_dict(), "sampler": state.sampler.state_dict(),
-                   "step": state.step, "best_dev_loss": min(state.best_dev_loss, dev_loss)}
+                   "step": state.step, "best_dev_loss": min(state.best_dev_loss, dev_loss),
+                   "train_seconds": state.train_seconds}
         path = ckpt.save_checkpoint(run_dir, weights, cfg, state.step, trainer, tc.keep_last)
         msg += f": saved {path.name}"
         if dev:
@@ -233,37 +295,111 @@ def save(state: TrainState, run_dir: Path, tc: TrainConfig, rt: Runtime, valid, 
 
 
 def train(data_dir: Path, run_dir: Path, cfg: ModelConfig, tc: TrainConfig, progress: bool = True) -> dict[str, Any]:
-    """Train a new run into run_dir (which must not exist or be empty). Returns a summary."""
+    """Train a new run into run_dir: a new or empty folder, or one whose start was interrupted before its config.json
+    was written. Everything that can fail (data, vocabulary, device, batch limit, model) is checked before run_dir
+    is touched, so a failed start leaves nothing behind. Returns a summary."""
     data_dir, run_dir = Path(data_dir), Path(run_dir)
+    splits = open_prepared(data_dir)
     vocab = Vocab.load(data_dir)
     if len(vocab) != cfg.vocab_size:
         cfg = cfg.replace(vocab_size=len(vocab))  # the model always matches the prepared vocabulary
     rt = setup_runtime(tc.device, tc.dtype, tc.threads)
     tc = dataclasses.replace(tc, dtype=rt.dtype)  # "auto" resolved: a resumed run keeps the dtype it started with
     if rt.is_main:
-        if run_dir.exists() and any(run_dir.iterdir()):
-            raise UsageError(f"{run_dir} is not empty; use --resume {run_dir} to continue it, or a new --out")
+        _check_new_run_dir(run_dir)
+    state, train_set, valid = _setup(splits, cfg, tc, rt)
+    record = {"model": cfg.to_dict(), "train": dataclasses.asdict(tc), "data": str(data_dir.resolve()),
+              "data_sha256": prepared_sha256(data_dir), "vocab_sha256": sha256_file(vocab.model_path)}
+    if rt.is_main:
         run_dir.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(vocab.model_path, run_dir / "vocab.model")
-        ckpt.write_json(run_dir / "config.json", {"model": cfg.to_dict(), "train": dataclasses.asdict(tc),
-                                                  "data": str(data_dir.resolve())})
-    return _loop(data_dir, run_dir, cfg, tc, rt, progress, resume_from=None)
+    with ckpt.RunLock(run_dir) if rt.is_main else contextlib.nullcontext():
+        if rt.is_main:
+            _check_new_run_dir(run_dir)  # again under the lock: another process may have started it meanwhile
+            _remove_stale_temps(run_dir)
+            ckpt.atomic_write(run_dir / "vocab.model", lambda p: shutil.copyfile(vocab.model_path, p))
+            ckpt.write_json(run_dir / "config.json", record)  # written last: a run with a config.json has started
+        return _loop(state, train_set, valid, run_dir, tc, rt, progress)
+
+
+def _remove_stale_temps(run_dir: Path) -> None:
+    removed = ckpt.remove_stale_temps(run_dir)
+    if removed:
+        print(f"removed {len(removed)} temp file(s) that interrupted writes had left in {run_dir} (e.g. "
+              f"{removed[0].name})", flush=True)
+
+
+def _check_new_run_dir(run_dir: Path) -> None:
+    if (run_dir / "config.json").is_file():
+        raise UsageError(f"{run_dir} is not empty: it is a run already; continue it with --resume {run_dir}, or "
+                         "give a new --out")
+    if not ckpt.unstarted(run_dir):
+        raise UsageError(f"{run_dir} is not empty and is not a run directory; give a new or empty --out")
 
 
 def resume(run_dir: Path, progress: bool = True, **stopping: Any) -> dict[str, Any]:
     """Continue the run in run_dir exactly where its newest checkpoint left it. Only the stopping criteria
-    (RESUMABLE_OPTIONS: max_steps, max_minutes) may be given anew; a run with no checkpoint starts from step 0."""
+    (RESUMABLE_OPTIONS: max_steps, max_minutes) may be given anew; a run with no checkpoint starts from step 0.
+    Refused while another process trains the run, or when its data were prepared again since it started."""
     run_dir = Path(run_dir)
-    refused = sorted(set(stopping) - set(RESUMABLE_OPTIONS))
+    refused = sorted(k for k, v in stopping.items() if v is not None and k not in RESUMABLE_OPTIONS)
     if refused:
         raise UsageError(f"cannot change {', '.join(refused)} when resuming (only {', '.join(RESUMABLE_OPTIONS)} "
                          "may change; the rest is fixed by the run's config.json)")
     saved = ckpt.read_run_config(run_dir)
-    cfg, data_dir = ModelConfig.from_dict(saved["model"]), Path(saved["data"])
-    tc = dataclasses.replace(TrainConfig.from_dict(saved["train"]),
-                             **{k: v for k, v in stopping.items() if v is not None})
+    try:
+        cfg, tc = ModelConfig.from_dict(saved["model"]), TrainConfig.from_dict(saved["train"])
+    except UsageError as e:
+        raise CheckpointError(f"{run_dir / 'config.json'}: {e}; it was damaged outside aiayn") from None
+    tc = dataclasses.replace(tc, **{k: v for k, v in stopping.items() if v is not None})
+    data_dir = Path(str(saved["data"]))
     rt = setup_runtime(tc.device, tc.dtype, tc.threads)
-    return _loop(data_dir, run_dir, cfg, tc, rt, progress, ckpt.latest_checkpoint(run_dir, resumable=True))
+    with ckpt.RunLock(run_dir) if rt.is_main else contextlib.nullcontext():
+        _check_same_data(run_dir, saved, data_dir)
+        state, train_set, valid = _setup(open_prepared(data_dir), cfg, tc, rt)
+        if rt.is_main:
+            _remove_stale_temps(run_dir)
+        last = ckpt.latest_checkpoint(run_dir, resumable=True)
+        if last is not None:
+            state.restore(last)
+        return _loop(state, train_set, valid, run_dir, tc, rt, progress)
+
+
+def _check_same_data(run_dir: Path, saved: dict[str, Any], data_dir: Path) -> None:
+    """Refuse to resume on other data or another vocabulary than the run started with (data prepared again in the
+    same folder): the run would silently continue on another corpus, and translate would decode with the old
+    vocabulary."""
+    run_vocab, data_vocab = run_dir / "vocab.model", data_dir / "vocab.model"
+    if not run_vocab.is_file():
+        raise CheckpointError(f"{run_vocab} is missing; the run directory was damaged")
+    if not data_vocab.is_file():
+        raise DataError(f"{run_dir} was trained on {data_dir}, which holds no prepared data any more (no "
+                        "vocab.model); restore the data the run started on")
+    ours = sha256_file(run_vocab)
+    if sha256_file(data_vocab) != ours or saved.get("vocab_sha256", ours) != ours:
+        raise DataError(f"{data_dir} now has another vocabulary than the one {run_dir} was trained with (vocab.model "
+                        "differs): the data were prepared again since the run started. Resuming would train on other "
+                        "token ids while translate decodes with the run's vocabulary. Restore the data the run "
+                        "started on, or start a new run on the new data (aiayn train --data DIR --out NEW_RUN)")
+    if "data_sha256" in saved and saved["data_sha256"] != prepared_sha256(data_dir):
+        raise DataError(f"{data_dir} holds other data than {run_dir} was trained on (its files differ from those "
+                        "the run started with: prepared again from other text or with other options). Resuming would "
+                        "continue on another corpus. Restore the data the run started on, or start a new run on "
+                        "the new data (aiayn train --data DIR --out NEW_RUN)")
+
+
+def _setup(splits: dict[str, PreparedSplit], cfg: ModelConfig, tc: TrainConfig, rt: Runtime
+           ) -> tuple[TrainState, PreparedSplit, PreparedSplit | None]:
+    """The model, optimizer and batch order of a run at step 0, and its train and dev splits. The sampler refuses a
+    training pair longer than max_tokens here, before anything is written."""
+    if "train" not in splits:
+        raise DataError("the prepared data have no train split")
+    train_set = splits["train"]
+    sampler = TokenBatchSampler(train_set.src_lengths, train_set.tgt_lengths, max_tokens=tc.max_tokens,
+                                shuffle=True, seed=tc.seed, rank=rt.rank, world_size=rt.world_size)
+    torch.manual_seed(tc.seed)
+    model = Transformer(cfg).to(rt.device)
+    optimizer = torch.optim.Adam(model.parameters(), lr=0.0, betas=tc.adam_betas, eps=tc.adam_eps, foreach=True)
+    return TrainState(model, optimizer, sampler), train_set, splits.get("valid")
 
 
 def _endless(sampler: TokenBatchSampler):
@@ -276,18 +412,9 @@ def _endless(sampler: TokenBatchSampler):
 # The loop.
 
 
-def _loop(data_dir: Path, run_dir: Path, cfg: ModelConfig, tc: TrainConfig, rt: Runtime, progress: bool,
-          resume_from: Path | None) -> dict[str, Any]:
-    torch.manual_seed(tc.seed)
-    model = Transformer(cfg).to(rt.device)
-    optimizer = torch.optim.Adam(model.parameters(), lr=0.0, betas=tc.adam_betas, eps=tc.adam_eps, foreach=True)
-    train_set = load_split(data_dir, "train")
-    sampler = TokenBatchSampler(train_set.src_lengths, train_set.tgt_lengths, max_tokens=tc.max_tokens,
-                                shuffle=True, seed=tc.seed, rank=rt.rank, world_size=rt.world_size)
-    state = TrainState(model, optimizer, sampler)
-    if resume_from is not None:
-        state.restore(resume_from)
-    valid = load_split(data_dir, "valid") if has_split(data_dir, "valid") else None
+def _loop(state: TrainState, train_set: PreparedSplit, valid: PreparedSplit | None, run_dir: Path, tc: TrainConfig,
+          rt: Runtime, progress: bool) -> dict[str, Any]:
+    model, optimizer, sampler, cfg = state.model, state.optimizer, state.sampler, state.model.cfg
     objective = rt.wrap(TrainingObjective(model), tc.compile)
     logger = Logger(run_dir, rt.is_main)
     bar = Progress(tc, state.step, enabled=progress, silent=not rt.is_main)
@@ -297,6 +424,7 @@ def _loop(data_dir: Path, run_dir: Path, cfg: ModelConfig, tc: TrainConfig, rt: 
 
     batches = _endless(sampler)
     t_start = t_save = time.time()
+    seconds_before = state.train_seconds
     window = {"loss": 0.0, "nll": 0.0, "tokens": 0.0, "time": time.time()}
     last_saved = state.step
     model.train()
@@ -346,6 +474,7 @@ def _loop(data_dir: Path, run_dir: Path, cfg: ModelConfig, tc: TrainConfig, rt: 
             due = rt.any(bool(tc.save_every_steps and state.step % tc.save_every_steps == 0) or
                          (tc.save_every_minutes > 0 and (time.time() - t_save) / 60 >= tc.save_every_minutes))
             if due or out_of_time:
+                state.train_seconds = seconds_before + time.time() - t_start
                 bar.write(save(state, run_dir, tc, rt, valid, logger))
                 last_saved, t_save = state.step, time.time()
             if out_of_time:
@@ -353,11 +482,13 @@ def _loop(data_dir: Path, run_dir: Path, cfg: ModelConfig, tc: TrainConfig, rt: 
                 break
 
         if state.step != last_saved:
-            bar.write(save(state, run_dir, tc, rt, valid, logger))
+            state.train_seconds = seconds_before + time.time() - t_start
+            # Stopping on a signal saves at once: the dev evaluation waits for the next scheduled save.
+            bar.write(save(state, run_dir, tc, rt, None if stop.signal else valid, logger))
         if stop.signal is not None:
             bar.write(f"interrupted at step {state.step}; checkpoint saved. Continue with: "
                       f"aiayn train --resume {run_dir}")
     bar.close()
     logger.close()
     return {"step": state.step, "run_dir": str(run_dir), "best_dev_loss": state.best_dev_loss,
-            "elapsed_s": time.time() - t_start, "interrupted_by": stop.signal}
+            "elapsed_s": time.time() - t_start, "train_seconds": state.train_seconds, "interrupted_by": stop.signal}

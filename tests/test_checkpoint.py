@@ -1,7 +1,13 @@
-"""Checkpoints: averaging is the mean, a corrupt or missing file is a clear error."""
+"""Checkpoints: averaging is the mean, a corrupt or missing file is a clear error, and what a checkpoint says about
+itself (its config) is validated against its tensors before any is allocated."""
+
+import json
+import shutil
 
 import pytest
 import torch
+from helpers import save_run, tiny_model
+from safetensors.torch import load_file, safe_open, save_file
 
 from aiayn import checkpoint as ckpt
 from aiayn.config import ModelConfig
@@ -26,3 +32,29 @@ def test_corrupt_checkpoint_gives_clear_error(tmp_path):
         ckpt.load_weights(bad)
     with pytest.raises(ckpt.CheckpointError, match="no checkpoint"):
         ckpt.load_weights(tmp_path / "missing.safetensors")
+
+
+@pytest.mark.parametrize("change, says", [
+    ({"n_experts": 8}, "unknown model config fields"),
+    ({"max_positions": 10**9}, "max_positions must lie in"),  # a 10^9 x d_model sinusoid table is never built
+    ({"vocab_size": 10**12}, "vocab_size must lie in"),
+    ({"n_heads": "4"}, "n_heads must be an integer"),
+    ({"dropout": float("nan")}, "dropout must lie in"),
+    ({"d_model": 64}, r"does not match the model its config describes: \d+ tensors of another shape"),
+    ({"n_dec_layers": 1}, "unexpected"),
+    ({"n_dec_layers": 3}, "missing"),
+])
+def test_checkpoint_config_is_untrusted_input(copy_data, tmp_path, change, says):
+    run = save_run(tiny_model(120), copy_data / "vocab.model", tmp_path / "run")
+    path = ckpt.checkpoint_paths(run)[-1]
+    state = load_file(str(path))
+    with safe_open(str(path), "pt") as f:
+        meta = f.metadata()
+    bad = tmp_path / "bad" / "model.safetensors"
+    bad.parent.mkdir()
+    shutil.copyfile(copy_data / "vocab.model", bad.parent / "vocab.model")
+    save_file(state, str(bad), metadata={**meta, "config": json.dumps({**json.loads(meta["config"]), **change})})
+    with pytest.raises(ckpt.CheckpointError, match=says):
+        ckpt.load_for_inference(bad)
+    model, _, _ = ckpt.load_for_inference(path)  # the untouched file loads
+    assert torch.equal(model.state_dict()["embedding.weight"], state["embedding.weight"])

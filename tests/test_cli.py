@@ -32,7 +32,7 @@ def test_train_flags_are_the_train_config_fields():
 
 @pytest.mark.parametrize("argv, code, says", [
     (["train", "--resume", "/no/such/run"], 1, "not a run directory"),
-    (["train", "--data", "/no/such/data", "--out", "x", "--max-steps", "0"], 2, "max_steps must be >= 1"),
+    (["train", "--data", "/no/such/data", "--out", "x", "--max-steps", "0"], 2, "--max-steps: must be an integer >= 1"),
     (["average", "--inputs", "/no/such.safetensors", "--out", "x"], 1, "no checkpoint"),
     (["average", "--inputs", "/no/such.safetensors"], 2, "--inputs needs --out"),
     (["evaluate", "--hyp", "/no/such/hyp"], 2, "--hyp needs --ref"),

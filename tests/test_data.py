@@ -197,6 +197,25 @@ def test_prepare_again_reuses_and_refuses_other_inputs(tmp_path, prepared, capsy
         prepare(src, tgt, tmp_path / "out", vocab=prepared, max_len=10)
 
 
+def test_prepare_records_every_file_and_reuse_adds_the_record_to_older_data(tmp_path, prepared):
+    import hashlib
+
+    src, tgt = write(tmp_path / "s", ["Hello.", "Yes."]), write(tmp_path / "t", ["Hola.", "Sí."])
+    prepare(src, tgt, tmp_path / "out", vocab=prepared)
+    meta = json.loads((tmp_path / "out/meta.json").read_text())
+    names = {"vocab.model", "vocab.vocab", "train.src.bin", "train.tgt.bin", "train.idx.npy"}
+    assert meta["format"] == 2 and set(meta["files"]) == names
+    for name, record in meta["files"].items():
+        raw = (tmp_path / "out" / name).read_bytes()
+        assert record == {"bytes": len(raw), "sha256": hashlib.sha256(raw).hexdigest()}
+    digest = meta["content_sha256"]
+    for key in ("files", "content_sha256"):  # as an earlier version wrote it
+        del meta[key]
+    (tmp_path / "out/meta.json").write_text(json.dumps(meta))
+    prepare(src, tgt, tmp_path / "out", vocab=prepared)
+    assert json.loads((tmp_path / "out/meta.json").read_text())["content_sha256"] == digest
+
+
 def test_cli_prints_error_without_traceback(tmp_path, capsys):
     src, tgt = write(tmp_path / "a.en", ["one", "two"]), write(tmp_path / "a.es", ["uno"])
     assert cli_main(["prepare", "--src", str(src), "--tgt", str(tgt), "--out", str(tmp_path / "o")]) == 1

@@ -3,7 +3,8 @@
 Each module listed in COMMANDS adds its subcommand(s) with `register(subparsers)`; its handler `run(args)` returns
 an exit code and raises aiayn.errors.UserError for a user's mistake. `main` is the one place errors become exit
 codes: a UserError, a file that cannot be read or written, or bad bytes -> one line "error: ..." on stderr and exit 1
-(2 for a usage error); Ctrl-C -> 130; anything else is a bug and keeps its traceback.
+(2 for a usage error, a flag outside its range included: common.Parser makes argparse's errors one line too);
+Ctrl-C -> 130; anything else is a bug and keeps its traceback.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import importlib
 import os
 import sys
 
+from aiayn.cli.common import Parser
 from aiayn.errors import UserError
 
 # Modules that contribute subcommands, in the order `aiayn --help` lists them.
@@ -33,9 +35,7 @@ COMMANDS = [
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="aiayn", description="The Transformer of 'Attention Is All You Need', end to end."
-    )
+    parser = Parser(prog="aiayn", description="The Transformer of 'Attention Is All You Need', end to end.")
     parser.add_argument("--low-memory", action="store_true",
                         help="give freed memory back to the OS (lower peak RSS, slower CPU steps; by default aiayn "
                              "keeps it for reuse: docs/speed.md); also AIAYN_LOW_MEMORY=1")
@@ -47,7 +47,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as e:  # --help (0), or a mistake in the flags, already one "error:" line (Parser.error: 2)
+        return e.code if isinstance(e.code, int) else 2
     if not getattr(args, "func", None):
         parser.print_help()
         return 2

@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 from aiayn.checkpoint import AVERAGED, average_checkpoints, checkpoint_paths, save_weights
+from aiayn.cli.common import positive_int
 from aiayn.errors import UsageError
 
 
@@ -31,6 +32,6 @@ def register(sub) -> None:
     src = p.add_mutually_exclusive_group(required=True)
     src.add_argument("--run", type=Path, help="run directory; its last --last step checkpoints are averaged")
     src.add_argument("--inputs", nargs="+", help="explicit checkpoint files to average")
-    p.add_argument("--last", type=int, default=5, help="how many of the newest checkpoints (default 5)")
+    p.add_argument("--last", type=positive_int, default=5, help="how many of the newest checkpoints (default 5)")
     p.add_argument("--out", help=f"output file (default RUN/{AVERAGED})")
     p.set_defaults(func=run)

@@ -1,12 +1,63 @@
-"""Flags shared by several commands, spelled one way everywhere."""
+"""Flags shared by several commands, spelled one way everywhere; the one place numeric flags get their ranges
+(`number(...)` and its shorthands positive_int, non_negative_int, ...: argparse types checked at parse time); the
+one way commands read text lines (`read_lines`: a bad byte names the file, or stdin, and the line)."""
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
+import sys
+from collections.abc import Callable
 from typing import Any
 
+from aiayn.data.prepare import decode_lines
 from aiayn.search import PAPER_SEARCH, SearchConfig
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse, but a mistake in the flags is one line "error: ..." and exit 2, like every other error of aiayn
+    (argparse's own prints the usage first). Subcommand parsers inherit the class."""
+
+    def error(self, message: str):
+        self.exit(2, f"error: {self.prog}: {message} (see {self.prog} --help)\n")
+
+
+def number(kind: type, low: float | None = None, above: float | None = None, below: float | None = None
+           ) -> Callable[[str], Any]:
+    """An argparse type: `kind` (int or float) with value >= low, > above, < below (those given), else a one-line
+    error that says the allowed range. The range is kept on the function (.low, .above, .below) for tests."""
+    bounds = [f"{op} {b}" for op, b in ((">=", low), (">", above), ("<", below)) if b is not None]
+    want = " ".join(["an integer" if kind is int else "a number", " and ".join(bounds)]).strip()
+
+    def parse(text: str):
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"must be {want}, got {text!r}") from None
+        if (value != value or (low is not None and value < low) or (above is not None and value <= above)
+                or (below is not None and value >= below)):  # value != value: NaN
+            raise argparse.ArgumentTypeError(f"must be {want}, got {text}")
+        return value
+
+    parse.low, parse.above, parse.below = low, above, below
+    return parse
+
+
+positive_int = number(int, low=1)
+non_negative_int = number(int, low=0)
+positive_float = number(float, above=0)
+non_negative_float = number(float, low=0)
+
+
+def read_lines(path: str | None) -> list[str]:
+    """The lines of a UTF-8 text file, or of stdin for None or "-", without their newline (split on \\n only)."""
+    if path in (None, "-"):
+        stdin = getattr(sys.stdin, "buffer", None)
+        if stdin is None:  # a text stream put in place of stdin (tests)
+            return [line.rstrip("\r\n") for line in sys.stdin]
+        return list(decode_lines(stdin, "stdin"))
+    with open(path, "rb") as f:
+        return list(decode_lines(f, path))
 
 
 def add_device_arg(p: argparse.ArgumentParser, default: str = "auto") -> None:
@@ -21,18 +72,20 @@ def add_progress_arg(p: argparse.ArgumentParser) -> None:
 def add_search_args(p: argparse.ArgumentParser, defaults: SearchConfig = PAPER_SEARCH) -> None:
     """The decoding flags of every command that decodes (defaults: the paper's, or `defaults`)."""
     g = p.add_argument_group("search")
-    g.add_argument("--beam", type=int, default=defaults.beam, help=f"beam size (default {defaults.beam}); 1 = greedy")
-    g.add_argument("--alpha", type=float, default=defaults.alpha,
+    g.add_argument("--beam", type=positive_int, default=defaults.beam,
+                   help=f"beam size (default {defaults.beam}); 1 = greedy")
+    g.add_argument("--alpha", type=non_negative_float, default=defaults.alpha,
                    help=f"length penalty alpha (default {defaults.alpha})")
     g.add_argument("--lp", choices=["gnmt", "power"], default=defaults.lp,
                    help=f"length penalty: gnmt ((5+|Y|)/6)^alpha (paper) or power |Y|^alpha (default {defaults.lp})")
-    g.add_argument("--max-len-a", type=float, default=defaults.max_len_a,
+    g.add_argument("--max-len-a", type=non_negative_float, default=defaults.max_len_a,
                    help=f"max output words = a * input tokens + b (default a = {defaults.max_len_a})")
-    g.add_argument("--max-len-b", type=int, default=defaults.max_len_b, help=f"(default b = {defaults.max_len_b})")
-    g.add_argument("--min-len", type=int, default=defaults.min_len,
+    g.add_argument("--max-len-b", type=non_negative_int, default=defaults.max_len_b,
+                   help=f"(default b = {defaults.max_len_b})")
+    g.add_argument("--min-len", type=non_negative_int, default=defaults.min_len,
                    help=f"EOS banned before this many words (default {defaults.min_len})")
-    g.add_argument("--nbest", type=int, default=defaults.nbest,
-                   help="hypotheses per input; >1 prints 'LINE ||| TEXT ||| SCORE' lines (Moses n-best)")
+    g.add_argument("--nbest", type=positive_int, default=defaults.nbest,
+                   help="hypotheses per input (<= --beam); >1 prints 'LINE ||| TEXT ||| SCORE' lines (Moses n-best)")
     g.add_argument("--dtype", choices=["fp32", "bf16", "int8"], default=defaults.dtype,
                    help="fp32; bf16 (a bf16 copy of the weights); int8 (int8 projections, CPU) (default "
                         f"{defaults.dtype})")
@@ -49,16 +102,21 @@ _TYPES = {"int": int, "float": float, "str": str}
 
 
 def add_dataclass_args(p: argparse.ArgumentParser | Any, cls: type, skip: tuple[str, ...] = ()) -> None:
-    """One flag per field of a config dataclass (--field-name), default None (= not given), help from the field's
-    metadata: the dataclass stays the one list of options."""
+    """One flag per field of a config dataclass (--field-name), default None (= not given), help and allowed range
+    (metadata "low" / "above", checked at parse time) from the field: the dataclass stays the one list of options."""
     for f in dataclasses.fields(cls):
         if f.name in skip:
             continue
         flag, help_ = "--" + f.name.replace("_", "-"), f.metadata.get("help", "")
+        ranged = {k: f.metadata[k] for k in ("low", "above", "below") if f.metadata.get(k) is not None}
         if f.type == "bool":
             p.add_argument(flag, action="store_true", default=None, help=help_)
         elif f.type.startswith("tuple"):
-            p.add_argument(flag, type=float, nargs=2, default=None, metavar=("B1", "B2"), help=help_)
+            p.add_argument(flag, type=number(float, **ranged), nargs=2, default=None, metavar=("B1", "B2"),
+                           help=help_)
+        elif f.type in ("int", "float") and ranged:
+            p.add_argument(flag, type=number(_TYPES[f.type], **ranged), default=None,
+                           help=f"{help_} (default {f.default})")
         else:
             p.add_argument(flag, type=_TYPES[f.type], default=None, help=f"{help_} (default {f.default})")
 

@@ -7,16 +7,12 @@ import re
 from pathlib import Path
 
 from aiayn.checkpoint import load_for_inference
-from aiayn.cli.common import add_device_arg
+from aiayn.cli.common import add_device_arg, positive_int, read_lines
 from aiayn.data import load_split
+from aiayn.data.prepare import sha256_file
 from aiayn.errors import DataError, UsageError
 from aiayn.metrics import chrf, corpus_bleu, perplexity, tokenized_bleu
 from aiayn.runtime import resolve_device
-
-
-def _read_lines(path: str) -> list[str]:
-    with open(path, encoding="utf-8") as f:
-        return [line.rstrip("\r\n") for line in f]
 
 
 def _guess_lang(ref: str) -> str:
@@ -30,7 +26,7 @@ def _evaluate_parse(args: argparse.Namespace) -> int:
 
     if not (args.hyp and args.ref):
         raise UsageError("--task parse needs --hyp TREES --ref GOLD_TREES (one bracketed tree per line)")
-    hyps, refs = _read_lines(args.hyp), _read_lines(args.ref)
+    hyps, refs = read_lines(args.hyp), read_lines(args.ref)
     if len(hyps) != len(refs):
         raise DataError(f"{args.hyp} has {len(hyps)} lines but {args.ref} has {len(refs)}; they must be line-aligned")
     # PTB's outer empty bracket "( (S ...) )" is TOP, which COLLINS.prm deletes
@@ -52,7 +48,7 @@ def run(args: argparse.Namespace) -> int:
     if args.hyp:
         if not args.ref:
             raise UsageError("--hyp needs --ref")
-        hyps, refs = _read_lines(args.hyp), _read_lines(args.ref)
+        hyps, refs = read_lines(args.hyp), read_lines(args.ref)
         if len(hyps) != len(refs):
             raise DataError(f"{args.hyp} has {len(hyps)} lines but {args.ref} has {len(refs)}; they must be "
                             "line-aligned")
@@ -69,8 +65,13 @@ def run(args: argparse.Namespace) -> int:
     if args.checkpoint:
         if not args.data:
             raise UsageError("--checkpoint needs --data DIR (a prepared-data directory)")
-        model, _, _ = load_for_inference(args.checkpoint, device=resolve_device(args.device))
-        res = perplexity(model, load_split(args.data, args.split), args.max_tokens)
+        pairs = load_split(args.data, args.split)
+        model, vocab, _ = load_for_inference(args.checkpoint, device=resolve_device(args.device))
+        if sha256_file(vocab.model_path) != sha256_file(Path(args.data) / "vocab.model"):
+            raise DataError(f"{args.data} was prepared with another vocabulary than the model's ({vocab.model_path}): "
+                            "its token ids mean other pieces, so the perplexity would be meaningless; prepare the "
+                            "text with `aiayn prepare ... --vocab RUN`")
+        res = perplexity(model, pairs, args.max_tokens)
         print(f"perplexity      {res.ppl:6.3f}  per token on {args.data} {args.split} "
               f"({res.tokens:,} target tokens incl. EOS, mean NLL {res.nll / res.tokens:.4f} nats)")
     return 0
@@ -91,6 +92,7 @@ def register(sub) -> None:
     p.add_argument("--checkpoint", help="run directory or checkpoint file, for --data perplexity")
     p.add_argument("--data", help="prepared-data directory (aiayn prepare)")
     p.add_argument("--split", default="test", help="split of --data to score (default test)")
-    p.add_argument("--max-tokens", type=int, default=4096, help="padded tokens per batch (default 4096)")
+    p.add_argument("--max-tokens", type=positive_int, default=4096,
+                   help="padded tokens per batch, raised to the longest pair (default 4096)")
     add_device_arg(p, default="cpu")
     p.set_defaults(func=run)

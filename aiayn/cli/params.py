@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 
+from aiayn.cli.common import positive_int
 from aiayn.config import PAPER_VOCAB
 from aiayn.params import format_table, parameter_table
 
@@ -17,5 +18,6 @@ def run(args: argparse.Namespace) -> int:
 
 def register(sub) -> None:
     p = sub.add_parser("params", help="print parameter counts of every preset beside Table 3")
-    p.add_argument("--vocab-size", type=int, default=PAPER_VOCAB)
+    p.add_argument("--vocab-size", type=positive_int, default=PAPER_VOCAB,
+                   help=f"shared vocabulary the embeddings are counted with (default {PAPER_VOCAB:,}, the paper's)")
     p.set_defaults(func=run)

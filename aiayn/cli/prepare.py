@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 
+from aiayn.cli.common import non_negative_int, number, positive_int
 from aiayn.config import PAPER_VOCAB
 from aiayn.data import prepare
 from aiayn.errors import UsageError
@@ -32,18 +33,18 @@ def register(sub) -> None:
     p.add_argument("--tgt", help="training target text, line-aligned with --src")
     p.add_argument("--tsv", help="training pairs as one file of source TAB target (instead of --src/--tgt)")
     p.add_argument("--out", required=True, help="prepared-data directory to write")
-    p.add_argument("--vocab-size", type=int, default=PAPER_VOCAB,
+    p.add_argument("--vocab-size", type=number(int, low=5), default=PAPER_VOCAB,
                    help="BPE pieces (default: %(default)s, the paper's; small corpora need fewer)")
     p.add_argument("--vocab", help="reuse this vocabulary (.model file, prepared-data or run directory)")
     for split in ("valid", "test"):
         p.add_argument(f"--{split}-src", help=f"{split} source text")
         p.add_argument(f"--{split}-tgt", help=f"{split} target text")
-    p.add_argument("--max-len", type=int, default=250,
+    p.add_argument("--max-len", type=positive_int, default=250,
                    help="drop training pairs with a side longer than this many words (default: %(default)s)")
-    p.add_argument("--max-ratio", type=float, default=9.0,
+    p.add_argument("--max-ratio", type=number(float, low=1), default=9.0,
                    help="drop training pairs whose word counts differ by more than this factor "
                         "(default: %(default)s, as Moses)")
-    p.add_argument("--seed", type=int, default=1, help="seed of the vocabulary's training sample")
-    p.add_argument("--vocab-sample", type=int, default=1_000_000,
+    p.add_argument("--seed", type=non_negative_int, default=1, help="seed of the vocabulary's training sample")
+    p.add_argument("--vocab-sample", type=number(int, low=2), default=1_000_000,
                    help="sentences (both sides) the vocabulary is trained on (default: %(default)s)")
     p.set_defaults(func=run)

@@ -5,15 +5,17 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from aiayn.cli.common import add_progress_arg
+from aiayn.cli.common import add_progress_arg, number, positive_float, positive_int
 from aiayn.config import PRESETS
 
 
 def run(args: argparse.Namespace) -> int:
     from aiayn.quickstart import quickstart
 
-    quickstart(Path(args.out), args.minutes, args.preset, args.vocab_size, args.dtype, args.average_last,
-               args.beam, progress=not args.no_progress)
+    result = quickstart(Path(args.out), args.minutes, args.preset, args.vocab_size, args.dtype, args.average_last,
+                        args.beam, progress=not args.no_progress)
+    if result["interrupted_by"] is not None:  # stopped by Ctrl-C / SIGTERM, with a checkpoint: 130 / 143
+        return 128 + result["interrupted_by"]
     return 0
 
 
@@ -22,12 +24,13 @@ def register(sub) -> None:
                        description="The main job on the built-in English-Spanish Bible: about 15 minutes on 2 "
                        "CPU cores.")
     p.add_argument("--out", default="runs/quickstart", help="folder for everything (default runs/quickstart)")
-    p.add_argument("--minutes", type=float, default=12.0, help="training time budget (default 12)")
+    p.add_argument("--minutes", type=positive_float, default=12.0,
+                   help="training time budget (default 12); an interrupted run is resumed to it")
     p.add_argument("--preset", default="small", choices=list(PRESETS))
-    p.add_argument("--vocab-size", type=int, default=8000)
+    p.add_argument("--vocab-size", type=number(int, low=5), default=8000, help="BPE pieces (default 8000)")
     p.add_argument("--dtype", default="auto", choices=["auto", "bf16", "fp32"],
                    help="auto (default): bf16 where the CPU/GPU multiplies bf16 natively, else fp32")
-    p.add_argument("--average-last", type=int, default=5)
-    p.add_argument("--beam", type=int, default=4)
+    p.add_argument("--average-last", type=positive_int, default=5, help="checkpoints averaged (default 5)")
+    p.add_argument("--beam", type=positive_int, default=4, help="beam size (default 4)")
     add_progress_arg(p)
     p.set_defaults(func=run)

@@ -24,8 +24,12 @@ def _parse_value(text: str):
 
 
 def load_config_file(path: Path) -> dict[str, Any]:
-    """A YAML or JSON file: {preset: NAME, model: {field: value}, train: {field: value}, data: DIR}."""
-    text = Path(path).read_text(encoding="utf-8")
+    """A YAML or JSON file: {preset: NAME, model: {field: value}, train: {field: value}, data: DIR}, checked here so
+    that a mistake in it is one line naming the file."""
+    try:
+        text = Path(path).read_bytes().decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise UsageError(f"{path}: not UTF-8 text ({e.reason} at byte {e.start})") from None
     try:
         if str(path).endswith((".yaml", ".yml")):
             import yaml
@@ -38,15 +42,25 @@ def load_config_file(path: Path) -> dict[str, Any]:
                          f"{str(e).splitlines()[0]}") from None
     if not isinstance(cfg, dict) or not set(cfg) <= {"preset", "model", "train", "data"}:
         raise UsageError(f"{path}: expected a mapping with the sections preset, model, train, data")
+    kinds = {"preset": str, "model": dict, "train": dict, "data": str}
+    for key, value in cfg.items():
+        if not isinstance(value, kinds[key]):
+            raise UsageError(f"{path}: {key} must be a {'mapping' if kinds[key] is dict else 'string'}, got {value!r}")
+    try:
+        ModelConfig.preset(cfg.get("preset", "base"), **cfg.get("model", {}))
+        TrainConfig.from_dict(cfg.get("train", {}))
+    except UsageError as e:
+        raise UsageError(f"{path}: {e}") from None
     return cfg
 
 
 def run(args: argparse.Namespace) -> int:
-    flags = given_fields(args, TrainConfig)
+    flags = given_fields(args, TrainConfig)  # every training flag given, so that resume refuses what it cannot honour
     if args.resume:
-        if args.data or args.out or args.preset or args.config or args.set:
-            raise UsageError("--resume continues a run as it was configured; drop --data, --out, --preset, "
-                             "--config and --set")
+        given = [f for f in ("data", "out", "preset", "config", "set") if getattr(args, f)]
+        if given:
+            raise UsageError("--resume continues a run as it was configured; drop "
+                             + ", ".join("--" + f for f in given))
         summary = resume(Path(args.resume), progress=not args.no_progress, **flags)
     else:
         file_cfg = load_config_file(args.config) if args.config else {}
@@ -55,16 +69,20 @@ def run(args: argparse.Namespace) -> int:
             raise UsageError("--data DIR and --out RUN_DIR are required (or --resume RUN_DIR)")
         model_over = dict(file_cfg.get("model", {}))
         for kv in args.set or []:
-            key, _, value = kv.partition("=")
+            key, eq, value = kv.partition("=")
+            if not eq:
+                raise UsageError(f"--set takes FIELD=VALUE, e.g. dropout=0.3; got {kv!r}")
             model_over[key] = _parse_value(value)
         cfg = ModelConfig.preset(args.preset or file_cfg.get("preset", "base"), **model_over)
         tc = TrainConfig.from_dict({**file_cfg.get("train", {}), **flags})
         summary = train(Path(data), Path(args.out), cfg, tc, progress=not args.no_progress)
     if int(os.environ.get("RANK", "0")) == 0:
-        print(f"done: step {summary['step']} in {summary['elapsed_s'] / 60:.1f} min; run directory "
-              f"{summary['run_dir']}")
+        print(f"{'stopped' if summary['interrupted_by'] else 'done'}: step {summary['step']} in "
+              f"{summary['elapsed_s'] / 60:.1f} min; run directory {summary['run_dir']}")
     if dist.is_initialized():
         dist.destroy_process_group()
+    if summary["interrupted_by"] is not None:  # saved, but not done: say so to schedulers, as a shell would
+        return 128 + summary["interrupted_by"]  # 130 for SIGINT (Ctrl-C), 143 for SIGTERM
     return 0
 
 
@@ -80,10 +98,13 @@ def register(sub) -> None:
                        description="Train the Transformer with the paper's recipe. Example: aiayn train --data "
                        "data-bin/wmt14 --preset base --out runs/base; multi-GPU: torchrun --nproc_per_node 8 "
                        "-m aiayn train ...; continue: aiayn train --resume runs/base [--max-steps N] "
-                       "[--max-minutes M] (only the stopping criteria may change on resume).")
+                       "[--max-minutes M] (only the stopping criteria may change on resume). Ctrl-C or SIGTERM saves "
+                       "a checkpoint and exits 130 or 143.")
     p.add_argument("--data", help="prepared-data directory (aiayn prepare)")
     p.add_argument("--out", help="new run directory")
-    p.add_argument("--resume", help="continue this run directory exactly where it stopped")
+    p.add_argument("--resume", help="continue this run directory exactly where it stopped; only --max-steps, "
+                                    "--max-minutes and --no-progress may be given with it (any other training flag "
+                                    "is refused: the run's config.json fixes them)")
     p.add_argument("--preset", choices=list(PRESETS), help="model preset (default base)")
     p.add_argument("--config", help="YAML/JSON file with preset, model, train and data sections")
     p.add_argument("--set", action="append", metavar="FIELD=VALUE", help="override a model field, e.g. dropout=0.3")

@@ -3,9 +3,18 @@
 from __future__ import annotations
 
 import argparse
-import sys
 
-from aiayn.cli.common import add_device_arg, add_progress_arg, add_search_args, search_config
+from aiayn.checkpoint import atomic_text_output, check_output_path
+from aiayn.cli.common import (
+    add_device_arg,
+    add_progress_arg,
+    add_search_args,
+    non_negative_int,
+    number,
+    positive_int,
+    read_lines,
+    search_config,
+)
 from aiayn.errors import UsageError
 from aiayn.runtime import resolve_device
 from aiayn.translate import Translator
@@ -17,14 +26,12 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError("--print-alignment needs --engine aiayn (it reads aiayn's cross-attention)")
     if args.alignment_layer is not None and not args.print_alignment:
         raise UsageError("--alignment-layer needs --print-alignment")
+    if args.output not in (None, "-"):
+        check_output_path(args.output)  # before the work, not after it
     if args.engine == "aiayn":
         translator = Translator.load(args.checkpoint, search, device=resolve_device(args.device),
                                      batch_size=args.batch_size, max_input_len=args.max_input_len)
-    if args.input in (None, "-"):
-        lines = [line.rstrip("\r\n") for line in sys.stdin]
-    else:
-        with open(args.input, encoding="utf-8") as f:
-            lines = [line.rstrip("\r\n") for line in f]
+    lines = read_lines(args.input)  # a bad byte names the file (or stdin) and the line
     progress = args.input not in (None, "-") and not args.no_progress
     tails = None  # per hypothesis, what follows its text: " ||| alignment" with --print-alignment
     if args.engine == "ct2":  # an exported CTranslate2 folder; the search flags map as aiayn.export.ct2 says
@@ -40,17 +47,13 @@ def run(args: argparse.Namespace) -> int:
         tails = [[" ||| " + format_alignment(pairs) for pairs in line] for line in alignments]
     else:
         nbests = translator.translate_nbest(lines, progress=progress)
-    out = open(args.output, "w", encoding="utf-8") if args.output else sys.stdout
-    try:
+    with atomic_text_output(args.output) as out:  # a file appears complete or not at all
         for n, hyps in enumerate(nbests):
             tail = tails[n] if tails else [""] * len(hyps)
             if search.nbest == 1:
                 out.write(hyps[0].text + tail[0] + "\n")
             else:  # Moses n-best format: input line number (from 0) ||| text ||| score [||| alignment]
                 out.writelines(f"{n} ||| {h.text} ||| {h.score:.4f}{t}\n" for h, t in zip(hyps, tail))
-    finally:
-        if out is not sys.stdout:
-            out.close()
     return 0
 
 
@@ -66,16 +69,16 @@ def register(sub) -> None:
                    help="ct2: decode with CTranslate2 (needs --lp power: its length penalty is |Y|^alpha; --dtype "
                         "bf16/int8 pick its compute type, fp32 keeps the exported one); default aiayn")
     p.add_argument("--input", help="input file (default: stdin); a progress bar is shown for files")
-    p.add_argument("--output", help="output file (default: stdout)")
-    p.add_argument("--batch-size", type=int, default=64, help="sentences per batch (default 64)")
-    p.add_argument("--max-input-len", type=int, default=None,
+    p.add_argument("--output", help="output file (default: stdout); written whole or not at all")
+    p.add_argument("--batch-size", type=positive_int, default=64, help="sentences per batch (default 64)")
+    p.add_argument("--max-input-len", type=number(int, low=2), default=None,
                    help="longer inputs (subword tokens + EOS) are cut, with a warning (default: the model's "
                         "max_positions)")
     p.add_argument("--print-alignment", action="store_true",
                    help="append ' ||| i-j ...' to each output line: source word i aligned to output word j (from 0, "
                         "words split on spaces), from the averaged heads of one cross-attention layer "
                         "(docs/attention.md)")
-    p.add_argument("--alignment-layer", type=int, default=None,
+    p.add_argument("--alignment-layer", type=non_negative_int, default=None,
                    help="decoder layer whose cross-attention gives the alignment, from 0 (default: the top one, the "
                         "best on our Multi30k model; docs/attention.md)")
     add_search_args(p)

@@ -13,7 +13,7 @@ import json
 import os
 import shutil
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +26,7 @@ from aiayn.errors import DataError
 
 META_FILE = "meta.json"
 PARTIAL_MARK = ".aiayn-partial"  # in a directory that prepare is still writing
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2  # 2: meta.json lists every file's size and SHA-256 ("files") and their digest ("content_sha256")
 SPLITS = ("train", "valid", "test")
 CHUNK = 20_000  # pairs tokenized per SentencePiece call
 
@@ -40,17 +40,23 @@ DROP_NAMES = {EMPTY: "empty", TOO_LONG: "too_long", RATIO: "ratio"}
 # ---------------------------------------------------------------------------------------------------
 
 
+def decode_lines(raw_lines: Iterable[bytes], name: str) -> Iterator[str]:
+    """Strict UTF-8 lines without their newline, from the byte lines of a file or stdin (`name` says which, for the
+    error). The one decoding rule of every text input: bad bytes name the input and the line."""
+    for n, raw in enumerate(raw_lines, 1):
+        try:
+            yield raw.rstrip(b"\r\n").decode("utf-8")
+        except UnicodeDecodeError as e:
+            raise DataError(
+                f"{name}, line {n}: not valid UTF-8 ({e.reason} at byte {e.start} of the line); "
+                "re-encode it as UTF-8 (e.g. `iconv -f latin1 -t utf-8`) or fix that line"
+            ) from None
+
+
 def _lines(path: Path) -> Iterator[str]:
     """Lines of `path` without their newline. Splits on b"\\n" only, never on Unicode separators."""
     with open(path, "rb") as f:
-        for n, raw in enumerate(f, 1):
-            try:
-                yield raw.rstrip(b"\r\n").decode("utf-8")
-            except UnicodeDecodeError as e:
-                raise DataError(
-                    f"{path}, line {n}: not valid UTF-8 ({e.reason} at byte {e.start} of the line); "
-                    "re-encode the file as UTF-8 (e.g. `iconv -f latin1 -t utf-8`) or fix that line"
-                ) from None
+        yield from decode_lines(f, str(path))
 
 
 def _count_lines(path: Path) -> int:
@@ -105,8 +111,44 @@ def _input(*paths: str | Path | None) -> tuple[Path, ...]:
     return out
 
 
-def _sha256(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
+def sha256_file(path: Path) -> str:
+    with open(path, "rb") as f:
+        return hashlib.file_digest(f, "sha256").hexdigest()
+
+
+def file_records(folder: Path) -> dict[str, dict[str, Any]]:
+    """{name: {"bytes", "sha256"}} of the files of a prepared-data directory: what opening it checks against."""
+    return {p.name: {"bytes": p.stat().st_size, "sha256": sha256_file(p)} for p in sorted(Path(folder).iterdir())
+            if p.is_file() and p.name not in (META_FILE, PARTIAL_MARK)}
+
+
+def content_sha256(files: dict[str, dict[str, Any]]) -> str:
+    """One digest of a prepared-data directory's contents (names, sizes, hashes): equal iff the data are equal. A run
+    records it, so that resuming on data prepared again in the same folder is refused."""
+    return hashlib.sha256(json.dumps(files, sort_keys=True).encode()).hexdigest()
+
+
+def prepared_sha256(data_dir: str | Path) -> str:
+    """The content digest of a prepared-data directory: recorded by prepare (computed for data prepared by an
+    earlier version, which recorded none)."""
+    meta = read_meta(data_dir)
+    return meta.get("content_sha256") or content_sha256(file_records(Path(data_dir)))
+
+
+def read_meta(data_dir: str | Path) -> dict[str, Any]:
+    """DIR/meta.json, with one clear line if the directory is not prepared data or the file is damaged."""
+    path = Path(data_dir) / META_FILE
+    if not path.is_file():
+        raise DataError(f"{data_dir} is not a prepared-data directory (no {META_FILE}); run `aiayn prepare`")
+    try:
+        meta = json.loads(path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise DataError(f"{path} is damaged ({e}); prepare the data again") from None
+    if not (isinstance(meta, dict) and isinstance(meta.get("splits"), dict) and meta.get("dtype") in ("uint16", "int32")
+            and isinstance(meta.get("files", {}), dict)):
+        raise DataError(f"{path} lacks its splits or id dtype (or has the wrong types); it was not written by "
+                        "`aiayn prepare`, or was damaged: prepare the data again")
+    return meta
 
 
 def _stamp(path: Path) -> list[Any]:
@@ -219,7 +261,7 @@ def _existing(out: Path, fingerprint: dict[str, Any]) -> dict[str, Any] | None:
     if not (out / META_FILE).is_file():
         raise DataError(f"{out} exists and is not a prepared-data directory (no {META_FILE}); "
                         "choose another --out or empty it")
-    meta = json.loads((out / META_FILE).read_text())
+    meta = read_meta(out)
     old = meta.get("fingerprint", {})
     if old == fingerprint:
         return meta
@@ -293,7 +335,8 @@ def prepare(
     drawn with `seed` from the kept training pairs, unless `vocab` (a Vocab, model file or directory)
     is given. Writes into out_dir:
 
-        meta.json                       options, input fingerprint, counts and the summary
+        meta.json                       options, input fingerprint, counts, the summary, and the size and
+                                        SHA-256 of every file below (checked when the data are opened)
         vocab.model, vocab.vocab        the shared SentencePiece BPE (ids 0-3: pad, unk, bos, eos)
         {split}.src.bin, .tgt.bin       token ids of the kept pairs, concatenated (dtype in meta.json)
         {split}.idx.npy                 int64 (2, n + 1): pair i spans [i]:[i + 1] of .src.bin (row 0)
@@ -318,12 +361,18 @@ def prepare(
                "max_ratio": max_ratio, "seed": seed, "vocab_sample": vocab_sample}
     fingerprint = {
         "inputs": {split: [_stamp(p) for p in paths] for split, paths in inputs.items()},
-        "options": {**options, "vocab": None if vocab is None else _sha256(vocab.model_path)},
+        "options": {**options, "vocab": None if vocab is None else sha256_file(vocab.model_path)},
     }
     out = Path(out_dir)
     meta = _existing(out, fingerprint)
     if meta is not None:
         print(f"prepare: {out} already holds these inputs prepared with these options; reusing it")
+        if "files" not in meta:  # prepared by an earlier version: record what opening it will check, once
+            files = file_records(out)
+            meta = {**meta, "format": FORMAT_VERSION, "files": files, "content_sha256": content_sha256(files)}
+            tmp = out / f".{META_FILE}.partial"
+            tmp.write_text(json.dumps(meta, indent=2) + "\n")
+            os.replace(tmp, out / META_FILE)
         _print_summary(meta, out)
         return {**meta, "reused": True}
 
@@ -336,6 +385,8 @@ def prepare(
     (part / PARTIAL_MARK).touch()
     try:
         meta = {"format": FORMAT_VERSION, **_build(part, inputs, vocab, options), "fingerprint": fingerprint}
+        files = file_records(part)  # hashed once here; opening the data checks sizes always, hashes where cheap
+        meta.update(files=files, content_sha256=content_sha256(files))
     except BaseException:
         shutil.rmtree(part)
         raise
