@@ -26,6 +26,7 @@ class _State:
     stack: tuple[tuple[str, bool], ...]  # open constituents (label, covers a word yet), innermost last
     placed: int  # words placed
     closed: bool  # the root has been closed
+    dead: bool = False  # the prefix broke the rules (only a -inf candidate the search kept to fill its beam can)
 
 
 class TreeConstraint:
@@ -48,8 +49,8 @@ class TreeConstraint:
             state = _State((), 0, False)
         else:
             s, last = self._state(line, prefix[:-1]), self.tok.get(prefix[-1])
-            if last is None:  # not a structure token: cannot happen under the constraint
-                state = s
+            if s.dead or last is None or (last == POS and not s.stack) or (last[0] == ")" and not s.stack):
+                state = _State((), s.placed, True, dead=True)
             elif last == POS:
                 state = _State(s.stack[:-1] + ((s.stack[-1][0], True),), s.placed + 1, s.closed)
             elif last.startswith("("):
@@ -69,6 +70,9 @@ class TreeConstraint:
         for row, (line, toks) in enumerate(zip(sent.tolist(), prefix.tolist())):
             s = self._state(line, tuple(toks))
             remaining = self.words[line] - s.placed
+            if s.dead:
+                allowed[row, EOS_ID] = True  # its score is -inf already: let it end
+                continue
             if s.closed:
                 if remaining == 0:
                     allowed[row, EOS_ID] = True
