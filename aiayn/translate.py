@@ -56,16 +56,15 @@ class Translator:
     the attention views and the exporters share.
 
     Sentences are sorted by length and searched in batches of `batch_size` (less padding); answers come back in
-    input order. `constraint` (see aiayn.search.Constraint) restricts what the search may generate."""
+    input order."""
 
     def __init__(self, model, vocab, search: SearchConfig = PAPER_SEARCH, device: str | torch.device = "cpu",
-                 batch_size: int = 64, max_input_len: int | None = None, constraint: Constraint | None = None):
+                 batch_size: int = 64, max_input_len: int | None = None):
         self.vocab, self.search, self.device = vocab, search, torch.device(device)
         self.model = inference_copy(model.to(self.device), search.dtype)
         self.cfg = model.cfg
         self.batch_size = batch_size
         self.max_input_len = max_input_len or self.cfg.max_positions
-        self.constraint = constraint
 
     @classmethod
     def load(cls, checkpoint: str | Path, search: SearchConfig = PAPER_SEARCH, device: str | torch.device = "cpu",
@@ -81,9 +80,11 @@ class Translator:
     def encode(self, lines: Sequence[str]) -> list[list[int] | None]:
         return encode_sources(self.vocab, lines, self.max_input_len)
 
-    def search_ids(self, sources: Sequence[list[int] | None], progress: bool = False) -> list[list[Hypothesis]]:
+    def search_ids(self, sources: Sequence[list[int] | None], progress: bool = False,
+                   constraint: Constraint | None = None) -> list[list[Hypothesis]]:
         """Search every source (ids with EOS; None = blank) in length-sorted batches; answers in input order.
-        A blank source gets one empty hypothesis of score 0."""
+        A blank source gets one empty hypothesis of score 0. `constraint` (see aiayn.search.Constraint, called with
+        input line numbers) restricts what the search may generate."""
         cfg, search = self.cfg, self.search
         max_len = cfg.max_positions - 1 if cfg.positional == "learned" else None  # BOS + words < table size
         results: list[list[Hypothesis]] = [[Hypothesis([], 0.0, [])] for _ in sources]
@@ -97,10 +98,10 @@ class Translator:
                 src = torch.full((len(idx), width), PAD_ID, dtype=torch.long)
                 for row, i in enumerate(idx):
                     src[row, : len(sources[i])] = torch.tensor(sources[i])
-                constraint = None
-                if self.constraint is not None:  # the constraint sees input line numbers, not batch rows
-                    constraint = partial(_on_lines, self.constraint, torch.tensor(idx, device=self.device))
-                hyps = decode(self.model, src.to(self.device), search, max_len, constraint)
+                on_lines = None
+                if constraint is not None:  # the constraint sees input line numbers, not batch rows
+                    on_lines = partial(_on_lines, constraint, torch.tensor(idx, device=self.device))
+                hyps = decode(self.model, src.to(self.device), search, max_len, on_lines)
                 for i, h in zip(idx, hyps):  # empty only if the model gave EOS probability 0 at the limit
                     results[i] = h or [Hypothesis([], float("-inf"), [])]
                 bar.update(len(idx))

@@ -4,7 +4,7 @@ or 2 for bad flags; a bug keeps its traceback), and training flags generated fro
 import dataclasses
 
 import pytest
-from helpers import save_run, tiny_model
+from helpers import REPO, save_run, tiny_model
 
 from aiayn.cli import COMMANDS, build_parser, main
 from aiayn.train import TrainConfig
@@ -61,3 +61,11 @@ def test_a_bug_keeps_its_traceback(monkeypatch):
     monkeypatch.setattr("aiayn.cli.params.run", broken)
     with pytest.raises(KeyError):
         main(["params"])
+
+
+@pytest.mark.parametrize("path", sorted((REPO / "configs").glob("*.yaml")), ids=lambda p: p.name)
+def test_shipped_configs_are_valid(path):
+    from aiayn.cli.train import load_config_file
+
+    cfg = load_config_file(path)  # raises UsageError naming the file on an unknown preset, field or value
+    assert cfg["preset"] and cfg["data"].startswith("data-bin/")

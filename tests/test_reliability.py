@@ -180,8 +180,7 @@ BAD_INPUTS = [
     ("variations-no-data", ["variations", "--out", OUT], b"", 2, "--data",
      "variations creates --out before it checks --data (aiayn/experiments/table3.py: its owner fixes it)"),
     ("parse-no-checkpoint", ["parse", "--checkpoint", "{root}/nothing"], b"a b\n", 1, "nothing"),
-    ("parse-not-a-parser", ["parse", "--checkpoint", "{run}"], b"a b\n", 1, "structure tokens",
-     "a translation model given to parse ends in a ValueError traceback (aiayn/parsing/parse.py: its owner fixes it)"),
+    ("parse-not-a-parser", ["parse", "--checkpoint", "{run}"], b"a b\n", 1, "not a parser"),
     ("prepare-parse-no-file", ["prepare-parse", "--train", "{root}/nothing", "--out", OUT], b"", 1, "nothing"),
     ("unknown-flag", ["translate", "--checkpoint", "{run}", "--bem", "3"], b"", 2, "unrecognized arguments"),
 ]
@@ -205,7 +204,7 @@ def test_bad_inputs_are_one_error_line_and_leave_nothing(lab, argv, stdin, code,
 KNOWN_UNRANGED = {  # flags of other commands still typed plain int/float: move them to aiayn.cli.common.number
     ("attention", "--layer"), ("serve", "--port"), ("serve", "--max-batch-tokens"), ("serve", "--max-wait-ms"),
     ("serve", "--max-queue"), ("serve", "--timeout"), ("serve", "--max-chars"), ("serve", "--max-texts"),
-    ("prepare-parse", "--vocab-size"), ("parse", "--batch-size"), ("variations", "--scale"), ("variations", "--steps"),
+    ("variations", "--scale"), ("variations", "--steps"),
     ("variations", "--minutes"), ("variations", "--jobs"), ("variations", "--threads"),
 }
 
@@ -495,7 +494,8 @@ def test_interrupted_training_saves_at_once_and_exits_128_plus_the_signal(copy_d
 
 def test_quickstart_stops_on_a_signal_and_later_resumes_to_its_budget(tmp_path, monkeypatch, capsys):
     out = tmp_path / "qs"
-    argv = ["quickstart", "--out", str(out), "--minutes", "0.05", "--preset", "tiny", "--vocab-size", "1000",
+    budget_s = 9  # long enough to reach step 5 on a busy machine (3 s was not: the budget ran out first)
+    argv = ["quickstart", "--out", str(out), "--minutes", str(budget_s / 60), "--preset", "tiny", "--vocab-size", "1000",
             "--beam", "1", "--no-progress"]
     noam_lr = train_mod.noam_lr
 
@@ -510,12 +510,12 @@ def test_quickstart_stops_on_a_signal_and_later_resumes_to_its_budget(tmp_path, 
     assert "quickstart stopped" in capsys.readouterr().out
     assert not (run / ckpt.AVERAGED).exists() and not (run / "test.hyp").exists()  # it did not go on
     last = ckpt.latest_checkpoint(run, resumable=True)
-    assert last.name == "step_00000005.safetensors" and ckpt.load_trainer_state(last)["train_seconds"] < 3
+    assert last.name == "step_00000005.safetensors" and ckpt.load_trainer_state(last)["train_seconds"] < budget_s
     monkeypatch.undo()
 
     assert main(argv) == 0
     printed = capsys.readouterr().out
     assert "was interrupted after" in printed and "test BLEU" in printed
     last = ckpt.latest_checkpoint(run, resumable=True)
-    assert int(last.stem.split("_")[1]) > 5 and ckpt.load_trainer_state(last)["train_seconds"] >= 3 - 1
+    assert int(last.stem.split("_")[1]) > 5 and ckpt.load_trainer_state(last)["train_seconds"] >= budget_s - 1
     assert (run / ckpt.AVERAGED).is_file() and (run / "test.hyp").is_file()

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import argparse
-import sys
 
-from aiayn.cli.common import add_device_arg, add_search_args, search_config
+from aiayn.checkpoint import atomic_text_output, check_output_path
+from aiayn.cli.common import add_device_arg, add_progress_arg, add_search_args, positive_int, read_lines, search_config
 from aiayn.runtime import resolve_device
 
 
@@ -20,24 +20,18 @@ def parse_command(args: argparse.Namespace) -> int:
     from aiayn.parsing.parse import Parser
     from aiayn.translate import Translator
 
-    translator = Translator.load(args.checkpoint, search_config(args), device=resolve_device(args.device),
-                                 batch_size=args.batch_size)
-    if args.input in (None, "-"):
-        lines = [line.rstrip("\r\n") for line in sys.stdin]
-    else:
-        with open(args.input, encoding="utf-8") as f:
-            lines = [line.rstrip("\r\n") for line in f]
-    nbests = Parser(translator).parse_nbest(lines)
-    out = open(args.output, "w", encoding="utf-8") if args.output else sys.stdout
-    try:
+    if args.output not in (None, "-"):
+        check_output_path(args.output)  # before the work, not after it
+    parser = Parser(Translator.load(args.checkpoint, search_config(args), device=resolve_device(args.device),
+                                    batch_size=args.batch_size))
+    lines = read_lines(args.input)  # a bad byte names the file (or stdin) and the line
+    nbests = parser.parse_nbest(lines, progress=args.input not in (None, "-") and not args.no_progress)
+    with atomic_text_output(args.output) as out:  # a file appears complete or not at all
         for n, trees in enumerate(nbests):
             if args.nbest == 1:
                 out.write((trees[0][0] if trees else "") + "\n")
-            else:
+            else:  # Moses n-best format: input line number (from 0) ||| tree ||| score
                 out.writelines(f"{n} ||| {tree} ||| {score:.4f}\n" for tree, score in trees)
-    finally:
-        if out is not sys.stdout:
-            out.close()
     return 0
 
 
@@ -51,7 +45,7 @@ def register(sub) -> None:
     p.add_argument("--valid", help="dev trees (selection)")
     p.add_argument("--test", help="test trees")
     p.add_argument("--out", required=True, help="prepared-data directory to write")
-    p.add_argument("--vocab-size", type=int, default=8000, help="subword pieces of the words (plus structure tokens)")
+    p.add_argument("--vocab-size", type=positive_int, default=8000, help="subword pieces of the words (plus structure tokens)")
     p.set_defaults(func=prepare_command)
 
     p = sub.add_parser("parse", help="parse sentences into trees with a trained parser",
@@ -61,7 +55,8 @@ def register(sub) -> None:
     p.add_argument("--checkpoint", required=True, help="run directory or checkpoint file of a parser")
     p.add_argument("--input", help="sentences (default: stdin)")
     p.add_argument("--output", help="trees (default: stdout)")
-    p.add_argument("--batch-size", type=int, default=16, help="sentences per batch (default 16)")
+    p.add_argument("--batch-size", type=positive_int, default=16, help="sentences per batch (default 16)")
     add_search_args(p, PAPER_PARSE_SEARCH)
     add_device_arg(p, default="cpu")
+    add_progress_arg(p)
     p.set_defaults(func=parse_command)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from aiayn.errors import CheckpointError
 from aiayn.parsing.constraint import TreeConstraint
 from aiayn.parsing.trees import POS, delinearize
 from aiayn.search import SearchConfig
@@ -32,17 +33,17 @@ class Parser:
         self.translator = translator
         self.structure = structure_ids(translator.vocab)
         if POS not in self.structure.values():
-            raise ValueError("this model's vocabulary has no structure tokens; was it trained on `aiayn prepare-parse` "
-                             "data?")
+            raise CheckpointError("this model's vocabulary has no structure tokens: it is not a parser; train one on "
+                                  "data from `aiayn prepare-parse`")
 
-    def parse_nbest(self, lines: Sequence[str]) -> list[list[tuple[str, float]]]:
+    def parse_nbest(self, lines: Sequence[str], progress: bool = False) -> list[list[tuple[str, float]]]:
         """Up to search.nbest (tree, score) per line, best first; an empty line gives an empty list."""
         words = [line.split() for line in lines]
         t = self.translator
-        t.constraint = TreeConstraint(self.structure, len(t.vocab), [len(w) for w in words])
+        constraint = TreeConstraint(self.structure, len(t.vocab), [len(w) for w in words])
         sources = t.encode([" ".join(w) for w in words])
         out = []
-        for w, hyps in zip(words, t.search_ids(sources)):
+        for w, hyps in zip(words, t.search_ids(sources, progress, constraint)):
             trees = []
             for h in hyps:
                 if w and h.tokens:
