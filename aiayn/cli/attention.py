@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from aiayn.cli.common import add_device_arg, add_search_args, search_config
+from aiayn.cli.common import add_device_arg, add_search_args, non_negative_int, search_config
 from aiayn.errors import UsageError
 from aiayn.runtime import resolve_device
 from aiayn.translate import Translator
@@ -46,7 +46,7 @@ def register(sub) -> None:
     p.add_argument("--src", required=True, help="the source sentence")
     p.add_argument("--tgt", help="the translation to show (default: the model's own, by beam search)")
     p.add_argument("--out", required=True, help="folder for the files (created if missing)")
-    p.add_argument("--layer", type=int, default=None,
+    p.add_argument("--layer", type=non_negative_int, default=None,
                    help="layer of the line figures, from 0 (default: the second from the top, as the paper's "
                         "layer 5 of 6)")
     p.add_argument("--heads", help="heads of the line figures, e.g. 0,2 (default: all)")

@@ -45,7 +45,8 @@ def register(sub) -> None:
     p.add_argument("--valid", help="dev trees (selection)")
     p.add_argument("--test", help="test trees")
     p.add_argument("--out", required=True, help="prepared-data directory to write")
-    p.add_argument("--vocab-size", type=positive_int, default=8000, help="subword pieces of the words (plus structure tokens)")
+    p.add_argument("--vocab-size", type=positive_int, default=8000,
+                   help="subword pieces of the words (plus structure tokens)")
     p.set_defaults(func=prepare_command)
 
     p = sub.add_parser("parse", help="parse sentences into trees with a trained parser",

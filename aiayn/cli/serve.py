@@ -5,7 +5,15 @@ from __future__ import annotations
 import argparse
 import sys
 
-from aiayn.cli.common import add_device_arg, add_search_args, search_config
+from aiayn.cli.common import (
+    add_device_arg,
+    add_search_args,
+    non_negative_float,
+    number,
+    positive_float,
+    positive_int,
+    search_config,
+)
 from aiayn.errors import UsageError, UserError
 
 
@@ -49,18 +57,20 @@ def register(sub) -> None:
                    help="run directory (its averaged, else best, else newest checkpoint) or a checkpoint file")
     p.add_argument("--host", default="127.0.0.1",
                    help="address to bind (default 127.0.0.1: this machine only; 0.0.0.0 exposes it to the network)")
-    p.add_argument("--port", type=int, default=8000, help="port (default 8000)")
+    p.add_argument("--port", type=number(int, low=0, below=65536), default=8000, help="port (default 8000)")
     g = p.add_argument_group("batching and limits")
-    g.add_argument("--max-batch-tokens", type=int, default=2048,
+    g.add_argument("--max-batch-tokens", type=positive_int, default=2048,
                    help="source tokens per decoding batch, padding counted (default 2048)")
-    g.add_argument("--max-wait-ms", type=float, default=5.0,
+    g.add_argument("--max-wait-ms", type=non_negative_float, default=5.0,
                    help="how long an idle model waits for more requests to join a batch (default 5)")
     g.add_argument("--no-batching", action="store_true", help="decode each request alone (to measure batching)")
-    g.add_argument("--max-queue", type=int, default=1024,
+    g.add_argument("--max-queue", type=positive_int, default=1024,
                    help="sentences queued at most; more get 503 + Retry-After (default 1024)")
-    g.add_argument("--timeout", type=float, default=30.0, help="seconds a request may wait; then 504 (default 30)")
-    g.add_argument("--max-chars", type=int, default=1000, help="characters per text; more get 413 (default 1000)")
-    g.add_argument("--max-texts", type=int, default=64, help="texts per request; more get 413 (default 64)")
+    g.add_argument("--timeout", type=positive_float, default=30.0,
+                   help="seconds a request may wait; then 504 (default 30)")
+    g.add_argument("--max-chars", type=positive_int, default=1000,
+                   help="characters per text; more get 413 (default 1000)")
+    g.add_argument("--max-texts", type=positive_int, default=64, help="texts per request; more get 413 (default 64)")
     p.add_argument("--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"],
                    help="uvicorn's log level (default info: one line per request)")
     add_search_args(p)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from aiayn.cli.common import add_dataclass_args, add_device_arg, given_fields
+from aiayn.cli.common import add_dataclass_args, add_device_arg, given_fields, positive_float, positive_int
 from aiayn.errors import UsageError
 from aiayn.train import TrainConfig
 
@@ -42,14 +42,15 @@ def register(sub) -> None:
     p.add_argument("--data", help="prepared-data directory with a valid split (needed to start OUT)")
     p.add_argument("--out", required=True, help="output directory (one folder per row)")
     p.add_argument("--rows", help="comma-separated rows, e.g. base,A1,C5 (default: all 20)")
-    p.add_argument("--scale", type=int, help="divide d_model, d_ff, d_k, d_v by K; N, h, P_drop, eps_ls as the row "
-                                             "says (default 1: the paper's sizes)")
-    p.add_argument("--steps", type=int, help="training steps of every row (default 100000, the paper's)")
-    p.add_argument("--minutes", type=float,
+    p.add_argument("--scale", type=positive_int,
+                   help="divide d_model, d_ff, d_k, d_v by K; N, h, P_drop, eps_ls as the row says "
+                        "(default 1: the paper's sizes)")
+    p.add_argument("--steps", type=positive_int, help="training steps of every row (default 100000, the paper's)")
+    p.add_argument("--minutes", type=positive_float,
                    help="instead of --steps: time each row's first steps and pick the one step count that fits all "
                         "rows into about M minutes of training (saved in OUT/plan.json)")
-    p.add_argument("--jobs", type=int, default=1, help="rows trained at once, as subprocesses (default 1)")
-    p.add_argument("--threads", type=int, help="CPU threads per row (default: cores / jobs)")
+    p.add_argument("--jobs", type=positive_int, default=1, help="rows trained at once, as subprocesses (default 1)")
+    p.add_argument("--threads", type=positive_int, help="CPU threads per row (default: cores / jobs)")
     p.add_argument("--keep-checkpoints", action="store_true",
                    help="keep each row's checkpoints after it is scored (default: delete them)")
     p.add_argument("--report", action="store_true", help="only write the table, plot and rho from OUT's finished rows")

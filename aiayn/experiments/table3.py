@@ -202,6 +202,7 @@ def make_plan(out: Path, data: str | Path | None = None, scale: int | None = Non
     plan = Plan(str(Path(data).resolve()), scale or 1, steps, minutes, options)
     for name in ROWS:
         scaled_preset(name, plan.scale)  # an impossible scale fails here
+    out.mkdir(parents=True, exist_ok=True)  # only now: a refused start leaves no folder behind
     ckpt.write_json(out / PLAN, dataclasses.asdict(plan))
     return plan
 
@@ -416,7 +417,6 @@ def run_variations(data: str | Path | None, out: str | Path, rows: str | Sequenc
     if jobs < 1:
         raise UsageError(f"--jobs must be >= 1, got {jobs}")
     threads = threads or max(1, (os.cpu_count() or 1) // jobs)
-    out.mkdir(parents=True, exist_ok=True)
     plan = make_plan(out, data, scale, steps, minutes, train)
     say(f"Table 3 at scale 1/{plan.scale} on {plan.data}: {len(names)} rows, "
         f"{plan.steps if plan.steps else f'~{plan.minutes:g} minutes of'} steps, {jobs} at a time; results in {out}")
