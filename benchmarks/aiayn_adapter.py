@@ -10,6 +10,7 @@ Training uses aiayn's own loss path (`aiayn.losses.batch_loss`: the vocabulary p
 label-smoothed loss on real target tokens only) -- that is part of what is measured.
 """
 
+import os
 import sys
 from pathlib import Path
 
@@ -66,6 +67,12 @@ class Adapter:
         return to_aiayn_ids(batch.src)
 
     def generate(self, model, src, beam: int, n_tokens: int, lenpen: float):
+        if os.environ.get("AIAYN_DECODE_DTYPE") == "int8":
+            # aiayn's int8 path (`aiayn translate --dtype int8`: dynamically quantized projections), measured with
+            # the harness's --dtype fp32 and a label of its own; the quantized copy is made once, untimed (warm-up).
+            if getattr(self, "_int8_of", None) is not model:
+                self._int8, self._int8_of = inference_copy(model, "int8"), model
+            return self._search(self._int8, src, beam, n_tokens, lenpen)
         if torch.is_autocast_enabled("cpu"):
             # The harness's bf16 is autocast around generate; aiayn decodes bf16 as `aiayn translate --dtype bf16`
             # does, on a bf16 copy of the weights (aiayn.fast.inference_copy), made once, at the first
