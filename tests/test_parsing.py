@@ -93,3 +93,12 @@ def test_prepare_train_parse_end_to_end(tmp_path, capsys):
     assert len(trees) == 5
     for sentence, line in zip(sents, trees):  # always a tree with the input's words, one leaf each
         assert parse_tree(line).words() == sentence.split()
+    # Without the constraint every best output is either a tree with the input's words or marked "!" and counted.
+    assert main(["parse", "--checkpoint", str(tmp_path / "run"), "--input", str(tmp_path / "in.txt"),
+                 "--output", str(tmp_path / "free.trees"), "--beam", "3", "--no-constraint"]) == 0
+    free = (tmp_path / "free.trees").read_text().splitlines()
+    bad = [line for line in free if line.startswith("! ")]
+    assert f"{5 - len(bad)} of 5 best outputs are well-formed" in capsys.readouterr().err
+    for sentence, line in zip(sents, free):
+        if not line.startswith("! "):
+            assert parse_tree(line).words() == sentence.split()

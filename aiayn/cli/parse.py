@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 
 from aiayn.checkpoint import atomic_text_output, check_output_path
 from aiayn.cli.common import add_device_arg, add_progress_arg, add_search_args, positive_int, read_lines, search_config
@@ -25,7 +26,13 @@ def parse_command(args: argparse.Namespace) -> int:
     parser = Parser(Translator.load(args.checkpoint, search_config(args), device=resolve_device(args.device),
                                     batch_size=args.batch_size))
     lines = read_lines(args.input)  # a bad byte names the file (or stdin) and the line
-    nbests = parser.parse_nbest(lines, progress=args.input not in (None, "-") and not args.no_progress)
+    nbests = parser.parse_nbest(lines, progress=args.input not in (None, "-") and not args.no_progress,
+                                constrained=not args.no_constraint)
+    if args.no_constraint:
+        bad = sum(1 for trees in nbests if trees and trees[0][0].startswith("!"))
+        print(f"without the constraint: {len(lines) - bad - sum(1 for t in nbests if not t)} of "
+              f"{len(lines)} best outputs are well-formed trees with one leaf per word; {bad} are not (printed "
+              "as their tokens after '!')", file=sys.stderr)
     with atomic_text_output(args.output) as out:  # a file appears complete or not at all
         for n, trees in enumerate(nbests):
             if args.nbest == 1:
@@ -58,6 +65,9 @@ def register(sub) -> None:
     p.add_argument("--output", help="trees (default: stdout)")
     p.add_argument("--batch-size", type=positive_int, default=16, help="sentences per batch (default 16)")
     add_search_args(p, PAPER_PARSE_SEARCH)
+    p.add_argument("--no-constraint", action="store_true",
+                   help="search without the tree constraint, to measure what it does: outputs that are not trees "
+                        "are printed as their tokens after '!' and counted on stderr")
     add_device_arg(p, default="cpu")
     add_progress_arg(p)
     p.set_defaults(func=parse_command)

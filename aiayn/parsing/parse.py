@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from aiayn.errors import CheckpointError
+from aiayn.errors import CheckpointError, DataError
 from aiayn.parsing.constraint import TreeConstraint
 from aiayn.parsing.trees import POS, delinearize
 from aiayn.search import SearchConfig
@@ -36,19 +36,27 @@ class Parser:
             raise CheckpointError("this model's vocabulary has no structure tokens: it is not a parser; train one on "
                                   "data from `aiayn prepare-parse`")
 
-    def parse_nbest(self, lines: Sequence[str], progress: bool = False) -> list[list[tuple[str, float]]]:
-        """Up to search.nbest (tree, score) per line, best first; an empty line gives an empty list."""
+    def parse_nbest(self, lines: Sequence[str], progress: bool = False, constrained: bool = True
+                    ) -> list[list[tuple[str, float]]]:
+        """Up to search.nbest (tree, score) per line, best first; an empty line gives an empty list.
+        constrained=False searches without the tree constraint (to measure what it does): an output that is not a
+        well-formed tree with one leaf per word is returned as its raw tokens, marked by a leading "!"."""
         words = [line.split() for line in lines]
         t = self.translator
-        constraint = TreeConstraint(self.structure, len(t.vocab), [len(w) for w in words])
+        constraint = TreeConstraint(self.structure, len(t.vocab), [len(w) for w in words]) if constrained else None
         sources = t.encode([" ".join(w) for w in words])
         out = []
         for w, hyps in zip(words, t.search_ids(sources, progress, constraint)):
             trees = []
             for h in hyps:
                 if w and h.tokens:
-                    tokens = [self.structure.get(i, "") for i in h.tokens]
-                    trees.append((str(delinearize(tokens, w)), h.score))
+                    tokens = [self.structure.get(i, t.vocab.piece(i)) for i in h.tokens]
+                    try:
+                        trees.append((str(delinearize(tokens, w)), h.score))
+                    except DataError:
+                        if constrained:
+                            raise
+                        trees.append(("! " + " ".join(tokens), h.score))
             out.append(trees)
         return out
 
