@@ -342,7 +342,8 @@ def main() -> None:
     args.ct2_types = [c for c in args.ct2_types.split(",") if c]
     if args.quick:
         args.decode_lens, args.train_tokens = args.decode_lens[:2], args.train_tokens[:2]
-    out = args.out or HERE / "results" / f"growth-{datetime.date.today().isoformat()}"
+    # absolute: every point runs in the harness's folder
+    out = (args.out or HERE / "results" / f"growth-{datetime.date.today().isoformat()}").resolve()
     out.mkdir(parents=True, exist_ok=True)
     missing = [p for p in {peer_python("hf_marian"), peer_python(args.peer)} if not Path(p).exists()]
     if not HARNESS.exists() or missing:
