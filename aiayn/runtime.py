@@ -40,6 +40,11 @@ class Runtime:
         dist.all_reduce(t)
         return t.tolist()
 
+    def barrier(self) -> None:
+        """Waits until every process gets here (nothing in a single process)."""
+        if self.world_size > 1:
+            dist.barrier()
+
     def any(self, flag: bool) -> bool:
         """True if `flag` is true in any process (so that all take the same branch)."""
         return bool(self.all_reduce([float(flag)])[0]) if self.world_size > 1 else flag

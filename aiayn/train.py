@@ -287,6 +287,7 @@ def save(state: TrainState, run_dir: Path, tc: TrainConfig, rt: Runtime, valid, 
             if dev_loss < state.best_dev_loss:
                 ckpt.save_weights(run_dir / ckpt.BEST, weights, cfg, state.step)
     state.best_dev_loss = min(state.best_dev_loss, dev_loss)
+    rt.barrier()  # nobody runs ahead (or exits) while the main process writes: the checkpoint exists for all after
     return msg
 
 

@@ -86,7 +86,7 @@ def test_two_processes_equal_one_process_with_update_freq_2(copy_data, tmp_path)
     subprocess.run(_cli("train", "--data", str(copy_data), "--out", str(one), "--update-freq", "2", *common),
                    check=True, env=_env(), capture_output=True)
     two = tmp_path / "two"
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", "29517",
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
            "-m", "aiayn", "train", "--data", str(copy_data), "--out", str(two), *common]
     res = subprocess.run(cmd, env=_env(), capture_output=True, text=True)
     assert res.returncode == 0, res.stderr[-3000:]
