@@ -72,3 +72,52 @@ def test_every_output_is_a_tree_with_one_leaf_per_word():
             tokens = [STRUCTURE[t] for t in h.tokens]
             assert words_of(tokens) == n
             delinearize(tokens, [f"w{i}" for i in range(n)])  # raises unless well-formed
+
+
+class RandomModel(BigramModel):
+    """Next-token log-probabilities from the last token only, a fixed random table over the whole vocabulary."""
+
+    def __init__(self, vocab_size, seed=0):
+        g = torch.Generator().manual_seed(seed)
+        table = torch.randn(vocab_size, vocab_size, generator=g).mul(3)
+        table[:, [S, NP]] -= 3  # fewer opening brackets than chance: the outputs end within the length limit
+        self.table = table.log_softmax(-1)
+
+    def decode(self, tgt_step, memory, src_pad, cache):
+        cache.last = tgt_step[:, -1]
+        return self.table[cache.last][:, None, :]
+
+
+def test_words_format_copies_each_words_pieces_as_its_leaf():
+    """The words format: a leaf is the next word's pieces, in order and whole, and nothing else ever comes out."""
+    vocab_size = 16  # ids 10..15 are word pieces
+    pieces = [[[10, 11], [12]], [[13]], [[14, 15, 10], [11], [12, 13]]]
+    src = torch.full((3, 2), PAD_ID)
+    src[:, 0], src[:, 1] = 9, EOS_ID
+    model = RandomModel(vocab_size)
+    free = beam_search(model, src, SearchConfig(beam=3, max_len_a=0.0, max_len_b=40))
+    constraint = TreeConstraint(STRUCTURE, vocab_size, words=[len(p) for p in pieces], pieces=pieces)
+    hyps = beam_search(model, src, SearchConfig(beam=3, nbest=3, max_len_a=0.0, max_len_b=60), constraint=constraint)
+    assert any([t for t in hs[0].tokens if t >= 10] != sum(p, []) for hs, p in zip(free, pieces))  # free: not copies
+    for p, hs in zip(pieces, hyps):
+        assert hs
+        for h in hs:
+            assert XX not in h.tokens
+            assert [t for t in h.tokens if t >= 10] == sum(p, [])  # every word, whole and in order
+            tokens, starts = [], {sum(len(w) for w in p[:k]) for k in range(len(p))}
+            n = 0
+            for t in h.tokens:  # a word's pieces -> one XX: then it must be a tree with one leaf per word
+                if t >= 10:
+                    if n in starts:
+                        tokens.append("XX")
+                    n += 1
+                else:
+                    tokens.append(STRUCTURE[t])
+            delinearize(tokens, [f"w{i}" for i in range(len(p))])
+
+
+def test_words_format_refuses_a_piece_list_per_line_that_disagrees_with_the_word_counts():
+    import pytest
+
+    with pytest.raises(ValueError):
+        TreeConstraint(STRUCTURE, 16, words=[2], pieces=[[[10]]])

@@ -65,9 +65,10 @@ def _toy_treebank(path, n, seed):
     return path
 
 
-def test_prepare_train_parse_end_to_end(tmp_path, capsys):
+@pytest.mark.parametrize("leaves", ["xx", "words"])
+def test_prepare_train_parse_end_to_end(tmp_path, capsys, leaves):
     from aiayn.cli import main
-    from aiayn.config import ModelConfig
+    from aiayn.config import EOS_ID, ModelConfig
     from aiayn.data import Vocab, load_split
     from aiayn.parsing.parse import structure_ids
     from aiayn.train import TrainConfig, train
@@ -76,12 +77,15 @@ def test_prepare_train_parse_end_to_end(tmp_path, capsys):
     dev_trees = _toy_treebank(tmp_path / "dev.trees", 20, 2)
     data = tmp_path / "data"
     assert main(["prepare-parse", "--train", str(train_trees), "--valid", str(dev_trees), "--out", str(data),
-                 "--vocab-size", "40"]) == 0
+                 "--vocab-size", "40", "--leaves", leaves]) == 0
     vocab = Vocab.load(data)
     structure = structure_ids(vocab)
     assert set(structure.values()) == {"XX", "(S", ")S", "(NP", ")NP", "(VP", ")VP"}
     src, tgt = load_split(data, "train")[0]
-    assert all(int(i) in structure for i in tgt)  # one id per structure token
+    if leaves == "xx":
+        assert all(int(i) in structure for i in tgt)  # one id per structure token
+    else:  # the words, as in the source, between structure tokens
+        assert [int(i) for i in tgt if int(i) not in structure] == [int(i) for i in src if int(i) != EOS_ID]
     tc = TrainConfig(max_steps=60, max_tokens=600, warmup=20, lr_factor=1.0, save_every_steps=60,
                      save_every_minutes=0, log_every=20, keep_last=1, threads=1)
     train(data, tmp_path / "run", ModelConfig.preset("tiny", dropout=0.0), tc, progress=False)
@@ -102,3 +106,28 @@ def test_prepare_train_parse_end_to_end(tmp_path, capsys):
     for sentence, line in zip(sents, free):
         if not line.startswith("! "):
             assert parse_tree(line).words() == sentence.split()
+
+
+def test_words_format_round_trip_exact_on_the_whole_sample(tmp_path):
+    """--leaves words: every tree's target ids hold the source's ids as its leaves, and map back to the same tree."""
+    if not (PTB / "train.trees").is_file():
+        pytest.skip("the PTB sample (../shared/data/ptb-sample) is not here")
+    from aiayn.config import EOS_ID
+    from aiayn.data import Vocab, load_split
+    from aiayn.parsing.parse import output_tokens, structure_ids
+    from aiayn.parsing.prepare import WORDS_MARK, prepare_parse
+
+    prepare_parse(PTB / "train.trees", tmp_path / "d", valid=PTB / "dev.trees", vocab_size=2000, leaves="words")
+    vocab = Vocab.load(tmp_path / "d")
+    structure = structure_ids(vocab)
+    assert WORDS_MARK in {vocab.piece(i) for i in range(len(vocab))}
+    n = 0
+    for split, file in (("train", "train.trees"), ("valid", "dev.trees")):
+        pairs = load_split(tmp_path / "d", split)
+        for (src, tgt), t in zip(pairs, read_trees(PTB / file)):
+            t = normalize(t)
+            src, tgt = [int(i) for i in src], [int(i) for i in tgt]
+            assert [i for i in tgt if i not in structure] == src[: len(src) - (src[-1] == EOS_ID)]
+            assert str(delinearize(output_tokens(tgt, structure, vocab.piece, "words"), t.words(), t.tags())) == str(t)
+            n += 1
+    assert n == 3700

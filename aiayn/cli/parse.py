@@ -13,7 +13,7 @@ from aiayn.runtime import resolve_device
 def prepare_command(args: argparse.Namespace) -> int:
     from aiayn.parsing.prepare import prepare_parse
 
-    prepare_parse(args.train, args.out, args.valid, args.test, vocab_size=args.vocab_size)
+    prepare_parse(args.train, args.out, args.valid, args.test, vocab_size=args.vocab_size, leaves=args.leaves)
     return 0
 
 
@@ -44,6 +44,7 @@ def parse_command(args: argparse.Namespace) -> int:
 
 def register(sub) -> None:
     from aiayn.parsing.parse import PAPER_PARSE_SEARCH
+    from aiayn.parsing.trees import LEAVES
 
     p = sub.add_parser("prepare-parse", help="a Penn Treebank -> prepared data for training a parser (section 6.3)",
                        description="Normalize trees as EVALB's COLLINS.prm, linearize them (Vinyals et al. 2015) and "
@@ -54,6 +55,9 @@ def register(sub) -> None:
     p.add_argument("--out", required=True, help="prepared-data directory to write")
     p.add_argument("--vocab-size", type=positive_int, default=8000,
                    help="subword pieces of the words (plus structure tokens)")
+    p.add_argument("--leaves", choices=LEAVES, default="xx",
+                   help="target leaves: 'xx' = one placeholder per word (Vinyals et al. 2015, the paper's setup; "
+                        "default), 'words' = the words themselves, copied from the source (docs/parsing.md)")
     p.set_defaults(func=prepare_command)
 
     p = sub.add_parser("parse", help="parse sentences into trees with a trained parser",

@@ -5,8 +5,10 @@ An aiayn.search.Constraint: for each decoder row, from its prefix, the tokens al
     "XX"   inside a constituent, while words remain
     ")X"   only for the innermost open constituent, labelled X, once it covers a word (the root: once all do)
     EOS    once the root is closed and every word placed
-everything else (subword pieces, PAD, BOS, UNK) never. It runs inside the beam search as a mask over the vocabulary
-(the search itself is unchanged); the state of a prefix is derived from its parent's, memoised per call.
+everything else (subword pieces, PAD, BOS, UNK) never. In the "words" format (aiayn.parsing.trees.LEAVES) the leaf is
+the next word's subword pieces instead of XX: its first piece is allowed where XX would be, and once a word is begun
+only its next piece is. It runs inside the beam search as a mask over the vocabulary (the search itself is
+unchanged); the state of a prefix is derived from its parent's, memoised per call.
 """
 
 from __future__ import annotations
@@ -27,13 +29,19 @@ class _State:
     placed: int  # words placed
     closed: bool  # the root has been closed
     dead: bool = False  # the prefix broke the rules (only a -inf candidate the search kept to fill its beam can)
+    inword: int = 0  # words format: pieces of the current word emitted so far (0 = between words)
 
 
 class TreeConstraint:
-    """structure: token id -> structure token ("(NP", ")NP", "XX"); words[line] = words of input line `line`."""
+    """structure: token id -> structure token ("(NP", ")NP", "XX"); words[line] = words of input line `line`.
+    pieces (the words format): pieces[line][i] = the subword ids of word i of that line, which are its leaf."""
 
-    def __init__(self, structure: Mapping[int, str], vocab_size: int, words: Sequence[int], max_depth: int = 64):
+    def __init__(self, structure: Mapping[int, str], vocab_size: int, words: Sequence[int], max_depth: int = 64,
+                 pieces: Sequence[Sequence[Sequence[int]]] | None = None):
         self.words, self.max_depth, self.vocab_size = list(words), max_depth, vocab_size
+        self.pieces = [[tuple(w) for w in line] for line in pieces] if pieces is not None else None
+        if self.pieces is not None and [len(x) for x in self.pieces] != self.words:
+            raise ValueError("pieces must hold one entry per word of every line")
         self.tok = dict(structure)
         self.opens = {i: t[1:] for i, t in self.tok.items() if t.startswith("(")}
         self.closes = {t[1:]: i for i, t in self.tok.items() if t.startswith(")")}
@@ -48,22 +56,40 @@ class TreeConstraint:
         if len(prefix) <= 1:  # BOS only
             state = _State((), 0, False)
         else:
-            s, last = self._state(line, prefix[:-1]), self.tok.get(prefix[-1])
-            if s.dead or last is None or (last == POS and not s.stack) or (last[0] == ")" and not s.stack):
-                state = _State((), s.placed, True, dead=True)
-            elif last == POS:
-                state = _State(s.stack[:-1] + ((s.stack[-1][0], True),), s.placed + 1, s.closed)
-            elif last.startswith("("):
-                stack = s.stack
-                if stack:
-                    stack = stack[:-1] + ((stack[-1][0], True),)  # the parent now has a child
-                state = _State(stack + ((last[1:], False),), s.placed, False)
-            else:
-                state = _State(s.stack[:-1], s.placed, not s.stack[:-1])
+            state = self._next(line, self._state(line, prefix[:-1]), prefix[-1])
         if len(self._memo) > 500_000:
             self._memo.clear()
         self._memo[key] = state
         return state
+
+    def _next(self, line: int, s: _State, token: int) -> _State:
+        """The state after `token`."""
+        last = self.tok.get(token)
+        if s.dead:
+            return s
+        if self.pieces is not None and last is None:  # a word piece
+            if s.inword:
+                word = self.pieces[line][s.placed]
+                if token != word[s.inword]:
+                    return _State((), s.placed, True, dead=True)
+                done = s.inword + 1 == len(word)
+                return _State(s.stack, s.placed + done, s.closed, inword=0 if done else s.inword + 1)
+            if not s.stack or s.placed >= self.words[line] or token != self.pieces[line][s.placed][0]:
+                return _State((), s.placed, True, dead=True)
+            stack = s.stack[:-1] + ((s.stack[-1][0], True),)
+            done = len(self.pieces[line][s.placed]) == 1
+            return _State(stack, s.placed + done, s.closed, inword=0 if done else 1)
+        if s.inword or last is None or (last == POS and (not s.stack or self.pieces is not None)) \
+                or (last[0] == ")" and not s.stack):
+            return _State((), s.placed, True, dead=True)
+        if last == POS:
+            return _State(s.stack[:-1] + ((s.stack[-1][0], True),), s.placed + 1, s.closed)
+        if last.startswith("("):
+            stack = s.stack
+            if stack:
+                stack = stack[:-1] + ((stack[-1][0], True),)  # the parent now has a child
+            return _State(stack + ((last[1:], False),), s.placed, False)
+        return _State(s.stack[:-1], s.placed, not s.stack[:-1])
 
     def __call__(self, sent: Tensor, prefix: Tensor) -> Tensor:
         allowed = torch.zeros(prefix.size(0), self.vocab_size, dtype=torch.bool)
@@ -73,6 +99,9 @@ class TreeConstraint:
             if s.dead:
                 allowed[row, EOS_ID] = True  # its score is -inf already: let it end
                 continue
+            if s.inword:  # inside a word: only its next piece
+                allowed[row, self.pieces[line][s.placed][s.inword]] = True
+                continue
             if s.closed:
                 if remaining == 0:
                     allowed[row, EOS_ID] = True
@@ -80,7 +109,7 @@ class TreeConstraint:
             if remaining > 0 and len(s.stack) < self.max_depth:
                 allowed[row, self.open_ids] = True
             if s.stack and remaining > 0:
-                allowed[row, self.pos] = True
+                allowed[row, self.pos if self.pieces is None else self.pieces[line][s.placed][0]] = True
             if s.stack and s.stack[-1][1] and s.stack[-1][0] in self.closes and (len(s.stack) > 1 or remaining == 0):
                 allowed[row, self.closes[s.stack[-1][0]]] = True
         return allowed.to(prefix.device)

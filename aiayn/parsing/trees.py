@@ -18,6 +18,11 @@ from pathlib import Path
 from aiayn.errors import DataError
 
 POS = "XX"  # the one placeholder token of every pre-terminal (POS tag + word) in the linearization
+# The two target formats. "xx": leaves are the placeholder XX (Vinyals et al. 2015, the paper's setup): the decoder
+# has to count words to know where it is. "words": leaves are the words themselves, copied from the source through
+# the shared vocabulary: each structure decision sits next to the word it concerns, and cross-attention gets a lexical
+# signal from the first step (docs/parsing.md: the "xx" format's models ignored the source on 3,500 trees).
+LEAVES = ("xx", "words")
 EMPTY = "-NONE-"
 
 
@@ -128,11 +133,12 @@ def _normalize(node: Tree) -> Tree | None:
     return Tree(strip_label(node.label), kids) if kids else None
 
 
-def linearize(tree: Tree) -> list[str]:
-    """Depth-first: "(LABEL" opens a constituent, ")LABEL" closes it, each pre-terminal is XX."""
+def linearize(tree: Tree, words: bool = False) -> list[str]:
+    """Depth-first: "(LABEL" opens a constituent, ")LABEL" closes it, each pre-terminal is XX (Vinyals et al.), or
+    its word (words=True: the leaves format, see LEAVES)."""
     if tree.is_preterminal:
-        return [POS]
-    return [f"({tree.label}", *(t for c in tree.children for t in linearize(c)), f"){tree.label}"]
+        return [tree.word if words else POS]
+    return [f"({tree.label}", *(t for c in tree.children for t in linearize(c, words)), f"){tree.label}"]
 
 
 def delinearize(tokens: Sequence[str], words: Sequence[str], tags: Sequence[str] | None = None) -> Tree:
