@@ -69,3 +69,13 @@ def test_shipped_configs_are_valid(path):
 
     cfg = load_config_file(path)  # raises UsageError naming the file on an unknown preset, field or value
     assert cfg["preset"] and cfg["data"].startswith("data-bin/")
+
+
+def test_set_overrides_read_json_values_and_refuse_a_missing_value():
+    from aiayn.cli.common import model_overrides
+    from aiayn.errors import UsageError
+
+    assert model_overrides(["dropout=0.0", "norm_first=true", "positional=learned"]) == {
+        "dropout": 0.0, "norm_first": True, "positional": "learned"}
+    with pytest.raises(UsageError):
+        model_overrides(["dropout"])

@@ -6,11 +6,13 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import json
 import sys
 from collections.abc import Callable
 from typing import Any
 
 from aiayn.data.prepare import decode_lines
+from aiayn.errors import UsageError
 from aiayn.search import PAPER_SEARCH, SearchConfig
 
 
@@ -124,3 +126,17 @@ def add_dataclass_args(p: argparse.ArgumentParser | Any, cls: type, skip: tuple[
 def given_fields(args: argparse.Namespace, cls: type) -> dict[str, Any]:
     """The fields of `cls` whose flags were given on the command line."""
     return {f.name: getattr(args, f.name) for f in dataclasses.fields(cls) if getattr(args, f.name, None) is not None}
+
+
+def model_overrides(pairs: list[str] | None) -> dict[str, Any]:
+    """--set FIELD=VALUE ... -> {field: value}; values are read as JSON where they parse (0.3, true, [1, 2])."""
+    out: dict[str, Any] = {}
+    for kv in pairs or []:
+        key, eq, value = kv.partition("=")
+        if not eq:
+            raise UsageError(f"--set takes FIELD=VALUE, e.g. dropout=0.3; got {kv!r}")
+        try:
+            out[key] = json.loads(value)
+        except json.JSONDecodeError:
+            out[key] = value
+    return out

@@ -5,7 +5,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from aiayn.cli.common import add_progress_arg, number, positive_float, positive_int
+from aiayn.cli.common import (add_progress_arg, model_overrides, non_negative_float, number, positive_float,
+                               positive_int)
 from aiayn.config import PRESETS
 
 
@@ -13,7 +14,8 @@ def run(args: argparse.Namespace) -> int:
     from aiayn.quickstart import quickstart
 
     result = quickstart(Path(args.out), args.minutes, args.preset, args.vocab_size, args.dtype, args.average_last,
-                        args.beam, progress=not args.no_progress)
+                        args.beam, progress=not args.no_progress, model=model_overrides(args.set),
+                        max_tokens=args.max_tokens, warmup=args.warmup, lr_factor=args.lr_factor, alpha=args.alpha)
     if result["interrupted_by"] is not None:  # stopped by Ctrl-C / SIGTERM, with a checkpoint: 130 / 143
         return 128 + result["interrupted_by"]
     return 0
@@ -32,5 +34,12 @@ def register(sub) -> None:
                    help="auto (default): bf16 where the CPU/GPU multiplies bf16 natively, else fp32")
     p.add_argument("--average-last", type=positive_int, default=5, help="checkpoints averaged (default 5)")
     p.add_argument("--beam", type=positive_int, default=4, help="beam size (default 4)")
+    p.add_argument("--alpha", type=non_negative_float, default=0.6, help="length penalty (default 0.6)")
+    p.add_argument("--set", action="append", metavar="FIELD=VALUE",
+                   help="override a field of the preset, e.g. dropout=0.1 (repeatable)")
+    p.add_argument("--max-tokens", type=positive_int, default=2048, help="tokens per batch (default 2048)")
+    p.add_argument("--warmup", type=positive_int, default=400, help="warm-up steps (default 400)")
+    p.add_argument("--lr-factor", type=positive_float, default=0.65,
+                   help="factor on the paper's learning-rate schedule (default 0.65)")
     add_progress_arg(p)
     p.set_defaults(func=run)

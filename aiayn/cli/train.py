@@ -10,17 +10,10 @@ from typing import Any
 
 import torch.distributed as dist
 
-from aiayn.cli.common import add_dataclass_args, add_progress_arg, given_fields
+from aiayn.cli.common import add_dataclass_args, add_progress_arg, given_fields, model_overrides
 from aiayn.config import PRESETS, ModelConfig
 from aiayn.errors import UsageError
 from aiayn.train import TrainConfig, resume, train
-
-
-def _parse_value(text: str):
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError:
-        return text
 
 
 def load_config_file(path: Path) -> dict[str, Any]:
@@ -67,12 +60,7 @@ def run(args: argparse.Namespace) -> int:
         data = args.data or file_cfg.get("data")
         if not data or not args.out:
             raise UsageError("--data DIR and --out RUN_DIR are required (or --resume RUN_DIR)")
-        model_over = dict(file_cfg.get("model", {}))
-        for kv in args.set or []:
-            key, eq, value = kv.partition("=")
-            if not eq:
-                raise UsageError(f"--set takes FIELD=VALUE, e.g. dropout=0.3; got {kv!r}")
-            model_over[key] = _parse_value(value)
+        model_over = {**file_cfg.get("model", {}), **model_overrides(args.set)}
         cfg = ModelConfig.preset(args.preset or file_cfg.get("preset", "base"), **model_over)
         tc = TrainConfig.from_dict({**file_cfg.get("train", {}), **flags})
         summary = train(Path(data), Path(args.out), cfg, tc, progress=not args.no_progress)
