@@ -121,3 +121,25 @@ def test_words_format_refuses_a_piece_list_per_line_that_disagrees_with_the_word
 
     with pytest.raises(ValueError):
         TreeConstraint(STRUCTURE, 16, words=[2], pieces=[[[10]]])
+
+
+class OpenLover(BigramModel):
+    """Prefers "(NP" after anything: unconstrained it would nest forever."""
+
+    TABLE = {t: {NP: 0.9, XX: 0.05, CNP: 0.03, CS: 0.02} for t in (BOS_ID, S, CS, NP, CNP, XX)}
+
+
+def test_no_more_than_max_opens_brackets_in_a_row():
+    src = torch.full((1, 2), PAD_ID)
+    src[:, 0], src[:, 1] = 9, EOS_ID
+    for max_opens in (2, 3):
+        (hs,) = beam_search(OpenLover(), src, SearchConfig(beam=3, nbest=3, max_len_a=0.0, max_len_b=60),
+                            constraint=TreeConstraint(STRUCTURE, V, words=[3], max_opens=max_opens))
+        for h in hs:
+            tokens = [STRUCTURE[t] for t in h.tokens]
+            runs, run = [], 0
+            for t in tokens:
+                run = run + 1 if t.startswith("(") else 0
+                runs.append(run)
+            assert max(runs) == max_opens  # the model takes every open it may, and no more
+            delinearize(tokens, ["a", "b", "c"])

@@ -1,7 +1,9 @@
 """The search constraint that makes every parse a well-formed tree with exactly one leaf per input word.
 
 An aiayn.search.Constraint: for each decoder row, from its prefix, the tokens allowed next:
-    "(X"   while words remain (a constituent must cover a word) and the root is not yet closed; the first token
+    "(X"   while words remain (a constituent must cover a word), the root is not yet closed and fewer than
+           max_opens "(" tokens stand in a row (the first token is "(X"). The PTB sample's trees have at most 6 in a
+           row; a model whose copy of the next word is not aligned yet would put the word off with "(NP (NP (NP ...".
     "XX"   inside a constituent, while words remain
     ")X"   only for the innermost open constituent, labelled X, once it covers a word (the root: once all do)
     EOS    once the root is closed and every word placed
@@ -30,6 +32,7 @@ class _State:
     closed: bool  # the root has been closed
     dead: bool = False  # the prefix broke the rules (only a -inf candidate the search kept to fill its beam can)
     inword: int = 0  # words format: pieces of the current word emitted so far (0 = between words)
+    opens: int = 0  # "(" tokens in a row at the end of the prefix
 
 
 class TreeConstraint:
@@ -37,8 +40,8 @@ class TreeConstraint:
     pieces (the words format): pieces[line][i] = the subword ids of word i of that line, which are its leaf."""
 
     def __init__(self, structure: Mapping[int, str], vocab_size: int, words: Sequence[int], max_depth: int = 64,
-                 pieces: Sequence[Sequence[Sequence[int]]] | None = None):
-        self.words, self.max_depth, self.vocab_size = list(words), max_depth, vocab_size
+                 pieces: Sequence[Sequence[Sequence[int]]] | None = None, max_opens: int = 8):
+        self.words, self.max_depth, self.vocab_size, self.max_opens = list(words), max_depth, vocab_size, max_opens
         self.pieces = [[tuple(w) for w in line] for line in pieces] if pieces is not None else None
         if self.pieces is not None and [len(x) for x in self.pieces] != self.words:
             raise ValueError("pieces must hold one entry per word of every line")
@@ -88,7 +91,7 @@ class TreeConstraint:
             stack = s.stack
             if stack:
                 stack = stack[:-1] + ((stack[-1][0], True),)  # the parent now has a child
-            return _State(stack + ((last[1:], False),), s.placed, False)
+            return _State(stack + ((last[1:], False),), s.placed, False, opens=s.opens + 1)
         return _State(s.stack[:-1], s.placed, not s.stack[:-1])
 
     def __call__(self, sent: Tensor, prefix: Tensor) -> Tensor:
@@ -106,7 +109,7 @@ class TreeConstraint:
                 if remaining == 0:
                     allowed[row, EOS_ID] = True
                 continue
-            if remaining > 0 and len(s.stack) < self.max_depth:
+            if remaining > 0 and len(s.stack) < self.max_depth and s.opens < self.max_opens:
                 allowed[row, self.open_ids] = True
             if s.stack and remaining > 0:
                 allowed[row, self.pos if self.pieces is None else self.pieces[line][s.placed][0]] = True
