@@ -5,8 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from aiayn.cli.common import (add_progress_arg, model_overrides, non_negative_float, number, positive_float,
-                               positive_int)
+from aiayn.cli.common import add_progress_arg, model_overrides, non_negative_float, number, positive_float, positive_int
 from aiayn.config import PRESETS
 
 

@@ -1,8 +1,8 @@
 """Parsing sentences with a trained model (`aiayn parse`): words in (PTB tokenization, space-separated), bracketed
 trees out, always well-formed with one leaf per word (TreeConstraint inside the beam search). Leaves carry the
-placeholder tag XX: the model predicts structure, not POS tags. Both target formats (LEAVES) are read: a model trained
-on "words" data copies each word's pieces as its leaf; its vocabulary holds WORDS_MARK. Search defaults are section 6.3's: beam 21,
-alpha 0.3, maximum output length = input length + 300."""
+placeholder tag XX: the model predicts structure, not POS tags. Both target formats (LEAVES) are read: a model
+trained on "words" data copies each word's pieces as its leaf; its vocabulary holds WORDS_MARK. Search defaults are
+section 6.3's: beam 21, alpha 0.3, maximum output length = input length + 300."""
 
 from __future__ import annotations
 
@@ -72,7 +72,7 @@ class Parser:
                     groups.append([])
                 groups[-1].append(i)
             if len(groups) != len(w):
-                raise DataError(f"input line {n}: its {len(w)} words gave {len(groups)} word pieces groups; is it "
+                raise DataError(f"input line {n}: its {len(w)} words gave {len(groups)} groups of pieces; is it "
                                 "longer than --max-input-len?")
             out.append(groups)
         return out
