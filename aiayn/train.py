@@ -49,6 +49,19 @@ def noam_lr(step: int, d_model: int, warmup: int = 4000, factor: float = 1.0) ->
     return factor * d_model**-0.5 * min(step**-0.5, step * warmup**-1.5)
 
 
+def anneal_factor(step: int, elapsed_s: float, tc: TrainConfig) -> float:
+    """What multiplies the schedule with --anneal A (not in the paper; for short time-budgeted runs, where the
+    inverse-square-root decay leaves the rate high at the end): 1 until the last fraction A of the run, then falling
+    linearly to 0 at its end, the end being max_steps or, if that comes sooner, max_minutes of this invocation
+    (after a resume: of its new budget). 1 when A is 0."""
+    if tc.anneal <= 0:
+        return 1.0
+    done = step / tc.max_steps
+    if tc.max_minutes > 0:
+        done = max(done, elapsed_s / (tc.max_minutes * 60))
+    return min(1.0, max(0.0, (1.0 - done) / tc.anneal))
+
+
 def _opt(default: Any, help: str, low: float | None = None, above: float | None = None, below: float | None = None,
          **kw: Any) -> Any:
     """A TrainConfig field: its default, its --help, and its allowed range (value >= low, > above, < below; each
@@ -68,6 +81,9 @@ class TrainConfig:
     update_freq: int = _opt(1, "batches accumulated per update, per process (fewer GPUs than the paper's 8)", low=1)
     lr_factor: float = _opt(1.0, "scales the whole learning-rate schedule (1 = the paper's)", above=0)
     warmup: int = _opt(4000, "warm-up steps of the schedule (paper: 4000)", low=1)
+    anneal: float = _opt(0.0, "decay the learning rate linearly to 0 over this last fraction of the run (its "
+                              "max_steps or, if sooner, its max_minutes); 0 = the paper's schedule only", low=0,
+                         below=1)
     adam_betas: tuple[float, float] = _opt((0.9, 0.98), "Adam beta1 beta2 (paper: 0.9 0.98)", low=0, below=1)
     adam_eps: float = _opt(1e-9, "Adam epsilon (paper: 1e-9)", above=0)
     clip_norm: float = _opt(0.0, "clip the gradient norm to this (0 = no clipping, as the paper)", low=0)
@@ -435,7 +451,8 @@ def _loop(state: TrainState, train_set: PreparedSplit, valid: PreparedSplit | No
             torch.manual_seed(tc.seed * 1_000_003 + state.step * 1009 + rt.rank)
             micro = [collate([train_set[i] for i in next(batches)]).to(rt.device) for _ in range(tc.update_freq)]
             local_tokens = sum(b.n_tgt_tokens for b in micro)
-            (total_tokens,) = rt.all_reduce([float(local_tokens)])
+            # The elapsed time goes through the same all-reduce so that every process anneals by the same clock.
+            total_tokens, elapsed = rt.all_reduce([float(local_tokens), time.time() - t_start])
             # Per-token loss over the whole update (all micro-batches, all processes): DDP averages gradients
             # over processes, so each process scales its summed loss by world_size / total tokens.
             scale = rt.world_size / total_tokens
@@ -449,7 +466,8 @@ def _loop(state: TrainState, train_set: PreparedSplit, valid: PreparedSplit | No
                 loss_sum, nll_sum = loss_sum + loss.item(), nll_sum + nll.item()
             if tc.clip_norm > 0:
                 torch.nn.utils.clip_grad_norm_(model.parameters(), tc.clip_norm)
-            lr = noam_lr(state.step + 1, cfg.d_model, tc.warmup, tc.lr_factor)
+            lr = noam_lr(state.step + 1, cfg.d_model, tc.warmup, tc.lr_factor) * anneal_factor(
+                state.step + 1, elapsed / rt.world_size, tc)
             for group in optimizer.param_groups:
                 group["lr"] = lr
             optimizer.step()

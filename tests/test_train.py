@@ -16,7 +16,7 @@ from helpers import REPO
 
 from aiayn import checkpoint as ckpt
 from aiayn.config import ModelConfig
-from aiayn.train import TrainConfig, noam_lr, train
+from aiayn.train import TrainConfig, anneal_factor, noam_lr, train
 
 
 def test_noam_lr_values():
@@ -29,6 +29,31 @@ def test_noam_lr_values():
     assert noam_lr(16000, 512) == pytest.approx(noam_lr(4000, 512) / 2, rel=1e-12)  # inverse-sqrt decay
     assert noam_lr(4000, 512, factor=2.0) == pytest.approx(2 * noam_lr(4000, 512))
     assert noam_lr(4000, 1024) == pytest.approx(noam_lr(4000, 512) / math.sqrt(2))
+
+
+def test_anneal_factor_values():
+    tc = TrainConfig(max_steps=1000, max_minutes=10, anneal=0.25)
+    assert anneal_factor(1, 0.0, tc) == 1.0
+    assert anneal_factor(750, 0.0, tc) == pytest.approx(1.0)  # the last quarter starts here
+    assert anneal_factor(875, 0.0, tc) == pytest.approx(0.5)
+    assert anneal_factor(100, 525.0, tc) == pytest.approx(0.5)  # by time: 8.75 of 10 minutes
+    assert anneal_factor(100, 600.0, tc) == 0.0 and anneal_factor(1000, 0.0, tc) == 0.0
+    assert anneal_factor(999, 0.0, TrainConfig(max_steps=1000)) == 1.0  # off by default: the paper's schedule
+    with pytest.raises(ValueError, match="anneal must be"):
+        TrainConfig(anneal=1.0)
+
+
+def test_anneal_reaches_zero_at_max_steps(copy_data, tmp_path):
+    tc = TrainConfig(max_steps=20, max_tokens=400, warmup=40, anneal=0.5, save_every_minutes=0, log_every=1,
+                     threads=1)
+    train(copy_data, tmp_path / "run", ModelConfig.preset("tiny"), tc, progress=False)
+    lrs = {r["step"]: r["lr"] for r in map(json.loads, (tmp_path / "run" / "log.jsonl").read_text().splitlines())
+           if r["kind"] == "train"}
+    d_model = ModelConfig.preset("tiny").d_model
+    for step in (1, 5, 10, 15, 20):  # full rate until step 10, then falling linearly to 0 at step 20
+        want = noam_lr(step, d_model, 40) * min(1.0, (1 - step / 20) / 0.5)
+        assert lrs[step] == pytest.approx(want, rel=1e-9), step
+    assert lrs[20] == 0.0 and lrs[10] == pytest.approx(noam_lr(10, d_model, 40))
 
 
 def test_train_config_rejects_unknown_option():

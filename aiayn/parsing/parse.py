@@ -28,9 +28,15 @@ def structure_ids(vocab) -> dict[int, str]:
     return out
 
 
+def starts_word(piece: str, first: bool) -> bool:
+    """In the words format a word starts at the first piece of a run of word pieces (after a structure token, or
+    at the start of a line) or at a piece that begins with "▁" (SentencePiece's word boundary)."""
+    return first or piece.startswith("▁")
+
+
 def output_tokens(ids: Sequence[int], structure: dict[int, str], piece, leaves: str) -> list[str]:
-    """Output ids as structure tokens for delinearize: in the words format a word's pieces become one XX (a word
-    starts at a piece after a structure token or at one that begins with "▁")."""
+    """Output ids as structure tokens for delinearize: in the words format a word's pieces become one XX (where a
+    word starts: starts_word)."""
     out, prev_structure = [], True
     for i in ids:
         if i in structure:
@@ -39,7 +45,7 @@ def output_tokens(ids: Sequence[int], structure: dict[int, str], piece, leaves: 
         elif leaves == "xx":
             out.append(piece(i))
         else:
-            if prev_structure or piece(i).startswith("▁"):
+            if starts_word(piece(i), prev_structure):
                 out.append(POS)
             prev_structure = False
     return out
@@ -68,7 +74,7 @@ class Parser:
                 if i in self.structure:
                     raise DataError(f"input line {n}: a word encodes to a structure token ({vocab.piece(i)!r}); "
                                     "give PTB-tokenized text (brackets as -LRB- -RRB-)")
-                if not groups or vocab.piece(i).startswith("▁"):
+                if starts_word(vocab.piece(i), not groups):
                     groups.append([])
                 groups[-1].append(i)
             if len(groups) != len(w):
