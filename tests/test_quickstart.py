@@ -20,3 +20,17 @@ def test_quickstart_end_to_end_and_rerun_reuses(tmp_path, capsys):
     again = capsys.readouterr().out
     assert "already trained; reusing it" in again and "reusing" in again.split("[2/5]")[0]
     assert ckpt.checkpoint_paths(run) == checkpoints
+
+
+def test_quickstart_recipe_defaults_and_overrides(tmp_path):
+    """The quickstart's measured recipe (RESULTS.md): no dropout, the rate annealed over the last 30 % of the time,
+    the last checkpoint alone; --set and the flags override it, and the run's config.json records what ran."""
+    import json
+
+    quickstart(tmp_path / "a", minutes=0.05, preset="tiny", vocab_size=1000, beam=1, progress=False)
+    saved = json.loads((tmp_path / "a" / "run" / "config.json").read_text())
+    assert saved["model"]["dropout"] == 0.0 and saved["train"]["anneal"] == 0.3 and saved["train"]["keep_last"] == 1
+    quickstart(tmp_path / "b", minutes=0.05, preset="tiny", vocab_size=1000, beam=1, progress=False,
+               model={"dropout": 0.1}, anneal=0.0, average_last=2)
+    saved = json.loads((tmp_path / "b" / "run" / "config.json").read_text())
+    assert saved["model"]["dropout"] == 0.1 and saved["train"]["anneal"] == 0.0 and saved["train"]["keep_last"] == 2

@@ -14,7 +14,8 @@ def run(args: argparse.Namespace) -> int:
 
     result = quickstart(Path(args.out), args.minutes, args.preset, args.vocab_size, args.dtype, args.average_last,
                         args.beam, progress=not args.no_progress, model=model_overrides(args.set),
-                        max_tokens=args.max_tokens, warmup=args.warmup, lr_factor=args.lr_factor, alpha=args.alpha)
+                        max_tokens=args.max_tokens, warmup=args.warmup, lr_factor=args.lr_factor, alpha=args.alpha,
+                        anneal=args.anneal)
     if result["interrupted_by"] is not None:  # stopped by Ctrl-C / SIGTERM, with a checkpoint: 130 / 143
         return 128 + result["interrupted_by"]
     return 0
@@ -31,14 +32,19 @@ def register(sub) -> None:
     p.add_argument("--vocab-size", type=number(int, low=5), default=8000, help="BPE pieces (default 8000)")
     p.add_argument("--dtype", default="auto", choices=["auto", "bf16", "fp32"],
                    help="auto (default): bf16 where the CPU/GPU multiplies bf16 natively, else fp32")
-    p.add_argument("--average-last", type=positive_int, default=5, help="checkpoints averaged (default 5)")
+    p.add_argument("--average-last", type=positive_int, default=1,
+                   help="checkpoints averaged (default 1: in a 12-minute run older checkpoints are much worse)")
     p.add_argument("--beam", type=positive_int, default=4, help="beam size (default 4)")
     p.add_argument("--alpha", type=non_negative_float, default=0.6, help="length penalty (default 0.6)")
     p.add_argument("--set", action="append", metavar="FIELD=VALUE",
-                   help="override a field of the preset, e.g. dropout=0.1 (repeatable)")
+                   help="override a field of the preset, e.g. dropout=0.1 (repeatable; the quickstart's own default is "
+                   "dropout=0.0)")
     p.add_argument("--max-tokens", type=positive_int, default=2048, help="tokens per batch (default 2048)")
     p.add_argument("--warmup", type=positive_int, default=400, help="warm-up steps (default 400)")
-    p.add_argument("--lr-factor", type=positive_float, default=0.65,
-                   help="factor on the paper's learning-rate schedule (default 0.65)")
+    p.add_argument("--lr-factor", type=positive_float, default=0.45,
+                   help="factor on the paper's learning-rate schedule (default 0.45: peak ~1.4e-3)")
+    p.add_argument("--anneal", type=non_negative_float, default=0.3,
+                   help="decay the learning rate linearly to 0 over this last fraction of the time (default 0.3; "
+                   "0 = the paper's schedule only)")
     add_progress_arg(p)
     p.set_defaults(func=run)
