@@ -1,7 +1,8 @@
 """`aiayn quickstart`: the whole system on the built-in English->Spanish Bible, on a CPU, in about 15 minutes.
 
 prepare the shipped corpus -> train a small preset in bf16 for a bounded time -> average the last checkpoints
-(by default the last one alone: the rate is annealed to 0 at the end) -> translate the held-out book (Gospel of John) with beam search -> sacreBLEU -> a few example translations.
+(by default the last one alone: the rate is annealed to 0 at the end) -> translate the held-out book (Gospel of
+John) with beam search -> sacreBLEU -> a few example translations.
 Everything lands in one folder; running it again reuses the prepared data and a finished run, and resumes a run
 that was interrupted (Ctrl-C, SIGTERM, kill) to its time budget. Ctrl-C or SIGTERM during training saves a checkpoint
 and stops the quickstart (the result says "interrupted_by").
