@@ -73,6 +73,7 @@ TRIALS: dict[str, list[str]] = {
     "drop0-vocab4k": ["--set", "dropout=0.0", "--vocab-size", "4000", *ANNEAL],
     "drop0-lr1": ["--set", "dropout=0.0", "--lr-factor", "1.0", *ANNEAL],
     "drop0-lr0.45": ["--set", "dropout=0.0", "--lr-factor", "0.45", *ANNEAL],
+    "drop0-lr0.3": ["--set", "dropout=0.0", "--lr-factor", "0.3", *ANNEAL],
     "drop0-ls0": ["--set", "dropout=0.0", "--set", "label_smoothing=0.0", *ANNEAL],
     "drop0-warmup200": ["--set", "dropout=0.0", "--warmup", "200", "--lr-factor", "0.46", *ANNEAL],
 }
