@@ -38,11 +38,14 @@ class ModelConfig:
     max_positions: int = 1024  # table size for learned positions; sinusoids are computed for any length
     norm_first: bool = False  # False = post-norm LayerNorm(x + Dropout(Sublayer(x))) as the paper
     layer_norm_eps: float = 1e-5
+    init: str = "xavier"  # projections' initialization (the paper gives none): "xavier" or "fairseq" (docs/model.md)
 
     def __post_init__(self) -> None:
         check_types(self)
         if self.positional not in ("sinusoidal", "learned"):
             raise UsageError(f"positional must be 'sinusoidal' or 'learned', not {self.positional!r}")
+        if self.init not in INITS:
+            raise UsageError(f"init must be one of {', '.join(INITS)}, not {self.init!r}")
         if self.d_model % 2:
             raise UsageError(f"d_model must be even for sinusoidal positions, got {self.d_model}")
         for name, most in _MAX_SIZES.items():
@@ -79,6 +82,11 @@ class ModelConfig:
     def to_json(self) -> str:
         return json.dumps(self.to_dict(), indent=2, sort_keys=True)
 
+
+# How the projections start (the paper does not say; docs/model.md): "xavier" = Xavier-uniform weights and zero biases
+# everywhere; "fairseq" = fairseq 0.12's transformer: W^Q/W^K/W^V Xavier-uniform with gain 1/sqrt(2), W^O
+# Xavier-uniform with zero bias, and torch's nn.Linear default for the Q/K/V biases and the feed-forward layers.
+INITS = ("xavier", "fairseq")
 
 # Upper bounds far beyond any published Transformer (big: d_model 1024, d_ff 4096, 16 heads, 6 layers). A config read
 # from a checkpoint is untrusted input: these bound what building its model allocates (the sinusoid table alone is

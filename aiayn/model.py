@@ -309,7 +309,16 @@ class Transformer(nn.Module):
         if cfg.positional == "learned":
             nn.init.normal_(self.positions.weight, mean=0.0, std=cfg.d_model**-0.5)
         for module in self.modules():
-            if isinstance(module, (MultiHeadAttention, FeedForward)):
+            if cfg.init == "fairseq" and isinstance(module, MultiHeadAttention):
+                for linear in (module.w_q, module.w_k, module.w_v):
+                    linear.reset_parameters()  # torch's default bias U(+-1/sqrt(fan_in)), kept
+                    nn.init.xavier_uniform_(linear.weight, gain=2**-0.5)
+                nn.init.xavier_uniform_(module.w_o.weight)
+                nn.init.zeros_(module.w_o.bias)
+            elif cfg.init == "fairseq" and isinstance(module, FeedForward):
+                for linear in module.children():
+                    linear.reset_parameters()  # torch's default: U(+-1/sqrt(fan_in)) weights and biases
+            elif isinstance(module, (MultiHeadAttention, FeedForward)):
                 for linear in module.children():
                     nn.init.xavier_uniform_(linear.weight)
                     nn.init.zeros_(linear.bias)

@@ -8,6 +8,7 @@ import torch
 from torch import nn
 
 from aiayn.config import PAD_ID, PRESETS, TABLE3, ModelConfig
+from aiayn.errors import UsageError
 from aiayn.model import (
     MultiHeadAttention,
     Transformer,
@@ -236,6 +237,28 @@ def test_initialization_scale():
     model.eval()
     logits = model(torch.randint(4, cfg.vocab_size, (4, 10)), torch.randint(4, cfg.vocab_size, (4, 10)))
     assert 0.5 < logits.std().item() < 2.0
+
+
+def test_fairseq_initialization():
+    """init="fairseq": fairseq 0.12's transformer, W^Q/K/V Xavier with gain 1/sqrt(2), W^O Xavier with zero bias, and
+    torch's nn.Linear default (U(+-1/sqrt(fan_in)), std 1/sqrt(3 fan_in)) for the Q/K/V biases and the FFN."""
+    torch.manual_seed(0)
+    cfg = ModelConfig.preset("small", init="fairseq")
+    model = Transformer(cfg)
+    D, F_ = cfg.d_model, cfg.d_ff
+    for attn in (model.encoder.layers[0].self_attn, model.decoder.layers[1].cross_attn):
+        for lin in (attn.w_q, attn.w_k, attn.w_v):
+            assert lin.weight.std().item() == pytest.approx(math.sqrt(2 / (2 * D)) / math.sqrt(2), rel=0.03)
+            assert lin.bias.abs().max().item() == pytest.approx(D**-0.5, rel=0.05)  # default U(+-1/sqrt(D)), kept
+        assert attn.w_o.weight.std().item() == pytest.approx(math.sqrt(2 / (2 * D)), rel=0.03)
+        assert attn.w_o.bias.abs().max() == 0
+    ffn = model.decoder.layers[0].ffn
+    assert ffn.w_1.weight.std().item() == pytest.approx((3 * D) ** -0.5, rel=0.03)
+    assert ffn.w_2.weight.std().item() == pytest.approx((3 * F_) ** -0.5, rel=0.03)  # half of Xavier's here
+    assert ffn.w_2.bias.abs().max().item() == pytest.approx(F_**-0.5, rel=0.05)
+    assert model.embedding.weight[1:].std().item() == pytest.approx(D**-0.5, rel=0.02)  # the same in both
+    with pytest.raises(UsageError, match="init must be one of"):
+        ModelConfig.preset("small", init="kaiming")
 
 
 @pytest.mark.parametrize("name", list(PRESETS))
