@@ -135,6 +135,8 @@ def train_commands(args, bin_dir: Path) -> dict[str, list]:
              "--data", args.data, "--out", args.work / "aiayn", "--threads", args.threads, "--max-minutes", minutes,
              "--save-every-steps", args.save_every, "--save-every-minutes", 0, "--keep-last", 100_000,
              "--no-progress"] + (["--dtype", args.dtype] if args.dtype else [])
+    for kv in args.aiayn_set:
+        aiayn += ["--set", kv]
     fairseq = [FAIRSEQ_BIN / "fairseq-train", bin_dir, "--cpu", "--num-workers", 0, "--seed", 1,
                "--arch", "transformer", "--share-all-embeddings",
                "--encoder-layers", 3, "--decoder-layers", 3, "--encoder-embed-dim", 256, "--decoder-embed-dim", 256,
@@ -258,6 +260,9 @@ def main() -> None:
     ap.add_argument("--average", type=int, default=5, help="checkpoints averaged at each budget")
     ap.add_argument("--dtype", choices=["fp32", "bf16"], help="aiayn's training dtype (default: the config's auto)")
     ap.add_argument("--systems", default="aiayn,fairseq")
+    ap.add_argument("--aiayn-set", action="append", default=[], metavar="KEY=VALUE",
+                    help="a model field for aiayn's run, as `aiayn train --set` (repeatable); e.g. init=fairseq to "
+                         "start from fairseq's initialization (docs/model.md)")
     ap.add_argument("--test-lines", type=int, default=None, help="score on the first N test lines only (smoke runs)")
     ap.add_argument("--plot", type=Path, default=REPO / "docs" / "img" / "time_to_bleu.png")
     args = ap.parse_args()
