@@ -25,8 +25,10 @@ from aiayn.translate import Translator
 
 # The quickstart's departures from the `small` preset (RESULTS.md, "Quickstart recipe search"): a 12-minute run sees
 # each sentence ~3 times, far from overfitting, and dropout only slows it down (test BLEU 13.9 without, 10.0 with
-# P_drop 0.1, same machine). `--set dropout=0.1` puts it back.
-MODEL_DEFAULTS = {"dropout": 0.0}
+# P_drop 0.1, same machine). `--set dropout=0.1` puts it back. And fairseq's initialization (docs/model.md): two
+# quickstarts side by side, one core each, gave test BLEU 14.2 against 8.3 for Xavier everywhere (dev perplexity 41 vs
+# 60). `--set init=xavier` puts that back.
+MODEL_DEFAULTS = {"dropout": 0.0, "init": "fairseq"}
 
 EXAMPLES = [
     "In the beginning was the Word.",

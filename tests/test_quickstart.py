@@ -30,6 +30,7 @@ def test_quickstart_recipe_defaults_and_overrides(tmp_path):
     quickstart(tmp_path / "a", minutes=0.05, preset="tiny", vocab_size=1000, beam=1, progress=False)
     saved = json.loads((tmp_path / "a" / "run" / "config.json").read_text())
     assert saved["model"]["dropout"] == 0.0 and saved["train"]["anneal"] == 0.3 and saved["train"]["keep_last"] == 1
+    assert saved["model"]["init"] == "fairseq"
     quickstart(tmp_path / "b", minutes=0.05, preset="tiny", vocab_size=1000, beam=1, progress=False,
                model={"dropout": 0.1}, anneal=0.0, average_last=2)
     saved = json.loads((tmp_path / "b" / "run" / "config.json").read_text())
