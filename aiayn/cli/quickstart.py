@@ -38,7 +38,7 @@ def register(sub) -> None:
     p.add_argument("--alpha", type=non_negative_float, default=0.6, help="length penalty (default 0.6)")
     p.add_argument("--set", action="append", metavar="FIELD=VALUE",
                    help="override a field of the preset, e.g. dropout=0.1 (repeatable; the quickstart's own default is "
-                   "dropout=0.0)")
+                   "dropout=0.0 init=fairseq)")
     p.add_argument("--max-tokens", type=positive_int, default=2048, help="tokens per batch (default 2048)")
     p.add_argument("--warmup", type=positive_int, default=400, help="warm-up steps (default 400)")
     p.add_argument("--lr-factor", type=positive_float, default=0.45,
