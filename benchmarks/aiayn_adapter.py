@@ -73,15 +73,16 @@ class Adapter:
             if getattr(self, "_int8_of", None) is not model:
                 self._int8, self._int8_of = inference_copy(model, "int8"), model
             return self._search(self._int8, src, beam, n_tokens, lenpen)
-        if torch.is_autocast_enabled("cpu"):
-            # The harness's bf16 is autocast around generate; aiayn decodes bf16 as `aiayn translate --dtype bf16`
-            # does, on a bf16 copy of the weights (aiayn.fast.inference_copy), made once, at the first
-            # (warm-up) call, as CTranslate2 converts its model beforehand.
-            if getattr(self, "_bf16_of", None) is not model:
-                self._bf16, self._bf16_of = inference_copy(model, "bf16"), model
-            with torch.autocast("cpu", enabled=False):
-                return self._search(self._bf16, src, beam, n_tokens, lenpen)
-        return self._search(model, src, beam, n_tokens, lenpen)
+        # aiayn decodes as `aiayn translate --dtype fp32|bf16` does, on its inference copy (aiayn.fast.inference_copy:
+        # bf16 weights converted once, and on CPU every projection's weight packed once for oneDNN's GEMM), made at the
+        # first (warm-up) call, as CTranslate2 converts its model beforehand. The harness's bf16 is autocast around
+        # generate; AIAYN_PACKED=0 decodes with unpacked weights (to measure what packing gives).
+        packed = os.environ.get("AIAYN_PACKED", "1") != "0"
+        dtype = "bf16" if torch.is_autocast_enabled("cpu") else "fp32"
+        if getattr(self, "_copy_of", None) != (model, dtype):
+            self._copy, self._copy_of = inference_copy(model, dtype, packed=packed), (model, dtype)
+        with torch.autocast("cpu", enabled=False):
+            return self._search(self._copy, src, beam, n_tokens, lenpen)
 
     @staticmethod
     def _search(model, src, beam: int, n_tokens: int, lenpen: float):

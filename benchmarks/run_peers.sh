@@ -8,6 +8,7 @@
 #
 #   bash benchmarks/run_peers.sh                                   # everything
 #   PARTS="train" TRAIN_CASES="small:bf16" bash benchmarks/run_peers.sh   # a subset (knobs: see run_all.sh)
+#   AIAYN_EXTRA="label=adapter=python ..."                          # more aiayn variants beside it (run_all.sh EXTRA)
 set -euo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
 HARNESS=${HARNESS:-$(cd "$HERE/../../shared/bench/peers" && pwd)}
@@ -16,6 +17,6 @@ export RESULTS=${RESULTS:-$ROOT/results-$(date +%Y%m%d-%H%M%S)}
 PY=${PYTHON:-$(command -v python3)}   # a python that has aiayn installed (pip install -e .)
 "$PY" -c "import aiayn" || { echo "aiayn is not importable by $PY: pip install -e . first" >&2; exit 1; }
 [ -x "$ROOT/venv/bin/python" ] || ROOT=$ROOT bash "$HARNESS/setup_peers.sh"   # peers' venvs, ~3 min, once
-EXTRA="aiayn=$HERE/aiayn_adapter.py=$PY" bash "$HARNESS/run_all.sh"
+EXTRA="aiayn=$HERE/aiayn_adapter.py=$PY ${AIAYN_EXTRA:-}" bash "$HARNESS/run_all.sh"
 "$ROOT/venv/bin/python" "$HARNESS/summarize.py" "$RESULTS" | tee "$RESULTS/tables.md"
 "$PY" "$HERE/ratios.py" "$RESULTS" | tee "$RESULTS/ratios.md"
