@@ -59,9 +59,9 @@ class Translator:
     input order."""
 
     def __init__(self, model, vocab, search: SearchConfig = PAPER_SEARCH, device: str | torch.device = "cpu",
-                 batch_size: int = 64, max_input_len: int | None = None):
+                 batch_size: int = 64, max_input_len: int | None = None, packed: bool | None = None):
         self.vocab, self.search, self.device = vocab, search, torch.device(device)
-        self.model = inference_copy(model.to(self.device), search.dtype)
+        self.model = inference_copy(model.to(self.device), search.dtype, packed=packed)  # packed: see fast.py
         self.cfg = model.cfg
         self.batch_size = batch_size
         self.max_input_len = max_input_len or self.cfg.max_positions

@@ -3,7 +3,10 @@ repetitions interleaved so drift hits every dtype alike) and quality (sacreBLEU 
 and how many lines are identical to fp32's).
 
     python benchmarks/decode_dtypes.py --checkpoint runs/multi30k --src data-bin/multi30k/test.src.txt \
-        --ref data-bin/multi30k/test.tgt.txt --threads 2
+        --ref data-bin/multi30k/test.tgt.txt --threads 2 [--dtypes fp32,fp32-unpacked,bf16,bf16-unpacked,int8]
+
+"-unpacked": the same dtype with F.linear on plain weight matrices instead of aiayn.fast.PackedLinear (the
+default on CPU), to see what packing the weights gives.
 """
 
 from __future__ import annotations
@@ -32,7 +35,7 @@ def main() -> None:
     ap.add_argument("--ref", help="references, for BLEU")
     ap.add_argument("--n", type=int, default=0, help="first N sentences only (0 = all)")
     ap.add_argument("--beam", type=int, default=4)
-    ap.add_argument("--dtypes", default="fp32,bf16,int8")
+    ap.add_argument("--dtypes", default="fp32,bf16,int8", help="comma separated; fp32-unpacked, bf16-unpacked too")
     ap.add_argument("--reps", type=int, default=2)
     ap.add_argument("--threads", type=int, default=1)
     args = ap.parse_args()
@@ -44,7 +47,8 @@ def main() -> None:
         src, refs = src[: args.n], refs and refs[: args.n]
     model, vocab, _ = load_for_inference(args.checkpoint)
     dtypes = args.dtypes.split(",")
-    translators = {d: Translator(model, vocab, SearchConfig(beam=args.beam, dtype=d)) for d in dtypes}
+    translators = {d: Translator(model, vocab, SearchConfig(beam=args.beam, dtype=d.removesuffix("-unpacked")),
+                                 packed=False if d.endswith("-unpacked") else None) for d in dtypes}
     times: dict[str, list[float]] = {d: [] for d in dtypes}
     outputs: dict[str, list[str]] = {}
     for _ in range(args.reps):
