@@ -83,15 +83,15 @@ def row_topk(x: Tensor, k: int, block: int = 128) -> tuple[Tensor, Tensor]:
 
 
 def inference_copy(model: nn.Module, dtype: str = "fp32", packed: bool | None = None) -> nn.Module:
-    """The model to decode with, in eval mode: "fp32" the model's own weights; "bf16" a copy with every weight
-    converted once (autocast would cast the weights again at every step); "int8" a copy whose projections (W^Q, W^K,
-    W^V, W^O, the FFN and the tied output projection) hold int8 weights, one scale per output channel, and quantize
-    their input per batch (dynamic quantization: fbgemm's int8 GEMM). LayerNorm, softmax and the log-softmax stay in
-    fp32 (bf16: they accumulate in fp32).
+    """The model to decode with, in eval mode: "fp32" the model's own weights (or a packed copy, below); "bf16" a
+    copy with every weight converted once (autocast would cast the weights again at every step); "int8" a copy whose
+    projections (W^Q, W^K, W^V, W^O, the FFN and the tied output projection) hold int8 weights, one scale per output
+    channel, and quantize their input per batch (dynamic quantization: fbgemm's int8 GEMM). LayerNorm, softmax and
+    the log-softmax stay in fp32 (bf16: they accumulate in fp32).
 
     packed (fp32 and bf16 on CPU; None: wherever oneDNN is available): every projection, the tied output projection
     included, becomes a PackedLinear, its weight packed once for oneDNN's GEMM instead of at every call. The model
-    passed in is left as it was; the copy is for decoding only (no gradients, no state_dict round trip)."""
+    passed in is left as it was; the copy is for decoding only (no gradients), and its state_dict is the model's."""
     if dtype not in ("fp32", "bf16", "int8"):
         raise ValueError(f"inference dtype must be fp32, bf16 or int8, not {dtype!r}")
     if dtype == "int8":
