@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import copy
 import ctypes
+import functools
 import sys
 
 import torch
@@ -101,12 +102,27 @@ def inference_copy(model: nn.Module, dtype: str = "fp32", packed: bool | None = 
         return model.eval()
     first = next(model.parameters())
     if packed is None:
-        packed = first.device.type == "cpu" and torch.backends.mkldnn.is_available()
+        packed = first.device.type == "cpu" and _packing_works(target)
     if packed:
         return _packed_copy(model, target)
     if first.dtype == target:
         return model.eval()
     return copy.deepcopy(model).to(target).eval()
+
+
+@functools.cache
+def _packing_works(dtype: torch.dtype) -> bool:
+    """Whether this torch build and CPU run a PackedLinear in `dtype` (oneDNN's bf16 kernels, for one, need AVX-512
+    or newer; builds for other architectures may lack the ops): tried once on a 2 x 2 layer."""
+    if not torch.backends.mkldnn.is_available():
+        return False
+    try:
+        layer = nn.Linear(2, 2).to(dtype)
+        with torch.no_grad():
+            x = torch.ones(1, 2, dtype=dtype)
+            return torch.allclose(PackedLinear(layer.weight, layer.bias)(x).float(), layer(x).float(), atol=1e-2)
+    except (RuntimeError, NotImplementedError):
+        return False
 
 
 ROWS_HINT = 256  # rows a decoder step multiplies (64 sentences x 4 beams): oneDNN picks its kernel for this
