@@ -166,21 +166,18 @@ class PackedLinear(nn.Module):
 
 
 class _PackedTiedProjection(nn.Module):
-    """The output projection hidden -> logits with a packed copy of the (tied) embedding matrix, packed again
-    whenever the embedding changes (load_state_dict, for one)."""
+    """The output projection hidden -> logits with a packed copy of the (tied) embedding matrix; `pack` packs it
+    again (the packed copy does so after load_state_dict)."""
 
     def __init__(self, embedding: nn.Embedding):
         super().__init__()
         self._embedding = (embedding,)  # a tuple: not registered, the model owns it
-        self._pack()
+        self.pack()
 
-    def _pack(self) -> None:
-        weight = self._embedding[0].weight
-        self.packed, self.version = PackedLinear(weight, None), weight._version
+    def pack(self) -> None:
+        self.packed = PackedLinear(self._embedding[0].weight, None)
 
     def forward(self, hidden: Tensor) -> Tensor:
-        if self._embedding[0].weight._version != self.version:
-            self._pack()
         return self.packed(hidden)
 
 
@@ -203,6 +200,7 @@ def _packed_copy(model: nn.Module, target: torch.dtype) -> nn.Module:
         setattr(q.get_submodule(parent) if parent else q, attr, PackedLinear(m.weight.to(target), bias))
     if hasattr(q, "embedding") and hasattr(q, "output_logits"):
         _shadow_output_logits(q, _PackedTiedProjection(q.embedding))
+        q.register_load_state_dict_post_hook(lambda model, _: model.output_logits.pack())
     q.packed = True
     return q
 

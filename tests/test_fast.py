@@ -146,6 +146,10 @@ def test_packed_copy_decodes_as_the_model(dtype):
     other.load_state_dict(state)
     with torch.no_grad():
         torch.testing.assert_close(other(src, tgt), q(src, tgt), rtol=0, atol=0)
+    with torch.inference_mode():  # a model made under inference mode (as the peer harness makes its models)
+        made = Transformer(ModelConfig.preset("tiny", vocab_size=60)).eval()
+        made.load_state_dict(model.state_dict())
+        torch.testing.assert_close(inference_copy(made, dtype)(src, tgt), q(src, tgt), rtol=0, atol=0)
 
 
 def test_keep_freed_memory_applies_on_glibc():
