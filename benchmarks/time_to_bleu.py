@@ -15,10 +15,11 @@ What is compared (everything that is not the toolkit is the same):
   aiayn's Noam peak d^-0.5 * warmup^-0.5 = 0.001976 (fairseq `--lr-scheduler inverse_sqrt --warmup-init-lr 1e-7`),
   4,096-token batches, no gradient clipping, seed 1, fairseq's default validation at each save. Both models have
   7.58M parameters (fairseq's log says 9.94M: its encoder layers also register copies of their weights for torch's
-  inference fast path, which training leaves untouched). aiayn: the
-  configs/multi30k.yaml recipe (its `dtype: auto` is fp32 on a CPU without native bf16, bf16 where it is native:
-  fairseq has no bf16 CPU training, so on such a machine the comparison includes that difference; --dtype fp32
-  removes it).
+  inference fast path, which training leaves untouched). Both start from fairseq's initialization (aiayn's
+  `init: fairseq` in configs/multi30k.yaml since 2026-11-24; `--aiayn-set init=xavier` for aiayn's other one). aiayn:
+  the configs/multi30k.yaml recipe (its `dtype: auto` is fp32 on a CPU without native bf16, bf16 where it is native:
+  fairseq has no bf16 CPU training (its --bf16 implies --tpu), so on such a machine the comparison includes that
+  difference; --dtype fp32 removes it).
 - Threads: --threads for both (OMP/MKL threads and torch's); --parallel runs both at once, --threads 1 each.
 - Checkpoints: both save every --save-every updates (all kept); the wall time of a checkpoint is its file's time
   since its training process started (start-up and dev evaluations included, for both). At a budget of B minutes
