@@ -138,6 +138,7 @@ class PackedLinear(nn.Module):
     def __init__(self, weight: Tensor, bias: Tensor | None, rows_hint: int = ROWS_HINT):
         super().__init__()
         self.out_features, self.in_features = weight.shape
+        self.rows_hint = rows_hint
         self.weight = torch.ops.mkldnn._reorder_linear_weight(weight.detach().contiguous(), rows_hint)
         self.bias = None if bias is None else bias.detach().clone()
 
@@ -160,7 +161,7 @@ class PackedLinear(nn.Module):
                 missing_keys.append(prefix + name)
         if prefix + "weight" in state_dict:
             self.weight = torch.ops.mkldnn._reorder_linear_weight(
-                state_dict[prefix + "weight"].to(self.weight.dtype).contiguous(), ROWS_HINT)
+                state_dict[prefix + "weight"].to(self.weight.dtype).contiguous(), self.rows_hint)
         if self.bias is not None and prefix + "bias" in state_dict:
             self.bias = state_dict[prefix + "bias"].to(self.bias.dtype).clone()
 
