@@ -29,7 +29,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from aiayn.config import PAD_ID, ModelConfig
-from aiayn.fast import Dropout, use_matmul_attention
+from aiayn.fast import Dropout, LayerNorm, use_matmul_attention
 
 # ---------------------------------------------------------------------------------------------------------
 # Pure functions: the paper's equations.
@@ -211,7 +211,7 @@ class SublayerConnection(nn.Module):
 
     def __init__(self, d_model: int, dropout: float, norm_first: bool, eps: float):
         super().__init__()
-        self.norm = nn.LayerNorm(d_model, eps=eps)
+        self.norm = LayerNorm(d_model, eps=eps)
         self.dropout = Dropout(dropout)
         self.norm_first = norm_first
 
@@ -261,7 +261,7 @@ class Encoder(nn.Module):
     def __init__(self, cfg: ModelConfig):
         super().__init__()
         self.layers = nn.ModuleList(EncoderLayer(cfg) for _ in range(cfg.n_enc_layers))
-        self.norm = nn.LayerNorm(cfg.d_model, eps=cfg.layer_norm_eps) if cfg.norm_first else nn.Identity()
+        self.norm = LayerNorm(cfg.d_model, eps=cfg.layer_norm_eps) if cfg.norm_first else nn.Identity()
 
     def forward(self, x: Tensor, src_mask: Tensor | None) -> Tensor:
         for layer in self.layers:
@@ -275,7 +275,7 @@ class Decoder(nn.Module):
     def __init__(self, cfg: ModelConfig):
         super().__init__()
         self.layers = nn.ModuleList(DecoderLayer(cfg) for _ in range(cfg.n_dec_layers))
-        self.norm = nn.LayerNorm(cfg.d_model, eps=cfg.layer_norm_eps) if cfg.norm_first else nn.Identity()
+        self.norm = LayerNorm(cfg.d_model, eps=cfg.layer_norm_eps) if cfg.norm_first else nn.Identity()
 
     def forward(self, x: Tensor, memory: Tensor, src_mask: Tensor | None, cache: DecoderCache | None) -> Tensor:
         for i, layer in enumerate(self.layers):

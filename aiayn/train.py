@@ -415,8 +415,17 @@ def _setup(splits: dict[str, PreparedSplit], cfg: ModelConfig, tc: TrainConfig, 
                                 shuffle=True, seed=tc.seed, rank=rt.rank, world_size=rt.world_size)
     torch.manual_seed(tc.seed)
     model = Transformer(cfg).to(rt.device)
-    optimizer = torch.optim.Adam(model.parameters(), lr=0.0, betas=tc.adam_betas, eps=tc.adam_eps, foreach=True)
+    optimizer = make_optimizer(model, tc.adam_betas, tc.adam_eps)
     return TrainState(model, optimizer, sampler), train_set, splits.get("valid")
+
+
+def make_optimizer(model: torch.nn.Module, betas: tuple[float, float], eps: float) -> torch.optim.Adam:
+    """Adam (section 5.3) over the model's parameters, learning rate set per step by the schedule. On CUDA torch's
+    fused kernel (one launch for all parameters); elsewhere the multi-tensor (foreach) one. Same arithmetic, same
+    state dict: a run resumes across devices."""
+    fused = next(model.parameters()).device.type == "cuda"
+    return torch.optim.Adam(model.parameters(), lr=0.0, betas=betas, eps=eps,
+                            **({"fused": True} if fused else {"foreach": True}))
 
 
 def _endless(sampler: TokenBatchSampler):

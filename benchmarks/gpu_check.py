@@ -27,6 +27,7 @@ from aiayn.fast import inference_copy  # noqa: E402
 from aiayn.losses import TrainingObjective  # noqa: E402
 from aiayn.model import Transformer, count_parameters  # noqa: E402
 from aiayn.search import SearchConfig, beam_search, greedy_search  # noqa: E402
+from aiayn.train import make_optimizer  # noqa: E402
 
 DATASHEET_BF16 = {"H100": 989e12, "H200": 989e12}
 
@@ -85,7 +86,9 @@ def train_speed(preset: str, dtype: str, tokens: int, steps: int, device, compil
     cfg = ModelConfig.preset(preset)
     model = Transformer(cfg).to(device).train()
     objective = torch.compile(TrainingObjective(model)) if compile_ else TrainingObjective(model)
-    opt = torch.optim.Adam(model.parameters(), lr=1e-4, betas=(0.9, 0.98), eps=1e-9, foreach=True)
+    opt = make_optimizer(model, (0.9, 0.98), 1e-9)  # what aiayn train uses: fused Adam on CUDA
+    for group in opt.param_groups:
+        group["lr"] = 1e-4
     src, tgt_in, tgt_out, src_l, tgt_l = batch(cfg.vocab_size, tokens, device)
     n_tokens = sum(tgt_l)
     flops = 3 * forward_flops(cfg, src_l, tgt_l)

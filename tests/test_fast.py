@@ -9,7 +9,15 @@ import torch.nn.functional as F
 from torch import nn
 
 from aiayn.config import ModelConfig
-from aiayn.fast import Dropout, PackedLinear, inference_copy, keep_freed_memory, row_topk, use_matmul_attention
+from aiayn.fast import (
+    Dropout,
+    LayerNorm,
+    PackedLinear,
+    inference_copy,
+    keep_freed_memory,
+    row_topk,
+    use_matmul_attention,
+)
 from aiayn.model import Transformer, scaled_dot_product_attention
 
 
@@ -30,6 +38,24 @@ def test_dropout_mask_rate_scale_gradient_and_seed():
     assert not torch.equal(drop(x.detach()), y.detach())
     assert drop(x.detach().bfloat16()).dtype == torch.bfloat16
     assert torch.equal(drop.eval()(x), x)
+
+
+def test_layer_norm_is_torchs_and_stays_16_bit_under_autocast():
+    torch.manual_seed(0)
+    ours, ref = LayerNorm(64, eps=1e-6), nn.LayerNorm(64, eps=1e-6)
+    with torch.no_grad():
+        for p in (ours.weight, ours.bias):
+            p.normal_()
+    ref.load_state_dict(ours.state_dict())
+    x = torch.randn(3, 5, 64) * 3 + 1
+    assert torch.equal(ours(x), ref(x))  # outside autocast: nn.LayerNorm itself
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        low = ours(x.requires_grad_())
+        ref_low = ref(x)
+    assert low.dtype == torch.bfloat16 and ref_low.dtype == torch.float32  # autocast alone gives fp32
+    torch.testing.assert_close(low.float(), ref_low, rtol=2e-2, atol=2e-2)  # bf16 rounding of the same values
+    low.float().pow(2).sum().backward()  # gradients reach the fp32 parameters
+    assert ours.weight.grad.dtype == torch.float32 and ours.weight.grad.abs().sum() > 0
 
 
 def test_matmul_attention_equals_fused_kernel():

@@ -4,7 +4,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from aiayn.losses import LabelSmoothedCrossEntropy, label_smoothed_nll_loss
+from aiayn.losses import LabelSmoothedCrossEntropy, label_smoothed_cross_entropy, label_smoothed_nll_loss
 
 
 def test_label_smoothed_loss_by_hand():
@@ -45,3 +45,46 @@ def test_fused_loss_equals_the_formula(monkeypatch, eps):
     ref.backward()
     torch.testing.assert_close(loss, ref)
     torch.testing.assert_close(low.grad, high.grad.bfloat16())
+
+
+def _loss_and_grad(fn, logits, target, eps):
+    x = logits.detach().clone().requires_grad_()
+    loss, nll = fn(x, target, eps)
+    (1.5 * loss).backward()
+    return loss.detach(), nll.detach(), x.grad
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU (the compiled loss runs on GPUs only)")
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_compiled_gpu_loss_equals_the_formula(dtype):
+    torch.manual_seed(0)
+    for n in (10, 33):  # two batch sizes: one compilation (dynamic shapes) must serve both
+        logits = (torch.randn(n, 1000, device="cuda") * 4).to(dtype)
+        target = torch.randint(0, 1000, (n,), device="cuda")
+        got = _loss_and_grad(label_smoothed_cross_entropy, logits, target, 0.1)
+        ref = _loss_and_grad(lambda x, t, e: label_smoothed_nll_loss(F.log_softmax(x.double(), -1), t, e),
+                             logits, target, 0.1)
+        assert got[2].dtype == dtype
+        torch.testing.assert_close(got[0].double(), ref[0], rtol=1e-5, atol=1e-3)
+        torch.testing.assert_close(got[1].double(), ref[1], rtol=1e-5, atol=1e-3)
+        torch.testing.assert_close(got[2].double(), ref[2].to(dtype).double(), rtol=2e-2, atol=1e-5)
+
+
+def test_compiler_failure_falls_back_to_the_chunked_loss(monkeypatch):
+    """Where torch.compile cannot run, the GPU path warns once and computes the same loss the chunked way."""
+    import aiayn.losses as losses
+
+    def broken():
+        raise RuntimeError("no Triton here")
+
+    monkeypatch.setattr(losses, "_use_compiler", lambda logits: losses._compiler_works[0])
+    monkeypatch.setattr(losses, "_compiled_formula", broken)
+    monkeypatch.setattr(losses, "_compiler_works", [True])
+    torch.manual_seed(0)
+    logits, target = torch.randn(6, 29), torch.randint(0, 29, (6,))
+    with pytest.warns(UserWarning, match="torch.compile of the loss failed.*no Triton here"):
+        got = _loss_and_grad(label_smoothed_cross_entropy, logits, target, 0.1)
+    assert losses._compiler_works == [False]
+    ref = _loss_and_grad(lambda x, t, e: label_smoothed_nll_loss(F.log_softmax(x, -1), t, e), logits, target, 0.1)
+    for a, b in zip(got, ref):
+        torch.testing.assert_close(a, b)
