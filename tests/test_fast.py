@@ -38,6 +38,14 @@ def test_dropout_mask_rate_scale_gradient_and_seed():
     assert not torch.equal(drop(x.detach()), y.detach())
     assert drop(x.detach().bfloat16()).dtype == torch.bfloat16
     assert torch.equal(drop.eval()(x), x)
+    # Four elements share one 64-bit draw: neighbours at every lag must be kept independently (P = 0.9^2).
+    flat = kept.flatten().float()
+    for lag in (1, 2, 3, 4, 5):
+        both = (flat[:-lag] * flat[lag:]).mean().item()
+        assert abs(both - 0.81) < 5 * math.sqrt(0.81 * 0.19 / flat.numel()), lag
+    for p in (0.3, 0.5):  # other rates, by position within the draw too
+        kept_p = Dropout(p).train()(torch.ones(400, 1000)).ne(0).view(-1, 4).float().mean(0)
+        assert (kept_p - (1 - p)).abs().max() < 5 * math.sqrt(p * (1 - p) / 100_000)
 
 
 def test_layer_norm_is_torchs_and_stays_16_bit_under_autocast():
