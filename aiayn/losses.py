@@ -94,7 +94,7 @@ def _compiled_formula():
 def label_smoothed_cross_entropy(logits: Tensor, target: Tensor, eps: float) -> tuple[Tensor, Tensor]:
     """(smoothed loss sum, NLL sum) of logits (N, V) against target (N,): `label_smoothed_nll_loss` of their
     log-softmax. On CPU the chunked `LabelSmoothedCrossEntropy`; on a GPU the formula compiled once (dynamic
-    shapes: one compilation for every N), which the H100 ran in ~5 ms at 25k tokens x 32k against ~25 ms for the
+    shapes: one compilation for every N), which the H100 ran in ~5-7 ms at 25k tokens x 32k against ~25 ms for the
     chunked path's separate kernels (docs/speed.md). Where torch.compile cannot run (no Triton, say), the chunked
     path, with a warning once."""
     if _use_compiler(logits):
