@@ -160,7 +160,8 @@ class MultiHeadAttention(nn.Module):
             k, v = cache.cross_k, cache.cross_v
         else:
             k, v = self._keys_values(memory)  # (B, h, S, dk), (B, h, S, dv)
-            if cache is not None:
+            if cache is not None:  # made contiguous once: otherwise every step's matmul copies them again
+                k, v = k.contiguous(), v.contiguous()
                 cache.cross_k, cache.cross_v = k, v
         group = q.size(0) // k.size(0)  # decoder rows (beams) per source sentence, in cross-attention
         if group * k.size(0) != q.size(0):
