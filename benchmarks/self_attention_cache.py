@@ -1,17 +1,20 @@
-"""The decoder's self-attention cache during search, two layouts, one layer's steps timed alone.
+"""The decoder's self-attention cache during search, three layouts, one layer's steps timed alone.
 
     python benchmarks/self_attention_cache.py --threads 2 [--rows 256,64] [--steps 30] [--dtypes fp32,bf16]
 
 (a) grow: keys/values per row (N, h, t, d), `torch.cat` of the past with the new position at every step (a copy of
     the whole past), and beam search's reorder an `index_select` of rows (a second copy of the past);
-(b) time-major (aiayn.model.LayerCache): a buffer (T, N, h, d) with room to grow; a step writes its position in
-    place, attention reads a strided view (N, h, t, d) of the buffer (copied contiguous first in CPU bf16), and the
-    reorder copies the past once, into a new buffer.
-
-aiayn's LayerCache picks (b) in fp32 and (a) in CPU bf16; the table has both layouts forced and what aiayn runs.
-Each step: write this position's keys/values, attention of one query per row over the t cached positions (eq. 1,
-two matmuls and an fp32 softmax), then (beam) the reorder. Prints ms per layer for the whole search (--steps steps)
-and the ratio; the two layouts' outputs are checked equal first.
+(b) time-major: a buffer (T, N, h, d) with room to grow; a step writes its position in place, attention reads a
+    strided view (N, h, t, d) of the buffer (copied contiguous first in bf16), and a reorder copies the past once,
+    into a new buffer (one index_select over a (T*N, h*d) view);
+(c) rows with room: (N, h, T, d) with room to grow, written in place, read contiguously per row, reordered whole
+    (room included) with one index_select over an (N, h*T*d) view.
+aiayn.model.LayerCache runs (b) in fp32 until the first reorder and (a) after it, (a) throughout in CPU bf16: the
+last columns. Rows 256 = beam 4 over 64 sentences, reordered every step (each row picks one of its sentence's 4);
+rows 64 = greedy, never reordered. Each step: write this position's keys/values, attention of one query per row
+over the t cached positions (eq. 1, two matmuls and an fp32 softmax), then (beam) the reorder. Prints ms per layer
+for the whole search (--steps steps; best of --reps rounds, the layouts interleaved) and the ratios to (a); all
+layouts' outputs are checked equal first.
 """
 
 from __future__ import annotations
@@ -43,8 +46,36 @@ def run_grow(qs, ks, vs, rows):
     return outs
 
 
-def run_aiayn(qs, ks, vs, rows, time_major=None):
-    cache = LayerCache(time_major=time_major)
+def run_time_major(qs, ks, vs, rows):
+    """(b) time-major throughout, reordered with one index_select over a (T*N, h*d) view of the buffer."""
+    n, h, _, d = ks[0].shape
+    room = 16
+    k_buf = torch.empty(room, n, h, d, dtype=ks[0].dtype)
+    v_buf = torch.empty_like(k_buf)
+    outs = []
+    for t, (q, kn, vn) in enumerate(zip(qs, ks, vs)):
+        if t + 1 > room:
+            room *= 2
+            k_new, v_new = k_buf.new_empty((room, *k_buf.shape[1:])), v_buf.new_empty((room, *v_buf.shape[1:]))
+            k_new[:t], v_new[:t] = k_buf[:t], v_buf[:t]
+            k_buf, v_buf = k_new, v_new
+        k_buf[t], v_buf[t] = kn[:, :, 0], vn[:, :, 0]
+        k_view, v_view = k_buf[: t + 1].permute(1, 2, 0, 3), v_buf[: t + 1].permute(1, 2, 0, 3)
+        if k_buf.dtype != torch.float32:  # as aiayn would have to: bf16 matmuls on the strided view are slower still
+            k_view, v_view = k_view.contiguous(), v_view.contiguous()
+        outs.append(attend(q, k_view, v_view))
+        if rows is not None:
+            index = (torch.arange(t + 1)[:, None] * k_buf.size(1) + rows).reshape(-1)
+            k_new, v_new = k_buf.new_empty((room, rows.numel(), h, d)), v_buf.new_empty((room, rows.numel(), h, d))
+            for src, dst in ((k_buf, k_new), (v_buf, v_new)):
+                torch.index_select(src.view(-1, h * d)[: index.numel()], 0, index,
+                                   out=dst.view(-1, h * d)[: index.numel()])
+            k_buf, v_buf = k_new, v_new
+    return outs
+
+
+def run_aiayn(qs, ks, vs, rows):
+    cache = LayerCache()
     outs = []
     for q, kn, vn in zip(qs, ks, vs):
         outs.append(attend(q, *cache.append(kn, vn)))
@@ -53,12 +84,37 @@ def run_aiayn(qs, ks, vs, rows, time_major=None):
     return outs
 
 
-def timed(fn, *args, reps=3):
-    best = float("inf")
+def run_rows_with_room(qs, ks, vs, rows):
+    """(c) per row (N, h, T, d) with room to grow: in-place writes and contiguous per-row reads, but a reorder moves
+    whole rows, room included (one index_select over an (N, h*T*d) view)."""
+    n, h, _, d = ks[0].shape
+    room = 16
+    k_buf = torch.empty(n, h, room, d, dtype=ks[0].dtype)
+    v_buf = torch.empty_like(k_buf)
+    outs = []
+    for t, (q, kn, vn) in enumerate(zip(qs, ks, vs)):
+        if t + 1 > room:
+            room *= 2
+            k_new, v_new = k_buf.new_empty((k_buf.size(0), h, room, d)), v_buf.new_empty((v_buf.size(0), h, room, d))
+            k_new[:, :, :t], v_new[:, :, :t] = k_buf[:, :, :t], v_buf[:, :, :t]
+            k_buf, v_buf = k_new, v_new
+        k_buf[:, :, t], v_buf[:, :, t] = kn[:, :, 0], vn[:, :, 0]
+        outs.append(attend(q, k_buf[:, :, : t + 1], v_buf[:, :, : t + 1]))
+        if rows is not None:
+            k_buf = k_buf.view(k_buf.size(0), -1).index_select(0, rows).view(-1, h, room, d)
+            v_buf = v_buf.view(v_buf.size(0), -1).index_select(0, rows).view(-1, h, room, d)
+    return outs
+
+
+def timed(fns, *args, reps=5):
+    """Best time of each function over `reps` rounds, the functions interleaved within a round (the machine's drift
+    then hits them alike)."""
+    best = [float("inf")] * len(fns)
     for _ in range(reps):
-        t0 = time.perf_counter()
-        fn(*args)
-        best = min(best, time.perf_counter() - t0)
+        for i, fn in enumerate(fns):
+            t0 = time.perf_counter()
+            fn(*args)
+            best[i] = min(best[i], time.perf_counter() - t0)
     return best
 
 
@@ -68,15 +124,16 @@ def main() -> None:
     ap.add_argument("--rows", default="256,64", help="decoder rows: 256 = beam 4 over 64 sentences, 64 = greedy")
     ap.add_argument("--steps", type=int, default=30)
     ap.add_argument("--dtypes", default="fp32,bf16")
+    ap.add_argument("--reps", type=int, default=5, help="rounds; each layout's best round is reported")
     ap.add_argument("--heads", type=int, default=8)
     ap.add_argument("--d-k", type=int, default=64)
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     keep_freed_memory()  # as every aiayn command: a new buffer each step would otherwise page-fault its memory in
     g = torch.Generator().manual_seed(0)
-    print("| rows | search | dtype | grow (cat + index_select) ms | time-major ms | ratio | aiayn uses | aiayn ms "
-          "| ratio |")
-    print("|---|---|---|---|---|---|---|---|---|")
+    print("| rows | search | dtype | grow (cat + index_select) ms | time-major ms | ratio | rows with room ms | ratio "
+          "| aiayn uses | aiayn ms | ratio |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
     for n in (int(r) for r in args.rows.split(",")):
         for dtype in args.dtypes.split(","):
             dt = {"fp32": torch.float32, "bf16": torch.bfloat16}[dtype]
@@ -86,18 +143,21 @@ def main() -> None:
             # beam: every step's rows are a random choice among the same sentence's 4 rows
             rows = (torch.arange(n) // 4 * 4 + torch.randint(0, 4, (n,), generator=g)) if beam else None
             with torch.inference_mode():
-                for a, b, c in zip(run_grow(qs, ks, vs, rows), run_aiayn(qs, ks, vs, rows),
-                                   run_aiayn(qs, ks, vs, rows, True)):
-                    torch.testing.assert_close(a, b, rtol=0, atol=0)
-                    torch.testing.assert_close(a, c, rtol=0, atol=0)
-                t_grow = timed(run_grow, qs, ks, vs, rows)
-                t_ours = timed(run_aiayn, qs, ks, vs, rows)
-                t_tm = timed(run_aiayn, qs, ks, vs, rows, True)
+                for a, b, c, e in zip(run_grow(qs, ks, vs, rows), run_aiayn(qs, ks, vs, rows),
+                                      run_time_major(qs, ks, vs, rows), run_rows_with_room(qs, ks, vs, rows)):
+                    for other in (b, c, e):
+                        torch.testing.assert_close(a, other, rtol=0, atol=0)
+                t_grow, t_ours, t_tm, t_room = timed([run_grow, run_aiayn, run_time_major, run_rows_with_room],
+                                                     qs, ks, vs, rows, reps=args.reps)
             probe = LayerCache()
             probe.append(ks[0], vs[0])
-            layout = "time-major" if probe.time_major else "grow"
+            if rows is not None:
+                probe.reorder(rows)
+            layout = "time-major" if probe.time_major else ("time-major, then grow" if rows is not None and
+                                                             dtype == "fp32" else "grow")
             print(f"| {n} | {'beam' if beam else 'greedy'} | {dtype} | {t_grow * 1e3:.1f} | {t_tm * 1e3:.1f} | "
-                  f"{t_grow / t_tm:.2f}x | {layout} | {t_ours * 1e3:.1f} | {t_grow / t_ours:.2f}x |")
+                  f"{t_grow / t_tm:.2f}x | {t_room * 1e3:.1f} | {t_grow / t_room:.2f}x | {layout} | "
+                  f"{t_ours * 1e3:.1f} | {t_grow / t_ours:.2f}x |")
 
 
 if __name__ == "__main__":

@@ -90,36 +90,38 @@ def test_incremental_decoding_equals_full(positional):
 
 
 @pytest.mark.parametrize("grad,bf16", [(False, False), (True, False), (False, True)])
-def test_self_attention_cache_writes_in_place_and_grows(grad, bf16):
-    """fp32: a step writes its keys/values into the cache's buffer (no copy of the past: the buffer stays the same
-    tensor while it has room), the buffer grows past its first 16 positions, and a reorder between steps keeps
-    incremental decoding equal to full decoding of the reordered prefixes (search runs without autograd: the
-    reorder then copies straight into the new buffer). CPU bf16 grows by concatenation, with the same results."""
+def test_self_attention_cache_layouts(grad, bf16):
+    """fp32: until the first reorder a step writes its keys/values into the cache's time-major buffer (no copy of
+    the past: the buffer stays the same tensor while it has room) and the buffer grows past its first 16 positions;
+    a reorder moves the cache to the concatenated layout. CPU bf16 concatenates from the start. In every case
+    incremental decoding equals full decoding of the (reordered) prefixes."""
     with torch.set_grad_enabled(grad):
         model = make_model()
         if bf16:
             model = model.to(torch.bfloat16)
-        src, tgt = rand_tokens(3, 5, 11), rand_tokens(3, 21, 12)
+        src, tgt = rand_tokens(3, 5, 11), rand_tokens(3, 26, 12)
         memory, src_pad = model.encode(src), src.eq(PAD_ID)
         cache = model.new_cache()
         model.decode(tgt[:, :1], memory, src_pad, cache=cache)
         buffer = cache.layers[0].keys
-        prefix, steps = tgt[:, :1], []
+        prefix = tgt[:, :1]
         for t in range(1, tgt.size(1)):
-            if t == 10:
+            if t == 20:
+                assert cache.layers[0].time_major != bf16
+                if not bf16:
+                    assert cache.layers[0].keys.size(0) >= 20 > 16  # grew
                 rows = torch.tensor([2, 2, 0])
                 cache.reorder(rows, rows)
                 prefix, memory, src_pad = prefix[rows], memory[rows], src_pad[rows]
-            if t < 10 and not bf16:
+                assert not cache.layers[0].time_major
+            if t < 16 and not bf16:
                 assert cache.layers[0].keys is buffer  # in place
             prefix = torch.cat([prefix, tgt[:, t: t + 1]], 1)
-            steps.append(model.decode(tgt[:, t: t + 1], memory, src_pad, cache=cache))
+            step = model.decode(tgt[:, t: t + 1], memory, src_pad, cache=cache)
             full = model.decode(prefix, memory, src_pad)
-            torch.testing.assert_close(steps[-1][:, 0], full[:, -1], **(dict(rtol=0, atol=0.1) if bf16 else
-                                                                           dict(rtol=0, atol=1e-5)))
+            torch.testing.assert_close(step[:, 0], full[:, -1], **(dict(rtol=0, atol=0.1) if bf16 else
+                                                                   dict(rtol=0, atol=1e-5)))
         assert cache.layers[0].length == tgt.size(1) == cache.length
-        assert cache.layers[0].time_major != bf16
-        assert cache.layers[0].keys.size(0 if not bf16 else 2) >= tgt.size(1) > 16  # grew
         assert cache.layers[0].keys.requires_grad == grad
 
 
