@@ -46,6 +46,15 @@ def run_grow(qs, ks, vs, rows):
     return outs
 
 
+def doubled(buf, t, dim):
+    """A copy of buf with twice the room along `dim` (the time axis), holding its first t positions."""
+    shape = list(buf.shape)
+    shape[dim] *= 2
+    new = buf.new_empty(shape)
+    new.narrow(dim, 0, t).copy_(buf.narrow(dim, 0, t))
+    return new
+
+
 def run_time_major(qs, ks, vs, rows):
     """(b) time-major throughout, reordered with one index_select over a (T*N, h*d) view of the buffer."""
     n, h, _, d = ks[0].shape
@@ -55,10 +64,7 @@ def run_time_major(qs, ks, vs, rows):
     outs = []
     for t, (q, kn, vn) in enumerate(zip(qs, ks, vs)):
         if t + 1 > room:
-            room *= 2
-            k_new, v_new = k_buf.new_empty((room, *k_buf.shape[1:])), v_buf.new_empty((room, *v_buf.shape[1:]))
-            k_new[:t], v_new[:t] = k_buf[:t], v_buf[:t]
-            k_buf, v_buf = k_new, v_new
+            room, k_buf, v_buf = 2 * room, doubled(k_buf, t, 0), doubled(v_buf, t, 0)
         k_buf[t], v_buf[t] = kn[:, :, 0], vn[:, :, 0]
         k_view, v_view = k_buf[: t + 1].permute(1, 2, 0, 3), v_buf[: t + 1].permute(1, 2, 0, 3)
         if k_buf.dtype != torch.float32:  # as aiayn would have to: bf16 matmuls on the strided view are slower still
@@ -94,10 +100,7 @@ def run_rows_with_room(qs, ks, vs, rows):
     outs = []
     for t, (q, kn, vn) in enumerate(zip(qs, ks, vs)):
         if t + 1 > room:
-            room *= 2
-            k_new, v_new = k_buf.new_empty((k_buf.size(0), h, room, d)), v_buf.new_empty((v_buf.size(0), h, room, d))
-            k_new[:, :, :t], v_new[:, :, :t] = k_buf[:, :, :t], v_buf[:, :, :t]
-            k_buf, v_buf = k_new, v_new
+            room, k_buf, v_buf = 2 * room, doubled(k_buf, t, 2), doubled(v_buf, t, 2)
         k_buf[:, :, t], v_buf[:, :, t] = kn[:, :, 0], vn[:, :, 0]
         outs.append(attend(q, k_buf[:, :, : t + 1], v_buf[:, :, : t + 1]))
         if rows is not None:
