@@ -81,8 +81,8 @@ class LayerCache:
     Self-attention: one entry per decoder row and target position, in one of two layouts.
     - time-major, (T, N, h, d) in a buffer with room to grow (T >= `length`): a step writes its positions in place
       instead of copying the whole past, and attention reads a strided view (N, h, t, d). Used in fp32 and on GPUs
-      until the first reorder: greedy search (which reorders only to drop finished sentences) spends 1.3-1.4x less
-      time on its cache this way.
+      (not measured there yet) until the first reorder: greedy search (which reorders only to drop finished
+      sentences) spends 1.3-1.8x less time on its cache this way.
     - concatenated, (N, h, t, d): each step appends by torch.cat. Used after a reorder (beam search reorders at
       every step, and there the time-major buffer measured even with this simpler layout: its reorder must copy the
       past anyway) and always for CPU bf16 (its matmuls are ~5x slower on strided views).
