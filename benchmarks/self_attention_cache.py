@@ -1,6 +1,6 @@
 """The decoder's self-attention cache during search, three layouts, one layer's steps timed alone.
 
-    python benchmarks/self_attention_cache.py --threads 2 [--rows 256,64] [--steps 30] [--dtypes fp32,bf16]
+    python benchmarks/self_attention_cache.py --threads 2 [--rows 256,64] [--steps 30] [--dtypes fp32,bf16] [--reps 5]
 
 (a) grow: keys/values per row (N, h, t, d), `torch.cat` of the past with the new position at every step (a copy of
     the whole past), and beam search's reorder an `index_select` of rows (a second copy of the past);
@@ -14,7 +14,8 @@ last columns. Rows 256 = beam 4 over 64 sentences, reordered every step (each ro
 rows 64 = greedy, never reordered. Each step: write this position's keys/values, attention of one query per row
 over the t cached positions (eq. 1, two matmuls and an fp32 softmax), then (beam) the reorder. Prints ms per layer
 for the whole search (--steps steps; best of --reps rounds, the layouts interleaved) and the ratios to (a); all
-layouts' outputs are checked equal first.
+layouts' outputs are checked equal first. Last, a table of one step's q K^T on a contiguous K against the
+time-major view (why CPU bf16 keeps (a)).
 """
 
 from __future__ import annotations
@@ -121,6 +122,23 @@ def timed(fns, *args, reps=5):
     return best
 
 
+def strided_matmul_table(rows: int, heads: int, d_k: int, positions: int, dtypes: list[str], reps: int) -> None:
+    """Why CPU bf16 keeps (a): one step's scores q K^T over `positions` cached positions, K contiguous (N, h, t, d)
+    against K a strided time-major view, interleaved, best of `reps` rounds of 20 calls."""
+    print(f"\nq K^T, {rows} rows, {positions} cached positions, ms a call (best of {reps} rounds of 20):\n")
+    print("| dtype | contiguous K | time-major view of K | ratio |")
+    print("|---|---|---|---|")
+    for dtype in dtypes:
+        dt = {"fp32": torch.float32, "bf16": torch.bfloat16}[dtype]
+        q = torch.randn(rows, heads, 1, d_k).to(dt)
+        k_contiguous = torch.randn(rows, heads, positions, d_k).to(dt)
+        k_view = torch.randn(2 * positions, rows, heads, d_k).to(dt)[:positions].permute(1, 2, 0, 3)
+        calls = [lambda k=k, q=q: [q @ k.transpose(-2, -1) for _ in range(20)] for k in (k_contiguous, k_view)]
+        with torch.inference_mode():
+            t_c, t_v = timed(calls, reps=reps)
+        print(f"| {dtype} | {t_c / 20 * 1e3:.2f} | {t_v / 20 * 1e3:.2f} | {t_v / t_c:.2f}x |")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--threads", type=int, default=2)
@@ -161,6 +179,8 @@ def main() -> None:
             print(f"| {n} | {'beam' if beam else 'greedy'} | {dtype} | {t_grow * 1e3:.1f} | {t_tm * 1e3:.1f} | "
                   f"{t_grow / t_tm:.2f}x | {t_room * 1e3:.1f} | {t_grow / t_room:.2f}x | {layout} | "
                   f"{t_ours * 1e3:.1f} | {t_grow / t_ours:.2f}x |")
+    strided_matmul_table(max(int(r) for r in args.rows.split(",")), args.heads, args.d_k, 15,
+                         args.dtypes.split(","), args.reps)
 
 
 if __name__ == "__main__":
