@@ -3,7 +3,8 @@
     label_smoothed_nll_loss     the formula, on log-probabilities (the reference)
     LabelSmoothedCrossEntropy   the same, fused over logits in cache-sized chunks (the CPU fast path, tested equal)
     label_smoothed_cross_entropy  what training calls: the chunked path on CPU; on GPUs the formula itself under
-                                torch.compile (its fused kernels are the compiler's), the chunked path if that fails
+                                torch.compile (its fused kernels are the compiler's), the chunked path if that
+                                cannot run; each kernel can be asked for by name (LOSS_KERNELS)
     batch_loss                  one batch through the model: the vocabulary projection on real tokens only
     TrainingObjective           model + loss in one forward, what DDP and torch.compile wrap
 """
@@ -91,49 +92,62 @@ def _compiled_formula():
     return torch.compile(_formula_from_logits, dynamic=True)
 
 
-def label_smoothed_cross_entropy(logits: Tensor, target: Tensor, eps: float) -> tuple[Tensor, Tensor]:
+LOSS_KERNELS = ("auto", "chunked", "compiled", "formula")
+COMPILE_ON = ("cuda",)  # devices where "auto" takes the compiled formula (measured faster there: docs/speed.md)
+
+
+@functools.cache
+def compiler_works(device_type: str) -> bool:
+    """Whether the compiled formula runs on this kind of device (tried once per process on a small batch); where it
+    does not (no Triton, say), a warning once, and "auto" takes the chunked path."""
+    try:
+        logits = torch.randn(3, 5, device=device_type, requires_grad=True)
+        loss, _ = _compiled_formula()(logits, torch.zeros(3, dtype=torch.long, device=device_type), 0.1)
+        loss.backward()
+        return True
+    except Exception as e:  # noqa: BLE001 (any compiler failure: fall back, say so once)
+        warnings.warn(f"torch.compile of the loss failed ({type(e).__name__}: {str(e)[:200]}); using the chunked "
+                      "loss, slower on GPUs", stacklevel=2)
+        return False
+
+
+def label_smoothed_cross_entropy(logits: Tensor, target: Tensor, eps: float, kernel: str = "auto"
+                                 ) -> tuple[Tensor, Tensor]:
     """(smoothed loss sum, NLL sum) of logits (N, V) against target (N,): `label_smoothed_nll_loss` of their
-    log-softmax. On CPU the chunked `LabelSmoothedCrossEntropy`; on a GPU the formula compiled once (dynamic
-    shapes: one compilation for every N), which the H100 ran in ~5-7 ms at 25k tokens x 32k against ~25 ms for the
-    chunked path's separate kernels (docs/speed.md). Where torch.compile cannot run (no Triton, say), the chunked
-    path, with a warning once."""
-    if _use_compiler(logits):
-        try:
-            return _compiled_formula()(logits, target, eps)
-        except Exception as e:  # noqa: BLE001 (any compiler failure: fall back, say so once)
-            _compiler_works[0] = False
-            warnings.warn(f"torch.compile of the loss failed ({type(e).__name__}: {str(e)[:200]}); using the "
-                          "chunked loss, slower on GPUs", stacklevel=2)
-    return LabelSmoothedCrossEntropy.apply(logits, target, eps)
+    log-softmax, by one of three kernels that compute the same: "chunked" (`LabelSmoothedCrossEntropy`), "compiled"
+    (the formula under torch.compile, dynamic shapes: one compilation for every N), "formula" (the formula as it
+    reads). "auto": compiled on GPUs where the compiler works, else chunked."""
+    if kernel == "auto":
+        kernel = "compiled" if logits.device.type in COMPILE_ON and compiler_works(logits.device.type) else "chunked"
+    if kernel == "chunked":
+        return LabelSmoothedCrossEntropy.apply(logits, target, eps)
+    if kernel == "compiled":
+        return _compiled_formula()(logits, target, eps)
+    if kernel == "formula":
+        return _formula_from_logits(logits, target, eps)
+    raise ValueError(f"loss kernel must be one of {', '.join(LOSS_KERNELS)}, not {kernel!r}")
 
 
-_compiler_works = [True]
-
-
-def _use_compiler(logits: Tensor) -> bool:
-    return logits.device.type == "cuda" and _compiler_works[0]
-
-
-def batch_loss(model: Transformer, src: Tensor, tgt_in: Tensor, tgt_out: Tensor,
-               eps: float) -> tuple[Tensor, Tensor, int]:
+def batch_loss(model: Transformer, src: Tensor, tgt_in: Tensor, tgt_out: Tensor, eps: float,
+               kernel: str = "auto") -> tuple[Tensor, Tensor, int]:
     """(smoothed loss sum, NLL sum, target tokens) of one batch. The vocabulary projection and softmax run on
     real target positions only: padding costs nothing there."""
     memory = model.encode(src)
     hidden = model.decode_hidden(tgt_in, memory, src.eq(PAD_ID))  # (B, T, D)
     real = tgt_out.ne(PAD_ID)
     logits = model.output_logits(hidden[real])  # (N, V), N = real target tokens
-    loss, nll = label_smoothed_cross_entropy(logits, tgt_out[real], eps)
+    loss, nll = label_smoothed_cross_entropy(logits, tgt_out[real], eps, kernel)
     return loss, nll, int(real.sum())
 
 
 class TrainingObjective(torch.nn.Module):
     """The model plus its loss in one forward, so DDP (which hooks `forward`) and torch.compile wrap both."""
 
-    def __init__(self, model: Transformer):
+    def __init__(self, model: Transformer, loss_kernel: str = "auto"):
         super().__init__()
-        self.model = model
+        self.model, self.loss_kernel = model, loss_kernel
 
     def forward(self, src: Tensor, tgt_in: Tensor, tgt_out: Tensor) -> tuple[Tensor, Tensor]:
         cfg = self.model.cfg
-        loss, nll, _ = batch_loss(self.model, src, tgt_in, tgt_out, cfg.label_smoothing)
+        loss, nll, _ = batch_loss(self.model, src, tgt_in, tgt_out, cfg.label_smoothing, self.loss_kernel)
         return loss, nll

@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 
 from aiayn import checkpoint as ckpt
+from aiayn import files, rundir
 from aiayn.config import ModelConfig
 from aiayn.data import builtin_corpus, prepare
 from aiayn.errors import UsageError
@@ -73,7 +74,7 @@ def quickstart(out: Path, minutes: float = 12.0, preset: str = "small", vocab_si
     if not (run / "config.json").is_file():  # a new run (or one whose start was interrupted: train reuses it)
         print(f"[2/5] training preset '{preset}' ({dtype}) for {minutes:g} minutes into {run}", flush=True)
         summary = train(data_dir, run, cfg, tc, progress=progress)
-    elif (done := _trained_seconds(run)) is not None and done < minutes * 60 - 1:
+    elif (done := _trained_seconds(run)) < minutes * 60 - 1:
         print(f"[2/5] {run} was interrupted after {done / 60:.1f} of its {minutes:g} minutes; resuming it",
               flush=True)
         summary = resume(run, progress=progress, max_minutes=(minutes * 60 - done) / 60)
@@ -85,17 +86,17 @@ def quickstart(out: Path, minutes: float = 12.0, preset: str = "small", vocab_si
               "same command again to finish it", flush=True)
         return {"interrupted_by": summary["interrupted_by"]}
 
-    paths = ckpt.checkpoint_paths(run)[-average_last:]
-    print(f"[3/5] averaging the last {len(paths)} checkpoints -> {run / ckpt.AVERAGED}", flush=True)
+    paths = rundir.checkpoint_paths(run)[-average_last:]
+    print(f"[3/5] averaging the last {len(paths)} checkpoints -> {run / rundir.AVERAGED}", flush=True)
     state, cfg = ckpt.average_checkpoints(paths)
-    ckpt.save_weights(run / ckpt.AVERAGED, state, cfg)
+    ckpt.save_weights(run / rundir.AVERAGED, state, cfg)
 
     translator = Translator.load(run, search)
     src_lines = (data_dir / "test.src.txt").read_text(encoding="utf-8").splitlines()
     refs = (data_dir / "test.tgt.txt").read_text(encoding="utf-8").splitlines()
     print(f"[4/5] translating the held-out Gospel of John ({len(src_lines)} verses, beam {beam})", flush=True)
     hyps = translator.translate(src_lines, progress=progress)
-    with ckpt.atomic_text_output(run / "test.hyp") as f:
+    with files.atomic_text_output(run / "test.hyp") as f:
         f.write("\n".join(hyps) + "\n")
     bleu, chrf_score = corpus_bleu(hyps, refs), chrf(hyps, refs)
     print(f"      test BLEU {bleu.score:.1f}   chrF {chrf_score.score:.1f}\n      sacreBLEU {bleu.signature}")
@@ -115,10 +116,9 @@ done in {minutes_total:.1f} minutes. Everything is in {out}/. Next:
             "interrupted_by": None}
 
 
-def _trained_seconds(run: Path) -> float | None:
-    """Training time a run has done up to its newest checkpoint (0 with none yet); None if its checkpoints predate
-    that record (then it counts as trained, as before)."""
-    last = ckpt.latest_checkpoint(run, resumable=True)
+def _trained_seconds(run: Path) -> float:
+    """Training time a run has done up to its newest checkpoint (0 with none yet)."""
+    last = rundir.latest_checkpoint(run, resumable=True)
     if last is None:
         return 0.0
-    return ckpt.load_trainer_state(last).get("train_seconds")
+    return ckpt.load_trainer_state(last)["train_seconds"]

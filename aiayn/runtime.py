@@ -1,5 +1,6 @@
-"""Where and how the maths runs: device, dtype (bf16 autocast), CPU threads, and processes (torchrun/DDP).
-Decided here only; the trainer, the dev evaluation and the benchmarks take a `Runtime`."""
+"""Where and how the maths runs: device, dtype (bf16 autocast), CPU threads, and processes (torchrun/DDP), from
+the process group's start (setup_runtime) to its end (`with runtime:`). Decided here only; the trainer, the dev
+evaluation and the benchmarks take a `Runtime`."""
 
 from __future__ import annotations
 
@@ -18,10 +19,26 @@ DTYPES = ("fp32", "bf16", "auto")  # auto: bf16 where the device multiplies bf16
 
 @dataclass
 class Runtime:
+    """Where the maths runs. Used as a context manager, it ends the process group it started (setup_runtime) when
+    the block ends: all processes leave together after a clean end; after an error, each one at once."""
+
     device: torch.device
     rank: int = 0
     world_size: int = 1
     dtype: str = "fp32"  # "fp32", or "bf16": autocast around forward passes (fp32 master weights)
+    owns_group: bool = False  # this Runtime started the process group (and so ends it)
+
+    def __enter__(self) -> Runtime:
+        return self
+
+    def __exit__(self, exc_type, *exc) -> None:
+        if self.owns_group and dist.is_initialized():
+            if exc_type is None:
+                # Leave together: a process that tears gloo down while another still talks to it can abort (SIGABRT,
+                # "terminate called without an active exception").
+                dist.barrier()
+            dist.destroy_process_group()
+            self.owns_group = False
 
     @property
     def is_main(self) -> bool:
@@ -149,6 +166,7 @@ def setup_runtime(device: str = "auto", dtype: str = "fp32", threads: int = 0) -
     if dev.type == "cuda":
         torch.cuda.set_device(dev)
         torch.backends.cuda.matmul.allow_tf32 = dtype == "fp32"
-    if world > 1 and not dist.is_initialized():
+    owns = world > 1 and not dist.is_initialized()
+    if owns:
         dist.init_process_group("nccl" if dev.type == "cuda" else "gloo")
-    return Runtime(dev, rank, world, dtype)
+    return Runtime(dev, rank, world, dtype, owns_group=owns)

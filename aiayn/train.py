@@ -17,9 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import json
 import math
-import shutil
 import signal
 import time
 from dataclasses import dataclass, field
@@ -29,14 +27,14 @@ from typing import Any
 import torch
 
 from aiayn import checkpoint as ckpt
+from aiayn import rundir
 from aiayn.config import ModelConfig, check_fields, check_types
-from aiayn.data import PreparedSplit, TokenBatchSampler, Vocab, collate
-from aiayn.data.batching import open_prepared
-from aiayn.data.prepare import prepared_sha256, sha256_file
+from aiayn.data import PreparedSplit, TokenBatchSampler, Vocab, collate, open_prepared
 from aiayn.errors import CheckpointError, DataError, UsageError
 from aiayn.losses import TrainingObjective
 from aiayn.metrics.perplexity import perplexity
 from aiayn.model import Transformer, count_parameters
+from aiayn.rundir import Logger
 from aiayn.runtime import DTYPES, Runtime, setup_runtime
 
 
@@ -134,58 +132,7 @@ RESUMABLE_OPTIONS = ("max_steps", "max_minutes")
 
 
 # ---------------------------------------------------------------------------------------------------------
-# What a run writes besides checkpoints: log lines, and a progress bar or plain lines.
-
-
-class Logger:
-    """log.jsonl lines (always) and TensorBoard scalars (when tensorboard is installed); main process only."""
-
-    def __init__(self, run_dir: Path, enabled: bool):
-        self.enabled = enabled
-        self.path = run_dir / "log.jsonl"
-        self.tb = None
-        if enabled:
-            _drop_torn_line(self.path)
-            try:
-                from torch.utils.tensorboard import SummaryWriter
-
-                self.tb = SummaryWriter(str(run_dir / "tb"))
-            except ImportError:
-                pass
-
-    def log(self, kind: str, step: int, **values: float) -> None:
-        if not self.enabled:
-            return
-        with open(self.path, "a") as f:
-            f.write(json.dumps({"kind": kind, "step": step, "time": time.time(), **values}) + "\n")
-        if self.tb is not None:
-            for k, v in values.items():
-                if isinstance(v, (int, float)):
-                    self.tb.add_scalar(f"{kind}/{k}", v, step)
-
-    def close(self) -> None:
-        if self.tb is not None:
-            self.tb.close()
-
-
-def _drop_torn_line(path: Path) -> None:
-    """Cut a last line that a kill left half-written (no newline), so that lines appended after a resume stay JSON."""
-    if not path.is_file():
-        return
-    with open(path, "rb+") as f:
-        end = f.seek(0, 2)
-        pos = end
-        while pos > 0:  # read backwards from the end to the last newline
-            start = max(0, pos - 4096)
-            f.seek(start)
-            chunk = f.read(pos - start)
-            if pos == end and chunk.endswith(b"\n"):
-                return
-            if (i := chunk.rfind(b"\n")) >= 0:
-                f.truncate(start + i + 1)
-                return
-            pos = start
-        f.truncate(0)
+# What a run shows: a progress bar or plain lines; and how it stops on a signal.
 
 
 class Progress:
@@ -275,11 +222,11 @@ class TrainState:
         try:
             self.optimizer.load_state_dict(trainer["optimizer"])
         except (ValueError, KeyError, TypeError, RuntimeError) as e:
-            raise CheckpointError(f"{ckpt.state_path(path)}: its optimizer state does not fit the model ({e}); "
+            raise CheckpointError(f"{rundir.state_path(path)}: its optimizer state does not fit the model ({e}); "
                                   f"delete both {path.name} files to resume from the previous checkpoint") from None
         self.sampler.load_state_dict(trainer["sampler"])
         self.step, self.best_dev_loss = trainer["step"], trainer["best_dev_loss"]
-        self.train_seconds = float(trainer.get("train_seconds", 0.0))
+        self.train_seconds = trainer["train_seconds"]
 
 
 def save(state: TrainState, run_dir: Path, tc: TrainConfig, rt: Runtime, valid, logger: Logger) -> str:
@@ -301,7 +248,7 @@ def save(state: TrainState, run_dir: Path, tc: TrainConfig, rt: Runtime, valid, 
             logger.log("valid", state.step, loss=dev_loss, nll=nll, ppl=dev.ppl)
             msg += f"; dev loss {dev_loss:.3f} nll {nll:.3f} ppl {dev.ppl:.2f}"
             if dev_loss < state.best_dev_loss:
-                ckpt.save_weights(run_dir / ckpt.BEST, weights, cfg, state.step)
+                ckpt.save_weights(run_dir / rundir.BEST, weights, cfg, state.step)
     state.best_dev_loss = min(state.best_dev_loss, dev_loss)
     rt.barrier()  # nobody runs ahead (or exits) while the main process writes: the checkpoint exists for all after
     return msg
@@ -320,37 +267,27 @@ def train(data_dir: Path, run_dir: Path, cfg: ModelConfig, tc: TrainConfig, prog
     vocab = Vocab.load(data_dir)
     if len(vocab) != cfg.vocab_size:
         cfg = cfg.replace(vocab_size=len(vocab))  # the model always matches the prepared vocabulary
-    rt = setup_runtime(tc.device, tc.dtype, tc.threads)
-    tc = dataclasses.replace(tc, dtype=rt.dtype)  # "auto" resolved: a resumed run keeps the dtype it started with
-    if rt.is_main:
-        _check_new_run_dir(run_dir)
-    state, train_set, valid = _setup(splits, cfg, tc, rt)
-    record = {"model": cfg.to_dict(), "train": dataclasses.asdict(tc), "data": str(data_dir.resolve()),
-              "data_sha256": prepared_sha256(data_dir), "vocab_sha256": sha256_file(vocab.model_path)}
-    if rt.is_main:
-        run_dir.mkdir(parents=True, exist_ok=True)
-    with ckpt.RunLock(run_dir) if rt.is_main else contextlib.nullcontext():
+    with setup_runtime(tc.device, tc.dtype, tc.threads) as rt:
+        tc = dataclasses.replace(tc, dtype=rt.dtype)  # "auto" resolved: a resumed run keeps the dtype it started with
         if rt.is_main:
-            _check_new_run_dir(run_dir)  # again under the lock: another process may have started it meanwhile
-            _remove_stale_temps(run_dir)
-            ckpt.atomic_write(run_dir / "vocab.model", lambda p: shutil.copyfile(vocab.model_path, p))
-            ckpt.write_json(run_dir / "config.json", record)  # written last: a run with a config.json has started
-        return _loop(state, train_set, valid, run_dir, tc, rt, progress)
+            rundir.check_new(run_dir)
+        state, train_set, valid = _setup(splits, cfg, tc, rt)
+        record = rundir.run_record(cfg.to_dict(), dataclasses.asdict(tc), data_dir, vocab.model_path)
+        if rt.is_main:
+            run_dir.mkdir(parents=True, exist_ok=True)
+        with rundir.RunLock(run_dir) if rt.is_main else contextlib.nullcontext():
+            if rt.is_main:
+                rundir.check_new(run_dir)  # again under the lock: another process may have started it meanwhile
+                _remove_stale_temps(run_dir)
+                rundir.start(run_dir, record, vocab.model_path)
+            return _loop(state, train_set, valid, run_dir, tc, rt, progress)
 
 
 def _remove_stale_temps(run_dir: Path) -> None:
-    removed = ckpt.remove_stale_temps(run_dir)
+    removed = rundir.remove_stale_temps(run_dir)
     if removed:
         print(f"removed {len(removed)} temp file(s) that interrupted writes had left in {run_dir} (e.g. "
               f"{removed[0].name})", flush=True)
-
-
-def _check_new_run_dir(run_dir: Path) -> None:
-    if (run_dir / "config.json").is_file():
-        raise UsageError(f"{run_dir} is not empty: it is a run already; continue it with --resume {run_dir}, or "
-                         "give a new --out")
-    if not ckpt.unstarted(run_dir):
-        raise UsageError(f"{run_dir} is not empty and is not a run directory; give a new or empty --out")
 
 
 def resume(run_dir: Path, progress: bool = True, **stopping: Any) -> dict[str, Any]:
@@ -362,46 +299,22 @@ def resume(run_dir: Path, progress: bool = True, **stopping: Any) -> dict[str, A
     if refused:
         raise UsageError(f"cannot change {', '.join(refused)} when resuming (only {', '.join(RESUMABLE_OPTIONS)} "
                          "may change; the rest is fixed by the run's config.json)")
-    saved = ckpt.read_run_config(run_dir)
+    saved = rundir.read_config(run_dir)
     try:
         cfg, tc = ModelConfig.from_dict(saved["model"]), TrainConfig.from_dict(saved["train"])
     except UsageError as e:
-        raise CheckpointError(f"{run_dir / 'config.json'}: {e}; it was damaged outside aiayn") from None
+        raise CheckpointError(f"{run_dir / rundir.CONFIG}: {e}; it was damaged outside aiayn") from None
     tc = dataclasses.replace(tc, **{k: v for k, v in stopping.items() if v is not None})
-    data_dir = Path(str(saved["data"]))
-    rt = setup_runtime(tc.device, tc.dtype, tc.threads)
-    with ckpt.RunLock(run_dir) if rt.is_main else contextlib.nullcontext():
-        _check_same_data(run_dir, saved, data_dir)
+    with setup_runtime(tc.device, tc.dtype, tc.threads) as rt, (
+            rundir.RunLock(run_dir) if rt.is_main else contextlib.nullcontext()):
+        data_dir = rundir.check_same_data(run_dir, saved)
         state, train_set, valid = _setup(open_prepared(data_dir), cfg, tc, rt)
         if rt.is_main:
             _remove_stale_temps(run_dir)
-        last = ckpt.latest_checkpoint(run_dir, resumable=True)
+        last = rundir.latest_checkpoint(run_dir, resumable=True)
         if last is not None:
             state.restore(last)
         return _loop(state, train_set, valid, run_dir, tc, rt, progress)
-
-
-def _check_same_data(run_dir: Path, saved: dict[str, Any], data_dir: Path) -> None:
-    """Refuse to resume on other data or another vocabulary than the run started with (data prepared again in the
-    same folder): the run would silently continue on another corpus, and translate would decode with the old
-    vocabulary."""
-    run_vocab, data_vocab = run_dir / "vocab.model", data_dir / "vocab.model"
-    if not run_vocab.is_file():
-        raise CheckpointError(f"{run_vocab} is missing; the run directory was damaged")
-    if not data_vocab.is_file():
-        raise DataError(f"{run_dir} was trained on {data_dir}, which holds no prepared data any more (no "
-                        "vocab.model); restore the data the run started on")
-    ours = sha256_file(run_vocab)
-    if sha256_file(data_vocab) != ours or saved.get("vocab_sha256", ours) != ours:
-        raise DataError(f"{data_dir} now has another vocabulary than the one {run_dir} was trained with (vocab.model "
-                        "differs): the data were prepared again since the run started. Resuming would train on other "
-                        "token ids while translate decodes with the run's vocabulary. Restore the data the run "
-                        "started on, or start a new run on the new data (aiayn train --data DIR --out NEW_RUN)")
-    if "data_sha256" in saved and saved["data_sha256"] != prepared_sha256(data_dir):
-        raise DataError(f"{data_dir} holds other data than {run_dir} was trained on (its files differ from those "
-                        "the run started with: prepared again from other text or with other options). Resuming would "
-                        "continue on another corpus. Restore the data the run started on, or start a new run on "
-                        "the new data (aiayn train --data DIR --out NEW_RUN)")
 
 
 def _setup(splits: dict[str, PreparedSplit], cfg: ModelConfig, tc: TrainConfig, rt: Runtime
@@ -438,64 +351,79 @@ def _endless(sampler: TokenBatchSampler):
 # The loop.
 
 
+def _update(state: TrainState, objective: torch.nn.Module, micro: list, rt: Runtime, tc: TrainConfig,
+            t_start: float) -> tuple[float, float, float]:
+    """One update: forward and backward of every micro-batch, then an Adam step at the schedule's rate. Returns
+    (summed loss, summed NLL, learning rate)."""
+    local_tokens = sum(b.n_tgt_tokens for b in micro)
+    # The elapsed time goes through the same all-reduce so that every process anneals by the same clock.
+    total_tokens, elapsed = rt.all_reduce([float(local_tokens), time.time() - t_start])
+    # Per-token loss over the whole update (all micro-batches, all processes): DDP averages gradients over processes,
+    # so each process scales its summed loss by world_size / total tokens.
+    scale = rt.world_size / total_tokens
+    loss_sum = nll_sum = 0.0
+    for k, b in enumerate(micro):
+        last = k == len(micro) - 1 or rt.world_size == 1
+        with contextlib.nullcontext() if last else getattr(objective, "_orig_mod", objective).no_sync():
+            with rt.autocast():
+                loss, nll = objective(b.src, b.tgt_in, b.tgt_out)
+            (loss * scale).backward()
+        loss_sum, nll_sum = loss_sum + loss.item(), nll_sum + nll.item()
+    if tc.clip_norm > 0:
+        torch.nn.utils.clip_grad_norm_(state.model.parameters(), tc.clip_norm)
+    lr = noam_lr(state.step + 1, state.model.cfg.d_model, tc.warmup, tc.lr_factor) * anneal_factor(
+        state.step + 1, elapsed / rt.world_size, tc)
+    for group in state.optimizer.param_groups:
+        group["lr"] = lr
+    state.optimizer.step()
+    state.optimizer.zero_grad(set_to_none=True)
+    state.step += 1
+    return loss_sum, nll_sum, lr
+
+
+class _Window:
+    """Loss, NLL and tokens since the last log line (summed over processes when logged)."""
+
+    def __init__(self):
+        self.loss = self.nll = self.tokens = 0.0
+        self.start = time.time()
+
+    def add(self, loss: float, nll: float, tokens: int) -> None:
+        self.loss, self.nll, self.tokens = self.loss + loss, self.nll + nll, self.tokens + tokens
+
+    def record(self, rt: Runtime, lr: float, t_start: float) -> dict[str, float]:
+        loss, nll, tokens = rt.all_reduce([self.loss, self.nll, self.tokens])
+        return {"loss": loss / tokens, "nll": nll / tokens, "ppl": math.exp(min(nll / tokens, 50)), "lr": lr,
+                "tokens_per_s": tokens / (time.time() - self.start), "elapsed_s": time.time() - t_start}
+
+
 def _loop(state: TrainState, train_set: PreparedSplit, valid: PreparedSplit | None, run_dir: Path, tc: TrainConfig,
           rt: Runtime, progress: bool) -> dict[str, Any]:
-    model, optimizer, sampler, cfg = state.model, state.optimizer, state.sampler, state.model.cfg
+    model, cfg = state.model, state.model.cfg
     objective = rt.wrap(TrainingObjective(model), tc.compile)
     logger = Logger(run_dir, rt.is_main)
     bar = Progress(tc, state.step, enabled=progress, silent=not rt.is_main)
     bar.write(f"model: {count_parameters(model) / 1e6:.2f}M parameters, {cfg.n_enc_layers}+{cfg.n_dec_layers} "
-                  f"layers, d_model {cfg.d_model}; device {rt.device}, {tc.dtype}, {rt.world_size} process(es); "
-                  f"{len(train_set):,} training pairs, {len(sampler):,} batches/epoch/process")
-
-    batches = _endless(sampler)
+              f"layers, d_model {cfg.d_model}; device {rt.device}, {tc.dtype}, {rt.world_size} process(es); "
+              f"{len(train_set):,} training pairs, {len(state.sampler):,} batches/epoch/process")
+    batches = _endless(state.sampler)
     t_start = t_save = time.time()
-    seconds_before = state.train_seconds
-    window = {"loss": 0.0, "nll": 0.0, "tokens": 0.0, "time": time.time()}
-    last_saved = state.step
+    seconds_before, last_saved, window = state.train_seconds, state.step, _Window()
     model.train()
     with StopOnSignal(enabled=rt.world_size == 1) as stop:
         while state.step < tc.max_steps and stop.signal is None:
             # Dropout masks are a function of (seed, step, rank): an interrupted run resumes exactly.
             torch.manual_seed(tc.seed * 1_000_003 + state.step * 1009 + rt.rank)
             micro = [collate([train_set[i] for i in next(batches)]).to(rt.device) for _ in range(tc.update_freq)]
-            local_tokens = sum(b.n_tgt_tokens for b in micro)
-            # The elapsed time goes through the same all-reduce so that every process anneals by the same clock.
-            total_tokens, elapsed = rt.all_reduce([float(local_tokens), time.time() - t_start])
-            # Per-token loss over the whole update (all micro-batches, all processes): DDP averages gradients
-            # over processes, so each process scales its summed loss by world_size / total tokens.
-            scale = rt.world_size / total_tokens
-            loss_sum = nll_sum = 0.0
-            for k, b in enumerate(micro):
-                last = k == len(micro) - 1 or rt.world_size == 1
-                with contextlib.nullcontext() if last else getattr(objective, "_orig_mod", objective).no_sync():
-                    with rt.autocast():
-                        loss, nll = objective(b.src, b.tgt_in, b.tgt_out)
-                    (loss * scale).backward()
-                loss_sum, nll_sum = loss_sum + loss.item(), nll_sum + nll.item()
-            if tc.clip_norm > 0:
-                torch.nn.utils.clip_grad_norm_(model.parameters(), tc.clip_norm)
-            lr = noam_lr(state.step + 1, cfg.d_model, tc.warmup, tc.lr_factor) * anneal_factor(
-                state.step + 1, elapsed / rt.world_size, tc)
-            for group in optimizer.param_groups:
-                group["lr"] = lr
-            optimizer.step()
-            optimizer.zero_grad(set_to_none=True)
-            state.step += 1
-
-            window["loss"] += loss_sum
-            window["nll"] += nll_sum
-            window["tokens"] += local_tokens
+            loss_sum, nll_sum, lr = _update(state, objective, micro, rt, tc, t_start)
+            window.add(loss_sum, nll_sum, sum(b.n_tgt_tokens for b in micro))
             postfix = {}
             if state.step % tc.log_every == 0 or state.step == tc.max_steps:
-                loss_w, nll_w, tok_w = rt.all_reduce([window["loss"], window["nll"], window["tokens"]])
-                rec = {"loss": loss_w / tok_w, "nll": nll_w / tok_w, "ppl": math.exp(min(nll_w / tok_w, 50)),
-                       "lr": lr, "tokens_per_s": tok_w / (time.time() - window["time"]),
-                       "elapsed_s": time.time() - t_start}
+                rec = window.record(rt, lr, t_start)
                 logger.log("train", state.step, **rec)
                 postfix = {"step": state.step, "loss": f"{rec['loss']:.3f}", "lr": f"{lr:.2e}",
                            "tok_s": f"{rec['tokens_per_s']:.0f}"}
-                window = {"loss": 0.0, "nll": 0.0, "tokens": 0.0, "time": time.time()}
+                window = _Window()
             bar.update(time.time() - t_start, **postfix)
 
             out_of_time = rt.any(tc.max_minutes > 0 and (time.time() - t_start) / 60 >= tc.max_minutes)

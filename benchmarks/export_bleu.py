@@ -20,11 +20,12 @@ from pathlib import Path
 
 import torch
 
-from aiayn.checkpoint import inference_checkpoint, load_for_inference
+from aiayn.checkpoint import load_for_inference
 from aiayn.config import PAD_ID
 from aiayn.export.ct2 import equal_limit_batches, export_ct2, translate_ct2
 from aiayn.export.hf import export_hf
 from aiayn.metrics import corpus_bleu
+from aiayn.rundir import inference_checkpoint
 from aiayn.search import SearchConfig
 from aiayn.translate import Translator, encode_sources
 

@@ -45,6 +45,7 @@ from aiayn.translate import Translator  # noqa: E402
 def tiny_run(folder: Path) -> tuple[Path, list[str]]:
     """A run directory holding a random `tiny` model and a vocabulary of synthetic sentences, and those sentences."""
     from aiayn import checkpoint as ckpt
+    from aiayn import rundir
     from aiayn.config import ModelConfig
     from aiayn.data import Vocab
     from aiayn.model import Transformer
@@ -55,7 +56,7 @@ def tiny_run(folder: Path) -> tuple[Path, list[str]]:
     vocab = Vocab.train(lines, folder, vocab_size=200)
     torch.manual_seed(0)
     model = Transformer(ModelConfig.preset("tiny", vocab_size=len(vocab)))
-    ckpt.save_weights(ckpt.step_checkpoint_path(folder, 1), model.state_dict(), model.cfg, 1)
+    ckpt.save_weights(rundir.step_checkpoint_path(folder, 1), model.state_dict(), model.cfg, 1)
     return folder, lines
 
 

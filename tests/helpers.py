@@ -8,6 +8,7 @@ from pathlib import Path
 import torch
 
 from aiayn import checkpoint as ckpt
+from aiayn import rundir
 from aiayn.config import EOS_ID, ModelConfig
 from aiayn.model import Transformer
 
@@ -29,6 +30,6 @@ def tiny_model(vocab_size: int, seed: int = 0, eos_bias: float = 0.0, **override
 
 def save_run(model: Transformer, vocab_model: Path, run: Path, step: int = 10) -> Path:
     """A run directory holding `model` as its only step checkpoint, and the vocabulary: what `--checkpoint` takes."""
-    ckpt.save_weights(ckpt.step_checkpoint_path(run, step), model.state_dict(), model.cfg, step)
+    ckpt.save_weights(rundir.step_checkpoint_path(run, step), model.state_dict(), model.cfg, step)
     shutil.copyfile(vocab_model, run / "vocab.model")
     return run

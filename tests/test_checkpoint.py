@@ -10,6 +10,7 @@ from helpers import save_run, tiny_model
 from safetensors.torch import load_file, safe_open, save_file
 
 from aiayn import checkpoint as ckpt
+from aiayn import rundir
 from aiayn.config import ModelConfig
 
 
@@ -46,7 +47,7 @@ def test_corrupt_checkpoint_gives_clear_error(tmp_path):
 ])
 def test_checkpoint_config_is_untrusted_input(copy_data, tmp_path, change, says):
     run = save_run(tiny_model(120), copy_data / "vocab.model", tmp_path / "run")
-    path = ckpt.checkpoint_paths(run)[-1]
+    path = rundir.checkpoint_paths(run)[-1]
     state = load_file(str(path))
     with safe_open(str(path), "pt") as f:
         meta = f.metadata()

@@ -197,7 +197,7 @@ def test_prepare_again_reuses_and_refuses_other_inputs(tmp_path, prepared, capsy
         prepare(src, tgt, tmp_path / "out", vocab=prepared, max_len=10)
 
 
-def test_prepare_records_every_file_and_reuse_adds_the_record_to_older_data(tmp_path, prepared):
+def test_prepare_records_every_file_and_data_without_the_record_are_refused(tmp_path, prepared):
     import hashlib
 
     src, tgt = write(tmp_path / "s", ["Hello.", "Yes."]), write(tmp_path / "t", ["Hola.", "Sí."])
@@ -209,11 +209,12 @@ def test_prepare_records_every_file_and_reuse_adds_the_record_to_older_data(tmp_
         raw = (tmp_path / "out" / name).read_bytes()
         assert record == {"bytes": len(raw), "sha256": hashlib.sha256(raw).hexdigest()}
     digest = meta["content_sha256"]
-    for key in ("files", "content_sha256"):  # as an earlier version wrote it
-        del meta[key]
-    (tmp_path / "out/meta.json").write_text(json.dumps(meta))
-    prepare(src, tgt, tmp_path / "out", vocab=prepared)
+    assert prepare(src, tgt, tmp_path / "out", vocab=prepared)["reused"]
     assert json.loads((tmp_path / "out/meta.json").read_text())["content_sha256"] == digest
+    del meta["files"], meta["content_sha256"]
+    (tmp_path / "out/meta.json").write_text(json.dumps(meta))
+    with pytest.raises(DataError, match="prepare the data again"):
+        prepare(src, tgt, tmp_path / "out", vocab=prepared)
 
 
 def test_cli_prints_error_without_traceback(tmp_path, capsys):

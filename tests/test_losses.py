@@ -71,20 +71,36 @@ def test_compiled_gpu_loss_equals_the_formula(dtype):
 
 
 def test_compiler_failure_falls_back_to_the_chunked_loss(monkeypatch):
-    """Where torch.compile cannot run, the GPU path warns once and computes the same loss the chunked way."""
+    """Where torch.compile cannot run, "auto" warns once and computes the same loss the chunked way."""
     import aiayn.losses as losses
 
     def broken():
         raise RuntimeError("no Triton here")
 
-    monkeypatch.setattr(losses, "_use_compiler", lambda logits: losses._compiler_works[0])
+    monkeypatch.setattr(losses, "COMPILE_ON", ("cpu",))
     monkeypatch.setattr(losses, "_compiled_formula", broken)
-    monkeypatch.setattr(losses, "_compiler_works", [True])
+    losses.compiler_works.cache_clear()
     torch.manual_seed(0)
     logits, target = torch.randn(6, 29), torch.randint(0, 29, (6,))
-    with pytest.warns(UserWarning, match="torch.compile of the loss failed.*no Triton here"):
-        got = _loss_and_grad(label_smoothed_cross_entropy, logits, target, 0.1)
-    assert losses._compiler_works == [False]
+    try:
+        with pytest.warns(UserWarning, match="torch.compile of the loss failed.*no Triton here"):
+            got = _loss_and_grad(label_smoothed_cross_entropy, logits, target, 0.1)
+        assert losses.compiler_works("cpu") is False
+    finally:
+        losses.compiler_works.cache_clear()
     ref = _loss_and_grad(lambda x, t, e: label_smoothed_nll_loss(F.log_softmax(x, -1), t, e), logits, target, 0.1)
     for a, b in zip(got, ref):
         torch.testing.assert_close(a, b)
+
+
+@pytest.mark.parametrize("kernel", ["chunked", "formula"])
+def test_every_loss_kernel_computes_the_formula(kernel):
+    torch.manual_seed(0)
+    logits, target = torch.randn(7, 31) * 3, torch.randint(0, 31, (7,))
+    got = _loss_and_grad(lambda x, t, e: label_smoothed_cross_entropy(x, t, e, kernel), logits, target, 0.1)
+    ref = _loss_and_grad(lambda x, t, e: label_smoothed_nll_loss(F.log_softmax(x.double(), -1), t, e),
+                         logits, target, 0.1)
+    for a, b in zip(got, ref):
+        torch.testing.assert_close(a.double(), b.double(), rtol=1e-5, atol=1e-6)
+    with pytest.raises(ValueError, match="loss kernel"):
+        label_smoothed_cross_entropy(logits, target, 0.1, "fused")

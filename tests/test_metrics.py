@@ -8,6 +8,7 @@ import torch
 from helpers import tiny_model
 
 from aiayn import checkpoint as ckpt
+from aiayn import rundir
 from aiayn.cli import main
 from aiayn.data import load_split
 from aiayn.metrics import chrf, corpus_bleu, perplexity, tokenized_bleu
@@ -86,7 +87,7 @@ def test_evaluate_cli(tmp_path, copy_data, capsys):
     assert "chrF" in out and "compound-split, lang de" in out
 
     model = tiny_model(120)
-    ckpt.save_weights(ckpt.step_checkpoint_path(tmp_path / "run", 1), model.state_dict(), model.cfg, 1)
+    ckpt.save_weights(rundir.step_checkpoint_path(tmp_path / "run", 1), model.state_dict(), model.cfg, 1)
     (tmp_path / "run" / "vocab.model").write_bytes((copy_data / "vocab.model").read_bytes())
     args = ["evaluate", "--checkpoint", str(tmp_path / "run"), "--data", str(copy_data), "--split", "valid"]
     assert main(args) == 0

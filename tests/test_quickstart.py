@@ -1,6 +1,6 @@
 """The README's main job, end to end, shrunk: the shipped corpus, a tiny model, seconds of training."""
 
-from aiayn import checkpoint as ckpt
+from aiayn import rundir
 from aiayn.quickstart import quickstart
 
 
@@ -11,15 +11,15 @@ def test_quickstart_end_to_end_and_rerun_reuses(tmp_path, capsys):
     assert "test BLEU" in printed and "nrefs:1|case:mixed" in printed and "aiayn translate" in printed
     assert 0.0 <= result["bleu"] <= 100.0
     run = out / "run"
-    assert (run / ckpt.AVERAGED).is_file() and (run / "test.hyp").is_file()
+    assert (run / rundir.AVERAGED).is_file() and (run / "test.hyp").is_file()
     n_test = len((out / "data" / "test.tgt.txt").read_text(encoding="utf-8").splitlines())
     assert len((run / "test.hyp").read_text(encoding="utf-8").splitlines()) == n_test
-    checkpoints = ckpt.checkpoint_paths(run)
+    checkpoints = rundir.checkpoint_paths(run)
     # Running it again reuses the prepared data and the trained run.
     quickstart(out, minutes=0.1, preset="tiny", vocab_size=1000, beam=1, progress=False)
     again = capsys.readouterr().out
     assert "already trained; reusing it" in again and "reusing" in again.split("[2/5]")[0]
-    assert ckpt.checkpoint_paths(run) == checkpoints
+    assert rundir.checkpoint_paths(run) == checkpoints
 
 
 def test_quickstart_recipe_defaults_and_overrides(tmp_path):

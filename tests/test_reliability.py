@@ -29,11 +29,11 @@ from safetensors.torch import load_file, safe_open, save_file
 
 import aiayn.train as train_mod
 from aiayn import checkpoint as ckpt
+from aiayn import files, rundir
 from aiayn.cli import build_parser, main
 from aiayn.config import ModelConfig
-from aiayn.data import batching as batching_mod
-from aiayn.data import load_split, prepare
-from aiayn.data.batching import open_prepared
+from aiayn.data import folder as folder_mod
+from aiayn.data import load_split, open_prepared, prepare
 from aiayn.errors import CheckpointError, DataError, UsageError
 from aiayn.train import RESUMABLE_OPTIONS, TrainConfig, resume, train
 from aiayn.translate import Translation, Translator
@@ -88,7 +88,7 @@ def lab(copy_data, tmp_path_factory) -> SimpleNamespace:
     (root / "broken.yaml").write_text("preset: tiny\nmodel: [d_model: 32\n")
     (root / "types.yaml").write_text(f"preset: tiny\ndata: {data}\ntrain:\n  max_steps: many\n")
     (root / "latin1.yaml").write_bytes("preset: tiny  # Tama\xf1o\n".encode("latin-1"))
-    weights = ckpt.checkpoint_paths(run)[-1]
+    weights = rundir.checkpoint_paths(run)[-1]
     state = load_file(str(weights))
     with safe_open(str(weights), "pt") as f:
         meta = f.metadata()
@@ -143,6 +143,12 @@ BAD_INPUTS = [
     ("resume-flag", ["train", "--resume", "{run}", "--max-tokens", "200"], b"", 2, "cannot change max_tokens"),
     ("resume-and-data", ["train", "--resume", "{run}", "--data", "{data}"], b"", 2, "drop --data"),
     ("resume-no-run", ["train", "--resume", "{root}/nothing"], b"", 1, "not a run directory"),
+    ("resume-a-data-folder", ["train", "--resume", "{data}"], b"", 1,
+     "is a prepared-data directory, not a run directory; train on it with `aiayn train --data"),
+    ("train-data-is-a-run", ["train", "--data", "{run}", "--out", OUT, *TINY], b"", 1,
+     "is a run directory, not a prepared-data directory"),
+    ("translate-a-data-folder", ["translate", "--checkpoint", "{data}"], b"a\n", 1,
+     "is a prepared-data directory, not a run directory"),
     ("resume-broken-config", ["train", "--resume", "{root}/brokenrun"], b"", 1, "config.json is not valid JSON"),
     ("average-last", ["average", "--run", "{run}", "--last", "0"], b"", 2, "--last: must be an integer >= 1"),
     ("average-no-checkpoint", ["average", "--inputs", "{root}/no.safetensors", "--out", OUT], b"", 1,
@@ -255,16 +261,11 @@ def test_big_files_have_their_sizes_checked_and_their_hashes_on_demand(lab, tmp_
     shutil.copytree(lab.data, data)
     ids = data / "train.tgt.bin"
     ids.write_bytes(ids.read_bytes()[::-1])  # same size, other ids
-    monkeypatch.setattr(batching_mod, "HASH_BELOW_BYTES", 0)  # as if every file were too big to hash each time
+    monkeypatch.setattr(folder_mod, "HASH_BELOW_BYTES", 0)  # as if every file were too big to hash each time
     assert len(load_split(data, "train")) == 600
     with pytest.raises(DataError, match="differs from what `aiayn prepare` wrote"):
         load_split(data, "train", full_check=True)
-    # Data prepared before sizes and hashes were recorded still open, and a short id file is still caught.
-    meta = json.loads((data / "meta.json").read_text())
-    del meta["files"], meta["content_sha256"]
-    (data / "meta.json").write_text(json.dumps(meta))
-    assert len(open_prepared(data)["train"]) == 600
-    os.truncate(ids, ids.stat().st_size - 2)
+    os.truncate(ids, ids.stat().st_size - 2)  # a short id file is caught by its size alone
     with pytest.raises(DataError, match="train.tgt.bin has .* but train.idx.npy indexes"):
         load_split(data, "train")
 
@@ -275,7 +276,7 @@ def test_resume_refuses_data_prepared_again_with_other_text_or_vocabulary(tmp_pa
     data, run = tmp_path / "data", tmp_path / "run"
     prepare(*a, data, vocab_size=100)
     train(data, run, ModelConfig.preset("tiny"), tiny_tc(), progress=False)
-    saved = ckpt.read_run_config(run)
+    saved = rundir.read_config(run)
     assert len(saved["data_sha256"]) == len(saved["vocab_sha256"]) == 64
 
     shutil.rmtree(data)
@@ -291,7 +292,7 @@ def test_resume_refuses_data_prepared_again_with_other_text_or_vocabulary(tmp_pa
     prepare(*b, data, vocab=run / "vocab.model")  # another corpus with the run's own vocabulary
     with pytest.raises(DataError, match="holds other data than .* was trained on"):
         resume(run, progress=False, max_steps=4)
-    assert [p.name for p in ckpt.checkpoint_paths(run)] == ["step_00000002.safetensors", "step_00000003.safetensors"]
+    assert [p.name for p in rundir.checkpoint_paths(run)] == ["step_00000002.safetensors", "step_00000003.safetensors"]
 
 
 def test_resume_refuses_every_flag_it_cannot_honour(lab, capsys):
@@ -311,12 +312,12 @@ def test_resume_refuses_every_flag_it_cannot_honour(lab, capsys):
 def test_trainer_state_is_checked_before_resuming_from_it(lab, tmp_path):
     copy = tmp_path / "run"
     shutil.copytree(lab.run, copy)
-    last = ckpt.checkpoint_paths(copy)[-1]
+    last = rundir.checkpoint_paths(copy)[-1]
     trainer = ckpt.load_trainer_state(last)
-    torch.save({k: v for k, v in trainer.items() if k != "sampler"}, ckpt.state_path(last))
+    torch.save({k: v for k, v in trainer.items() if k != "sampler"}, rundir.state_path(last))
     with pytest.raises(CheckpointError, match="lacks the optimizer, sampler"):
         resume(copy, progress=False, max_steps=3)
-    torch.save(trainer, ckpt.state_path(last))
+    torch.save(trainer, rundir.state_path(last))
     other = tiny_model(120, d_ff=128)  # weights of another model in the run's place
     ckpt.save_weights(last, other.state_dict(), other.cfg, 2)
     with pytest.raises(CheckpointError, match="holds another model \\(differs in d_ff\\)"):
@@ -333,23 +334,23 @@ def test_one_writer_per_run_directory(copy_data, tmp_path):
                                  "--save-every-steps", "5", *TINY), env=_env(),
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
-        _wait_for(ckpt.step_checkpoint_path(run, 5), proc)
+        _wait_for(rundir.step_checkpoint_path(run, 5), proc)
         with pytest.raises(CheckpointError, match=f"in use by another training process \\(PID {proc.pid}\\)"):
             resume(run, progress=False)
         assert main(["train", "--data", str(copy_data), "--out", str(run), *TINY]) == 2  # a run already
     finally:
         proc.kill()  # SIGKILL: the OS releases the lock
         proc.wait()
-    step = int(ckpt.latest_checkpoint(run, resumable=True).stem.split("_")[1])
+    step = int(rundir.latest_checkpoint(run, resumable=True).stem.split("_")[1])
     assert resume(run, progress=False, max_steps=step + 1)["step"] == step + 1
 
 
 STALL_IN_CONFIG_WRITE = r"""
 import pathlib, sys, time
-import aiayn.checkpoint as ckpt
+import aiayn.files as files
 
 marker, argv = pathlib.Path(sys.argv[1]), sys.argv[2:]
-write_json = ckpt.write_json
+write_json = files.write_json
 
 def stall(path, obj):
     if pathlib.Path(path).name != "config.json":
@@ -358,9 +359,9 @@ def stall(path, obj):
         tmp.write_text('{"model": {"d_mo')  # half written when the kill comes
         marker.touch()
         time.sleep(600)
-    ckpt.atomic_write(path, write)
+    files.atomic_write(path, write)
 
-ckpt.write_json = stall
+files.write_json = stall
 from aiayn.cli import main
 sys.exit(main(argv))
 """
@@ -381,7 +382,7 @@ def test_kill_during_the_config_write_leaves_a_run_that_starts_again(copy_data, 
     assert "interrupted before its config was written" in capsys.readouterr().err
     assert main(["train", "--data", str(copy_data), "--out", str(run), "--max-steps", "2", *TINY]) == 0
     assert sorted(p.name for p in run.iterdir() if p.name.startswith(".")) == []  # its temp file is gone
-    assert ckpt.latest_checkpoint(run, resumable=True).name == "step_00000002.safetensors"
+    assert rundir.latest_checkpoint(run, resumable=True).name == "step_00000002.safetensors"
 
 
 def test_a_run_with_a_config_but_no_checkpoint_resumes_from_step_0(copy_data, tmp_path, monkeypatch):
@@ -394,7 +395,7 @@ def test_a_run_with_a_config_but_no_checkpoint_resumes_from_step_0(copy_data, tm
     with pytest.raises(KeyboardInterrupt):
         train(copy_data, run, ModelConfig.preset("tiny"), tiny_tc(), progress=False)
     monkeypatch.undo()
-    assert (run / "config.json").is_file() and not ckpt.checkpoint_paths(run)
+    assert (run / "config.json").is_file() and not rundir.checkpoint_paths(run)
     with pytest.raises(UsageError, match="it is a run already"):
         train(copy_data, run, ModelConfig.preset("tiny"), tiny_tc(), progress=False)
     assert resume(run, progress=False)["step"] == 2
@@ -403,7 +404,7 @@ def test_a_run_with_a_config_but_no_checkpoint_resumes_from_step_0(copy_data, tm
 def test_what_a_kill_leaves_is_cleaned_when_training_starts(lab, tmp_path, capsys):
     run = tmp_path / "run"
     shutil.copytree(lab.run, run)
-    stale = [run / ".config.json.k2j4h1_x.tmp", run / ckpt.CHECKPOINT_DIR / ".step_00000004.safetensors.abcd1234.tmp"]
+    stale = [run / ".config.json.k2j4h1_x.tmp", run / rundir.CHECKPOINT_DIR / ".step_00000004.safetensors.abcd1234.tmp"]
     kept = [run / "notes.tmp", run / "notes.txt"]  # not the temp files of an atomic write
     for p in stale + kept:
         p.write_bytes(b"x" * 1000)
@@ -434,17 +435,17 @@ def test_an_over_long_dev_pair_is_scored_with_its_own_batch_limit(tmp_path):
 def test_outputs_are_written_whole_or_not_at_all(lab, tmp_path, monkeypatch, capsys):
     out = tmp_path / "out.txt"
     out.write_text("the previous translations\n")
-    with pytest.raises(RuntimeError), ckpt.atomic_text_output(out) as f:
+    with pytest.raises(RuntimeError), files.atomic_text_output(out) as f:
         f.write("half of the new ones\n")
         raise RuntimeError("interrupted")
     assert out.read_text() == "the previous translations\n" and [p.name for p in tmp_path.iterdir()] == ["out.txt"]
     umask = os.umask(0)
     os.umask(umask)
-    with ckpt.atomic_text_output(tmp_path / "new.txt") as f:
+    with files.atomic_text_output(tmp_path / "new.txt") as f:
         f.write("done\n")
     assert (tmp_path / "new.txt").read_text() == "done\n"
     assert (tmp_path / "new.txt").stat().st_mode & 0o777 == 0o666 & ~umask
-    with ckpt.atomic_text_output("/dev/null") as f:  # a device is written, never replaced
+    with files.atomic_text_output("/dev/null") as f:  # a device is written, never replaced
         f.write("x\n")
 
     class Interrupted(list):  # Ctrl-C while the translations are being written
@@ -476,7 +477,7 @@ def test_interrupted_training_saves_at_once_and_exits_128_plus_the_signal(copy_d
     run = tmp_path / "run"
     assert main(["train", "--data", str(copy_data), "--out", str(run), *TINY, "--max-steps", "1000",
                  "--save-every-steps", "2"]) == code
-    assert ckpt.latest_checkpoint(run, resumable=True).name == "step_00000003.safetensors"
+    assert rundir.latest_checkpoint(run, resumable=True).name == "step_00000003.safetensors"
     assert len(dev_evaluations) == 1  # at step 2; the save on the signal skips it
     logs = [json.loads(x) for x in (run / "log.jsonl").read_text().splitlines()]
     assert [r["step"] for r in logs if r["kind"] == "valid"] == [2]
@@ -499,14 +500,14 @@ def test_quickstart_stops_on_a_signal_and_later_resumes_to_its_budget(tmp_path, 
     assert main(argv) == 143
     run = out / "run"
     assert "quickstart stopped" in capsys.readouterr().out
-    assert not (run / ckpt.AVERAGED).exists() and not (run / "test.hyp").exists()  # it did not go on
-    last = ckpt.latest_checkpoint(run, resumable=True)
+    assert not (run / rundir.AVERAGED).exists() and not (run / "test.hyp").exists()  # it did not go on
+    last = rundir.latest_checkpoint(run, resumable=True)
     assert last.name == "step_00000005.safetensors" and ckpt.load_trainer_state(last)["train_seconds"] < budget_s
     monkeypatch.undo()
 
     assert main(argv) == 0
     printed = capsys.readouterr().out
     assert "was interrupted after" in printed and "test BLEU" in printed
-    last = ckpt.latest_checkpoint(run, resumable=True)
+    last = rundir.latest_checkpoint(run, resumable=True)
     assert int(last.stem.split("_")[1]) > 5 and ckpt.load_trainer_state(last)["train_seconds"] >= budget_s - 1
-    assert (run / ckpt.AVERAGED).is_file() and (run / "test.hyp").is_file()
+    assert (run / rundir.AVERAGED).is_file() and (run / "test.hyp").is_file()

@@ -6,9 +6,10 @@ import argparse
 import sys
 from pathlib import Path
 
-from aiayn.checkpoint import AVERAGED, average_checkpoints, checkpoint_paths, save_weights
+from aiayn.checkpoint import average_checkpoints, save_weights
 from aiayn.cli.common import positive_int
 from aiayn.errors import UsageError
+from aiayn.rundir import AVERAGED, checkpoint_paths
 
 
 def run(args: argparse.Namespace) -> int:

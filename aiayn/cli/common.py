@@ -1,17 +1,15 @@
 """Flags shared by several commands, spelled one way everywhere; the one place numeric flags get their ranges
-(`number(...)` and its shorthands positive_int, non_negative_int, ...: argparse types checked at parse time); the
-one way commands read text lines (`read_lines`: a bad byte names the file, or stdin, and the line)."""
+(`number(...)` and its shorthands positive_int, non_negative_int, ...: argparse types checked at parse time).
+Commands read text lines with aiayn.files.read_lines (a bad byte names the file, or stdin, and the line)."""
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
 import json
-import sys
 from collections.abc import Callable
 from typing import Any
 
-from aiayn.data.prepare import decode_lines
 from aiayn.errors import UsageError
 from aiayn.search import PAPER_SEARCH, SearchConfig
 
@@ -49,17 +47,6 @@ positive_int = number(int, low=1)
 non_negative_int = number(int, low=0)
 positive_float = number(float, above=0)
 non_negative_float = number(float, low=0)
-
-
-def read_lines(path: str | None) -> list[str]:
-    """The lines of a UTF-8 text file, or of stdin for None or "-", without their newline (split on \\n only)."""
-    if path in (None, "-"):
-        stdin = getattr(sys.stdin, "buffer", None)
-        if stdin is None:  # a text stream put in place of stdin (tests)
-            return [line.rstrip("\r\n") for line in sys.stdin]
-        return list(decode_lines(stdin, "stdin"))
-    with open(path, "rb") as f:
-        return list(decode_lines(f, path))
 
 
 def add_device_arg(p: argparse.ArgumentParser, default: str = "auto") -> None:

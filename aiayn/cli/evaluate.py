@@ -7,10 +7,10 @@ import re
 from pathlib import Path
 
 from aiayn.checkpoint import load_for_inference
-from aiayn.cli.common import add_device_arg, positive_int, read_lines
+from aiayn.cli.common import add_device_arg, positive_int
 from aiayn.data import load_split
-from aiayn.data.prepare import sha256_file
 from aiayn.errors import DataError, UsageError
+from aiayn.files import read_lines, sha256_file
 from aiayn.metrics import chrf, corpus_bleu, perplexity, tokenized_bleu
 from aiayn.runtime import resolve_device
 

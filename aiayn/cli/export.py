@@ -9,8 +9,9 @@ from aiayn.errors import UsageError
 
 
 def run(args: argparse.Namespace) -> int:
-    from aiayn.checkpoint import inference_checkpoint, load_for_inference
+    from aiayn.checkpoint import load_for_inference
     from aiayn.export.card import provenance
+    from aiayn.rundir import inference_checkpoint
 
     if args.to == "hf" and args.quantization:
         raise UsageError("--quantization applies to --to ct2 only (an HF export keeps float32 weights)")

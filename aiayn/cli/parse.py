@@ -5,8 +5,8 @@ from __future__ import annotations
 import argparse
 import sys
 
-from aiayn.checkpoint import atomic_text_output, check_output_path
-from aiayn.cli.common import add_device_arg, add_progress_arg, add_search_args, positive_int, read_lines, search_config
+from aiayn.cli.common import add_device_arg, add_progress_arg, add_search_args, positive_int, search_config
+from aiayn.files import atomic_text_output, check_output_path, read_lines
 from aiayn.runtime import resolve_device
 
 

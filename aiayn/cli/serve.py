@@ -24,7 +24,7 @@ def run(args: argparse.Namespace) -> int:
         from aiayn.serve import BatchConfig, Limits, create_app
     except ImportError as e:
         raise UserError(f"aiayn serve needs FastAPI and uvicorn ({e}): pip install 'aiayn[serve]'") from None
-    from aiayn.checkpoint import inference_checkpoint
+    from aiayn.rundir import inference_checkpoint
     from aiayn.runtime import resolve_device
     from aiayn.translate import Translator
 

@@ -8,8 +8,6 @@ import os
 from pathlib import Path
 from typing import Any
 
-import torch.distributed as dist
-
 from aiayn.cli.common import add_dataclass_args, add_progress_arg, given_fields, model_overrides
 from aiayn.config import PRESETS, ModelConfig
 from aiayn.errors import UsageError
@@ -67,11 +65,6 @@ def run(args: argparse.Namespace) -> int:
     if int(os.environ.get("RANK", "0")) == 0:
         print(f"{'stopped' if summary['interrupted_by'] else 'done'}: step {summary['step']} in "
               f"{summary['elapsed_s'] / 60:.1f} min; run directory {summary['run_dir']}")
-    if dist.is_initialized():
-        # Leave together: a process that tears gloo down while another still talks to it can abort (SIGABRT,
-        # "terminate called without an active exception"), as CI once saw.
-        dist.barrier()
-        dist.destroy_process_group()
     if summary["interrupted_by"] is not None:  # saved, but not done: say so to schedulers, as a shell would
         return 128 + summary["interrupted_by"]  # 130 for SIGINT (Ctrl-C), 143 for SIGTERM
     return 0

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 
-from aiayn.checkpoint import atomic_text_output, check_output_path
 from aiayn.cli.common import (
     add_device_arg,
     add_progress_arg,
@@ -12,10 +11,10 @@ from aiayn.cli.common import (
     non_negative_int,
     number,
     positive_int,
-    read_lines,
     search_config,
 )
 from aiayn.errors import UsageError
+from aiayn.files import atomic_text_output, check_output_path, read_lines
 from aiayn.runtime import resolve_device
 from aiayn.translate import Translator
 

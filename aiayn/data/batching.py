@@ -1,152 +1,16 @@
-"""Loading a prepared-data directory and batching it: PreparedSplit --TokenBatchSampler--> lists of example
-indices --collate--> Batch of padded tensors (token-based batches, section 5.1: ~25,000 source and target tokens).
-
-Prepared data are checked when opened, so damage is an error, never a silently different corpus: the index must be
-well formed, each id file exactly as long as the index says, and every file as large as meta.json records (and
-equal to its recorded SHA-256 where hashing is cheap, or when asked: `open_prepared(dir, full=True)`).
-"""
+"""Batching a prepared split: PreparedSplit (aiayn.data.folder) --TokenBatchSampler--> lists of example indices
+--collate--> Batch of padded tensors (token-based batches, section 5.1: ~25,000 source and target tokens)."""
 
 from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable, Iterator, Sequence
-from pathlib import Path
-from typing import Any
 
 import numpy as np
 import torch
 
 from aiayn.config import BOS_ID, EOS_ID, PAD_ID
-from aiayn.data.prepare import read_meta, sha256_file
 from aiayn.errors import DataError
-
-# Files of a split below this size together are hashed whenever the split is opened (~0.1 s); larger ones only have
-# their sizes checked, unless a full check is asked for (they were hashed once, by prepare).
-HASH_BELOW_BYTES = 64 << 20
-
-# ---------------------------------------------------------------------------------------------------
-# Loading a prepared split
-# ---------------------------------------------------------------------------------------------------
-
-
-class PreparedSplit:
-    """One split of a prepared-data directory: ds[i] -> (src_ids, tgt_ids), subword ids without specials."""
-
-    def __init__(self, data_dir: Path, split: str, dtype: str) -> None:
-        self.data_dir, self.split, self.dtype = data_dir, split, np.dtype(dtype)
-        self.offsets = _load_index(data_dir / f"{split}.idx.npy")  # (2, n + 1)
-        self.src_lengths = np.diff(self.offsets[0]) + 1  # + EOS
-        self.tgt_lengths = np.diff(self.offsets[1]) + 1  # + BOS (tgt_in) or EOS (tgt_out)
-        texts = (data_dir / f"{split}.src.txt", data_dir / f"{split}.tgt.txt")
-        self.text_paths: tuple[Path, Path] | None = texts if texts[0].is_file() else None
-        self._ids: tuple[np.ndarray, np.ndarray] | None = None  # memory maps, opened on first use
-
-    def _open(self) -> tuple[np.ndarray, np.ndarray]:
-        def ids(side: str) -> np.ndarray:
-            path = self.data_dir / f"{self.split}.{side}.bin"
-            if path.stat().st_size == 0:
-                return np.zeros(0, self.dtype)
-            return np.asarray(np.memmap(path, dtype=self.dtype, mode="r"))
-
-        self._ids = (ids("src"), ids("tgt"))
-        return self._ids
-
-    def __len__(self) -> int:
-        return self.offsets.shape[1] - 1
-
-    def __getitem__(self, i: int) -> tuple[np.ndarray, np.ndarray]:
-        if not 0 <= i < len(self):
-            raise IndexError(f"pair {i} of a {len(self)}-pair split")
-        src, tgt = self._ids or self._open()
-        (s0, t0), (s1, t1) = self.offsets[:, i], self.offsets[:, i + 1]
-        return src[s0:s1], tgt[t0:t1]
-
-    def __getstate__(self) -> dict[str, Any]:  # DataLoader workers reopen the maps instead of pickling ids
-        return {**self.__dict__, "_ids": None}
-
-
-def _load_index(path: Path) -> np.ndarray:
-    """{split}.idx.npy: int64 (2, n + 1), rows starting at 0 and never decreasing; anything else is a clear error."""
-    try:
-        offsets = np.load(path, allow_pickle=False)
-    except FileNotFoundError:
-        raise DataError(f"{path} is missing; prepare the data again (aiayn prepare)") from None
-    except (ValueError, OSError, EOFError):  # not .npy, truncated, or pickled objects (never loaded)
-        raise DataError(f"{path} is damaged (not a readable .npy array); prepare the data again (aiayn prepare)"
-                        ) from None
-    if (offsets.dtype != np.int64 or offsets.ndim != 2 or offsets.shape[0] != 2 or offsets.shape[1] < 1
-            or offsets[:, 0].any() or (np.diff(offsets, axis=1) < 0).any()):
-        raise DataError(f"{path} is not an index of token ids (int64, 2 x (pairs + 1), starting at 0, never "
-                        "decreasing); it was damaged: prepare the data again (aiayn prepare)")
-    return offsets
-
-
-def _check_file(path: Path, record: dict[str, Any] | None, full: bool | None) -> None:
-    """A file of prepared data against its meta.json record: the size always, the SHA-256 if `full` (None: if small)."""
-    if record is None:  # prepared by aiayn < format 2: nothing recorded
-        return
-    if not path.is_file():
-        raise DataError(f"{path} is missing; prepare the data again (aiayn prepare)")
-    size = path.stat().st_size
-    if size != record["bytes"]:
-        raise DataError(f"{path} has {size:,} bytes, but {path.parent / 'meta.json'} records {record['bytes']:,}: "
-                        "it was truncated or replaced since `aiayn prepare` wrote it; prepare the data again")
-    if (full or (full is None and size < HASH_BELOW_BYTES)) and sha256_file(path) != record["sha256"]:
-        raise DataError(f"{path} differs from what `aiayn prepare` wrote (its SHA-256 is not the one in "
-                        f"{path.parent / 'meta.json'}): it was changed since; prepare the data again")
-
-
-def _verify_split(ds: PreparedSplit, meta: dict[str, Any], full: bool | None) -> None:
-    """The id files are exactly as long as the index says; every file of the split is as meta.json records it."""
-    kept = meta["splits"][ds.split].get("kept") if isinstance(meta["splits"][ds.split], dict) else None
-    if kept is not None and kept != len(ds):
-        raise DataError(f"{ds.data_dir / f'{ds.split}.idx.npy'} indexes {len(ds):,} pairs but meta.json says "
-                        f"{kept:,}; the data were damaged: prepare them again")
-    files = meta.get("files", {})
-    for row, side in enumerate(("src", "tgt")):
-        path = ds.data_dir / f"{ds.split}.{side}.bin"
-        if not path.is_file():
-            raise DataError(f"{path} is missing; prepare the data again (aiayn prepare)")
-        expected, size = int(ds.offsets[row, -1]) * ds.dtype.itemsize, path.stat().st_size
-        if size != expected:
-            raise DataError(f"{path} has {size:,} bytes but {ds.split}.idx.npy indexes {int(ds.offsets[row, -1]):,} "
-                            f"{ds.dtype.name} token ids ({expected:,} bytes): the file was truncated or replaced; "
-                            "prepare the data again (aiayn prepare)")
-    names = [f"{ds.split}.{kind}" for kind in ("idx.npy", "src.bin", "tgt.bin", "src.txt", "tgt.txt")]
-    cheap = sum(files[n]["bytes"] for n in names if n in files) < HASH_BELOW_BYTES
-    for name in names:
-        _check_file(ds.data_dir / name, files.get(name), full if full is not None else cheap)
-
-
-def has_split(data_dir: str | Path, split: str) -> bool:
-    """Whether the prepared data lists `split` (a listed but corrupt split still raises when loaded)."""
-    return split in read_meta(data_dir)["splits"]
-
-
-def load_split(data_dir: str | Path, split: str, full_check: bool | None = None) -> PreparedSplit:
-    """A split ("train", "valid", "test") of a directory written by `prepare`, checked against its index and
-    meta.json (full_check: also hash large files; False: sizes only; default: hash when cheap)."""
-    data_dir = Path(data_dir)
-    meta = read_meta(data_dir)
-    if split not in meta["splits"]:
-        raise DataError(f"{data_dir} has no {split!r} split (it has: {', '.join(meta['splits'])}); "
-                        f"prepare it with `aiayn prepare ... --{split}-src FILE --{split}-tgt FILE`")
-    ds = PreparedSplit(data_dir, split, meta["dtype"])
-    _verify_split(ds, meta, full_check)
-    return ds
-
-
-def open_prepared(data_dir: str | Path, full_check: bool | None = None) -> dict[str, PreparedSplit]:
-    """Every split of a prepared-data directory, after checking it all: the vocabulary against meta.json (always
-    hashed: it is small) and each split as `load_split` does."""
-    data_dir = Path(data_dir)
-    meta = read_meta(data_dir)
-    vocab = data_dir / "vocab.model"
-    if not vocab.is_file():
-        raise DataError(f"{vocab} is missing; prepare the data again (aiayn prepare)")
-    _check_file(vocab, meta.get("files", {}).get("vocab.model"), full=True)
-    return {split: load_split(data_dir, split, full_check) for split in meta["splits"]}
-
 
 # ---------------------------------------------------------------------------------------------------
 # Batching
@@ -248,7 +112,7 @@ class TokenBatchSampler:
         return {"epoch": self.epoch, "position": self.position, "world_size": self.world_size}
 
     def load_state_dict(self, state: dict[str, int]) -> None:
-        if state.get("world_size", self.world_size) != self.world_size:
+        if state["world_size"] != self.world_size:
             raise DataError(f"the saved batch order was made for {state['world_size']} ranks, this run has "
                             f"{self.world_size}; resume with the same number of ranks")
         self.epoch, self.position = int(state["epoch"]), int(state["position"])

@@ -6,7 +6,7 @@ import lzma
 from pathlib import Path
 from typing import Any
 
-from aiayn.data.prepare import SPLITS
+from aiayn.data.folder import SPLITS
 from aiayn.errors import DataError
 
 BUILTIN = Path(__file__).parent / "corpus" / "bible-en-es.tsv.xz"  # verse id TAB English TAB Spanish

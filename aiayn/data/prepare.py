@@ -1,19 +1,16 @@
 """prepare: raw parallel text -> a prepared-data directory (shared vocabulary + token-id cache).
 
 `prepare` streams the text three times (check and filter; draw the vocabulary's training sample;
-tokenize), so memory holds per-pair lengths, never the corpus. The layout it writes is described in
-docs/data.md and at `prepare`.
+tokenize), so memory holds per-pair lengths, never the corpus. The layout it writes is aiayn.data.folder's
+(docs/data.md).
 """
 
 from __future__ import annotations
 
-import hashlib
 import itertools
-import json
-import os
 import shutil
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -21,13 +18,11 @@ import numpy as np
 from tqdm import tqdm
 
 from aiayn.config import PAPER_VOCAB, UNK_ID
+from aiayn.data.folder import META_FILE, PARTIAL_MARK, read_meta, write_meta
 from aiayn.data.vocab import Vocab
 from aiayn.errors import DataError
+from aiayn.files import commit_folder, count_lines, iter_lines, sha256_file
 
-META_FILE = "meta.json"
-PARTIAL_MARK = ".aiayn-partial"  # in a directory that prepare is still writing
-FORMAT_VERSION = 2  # 2: meta.json lists every file's size and SHA-256 ("files") and their digest ("content_sha256")
-SPLITS = ("train", "valid", "test")
 CHUNK = 20_000  # pairs tokenized per SentencePiece call
 
 # Why a pair is dropped (Moses clean-corpus-n); the code is stored per input line during the first pass.
@@ -40,34 +35,10 @@ DROP_NAMES = {EMPTY: "empty", TOO_LONG: "too_long", RATIO: "ratio"}
 # ---------------------------------------------------------------------------------------------------
 
 
-def decode_lines(raw_lines: Iterable[bytes], name: str) -> Iterator[str]:
-    """Strict UTF-8 lines without their newline, from the byte lines of a file or stdin (`name` says which, for the
-    error). The one decoding rule of every text input: bad bytes name the input and the line."""
-    for n, raw in enumerate(raw_lines, 1):
-        try:
-            yield raw.rstrip(b"\r\n").decode("utf-8")
-        except UnicodeDecodeError as e:
-            raise DataError(
-                f"{name}, line {n}: not valid UTF-8 ({e.reason} at byte {e.start} of the line); "
-                "re-encode it as UTF-8 (e.g. `iconv -f latin1 -t utf-8`) or fix that line"
-            ) from None
-
-
-def _lines(path: Path) -> Iterator[str]:
-    """Lines of `path` without their newline. Splits on b"\\n" only, never on Unicode separators."""
-    with open(path, "rb") as f:
-        yield from decode_lines(f, str(path))
-
-
-def _count_lines(path: Path) -> int:
-    with open(path, "rb") as f:
-        return sum(1 for _ in f)
-
-
 def _read_pairs(paths: tuple[Path, ...]) -> Iterator[tuple[str, str]]:
     """(source, target) per line of two line-aligned files, or of one TSV file (source TAB target)."""
     if len(paths) == 1:
-        for n, line in enumerate(_lines(paths[0]), 1):
+        for n, line in enumerate(iter_lines(paths[0]), 1):
             fields = line.split("\t")
             if len(fields) != 2:
                 raise DataError(
@@ -77,10 +48,10 @@ def _read_pairs(paths: tuple[Path, ...]) -> Iterator[tuple[str, str]]:
             yield fields[0], fields[1]
         return
     src, tgt = paths
-    for s, t in itertools.zip_longest(_lines(src), _lines(tgt)):
+    for s, t in itertools.zip_longest(iter_lines(src), iter_lines(tgt)):
         if s is None or t is None:
             raise DataError(
-                f"line counts differ: {src} has {_count_lines(src)} lines, {tgt} has {_count_lines(tgt)}; "
+                f"line counts differ: {src} has {count_lines(src)} lines, {tgt} has {count_lines(tgt)}; "
                 "the files must be line-aligned (line i of one is the translation of line i of the other)"
             )
         yield s, t
@@ -109,46 +80,6 @@ def _input(*paths: str | Path | None) -> tuple[Path, ...]:
         if not p.is_file():
             raise DataError(f"no such file: {p}")
     return out
-
-
-def sha256_file(path: Path) -> str:
-    with open(path, "rb") as f:
-        return hashlib.file_digest(f, "sha256").hexdigest()
-
-
-def file_records(folder: Path) -> dict[str, dict[str, Any]]:
-    """{name: {"bytes", "sha256"}} of the files of a prepared-data directory: what opening it checks against."""
-    return {p.name: {"bytes": p.stat().st_size, "sha256": sha256_file(p)} for p in sorted(Path(folder).iterdir())
-            if p.is_file() and p.name not in (META_FILE, PARTIAL_MARK)}
-
-
-def content_sha256(files: dict[str, dict[str, Any]]) -> str:
-    """One digest of a prepared-data directory's contents (names, sizes, hashes): equal iff the data are equal. A run
-    records it, so that resuming on data prepared again in the same folder is refused."""
-    return hashlib.sha256(json.dumps(files, sort_keys=True).encode()).hexdigest()
-
-
-def prepared_sha256(data_dir: str | Path) -> str:
-    """The content digest of a prepared-data directory: recorded by prepare (computed for data prepared by an
-    earlier version, which recorded none)."""
-    meta = read_meta(data_dir)
-    return meta.get("content_sha256") or content_sha256(file_records(Path(data_dir)))
-
-
-def read_meta(data_dir: str | Path) -> dict[str, Any]:
-    """DIR/meta.json, with one clear line if the directory is not prepared data or the file is damaged."""
-    path = Path(data_dir) / META_FILE
-    if not path.is_file():
-        raise DataError(f"{data_dir} is not a prepared-data directory (no {META_FILE}); run `aiayn prepare`")
-    try:
-        meta = json.loads(path.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise DataError(f"{path} is damaged ({e}); prepare the data again") from None
-    if not (isinstance(meta, dict) and isinstance(meta.get("splits"), dict) and meta.get("dtype") in ("uint16", "int32")
-            and isinstance(meta.get("files", {}), dict)):
-        raise DataError(f"{path} lacks its splits or id dtype (or has the wrong types); it was not written by "
-                        "`aiayn prepare`, or was damaged: prepare the data again")
-    return meta
 
 
 def _stamp(path: Path) -> list[Any]:
@@ -367,12 +298,6 @@ def prepare(
     meta = _existing(out, fingerprint)
     if meta is not None:
         print(f"prepare: {out} already holds these inputs prepared with these options; reusing it")
-        if "files" not in meta:  # prepared by an earlier version: record what opening it will check, once
-            files = file_records(out)
-            meta = {**meta, "format": FORMAT_VERSION, "files": files, "content_sha256": content_sha256(files)}
-            tmp = out / f".{META_FILE}.partial"
-            tmp.write_text(json.dumps(meta, indent=2) + "\n")
-            os.replace(tmp, out / META_FILE)
         _print_summary(meta, out)
         return {**meta, "reused": True}
 
@@ -384,16 +309,14 @@ def prepare(
     part.mkdir(parents=True)
     (part / PARTIAL_MARK).touch()
     try:
-        meta = {"format": FORMAT_VERSION, **_build(part, inputs, vocab, options), "fingerprint": fingerprint}
-        files = file_records(part)  # hashed once here; opening the data checks sizes always, hashes where cheap
-        meta.update(files=files, content_sha256=content_sha256(files))
+        # Every file hashed once here, into meta.json; opening the data checks sizes always, hashes where cheap.
+        meta = write_meta(part, {**_build(part, inputs, vocab, options), "fingerprint": fingerprint})
     except BaseException:
         shutil.rmtree(part)
         raise
-    (part / META_FILE).write_text(json.dumps(meta, indent=2) + "\n")
     (part / PARTIAL_MARK).unlink()
     if out.exists():
         out.rmdir()  # empty, checked by _existing
-    os.replace(part, out)
+    commit_folder(part, out)
     _print_summary(meta, out)
     return {**meta, "reused": False}

@@ -51,6 +51,7 @@ from pathlib import Path
 from typing import Any
 
 from aiayn import checkpoint as ckpt
+from aiayn import files, rundir
 from aiayn.config import TABLE3, ModelConfig
 from aiayn.errors import DataError, UsageError
 from aiayn.train import TrainConfig
@@ -203,13 +204,13 @@ def make_plan(out: Path, data: str | Path | None = None, scale: int | None = Non
     for name in ROWS:
         scaled_preset(name, plan.scale)  # an impossible scale fails here
     out.mkdir(parents=True, exist_ok=True)  # only now: a refused start leaves no folder behind
-    ckpt.write_json(out / PLAN, dataclasses.asdict(plan))
+    files.write_json(out / PLAN, dataclasses.asdict(plan))
     return plan
 
 
 def _set_steps(out: Path, plan: Plan, steps: int) -> Plan:
     plan = dataclasses.replace(plan, steps=steps)
-    ckpt.write_json(out / PLAN, dataclasses.asdict(plan))
+    files.write_json(out / PLAN, dataclasses.asdict(plan))
     return plan
 
 
@@ -227,7 +228,7 @@ def finished(out: Path, name: str) -> bool:
 
 def trained_steps(out: Path, name: str) -> int:
     """The step of the row's newest resumable checkpoint (0 if none)."""
-    last = ckpt.latest_checkpoint(run_dir(out, name), resumable=True) if run_dir(out, name).is_dir() else None
+    last = rundir.latest_checkpoint(run_dir(out, name), resumable=True) if run_dir(out, name).is_dir() else None
     return int(last.stem.removeprefix("step_")) if last else 0
 
 
@@ -256,8 +257,8 @@ def run_row(out: Path, plan: Plan, name: str, max_steps: int, device: str = "aut
         return None
     result = score_row(out, plan, name, device, jobs)
     if not keep_checkpoints:
-        shutil.rmtree(run / ckpt.CHECKPOINT_DIR, ignore_errors=True)
-        (run / ckpt.BEST).unlink(missing_ok=True)
+        shutil.rmtree(run / rundir.CHECKPOINT_DIR, ignore_errors=True)
+        (run / rundir.BEST).unlink(missing_ok=True)
     return result
 
 
@@ -265,7 +266,7 @@ def _add_time(row_dir: Path, wall_s: float, train_s: float) -> None:
     """Accumulate the row's training time over the calls that trained it (each call adds its own)."""
     path = row_dir / "time.json"
     t = json.loads(path.read_text()) if path.is_file() else {"train_s": 0.0, "wall_s": 0.0, "calls": 0}
-    ckpt.write_json(path, {"train_s": t["train_s"] + train_s, "wall_s": t["wall_s"] + wall_s, "calls": t["calls"] + 1})
+    files.write_json(path, {"train_s": t["train_s"] + train_s, "wall_s": t["wall_s"] + wall_s, "calls": t["calls"] + 1})
 
 
 def score_row(out: Path, plan: Plan, name: str, device: str = "auto", jobs: int = 1) -> dict[str, Any]:
@@ -280,7 +281,7 @@ def score_row(out: Path, plan: Plan, name: str, device: str = "auto", jobs: int 
     from aiayn.translate import Translator
 
     run = run_dir(out, name)
-    last = ckpt.latest_checkpoint(run)
+    last = rundir.latest_checkpoint(run)
     if last is None:
         raise DataError(f"row {name}: no checkpoint in {run} to score")
     state, cfg, meta = ckpt.load_weights(last)
@@ -301,7 +302,7 @@ def score_row(out: Path, plan: Plan, name: str, device: str = "auto", jobs: int 
     bleu = corpus_bleu(hyps, refs)
     (out / name / "dev.hyp").write_text("".join(h + "\n" for h in hyps), encoding="utf-8")
     times = json.loads((out / name / "time.json").read_text())
-    run_cfg = ckpt.read_run_config(run)
+    run_cfg = rundir.read_config(run)
     result = {
         "row": name, "scale": plan.scale, "steps": int(meta.get("step", -1)), "model": cfg.to_dict(),
         "params": count_parameters(model), "dev_ppl": ppl.ppl, "dev_nll_per_token": ppl.nll / ppl.tokens,
@@ -311,7 +312,7 @@ def score_row(out: Path, plan: Plan, name: str, device: str = "auto", jobs: int 
         "dtype": run_cfg["train"]["dtype"], "concurrent_jobs": jobs, "train": plan.train, "data": plan.data,
         "paper": paper_row(name),
     }
-    ckpt.write_json(out / name / RESULT, result)
+    files.write_json(out / name / RESULT, result)
     return result
 
 
@@ -530,7 +531,7 @@ def report(out: str | Path, plot: bool = True) -> dict[str, Any]:
             summary["plot"] = None
             text += "\n(no plot: matplotlib is not installed; pip install 'aiayn[viz]')\n"
             summary["text"] = text
-    ckpt.write_json(out / "summary.json", {k: v for k, v in summary.items() if k != "text"})
+    files.write_json(out / "summary.json", {k: v for k, v in summary.items() if k != "text"})
     return summary
 
 

@@ -37,9 +37,9 @@ from pathlib import Path
 import torch
 from torch import Tensor, nn
 
-from aiayn.checkpoint import atomic_write
 from aiayn.config import BOS_ID, EOS_ID, PAD_ID
 from aiayn.errors import UsageError, UserError
+from aiayn.files import atomic_write
 from aiayn.model import MultiHeadAttention
 
 KINDS = ("encoder", "decoder", "cross")

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
-from aiayn.errors import UserError
+from aiayn.files import atomic_write
+from aiayn.rundir import read_log
 
 
 def plot_run(run_dir: Path, out: Path | None = None) -> Path:
@@ -15,13 +15,7 @@ def plot_run(run_dir: Path, out: Path | None = None) -> Path:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    log = Path(run_dir) / "log.jsonl"
-    if not log.is_file():
-        raise UserError(f"{run_dir} has no log.jsonl; is it a run directory of `aiayn train`?")
-    try:
-        records = [json.loads(line) for line in log.read_text(encoding="utf-8").splitlines() if line]
-    except json.JSONDecodeError as e:
-        raise UserError(f"{log}: a line is not JSON ({e}); the log was damaged outside aiayn") from None
+    records = read_log(run_dir)
     tr = [r for r in records if r["kind"] == "train"]
     va = [r for r in records if r["kind"] == "valid"]
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 4))
@@ -40,6 +34,6 @@ def plot_run(run_dir: Path, out: Path | None = None) -> Path:
     fig.suptitle(str(run_dir))
     fig.tight_layout()
     out = Path(out) if out else Path(run_dir) / "curves.png"
-    fig.savefig(out, dpi=100)
+    atomic_write(out, lambda p: fig.savefig(p, format="png", dpi=100))
     plt.close(fig)
     return out
