@@ -62,7 +62,7 @@ def quickstart(out: Path, minutes: float = 12.0, preset: str = "small", vocab_si
                      anneal=anneal,
                      save_every_minutes=minutes / (average_last + 3), save_every_steps=0,
                      keep_last=average_last, dtype=dtype, log_every=10)
-    search = SearchConfig(beam=beam, alpha=alpha, dtype=dtype)
+    search = SearchConfig(beam=beam, alpha=alpha)
     t0 = time.time()
     print(f"[1/5] preparing the built-in English-Spanish Bible in {out / 'data'}", flush=True)
     raw = builtin_corpus(out / "raw")
@@ -91,7 +91,7 @@ def quickstart(out: Path, minutes: float = 12.0, preset: str = "small", vocab_si
     state, cfg = ckpt.average_checkpoints(paths)
     ckpt.save_weights(run / rundir.AVERAGED, state, cfg)
 
-    translator = Translator.load(run, search)
+    translator = Translator.load(run, search, weights=dtype)  # decode in the dtype it trained in
     src_lines = (data_dir / "test.src.txt").read_text(encoding="utf-8").splitlines()
     refs = (data_dir / "test.tgt.txt").read_text(encoding="utf-8").splitlines()
     print(f"[4/5] translating the held-out Gospel of John ({len(src_lines)} verses, beam {beam})", flush=True)

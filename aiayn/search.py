@@ -43,7 +43,8 @@ Constraint = Callable[[Tensor, Tensor], Tensor]
 
 @dataclass(frozen=True)
 class SearchConfig:
-    """How to decode: every option a search takes, in one place (defaults are the paper's, section 6.1)."""
+    """How to search: every option a search takes, in one place (defaults are the paper's, section 6.1). The weights
+    it searches with (fp32, bf16, int8) are the model's business: aiayn.inference."""
 
     beam: int = 4  # 1 = greedy search
     alpha: float = 0.6  # length penalty exponent
@@ -52,7 +53,6 @@ class SearchConfig:
     max_len_b: int = 50
     min_len: int = 1  # EOS banned before this many words
     nbest: int = 1  # hypotheses returned per sentence (<= beam)
-    dtype: str = "fp32"  # "fp32"; "bf16": a bf16 copy of the weights; "int8": int8 projections (CPU; aiayn.fast)
 
     def __post_init__(self) -> None:
         if self.beam < 1:
@@ -61,8 +61,6 @@ class SearchConfig:
             raise UsageError(f"nbest must lie in 1..beam ({self.beam}), got {self.nbest}")
         if self.lp not in ("gnmt", "power"):
             raise UsageError(f"length penalty kind must be 'gnmt' or 'power', not {self.lp!r}")
-        if self.dtype not in ("fp32", "bf16", "int8"):
-            raise UsageError(f"dtype must be fp32, bf16 or int8, not {self.dtype!r}")
         if self.min_len < 0 or self.max_len_b < 0 or self.max_len_a < 0:
             raise UsageError("min_len, max_len_a and max_len_b must be >= 0")
 

@@ -18,8 +18,8 @@ from typing import NamedTuple
 import torch
 from tqdm import tqdm
 
+from aiayn import inference
 from aiayn.config import EOS_ID, PAD_ID
-from aiayn.fast import inference_copy
 from aiayn.search import PAPER_SEARCH, Constraint, Hypothesis, SearchConfig, beam_search, greedy_search
 
 
@@ -52,30 +52,27 @@ class Translation(NamedTuple):
 
 
 class Translator:
-    """A model, its vocabulary and how to search: text in, text out. What the CLI, the quickstart, the server,
-    the attention views and the exporters share.
+    """A model (decoded in `weights`: aiayn.inference), its vocabulary and how to search: text in, text out. What
+    the CLI, the quickstart, the server, the attention views and the exporters share.
 
     Sentences are sorted by length and searched in batches of `batch_size` (less padding); answers come back in
     input order."""
 
-    def __init__(self, model, vocab, search: SearchConfig = PAPER_SEARCH, device: str | torch.device = "cpu",
-                 batch_size: int = 64, max_input_len: int | None = None, packed: bool | None = None):
+    def __init__(self, model, vocab, search: SearchConfig = PAPER_SEARCH, weights: str = "fp32",
+                 device: str | torch.device = "cpu", batch_size: int = 64, max_input_len: int | None = None,
+                 packed: bool | None = None):
         self.vocab, self.search, self.device = vocab, search, torch.device(device)
-        self.model = inference_copy(model.to(self.device), search.dtype, packed=packed)  # packed: see fast.py
+        self.model = inference.decoding_copy(model.to(self.device), weights, packed)  # aiayn.inference: the formats
         self.cfg = model.cfg
         self.batch_size = batch_size
         self.max_input_len = max_input_len or self.cfg.max_positions
 
     @classmethod
-    def load(cls, checkpoint: str | Path, search: SearchConfig = PAPER_SEARCH, device: str | torch.device = "cpu",
-             **kw) -> Translator:
+    def load(cls, checkpoint: str | Path, search: SearchConfig = PAPER_SEARCH, weights: str = "fp32",
+             device: str | torch.device = "cpu", packed: bool | None = None, **kw) -> Translator:
         """From a run directory (its averaged, else best, else newest checkpoint) or a checkpoint file."""
-        from aiayn.checkpoint import load_for_inference
-
-        model, vocab, _ = load_for_inference(checkpoint, device=device)
-        if search.dtype == "bf16":
-            model.to(torch.bfloat16)  # in place: the fp32 weights are not needed again
-        return cls(model, vocab, search, device=device, **kw)
+        model, vocab = inference.load(checkpoint, weights, device, packed)
+        return cls(model, vocab, search, weights, device=device, packed=packed, **kw)
 
     def encode(self, lines: Sequence[str]) -> list[list[int] | None]:
         return encode_sources(self.vocab, lines, self.max_input_len)

@@ -12,9 +12,9 @@ from aiayn.search import SearchConfig
 from aiayn.translate import Translator, encode_sources
 
 
-def translate_lines(model, vocab, lines, batch_size=64, max_input_len=None, **search):
+def translate_lines(model, vocab, lines, batch_size=64, max_input_len=None, weights="fp32", **search):
     """(text, score) n-best lists through a Translator."""
-    t = Translator(model, vocab, SearchConfig(**search), batch_size=batch_size, max_input_len=max_input_len)
+    t = Translator(model, vocab, SearchConfig(**search), weights, batch_size=batch_size, max_input_len=max_input_len)
     return [[(h.text, h.score) for h in hs] for hs in t.translate_nbest(lines)]
 
 
@@ -64,7 +64,7 @@ def test_nbest_and_bf16(setup):
     nb = translate_lines(model, vocab, lines[:3], beam=4, nbest=3, max_len_b=6)
     for hyps in nb:
         assert len(hyps) == 3 and [s for _, s in hyps] == sorted((s for _, s in hyps), reverse=True)
-    bf = translate_lines(model, vocab, lines[:3], beam=2, max_len_b=6, dtype="bf16")
+    bf = translate_lines(model, vocab, lines[:3], beam=2, max_len_b=6, weights="bf16")
     assert len(bf) == 3 and all(len(h) == 1 for h in bf)
 
 

@@ -11,6 +11,7 @@ from collections.abc import Callable
 from typing import Any
 
 from aiayn.errors import UsageError
+from aiayn.inference import WEIGHTS
 from aiayn.search import PAPER_SEARCH, SearchConfig
 
 
@@ -75,16 +76,19 @@ def add_search_args(p: argparse.ArgumentParser, defaults: SearchConfig = PAPER_S
                    help=f"EOS banned before this many words (default {defaults.min_len})")
     g.add_argument("--nbest", type=positive_int, default=defaults.nbest,
                    help="hypotheses per input (<= --beam); >1 prints 'LINE ||| TEXT ||| SCORE' lines (Moses n-best)")
-    g.add_argument("--dtype", choices=["fp32", "bf16", "int8"], default=defaults.dtype,
-                   help="fp32; bf16 (a bf16 copy of the weights); int8 (int8 projections, CPU) (default "
-                        f"{defaults.dtype})")
+
+
+def add_weights_arg(p: argparse.ArgumentParser) -> None:
+    """--weights: the format decoding runs the model's weights in (aiayn.inference)."""
+    p.add_argument("--weights", choices=WEIGHTS, default="fp32",
+                   help="decode with the weights in fp32 (as trained), bf16 (a bf16 copy) or int8 (int8 projections, "
+                        "CPU) (default fp32)")
 
 
 def search_config(args: argparse.Namespace) -> SearchConfig:
     """The SearchConfig the search flags describe (its checks raise UsageError)."""
     return SearchConfig(beam=args.beam, alpha=args.alpha, lp=args.lp, max_len_a=args.max_len_a,
-                        max_len_b=args.max_len_b, min_len=args.min_len, nbest=args.nbest,
-                        dtype=args.dtype)
+                        max_len_b=args.max_len_b, min_len=args.min_len, nbest=args.nbest)
 
 
 _TYPES = {"int": int, "float": float, "str": str}

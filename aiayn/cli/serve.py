@@ -8,6 +8,7 @@ import sys
 from aiayn.cli.common import (
     add_device_arg,
     add_search_args,
+    add_weights_arg,
     non_negative_float,
     number,
     positive_float,
@@ -37,7 +38,7 @@ def run(args: argparse.Namespace) -> int:
     except ValueError as e:
         raise UsageError(str(e)) from None
     checkpoint = inference_checkpoint(args.checkpoint)
-    translator = Translator.load(checkpoint, search_config(args), device=resolve_device(args.device))
+    translator = Translator.load(checkpoint, search_config(args), args.weights, device=resolve_device(args.device))
     app = create_app(translator, batching, limits, checkpoint=str(checkpoint))
     print(f"serving {checkpoint} at http://{args.host}:{args.port}/ (API docs: /docs; stop: Ctrl-C or SIGTERM, "
           "which finishes the requests in flight)", file=sys.stderr, flush=True)
@@ -74,5 +75,6 @@ def register(sub) -> None:
     p.add_argument("--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"],
                    help="uvicorn's log level (default info: one line per request)")
     add_search_args(p)
+    add_weights_arg(p)
     add_device_arg(p, default="cpu")
     p.set_defaults(func=run)

@@ -8,6 +8,7 @@ from aiayn.cli.common import (
     add_device_arg,
     add_progress_arg,
     add_search_args,
+    add_weights_arg,
     non_negative_int,
     number,
     positive_int,
@@ -28,7 +29,7 @@ def run(args: argparse.Namespace) -> int:
     if args.output not in (None, "-"):
         check_output_path(args.output)  # before the work, not after it
     if args.engine == "aiayn":
-        translator = Translator.load(args.checkpoint, search, device=resolve_device(args.device),
+        translator = Translator.load(args.checkpoint, search, args.weights, device=resolve_device(args.device),
                                      batch_size=args.batch_size, max_input_len=args.max_input_len)
     lines = read_lines(args.input)  # a bad byte names the file (or stdin) and the line
     progress = args.input not in (None, "-") and not args.no_progress
@@ -36,8 +37,8 @@ def run(args: argparse.Namespace) -> int:
     if args.engine == "ct2":  # an exported CTranslate2 folder; the search flags map as aiayn.export.ct2 says
         from aiayn.export.ct2 import CT2Translator
 
-        compute_type = {"fp32": "default", "bf16": "bfloat16", "int8": "int8"}[search.dtype]  # fp32: as exported
-        ct2 = CT2Translator(args.checkpoint, device=resolve_device(args.device).type, compute_type=compute_type)
+        ct2 = CT2Translator(args.checkpoint, device=resolve_device(args.device).type,
+                            compute_type=CT2Translator.COMPUTE_TYPES[args.weights])
         nbests = ct2.translate_nbest(lines, search, batch_size=args.batch_size, max_input_len=args.max_input_len)
     elif args.print_alignment:  # word alignments from cross-attention, Marian/OpenNMT style: text ||| 0-0 1-2 ...
         from aiayn.viz.alignment import format_alignment, translate_with_alignment
@@ -65,7 +66,7 @@ def register(sub) -> None:
                    help="run directory (its averaged, else best, else newest checkpoint) or a checkpoint file; "
                         "with --engine ct2, a folder written by `aiayn export --to ct2`")
     p.add_argument("--engine", choices=["aiayn", "ct2"], default="aiayn",
-                   help="ct2: decode with CTranslate2 (needs --lp power: its length penalty is |Y|^alpha; --dtype "
+                   help="ct2: decode with CTranslate2 (needs --lp power: its length penalty is |Y|^alpha; --weights "
                         "bf16/int8 pick its compute type, fp32 keeps the exported one); default aiayn")
     p.add_argument("--input", help="input file (default: stdin); a progress bar is shown for files")
     p.add_argument("--output", help="output file (default: stdout); written whole or not at all")
@@ -81,6 +82,7 @@ def register(sub) -> None:
                    help="decoder layer whose cross-attention gives the alignment, from 0 (default: the top one, the "
                         "best on our Multi30k model; docs/attention.md)")
     add_search_args(p)
+    add_weights_arg(p)
     add_device_arg(p, default="cpu")
     add_progress_arg(p)
     p.set_defaults(func=run)

@@ -195,7 +195,10 @@ class CT2Translator:
     """An exported CTranslate2 folder with its vocabulary and config: text in, text out, as aiayn's Translator.
 
     threads: CPU threads (default: as many as torch uses, torch.get_num_threads(); CTranslate2's own default of 4
-    stalls on a busy 2-core machine). compute_type: CTranslate2's ("default" = as exported; "int8", ...)."""
+    stalls on a busy 2-core machine). compute_type: CTranslate2's ("default" = as exported; "int8", ...;
+    COMPUTE_TYPES maps aiayn's decoding weights to it)."""
+
+    COMPUTE_TYPES = {"fp32": "default", "bf16": "bfloat16", "int8": "int8"}  # aiayn.inference.WEIGHTS -> CT2's
 
     def __init__(self, model_dir: Path | str, device: str = "cpu", compute_type: str = "default",
                  threads: int | None = None):

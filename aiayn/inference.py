@@ -1,0 +1,231 @@
+"""Weight formats for decoding: the one place that turns a trained model into the copy that decoding runs.
+
+    WEIGHTS                     "fp32" (the model's own weights), "bf16" (a copy converted once: autocast would cast
+                                the weights again at every step), "int8" (every projection dynamically quantized:
+                                int8 weights, one scale per output channel, the input quantized per batch; CPU)
+    DecodingTransformer         a Transformer in one of those formats, `packed` or not; the same modules and maths
+    decoding_copy(model, ...)   the trained model -> a DecodingTransformer (the model passed in is left as it was)
+    load(path, weights, ...)    a run directory or checkpoint -> (DecodingTransformer, vocabulary), converted with
+                                no second fp32 copy in memory
+    PackedLinear                nn.Linear with its weight packed once for oneDNN's GEMM (CPU decoding)
+
+Each format equals the model it came from up to its arithmetic (tests/test_inference.py): LayerNorm, softmax and
+the log-softmax stay in fp32 (bf16: they accumulate in fp32); what each is worth in time: docs/speed.md.
+"""
+
+from __future__ import annotations
+
+import copy
+import functools
+import itertools
+import warnings
+from collections.abc import Callable
+from pathlib import Path
+
+import torch
+from torch import Tensor, nn
+
+from aiayn.errors import UsageError
+from aiayn.model import Transformer
+
+WEIGHTS = ("fp32", "bf16", "int8")
+_DTYPE = {"fp32": torch.float32, "bf16": torch.bfloat16}
+
+
+def check_weights(weights: str) -> str:
+    if weights not in WEIGHTS:
+        raise UsageError(f"decoding weights must be {', '.join(WEIGHTS)}, not {weights!r}")
+    return weights
+
+
+class DecodingTransformer(Transformer):
+    """A Transformer as decoding runs it: its weights converted once to `weights` (fp32, bf16, int8), its projections
+    `packed` for oneDNN or not, and its tied output projection replaced by an equal one in the same format
+    (`output_projection`, a plain callable: it owns no state of its own, so the state dict is the model's)."""
+
+    weights: str = "fp32"
+    packed: bool = False
+    output_projection: Callable[[Tensor], Tensor] | None = None
+
+    def output_logits(self, hidden: Tensor) -> Tensor:
+        if self.output_projection is not None:
+            return self.output_projection(hidden)
+        return super().output_logits(hidden)
+
+
+def _mark(q: nn.Module, weights: str, packed: bool) -> DecodingTransformer:
+    """Make `q`, a copy of a Transformer that is the caller's own, the DecodingTransformer it now is."""
+    q.__class__ = DecodingTransformer  # a subclass with no state of nn.Module's own: the copy becomes one as it is
+    q.weights, q.packed = weights, packed
+    return q.eval()
+
+
+def _copy(model: nn.Module, tensors: str) -> nn.Module:
+    """A structural copy of `model`: its tensors "copied", "shared" (the same tensors), or with the nn.Linear layers'
+    weights and biases "dropped" (None: the caller replaces those layers)."""
+    if tensors == "copied":
+        return copy.deepcopy(model)
+    if tensors == "shared":
+        return copy.deepcopy(model, {id(t): t for t in itertools.chain(model.parameters(), model.buffers())})
+    linear = itertools.chain.from_iterable((m.weight, m.bias) for m in model.modules() if isinstance(m, nn.Linear))
+    return copy.deepcopy(model, {id(t): None for t in linear if t is not None})
+
+
+def decoding_copy(model: Transformer, weights: str = "fp32", packed: bool | None = None) -> DecodingTransformer:
+    """The model to decode with, in eval mode, its weights in `weights` (WEIGHTS). packed (fp32 and bf16 on CPU;
+    None: wherever oneDNN runs them): every projection, the tied output projection included, becomes a PackedLinear.
+    A DecodingTransformer already in that format is returned as it is. The model passed in is left as it was; fp32
+    unpacked shares its tensors."""
+    check_weights(weights)
+    first = next(model.parameters())
+    if weights == "int8":
+        if isinstance(model, DecodingTransformer) and model.weights == "int8":
+            return model
+        return _int8_copy(model)
+    target = _DTYPE[weights]
+    if packed is None:
+        packed = first.device.type == "cpu" and _packing_works(target)
+    if isinstance(model, DecodingTransformer) and (model.weights, model.packed) == (weights, packed):
+        return model
+    if packed:
+        return _packed_copy(model, weights)
+    if first.dtype == target:
+        return _mark(_copy(model, "shared"), weights, packed=False)
+    return _mark(_copy(model, "copied").to(target), weights, packed=False)
+
+
+def load(path: str | Path, weights: str = "fp32", device: str | torch.device = "cpu",
+         packed: bool | None = None) -> tuple[DecodingTransformer, object]:
+    """(decoding model, vocabulary) from a run directory (its averaged, else best, else newest checkpoint) or a
+    checkpoint file. bf16 is converted in place first: the fp32 weights are not needed again."""
+    from aiayn.checkpoint import load_for_inference
+
+    model, vocab, _ = load_for_inference(path, device=device)
+    if check_weights(weights) == "bf16":
+        model.to(torch.bfloat16)
+    return decoding_copy(model, weights, packed), vocab
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Packed weights (CPU): oneDNN's GEMM on a weight reordered once.
+
+
+@functools.cache
+def _packing_works(dtype: torch.dtype) -> bool:
+    """Whether this torch build and CPU run a PackedLinear in `dtype` (oneDNN's bf16 kernels, for one, need AVX-512
+    or newer; builds for other architectures may lack the ops): tried once on a 2 x 2 layer."""
+    if not torch.backends.mkldnn.is_available():
+        return False
+    try:
+        layer = nn.Linear(2, 2).to(dtype)
+        with torch.no_grad():
+            x = torch.ones(1, 2, dtype=dtype)
+            return torch.allclose(PackedLinear(layer.weight, layer.bias)(x).float(), layer(x).float(), atol=1e-2)
+    except (RuntimeError, NotImplementedError):
+        return False
+
+
+ROWS_HINT = 256  # rows a decoder step multiplies (64 sentences x 4 beams): oneDNN picks its kernel for this
+
+
+class PackedLinear(nn.Module):
+    """y = x W^T + b (nn.Linear) for decoding on CPU, with W packed once into oneDNN's blocked layout.
+
+    `F.linear` hands the plain weight to the GEMM, which reorders it at every call: at a decoder step's few rows
+    that reordering is a large share of the work (benchmarks/ab/packed_linear.py). The result equals nn.Linear's up
+    to the order of the sums (tests/test_inference.py). Inference only: the packed weight has no gradient."""
+
+    def __init__(self, weight: Tensor, bias: Tensor | None, rows_hint: int = ROWS_HINT):
+        super().__init__()
+        self.out_features, self.in_features = weight.shape
+        self.rows_hint = rows_hint
+        self.weight = torch.ops.mkldnn._reorder_linear_weight(weight.detach().contiguous(), rows_hint)
+        self.bias = None if bias is None else bias.detach().clone()
+
+    def forward(self, x: Tensor) -> Tensor:
+        return torch.ops.mkldnn._linear_pointwise(x.contiguous(), self.weight, self.bias, "none", [], "")
+
+    def extra_repr(self) -> str:
+        return f"in_features={self.in_features}, out_features={self.out_features}, bias={self.bias is not None}"
+
+    # The state dict holds nn.Linear's plain tensors, so a packed copy saves and loads as the model it came from.
+    def _save_to_state_dict(self, destination, prefix, keep_vars):
+        destination[prefix + "weight"] = self.weight.to_dense()
+        if self.bias is not None:
+            destination[prefix + "bias"] = self.bias
+
+    def _load_from_state_dict(self, state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys,
+                              error_msgs):
+        for name in ("weight", "bias") if self.bias is not None else ("weight",):
+            if prefix + name not in state_dict:
+                missing_keys.append(prefix + name)
+        if prefix + "weight" in state_dict:
+            self.weight = torch.ops.mkldnn._reorder_linear_weight(
+                state_dict[prefix + "weight"].to(self.weight.dtype).contiguous(), self.rows_hint)
+        if self.bias is not None and prefix + "bias" in state_dict:
+            self.bias = state_dict[prefix + "bias"].to(self.bias.dtype).clone()
+
+
+class _PackedTiedProjection:
+    """hidden -> logits with a packed copy of the (tied) embedding matrix; `pack` packs it again (after a
+    load_state_dict)."""
+
+    def __init__(self, embedding: nn.Embedding):
+        self.embedding = embedding
+        self.pack()
+
+    def pack(self) -> None:
+        self.linear = PackedLinear(self.embedding.weight, None)
+
+    def __call__(self, hidden: Tensor) -> Tensor:
+        return self.linear(hidden)
+
+
+def _packed_copy(model: nn.Module, weights: str) -> DecodingTransformer:
+    """A copy of `model` in `weights` whose nn.Linear layers, and tied output projection, are PackedLinear."""
+    target = _DTYPE[weights]
+    linears = [(name, m) for name, m in model.named_modules() if isinstance(m, nn.Linear)]
+    q = _mark(_copy(model, "dropped").to(target), weights, packed=True)  # the projections are packed below
+    for name, m in linears:
+        parent, _, attr = name.rpartition(".")
+        bias = None if m.bias is None else m.bias.to(target)
+        setattr(q.get_submodule(parent) if parent else q, attr, PackedLinear(m.weight.to(target), bias))
+    q.output_projection = _PackedTiedProjection(q.embedding)
+    q.register_load_state_dict_post_hook(lambda module, _: module.output_projection.pack())
+    return q
+
+
+# ---------------------------------------------------------------------------------------------------------
+# int8 (CPU): dynamic quantization, fbgemm's int8 GEMM.
+
+
+class _Int8TiedProjection:
+    """hidden -> logits with an int8 copy of the (tied) embedding matrix."""
+
+    def __init__(self, weight: Tensor):
+        from torch.ao.nn.quantized.dynamic import Linear as DynamicLinear
+        from torch.ao.quantization import per_channel_dynamic_qconfig
+
+        v, d = weight.shape
+        linear = nn.Linear(d, v, bias=False)
+        linear.weight.data.copy_(weight.detach().float())
+        linear.qconfig = per_channel_dynamic_qconfig
+        self.linear = DynamicLinear.from_float(linear)
+
+    def __call__(self, hidden: Tensor) -> Tensor:
+        return self.linear(hidden)
+
+
+def _int8_copy(model: nn.Module) -> DecodingTransformer:
+    from torch.ao.quantization import per_channel_dynamic_qconfig, quantize_dynamic
+
+    if next(model.parameters()).device.type != "cpu":
+        raise UsageError("int8 decoding runs on CPU (fbgemm); use bf16 weights on GPUs")
+    q = copy.deepcopy(model).float().eval()
+    with warnings.catch_warnings():  # torch.ao.quantization announces its move to torchao
+        warnings.simplefilter("ignore")
+        q = quantize_dynamic(q, {nn.Linear: per_channel_dynamic_qconfig}, dtype=torch.qint8, inplace=True)
+        projection = _Int8TiedProjection(q.embedding.weight)
+    q = _mark(q, "int8", packed=False)
+    q.output_projection = projection
+    return q

@@ -1,0 +1,135 @@
+"""The decoding weight formats of aiayn.inference (fp32, bf16, int8; packed or not), each against the model it
+came from."""
+
+import copy
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from aiayn.config import ModelConfig
+from aiayn.errors import UsageError
+from aiayn.inference import DecodingTransformer, PackedLinear, decoding_copy
+from aiayn.model import Transformer
+
+
+def test_decoding_copy_is_the_model_in_another_dtype():
+    torch.manual_seed(0)
+    model = Transformer(ModelConfig.preset("tiny", vocab_size=40)).train()
+    before = copy.deepcopy(model.state_dict())
+    # same dtype, unpacked: the model's own tensors, in eval mode; the model itself keeps its mode
+    same = decoding_copy(model, packed=False)
+    assert isinstance(same, DecodingTransformer) and (same.weights, same.packed) == ("fp32", False)
+    assert not same.training and model.training
+    assert all(a is b for a, b in zip(same.parameters(), model.parameters()))
+    assert decoding_copy(same, packed=False) is same
+    low = decoding_copy(model, "bf16", packed=False)
+    assert low is not model and next(low.parameters()).dtype == torch.bfloat16 and not low.training
+    for name, t in model.state_dict().items():  # the original is untouched
+        assert t.dtype == torch.float32 and torch.equal(t, before[name])
+        torch.testing.assert_close(low.state_dict()[name], t.bfloat16(), rtol=0, atol=0)
+    assert decoding_copy(low, "bf16", packed=False) is low
+
+
+def skip_unless_packing_works(dtype: torch.dtype) -> None:
+    from aiayn.inference import _packing_works
+
+    if not _packing_works(dtype):
+        pytest.skip(f"oneDNN's packed linear does not run in {dtype} with this torch build and CPU")
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_packed_linear_equals_linear(dtype):
+    skip_unless_packing_works(dtype)
+    torch.manual_seed(0)
+    linear = nn.Linear(96, 200).to(dtype)
+    packed = PackedLinear(linear.weight, linear.bias)
+    tol = dict(rtol=1e-5, atol=1e-5) if dtype == torch.float32 else dict(rtol=1e-2, atol=1e-2)
+    for x in (torch.randn(7, 96), torch.randn(3, 5, 96), torch.randn(5, 3, 96).transpose(0, 1)):  # 2-D, 3-D, strided
+        x = x.to(dtype)
+        with torch.no_grad():
+            torch.testing.assert_close(packed(x), linear(x), **tol)
+    no_bias = PackedLinear(linear.weight, None)
+    with torch.no_grad():
+        torch.testing.assert_close(no_bias(x), F.linear(x, linear.weight), **tol)
+
+
+def _calls(model: DecodingTransformer) -> list:
+    """Count the calls of the copy's own output projection (to see that it, not the tied F.linear, runs)."""
+    calls, projection = [], model.output_projection
+    model.output_projection = lambda hidden: calls.append(1) or projection(hidden)
+    return calls
+
+
+@pytest.mark.parametrize("dtype", ["fp32", "bf16"])
+def test_packed_copy_decodes_as_the_model(dtype):
+    # Every projection packed, the tied output projection too (and it is the one that runs); logits and beam search
+    # as the unpacked copy's; the model passed in untouched.
+    from aiayn.search import SearchConfig, beam_search
+
+    skip_unless_packing_works(torch.float32 if dtype == "fp32" else torch.bfloat16)
+    torch.manual_seed(0)
+    model = Transformer(ModelConfig.preset("tiny", vocab_size=60)).eval()
+    before = copy.deepcopy(model.state_dict())
+    q = decoding_copy(model, dtype)  # packed is the default on CPU
+    ref = decoding_copy(model, dtype, packed=False)
+    assert q is not model and q.packed and q.weights == dtype and decoding_copy(q, dtype) is q
+    assert not any(isinstance(m, nn.Linear) for m in q.modules())
+    assert sum(isinstance(m, nn.Linear) for m in model.modules()) == sum(
+        isinstance(m, PackedLinear) for m in q.modules()) > 0
+    calls = _calls(q)
+    src = torch.randint(4, 60, (3, 7))
+    src[:, -1] = 3
+    tgt = torch.randint(4, 60, (3, 5))
+    with torch.no_grad():
+        torch.testing.assert_close(q(src, tgt).float(), ref(src, tgt).float(), rtol=1e-4, atol=1e-4)
+    assert calls
+    search = SearchConfig(beam=4, max_len_a=0.0, max_len_b=6)
+    assert [h[0].tokens for h in beam_search(q, src, search)] == [h[0].tokens for h in beam_search(ref, src, search)]
+    for name, t in model.state_dict().items():
+        assert torch.equal(t, before[name])
+    assert isinstance(model.decoder.layers[0].ffn.w_1, nn.Linear)
+    # It saves as the model it came from (what `aiayn serve` and the exporters read), and loads back.
+    state = q.state_dict()
+    assert state.keys() == model.state_dict().keys()
+    for name, t in state.items():
+        torch.testing.assert_close(t, ref.state_dict()[name], rtol=0, atol=0)
+    other = decoding_copy(Transformer(ModelConfig.preset("tiny", vocab_size=60)), dtype)
+    other.load_state_dict(state)
+    with torch.no_grad():
+        torch.testing.assert_close(other(src, tgt), q(src, tgt), rtol=0, atol=0)
+    with torch.inference_mode():  # a model made under inference mode (as the peer harness makes its models)
+        made = Transformer(ModelConfig.preset("tiny", vocab_size=60)).eval()
+        made.load_state_dict(model.state_dict())
+        torch.testing.assert_close(decoding_copy(made, dtype)(src, tgt), q(src, tgt), rtol=0, atol=0)
+
+
+def test_int8_copy_follows_the_model():
+    # Dynamic int8 projections (per output channel): logits close to fp32's, the same greedy output on a model whose
+    # choices are clear-cut, the original untouched.
+    from aiayn.search import SearchConfig, greedy_search
+
+    torch.manual_seed(0)
+    model = Transformer(ModelConfig.preset("tiny", vocab_size=60)).eval()
+    before = copy.deepcopy(model.state_dict())
+    q = decoding_copy(model, "int8")
+    assert q is not model and q.weights == "int8" and decoding_copy(q, "int8") is q
+    calls = _calls(q)  # the int8 tied projection is the one that runs
+    src = torch.randint(4, 60, (3, 7))
+    src[:, -1] = 3
+    tgt = torch.randint(4, 60, (3, 5))
+    with torch.no_grad():
+        ref, low = model(src, tgt), q(src, tgt)
+    assert (low - ref).abs().max() < 0.05 * ref.abs().max() and calls
+    for name, t in model.state_dict().items():
+        assert torch.equal(t, before[name])
+    search = SearchConfig(beam=1, max_len_a=0.0, max_len_b=6)
+    pairs = zip(greedy_search(model, src, search), greedy_search(q, src, search))
+    agree = [a[0].tokens == b[0].tokens for a, b in pairs]
+    assert sum(agree) >= 2
+
+
+def test_weights_are_checked():
+    with pytest.raises(UsageError, match="fp32, bf16, int8"):
+        decoding_copy(Transformer(ModelConfig.preset("tiny", vocab_size=40)), "fp16")
