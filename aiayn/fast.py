@@ -33,9 +33,9 @@ NEG_INF = float("-inf")
 class Dropout(nn.Dropout):
     """Dropout (section 5.4) with a faster mask on CPU: each element gets 15 random bits (four per 64-bit draw of
     torch's generator, so `torch.manual_seed` still governs it) and is kept when they are >= round(p * 2^15), so the
-    drop probability is p to within 2^-16 (0.1 -> 0.100006); survivors are scaled by 1 / (1 - p). The mask of 15
-    bits measured 1.3-3.3x faster than of 31 (`benchmarks/dropout_bits.py`; docs/speed.md), and both than torch's
-    Bernoulli kernel. Other devices use torch's kernel."""
+    drop probability is p to within 2^-16 (0.1 -> 0.100006); survivors are scaled by 1 / (1 - p). Faster
+    than a mask of 31 bits, and both than torch's Bernoulli kernel (docs/speed.md). Other devices use torch's
+    kernel."""
 
     def forward(self, x: Tensor) -> Tensor:
         if not self.training or self.p == 0.0 or x.device.type != "cpu" or self.p >= 1.0:
@@ -52,9 +52,9 @@ class LayerNorm(nn.LayerNorm):
     Autocast runs layer_norm in fp32 and returns fp32, so a post-norm residual stream is fp32: every projection
     after it casts its input again and every residual add and dropout moves twice the bytes. Here the input and
     the affine parameters are cast to the autocast dtype and torch's kernel normalizes with fp32 statistics
-    inside, returning bf16 (as fairseq's and Megatron's 16-bit training do). Training learns alike (training NLL
-    within 0.002 of torch's at every logged step) and runs 3-7.5 % faster on CPU. On GPUs it is nn.LayerNorm: there it
-    helped large eager steps but slowed launch-bound ones (two more kernels a call) and compiled ones (docs/speed.md).
+    inside, returning bf16 (as fairseq's and Megatron's 16-bit training do). Training learns alike and runs faster
+    on CPU. On GPUs it is nn.LayerNorm: there it helped large eager steps but slowed launch-bound ones (two more
+    kernels a call) and compiled ones. Measurements: docs/speed.md.
     Outside autocast: nn.LayerNorm. `autocast_output = False` (set_layer_norm_output) makes it nn.LayerNorm
     everywhere: the other side of an A/B measurement."""
 

@@ -99,7 +99,7 @@ def resolve_device(name: str, local_rank: int = 0) -> torch.device:
 def native_bf16(device: torch.device) -> bool:
     """Whether bf16 matmuls run natively here: a CUDA GPU with bf16, or a CPU with AVX512-BF16 or AMX-BF16. Without
     them (a VM may hide the flags even on a CPU that has them) torch emulates bf16 matmuls at a fraction of fp32's
-    speed: 28 vs 109 GFLOP/s on one such machine (docs/speed.md)."""
+    speed (docs/speed.md)."""
     if device.type == "cuda":
         return torch.cuda.is_bf16_supported()
     if device.type != "cpu":
@@ -129,7 +129,7 @@ def resolve_dtype(dtype: str, device: torch.device) -> str:
 def free_cores(interval: float = 0.25) -> int:
     """CPU cores this process may use that other processes are not busy on, measured over `interval` seconds from
     /proc/stat (all usable cores where that cannot be read). On a shared machine a thread on a busy core stalls the
-    others at every synchronisation: two threads on two cores, one of them busy, ran ~4x slower than one thread."""
+    others at every synchronisation, so that two threads, one on a busy core, run slower than one (docs/speed.md)."""
     usable = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
 
     try:

@@ -124,7 +124,7 @@ def _step_logits(model, tokens: Tensor, memory: Tensor, src_pad: Tensor, cache) 
 
 
 def _log_probs(logits: Tensor) -> Tensor:
-    return torch.log_softmax(logits.float(), dim=-1)  # fp32 (2x faster than log_softmax(dtype=) from bf16)
+    return torch.log_softmax(logits.float(), dim=-1)  # fp32 (faster than log_softmax(dtype=) from bf16)
 
 
 def _top_candidates(logits: Tensor, scores: Tensor, bsz: int, n: int, t: int, min_len: int, row_limit: Tensor,
@@ -212,11 +212,7 @@ def beam_search(model, src: Tensor, search: SearchConfig = PAPER_SEARCH, max_len
     W = int(limit.max()) + 1  # longest finished hypothesis, EOS included
     cache = model.new_cache()
 
-    # Finished hypotheses, the nbest best per sentence, indexed by original sentence.
-    fin_scores = torch.full((B, nbest), NEG_INF, device=dev)
-    fin_tokens = torch.full((B, nbest, W), PAD_ID, dtype=torch.long, device=dev)
-    fin_logps = torch.zeros(B, nbest, W, device=dev)
-    fin_len = torch.zeros(B, nbest, dtype=torch.long, device=dev)  # |Y|, EOS included
+    finished = _Finished(B, nbest, W, dev)
 
     # Live state. The first step runs one row per sentence (all beams would be identical), then k.
     sent = torch.arange(B, device=dev)  # (bsz,) original index of each active sentence
@@ -244,29 +240,13 @@ def beam_search(model, src: Tensor, search: SearchConfig = PAPER_SEARCH, max_len
         fin_now = cand_eos[:, :k]  # (bsz, k)
         if fin_now.any():
             s_idx = fin_now.any(1).nonzero().squeeze(1)  # active sentences finishing something
-            rows = cand_rows[s_idx, :k]  # (b, k) prefix rows
-            c_scores = cand_scores[s_idx, :k]
+            rows, c_scores = cand_rows[s_idx, :k], cand_scores[s_idx, :k]  # (b, k) prefix rows and their scores
             new_scores = (c_scores / length_penalty(float(t + 1), alpha, lp_kind)).masked_fill(
                 ~fin_now[s_idx], NEG_INF)  # (b, k)
-            eos_col = torch.full_like(rows[..., None], EOS_ID)
-            new_tokens = torch.cat([tokens[rows, 1:], eos_col], -1)  # (b, k, t+1)
             new_logps = torch.cat([logps[rows], (c_scores - scores[rows])[..., None]], -1)  # (b, k, t+1)
-            new_tokens = F.pad(new_tokens, (0, W - t - 1), value=PAD_ID)  # (b, k, W)
-            new_logps = F.pad(new_logps, (0, W - t - 1))
-            orig = sent[s_idx]
-            best_scores, best = torch.cat([fin_scores[orig], new_scores], 1).topk(nbest, dim=1)  # (b, nbest)
-            best_w = best[..., None].expand(-1, -1, W)
-            fin_scores[orig] = best_scores
-            fin_tokens[orig] = torch.cat([fin_tokens[orig], new_tokens], 1).gather(1, best_w)
-            fin_logps[orig] = torch.cat([fin_logps[orig], new_logps], 1).gather(1, best_w)
-            fin_len[orig] = F.pad(fin_len[orig], (0, rows.size(1)), value=t + 1).gather(1, best)
+            finished.add(sent[s_idx], new_scores, tokens[rows, 1:], new_logps)
 
-        # Keep the best k candidates that do not end in EOS (fairseq: rank + 2k * is_eos, k smallest).
-        rank = torch.arange(cand_scores.size(1), device=dev).expand_as(cand_scores)
-        _, alive = (rank + cand_eos.long() * (2 * k)).topk(k, dim=1, largest=False)  # (bsz, k)
-        alive_scores = cand_scores.gather(1, alive)  # (bsz, k)
-        alive_tokens = cand_tokens.gather(1, alive)
-        alive_rows = cand_rows.gather(1, alive)
+        alive_scores, alive_tokens, alive_rows = _alive(cand_scores, cand_tokens, cand_rows, cand_eos, k)
         alive_logps = alive_scores - scores[alive_rows]  # log-prob of the newest token
 
         # Early termination: nothing alive can beat the nbest-th finished hypothesis.
@@ -274,7 +254,7 @@ def beam_search(model, src: Tensor, search: SearchConfig = PAPER_SEARCH, max_len
         lp_max = torch.maximum(length_penalty((sent_limit + 1).float(), alpha, lp_kind),
                                length_penalty(torch.full_like(sent_limit, t + 2).float(), alpha, lp_kind))
         best_alive = alive_scores[:, 0] / lp_max
-        done = fin_scores[sent, nbest - 1].ge(best_alive) | sent_limit.le(t)  # (bsz,)
+        done = finished.scores[sent, nbest - 1].ge(best_alive) | sent_limit.le(t)  # (bsz,)
         if bool(done.all()):
             break
         keep = None
@@ -294,15 +274,48 @@ def beam_search(model, src: Tensor, search: SearchConfig = PAPER_SEARCH, max_len
         logps = torch.cat([logps.index_select(0, index), alive_logps.reshape(-1, 1)], dim=1)
         kk = k
 
-    return _collect(fin_scores, fin_tokens, fin_logps, fin_len)
+    return finished.hypotheses()
 
 
-def _collect(fin_scores: Tensor, fin_tokens: Tensor, fin_logps: Tensor,
-             fin_len: Tensor) -> list[list[Hypothesis]]:
-    """Finished-hypothesis tensors -> per sentence a list of Hypothesis, best first, -inf slots left out."""
-    out: list[list[Hypothesis]] = []
-    for scores, toks, lps, lens in zip(fin_scores.tolist(), fin_tokens.tolist(), fin_logps.tolist(),
-                                       fin_len.tolist()):
-        out.append([Hypothesis(w[: n - 1], s, lp[:n]) for s, w, lp, n in zip(scores, toks, lps, lens)
-                    if s > NEG_INF])
-    return out
+def _alive(cand_scores: Tensor, cand_tokens: Tensor, cand_rows: Tensor, cand_eos: Tensor, k: int
+           ) -> tuple[Tensor, Tensor, Tensor]:
+    """The best k candidates of each sentence that do not end in EOS (fairseq: rank + 2k * is_eos, k smallest):
+    their scores, tokens and prefix rows, each (bsz, k)."""
+    rank = torch.arange(cand_scores.size(1), device=cand_scores.device).expand_as(cand_scores)
+    _, alive = (rank + cand_eos.long() * (2 * k)).topk(k, dim=1, largest=False)  # (bsz, k)
+    return cand_scores.gather(1, alive), cand_tokens.gather(1, alive), cand_rows.gather(1, alive)
+
+
+class _Finished:
+    """The nbest best finished hypotheses of each sentence, indexed by original sentence: scores (B, nbest), words
+    with their EOS (B, nbest, W), the log-prob of each (B, nbest, W) and |Y| (B, nbest), EOS included."""
+
+    def __init__(self, n_sentences: int, nbest: int, width: int, device: torch.device):
+        self.nbest, self.width = nbest, width
+        self.scores = torch.full((n_sentences, nbest), NEG_INF, device=device)
+        self.tokens = torch.full((n_sentences, nbest, width), PAD_ID, dtype=torch.long, device=device)
+        self.logps = torch.zeros(n_sentences, nbest, width, device=device)
+        self.length = torch.zeros(n_sentences, nbest, dtype=torch.long, device=device)
+
+    def add(self, orig: Tensor, scores: Tensor, words: Tensor, logps: Tensor) -> None:
+        """Offer new hypotheses of sentences `orig` (b,): normalized scores (b, k) (-inf: not finished), their words
+        without BOS (b, k, t) and the log-probs of words and EOS (b, k, t+1); keep each sentence's nbest best."""
+        t = words.size(-1)
+        eos = words.new_full((*words.shape[:-1], 1), EOS_ID)
+        new_tokens = F.pad(torch.cat([words, eos], -1), (0, self.width - t - 1), value=PAD_ID)  # (b, k, W)
+        new_logps = F.pad(logps, (0, self.width - t - 1))
+        best_scores, best = torch.cat([self.scores[orig], scores], 1).topk(self.nbest, dim=1)  # (b, nbest)
+        best_w = best[..., None].expand(-1, -1, self.width)
+        self.scores[orig] = best_scores
+        self.tokens[orig] = torch.cat([self.tokens[orig], new_tokens], 1).gather(1, best_w)
+        self.logps[orig] = torch.cat([self.logps[orig], new_logps], 1).gather(1, best_w)
+        self.length[orig] = F.pad(self.length[orig], (0, scores.size(1)), value=t + 1).gather(1, best)
+
+    def hypotheses(self) -> list[list[Hypothesis]]:
+        """Per sentence a list of Hypothesis, best first, -inf slots left out."""
+        out: list[list[Hypothesis]] = []
+        for scores, toks, lps, lens in zip(self.scores.tolist(), self.tokens.tolist(), self.logps.tolist(),
+                                           self.length.tolist()):
+            out.append([Hypothesis(w[: n - 1], s, lp[:n]) for s, w, lp, n in zip(scores, toks, lps, lens)
+                        if s > NEG_INF])
+        return out

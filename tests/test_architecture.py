@@ -43,3 +43,55 @@ def test_importing_the_core_loads_no_feature_and_no_optional_dependency():
             f"print(sorted(m for m in sys.modules if m.startswith({FEATURES + OPTIONAL_DEPS!r})))")
     out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]", out.stdout
+
+
+# The core's floors, lowest first (docs/architecture.md): a module imports only modules on floors below its own.
+FLOORS = [
+    ["errors", "fast"],
+    ["files", "config", "metrics.bleu", "metrics.evalb"],
+    ["data.folder", "data.vocab", "data.batching", "model", "runtime", "search"],
+    ["data.prepare", "data.corpora", "rundir", "losses"],
+    ["data"],
+    ["checkpoint", "metrics.perplexity"],
+    ["metrics", "inference"],
+    ["train", "translate"],
+    ["quickstart"],
+]
+
+
+def _module(path) -> str:
+    return ".".join(path.relative_to(PACKAGE).with_suffix("").parts).removesuffix(".__init__") or "__init__"
+
+
+def test_core_modules_import_only_from_floors_below():
+    floor = {m: i for i, names in enumerate(FLOORS) for m in names}
+    modules = {_module(f): f for f in core_files() if f != PACKAGE / "__init__.py"}
+    assert set(modules) == set(floor), "every core module has its floor in FLOORS (and docs/architecture.md)"
+    upward = {}
+    for name, path in modules.items():
+        used = {m.removeprefix("aiayn.") for m in imported_modules(path) if m.startswith("aiayn.")}
+        bad = sorted(m for m in used if m in floor and floor[m] >= floor[name])
+        if bad:
+            upward[name] = bad
+    assert not upward
+
+
+def test_sizes_stay_readable_in_one_sitting():
+    """No module over 500 lines, no function over 80 (STYLE.md: each module readable in one sitting)."""
+    long_modules, long_functions = [], []
+    for f in sorted(PACKAGE.rglob("*.py")):
+        text = f.read_text(encoding="utf-8")
+        if text.count("\n") > 500:
+            long_modules.append(str(f.relative_to(REPO)))
+        for node in ast.walk(ast.parse(text)):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.end_lineno - node.lineno >= 80:
+                long_functions.append(f"{f.relative_to(REPO)}:{node.name}")
+    assert not long_modules and not long_functions
+
+
+def test_tests_mirror_the_package():
+    """tests/test_<module>.py for every core module, tests/test_<subpackage>.py for every subpackage (errors are
+    tested through every command: test_reliability.py)."""
+    names = {_module(f).split(".")[0] for f in PACKAGE.rglob("*.py")} - {"__init__", "__main__", "errors"}
+    missing = sorted(n for n in names if not (REPO / "tests" / f"test_{n}.py").is_file())
+    assert not missing

@@ -1,0 +1,37 @@
+"""aiayn.config: the paper's presets as Table 3 gives them, and a config that refuses what it cannot be."""
+
+import pytest
+
+from aiayn.config import PRESETS, ModelConfig
+from aiayn.errors import UsageError
+
+
+def _shape(cfg):
+    return (cfg.n_enc_layers, cfg.d_model, cfg.d_ff, cfg.n_heads, cfg.d_k, cfg.d_v, cfg.dropout, cfg.label_smoothing)
+
+
+def test_base_and_big_are_table3s():
+    assert _shape(ModelConfig.preset("base")) == (6, 512, 2048, 8, 64, 64, 0.1, 0.1)
+    assert _shape(ModelConfig.preset("big")) == (6, 1024, 4096, 16, 64, 64, 0.3, 0.1)
+    assert ModelConfig.preset("E").positional == "learned" and ModelConfig.preset("base").positional == "sinusoidal"
+    # row (A): h x d_k kept at 512 while h varies
+    assert [(c.n_heads, c.d_k) for c in map(ModelConfig.preset, ("A1", "A2", "A3", "A4"))] == [
+        (1, 512), (4, 128), (16, 32), (32, 16)]
+
+
+def test_every_preset_round_trips_through_json():
+    for name in PRESETS:
+        cfg = ModelConfig.preset(name)
+        assert ModelConfig.from_dict(cfg.to_dict()) == cfg
+
+
+@pytest.mark.parametrize("change, says", [
+    ({"d_model": 511}, "d_model must be even"),
+    ({"dropout": 1.0}, "dropout must lie in"),
+    ({"n_heads": "8"}, "n_heads must be an integer"),
+    ({"positional": "rotary"}, "positional must be"),
+    ({"widht": 3}, "widht"),
+])
+def test_bad_fields_are_refused(change, says):
+    with pytest.raises(UsageError, match=says):
+        ModelConfig.from_dict({**ModelConfig.preset("tiny").to_dict(), **change})
