@@ -67,8 +67,8 @@ def _commit(tmp: Path, path: Path) -> None:
 def commit_folder(part: Path, path: Path) -> Path:
     """Make the folder `part`, written completely, appear as `path` (which must not exist or be empty): fsync its
     files, rename it, fsync the parent. A kill before the rename leaves `part`, never a half-written `path`."""
-    for p in Path(part).iterdir():
-        if p.is_file():
+    for p in Path(part).rglob("*"):
+        if p.is_file() and not p.is_symlink():
             with open(p, "rb") as f:
                 os.fsync(f.fileno())
     fsync_folder(part)

@@ -81,12 +81,12 @@ class LayerCache:
     Self-attention: one entry per decoder row and target position, in one of two layouts.
     - time-major, (T, N, h, d) in a buffer with room to grow (T >= `length`): a step writes its positions in place
       instead of copying the whole past, and attention reads a strided view (N, h, t, d). Used in fp32 and on GPUs
-      (not measured there yet) until the first reorder: greedy search (which reorders only to drop finished
-      sentences) spends 1.3-1.8x less time on its cache this way.
+      until the first reorder: greedy search (which reorders only to drop finished sentences) spends less time on
+      its cache this way.
     - concatenated, (N, h, t, d): each step appends by torch.cat. Used after a reorder (beam search reorders at
-      every step, and there the time-major buffer measured even with this simpler layout: its reorder must copy the
-      past anyway) and always for CPU bf16 (its matmuls are ~5x slower on strided views).
-    benchmarks/self_attention_cache.py measures the layouts.
+      every step, and its reorder must copy the past anyway) and always for CPU bf16 (its matmuls are slower on
+      strided views). Measurements: docs/speed.md.
+    benchmarks/ab/self_attention_cache.py measures the layouts.
     Cross-attention: computed once per source sentence and shared by all rows (beams) of it."""
 
     length: int = 0  # target positions held
@@ -165,7 +165,7 @@ class MultiHeadAttention(nn.Module):
     """MultiHead(Q, K, V) = Concat(head_1..head_h) W^O, head_i = Attention(Q W_i^Q, K W_i^K, V W_i^V).
 
     The h per-head projections of a role are one matrix (columns of head i at i*dk:(i+1)*dk). W^Q, W^K, W^V
-    are kept separate: one fused (D, 3D) projection measured no faster here (benchmarks/fused_qkv.py).
+    are kept separate: one fused (D, 3D) projection was no faster (docs/speed.md).
     """
 
     def __init__(self, d_model: int, n_heads: int, d_k: int, d_v: int, self_attention: bool):

@@ -18,6 +18,7 @@ from pathlib import Path
 
 from aiayn.config import ModelConfig
 from aiayn.errors import UserError
+from aiayn.files import commit_folder
 
 
 @dataclass
@@ -99,7 +100,8 @@ tests/test_export.py checks both).
 
 @contextmanager
 def fresh_folder(out: Path) -> Iterator[Path]:
-    """Yield a temporary folder beside `out`; on success rename it to `out`. Refuses an `out` that holds files."""
+    """Yield a temporary folder beside `out`; on success rename it to `out` (aiayn.files.commit_folder: a kill leaves
+    no half-written `out`). Refuses an `out` that holds files."""
     out = Path(out)
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
         raise UserError(f"{out} already exists and is not an empty folder; remove it or choose another output folder")
@@ -112,7 +114,7 @@ def fresh_folder(out: Path) -> Iterator[Path]:
         yield tmp
         if out.exists():
             out.rmdir()
-        os.replace(tmp, out)
+        commit_folder(tmp, out)  # every file fsynced, then the folder renamed into place
     finally:
         if tmp.exists():
             shutil.rmtree(tmp)
