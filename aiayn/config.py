@@ -75,7 +75,6 @@ class ModelConfig:
     def from_dict(cls, d: dict[str, Any]) -> ModelConfig:
         if not isinstance(d, dict):
             raise UsageError(f"a model config is a mapping of field: value, not {type(d).__name__}")
-        d = {k: v for k, v in d.items() if _LEGACY_NO_OPS.get(k, object()) != v}
         check_fields(cls, d, "model config fields")
         return cls(**d)
 
@@ -107,10 +106,6 @@ def check_types(obj: Any) -> None:
               "str": isinstance(value, str), "bool": isinstance(value, bool)}.get(kind, True)
         if not ok:
             raise UsageError(f"{f.name} must be {_TYPE_NAMES[kind]}, got {value!r}")
-
-
-# Fields of configs saved by earlier versions, removed since; accepted (and dropped) at the value that changes nothing.
-_LEGACY_NO_OPS: dict[str, Any] = {"pad_id": PAD_ID, "attention_dropout": 0.0}
 
 
 def check_fields(cls: type, d: dict[str, Any], what: str) -> None:

@@ -7,7 +7,6 @@ write their folders through `fresh_folder`, so a failed export never leaves half
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import tempfile
@@ -16,9 +15,11 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from aiayn import rundir
 from aiayn.config import ModelConfig
+from aiayn.data.folder import META_FILE, read_meta
 from aiayn.errors import UserError
-from aiayn.files import commit_folder
+from aiayn.files import commit_folder, write_text
 
 
 @dataclass
@@ -39,14 +40,13 @@ def provenance(checkpoint: Path, bleu: str = "") -> Provenance:
         meta = f.metadata() or {}
     prov = Provenance(str(checkpoint), int(meta["step"]) if "step" in meta else None, bleu=bleu)
     for folder in Path(checkpoint).resolve().parents[:2]:  # RUN/x.safetensors or RUN/checkpoints/step_N.safetensors
-        config = folder / "config.json"
-        if config.is_file():
-            data_dir = Path(json.loads(config.read_text()).get("data", ""))
+        if rundir.is_run(folder):
+            data_dir = Path(rundir.read_config(folder)["data"])
             prov.data = {"path": str(data_dir)}
-            if (data_dir / "meta.json").is_file():
-                meta_json = json.loads((data_dir / "meta.json").read_text())
-                train = meta_json.get("splits", {}).get("train", {})
-                prov.data.update(pairs=train.get("kept"), vocab_size=meta_json.get("vocab_size"))
+            if (data_dir / META_FILE).is_file():  # the data may have moved since: then only its path is known
+                meta_json = read_meta(data_dir)
+                train = meta_json["splits"].get("train", {})
+                prov.data.update(pairs=train.get("kept"), vocab_size=meta_json["vocab_size"])
             break
     return prov
 
@@ -95,7 +95,7 @@ tests/test_export.py checks both).
 |---|---|
 {config_rows}
 """
-    (folder / "README.md").write_text(text, encoding="utf-8")
+    write_text(folder / "README.md", text)
 
 
 @contextmanager
