@@ -1,0 +1,1 @@
+"""A/B micro-benchmarks: one lever each, its variants interleaved."""

@@ -1,0 +1,1 @@
+"""End to end: data preparation, training recipes, serving, exports, profiles of whole steps."""

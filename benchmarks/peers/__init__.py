@@ -1,0 +1,2 @@
+"""aiayn side by side with fairseq, HF Marian, OpenNMT and CTranslate2 through the shared harness
+(../shared/bench/peers)."""
