@@ -1,7 +1,8 @@
 """Model configuration: one frozen dataclass and the paper's presets by name.
 
 Every preset is a row of PAPER.md (section 3, Table 3, section 6.3) or a small CPU size. The config is
-saved inside every checkpoint (as JSON), so a checkpoint describes itself.
+saved inside every checkpoint (as JSON), so a checkpoint describes itself. The paper's published results (Table 3's
+PPL, BLEU and parameter columns) live in aiayn.experiments.paper.
 """
 
 from __future__ import annotations
@@ -157,13 +158,4 @@ PRESETS: dict[str, dict[str, Any]] = {
     # vocabulary (the structure tokens are ~50 of it; a larger one mostly costs output-layer time), P_drop 0.3.
     "parse-small": _base(vocab_size=2000, n_enc_layers=4, n_dec_layers=4, d_model=256, d_ff=1024, n_heads=4,
                          d_k=64, d_v=64, dropout=0.3),
-}
-
-# Table 3's published values, for printing beside our counts: name -> (params in millions or None, PPL, BLEU).
-TABLE3: dict[str, tuple[float | None, float, float]] = {
-    "base": (65, 4.92, 25.8), "A1": (None, 5.29, 24.9), "A2": (None, 5.00, 25.5), "A3": (None, 4.91, 25.8),
-    "A4": (None, 5.01, 25.4), "B1": (58, 5.16, 25.1), "B2": (60, 5.01, 25.4), "C1": (36, 6.11, 23.7),
-    "C2": (50, 5.19, 25.3), "C3": (80, 4.88, 25.5), "C4": (28, 5.75, 24.5), "C5": (168, 4.66, 26.0),
-    "C6": (53, 5.12, 25.4), "C7": (90, 4.75, 26.2), "D1": (None, 5.77, 24.6), "D2": (None, 4.95, 25.5),
-    "D3": (None, 4.67, 25.3), "D4": (None, 5.47, 25.7), "E": (None, 4.92, 25.7), "big": (213, 4.33, 26.4),
 }

@@ -1,5 +1,8 @@
-"""Table 3 as a command (aiayn.experiments.table3): the scaled presets, Spearman's rho by hand, and a tiny run of
-three rows end to end (skipping finished rows, resuming an interrupted one in a subprocess, merging folders)."""
+"""The paper's tables as commands (aiayn.experiments). Table 3: the scaled presets, Spearman's rho by hand, and a
+tiny run of three rows end to end (skipping finished rows, resuming an interrupted one in a `--jobs` subprocess,
+merging folders, calibrating --minutes). Table 2: the cost arithmetic against the paper and torch's FLOP counter.
+Table 1: its layers against independent implementations, its FLOPs against the closed forms, its path lengths and
+graph depths against what can be worked out by hand."""
 
 import json
 import math
@@ -8,71 +11,77 @@ import shutil
 import pytest
 import torch
 
-from aiayn.config import TABLE3, ModelConfig
+from aiayn.cli import main
+from aiayn.config import ModelConfig
 from aiayn.errors import UsageError
-from aiayn.experiments import table3
+from aiayn.experiments import table1
+from aiayn.experiments.paper import TABLE2_COST, TABLE2_HOURS, TABLE3
+from aiayn.experiments.table3 import report, rows, runner
+from aiayn.experiments.table3.plan import finished, make_plan, trained_steps
+from aiayn.experiments.table3.report import load_results, spearman
+from aiayn.experiments.table3.score import run_row
 from aiayn.model import Transformer, count_parameters
 
 # --- the rows ----------------------------------------------------------------------------------------------
 
 
 def test_rows_are_table3_in_the_paper_order():
-    assert len(table3.ROWS) == 20 and set(table3.ROWS) == set(TABLE3)
-    assert table3.paper_row("C5") == {"group": "(C)", "params_M": 168, "ppl": 4.66, "bleu": 26.0, "steps": "100K"}
-    assert table3.paper_row("big")["steps"] == "300K"
-    assert table3.parse_rows("D1, base,A1") == ["base", "A1", "D1"]  # the paper's order whatever the order given
+    assert len(rows.ROWS) == 20 and set(rows.ROWS) == set(TABLE3)
+    assert rows.paper_row("C5") == {"group": "(C)", "params_M": 168, "ppl": 4.66, "bleu": 26.0, "steps": "100K"}
+    assert rows.paper_row("big")["steps"] == "300K"
+    assert rows.parse_rows("D1, base,A1") == ["base", "A1", "D1"]  # the paper's order whatever the order given
     with pytest.raises(UsageError, match="unknown row"):
-        table3.parse_rows("base,Z9")
+        rows.parse_rows("base,Z9")
 
 
 def test_scaled_preset_divides_the_widths_and_keeps_the_rest():
-    base = table3.scaled_preset("base", 4)
+    base = rows.scaled_preset("base", 4)
     assert (base.d_model, base.d_ff, base.d_k, base.d_v, base.n_heads, base.n_enc_layers) == (128, 512, 16, 16, 8, 6)
-    a1 = table3.scaled_preset("A1", 4)  # h = 1, d_k = d_v = 512 in the paper
+    a1 = rows.scaled_preset("A1", 4)  # h = 1, d_k = d_v = 512 in the paper
     assert (a1.n_heads, a1.d_k, a1.d_v) == (1, 128, 128)
-    big = table3.scaled_preset("big", 4)
+    big = rows.scaled_preset("big", 4)
     assert (big.d_model, big.d_ff, big.n_heads, big.d_k, big.dropout) == (256, 1024, 16, 16, 0.3)
-    assert table3.scaled_preset("C3", 8).n_dec_layers == 8
-    assert table3.scaled_preset("D4", 4).label_smoothing == 0.2
-    assert table3.scaled_preset("E", 4).positional == "learned"
-    assert table3.scaled_preset("A4", 32).d_k == 1  # 16 / 32 rounds to 0: every width stays >= 1
-    assert table3.scaled_preset("C4", 1) == ModelConfig.preset("C4")
+    assert rows.scaled_preset("C3", 8).n_dec_layers == 8
+    assert rows.scaled_preset("D4", 4).label_smoothing == 0.2
+    assert rows.scaled_preset("E", 4).positional == "learned"
+    assert rows.scaled_preset("A4", 32).d_k == 1  # 16 / 32 rounds to 0: every width stays >= 1
+    assert rows.scaled_preset("C4", 1) == ModelConfig.preset("C4")
     with pytest.raises(UsageError):
-        table3.scaled_preset("base", 0)
+        rows.scaled_preset("base", 0)
 
 
 # --- Spearman by hand --------------------------------------------------------------------------------------
 
 
 def test_average_ranks_share_ties():
-    assert table3.average_ranks([10, 30, 20]) == [1, 3, 2]
+    assert report.average_ranks([10, 30, 20]) == [1, 3, 2]
     # the two 1s take ranks 1 and 2 -> 1.5 each; 3, 4, 5 follow
-    assert table3.average_ranks([3, 1, 4, 1, 5]) == [3, 1.5, 4, 1.5, 5]
-    assert table3.average_ranks([7, 7, 7]) == [2, 2, 2]
+    assert report.average_ranks([3, 1, 4, 1, 5]) == [3, 1.5, 4, 1.5, 5]
+    assert report.average_ranks([7, 7, 7]) == [2, 2, 2]
 
 
 def test_spearman_by_hand():
-    assert table3.spearman([1, 2, 3, 4], [10, 20, 30, 40]) == pytest.approx(1.0)
-    assert table3.spearman([1, 2, 3, 4], [4, 3, 2, 1]) == pytest.approx(-1.0)
+    assert spearman([1, 2, 3, 4], [10, 20, 30, 40]) == pytest.approx(1.0)
+    assert spearman([1, 2, 3, 4], [4, 3, 2, 1]) == pytest.approx(-1.0)
     # no ties: rho = 1 - 6 * sum d^2 / (n (n^2 - 1)); ranks of y are 2, 1, 4, 3 -> d^2 sum 4 -> 1 - 24/60 = 0.6
-    assert table3.spearman([1, 2, 3, 4], [5, 1, 9, 7]) == pytest.approx(0.6)
+    assert spearman([1, 2, 3, 4], [5, 1, 9, 7]) == pytest.approx(0.6)
     # ties: x ranks 1.5, 1.5, 3, 4 against 1, 2, 3, 4: Pearson of those ranks, worked out by hand:
     # x - mean = -1, -1, 0.5, 1.5; y - mean = -1.5, -0.5, 0.5, 1.5; sxy = 1.5 + 0.5 + 0.25 + 2.25 = 4.5
     # sxx = 1 + 1 + 0.25 + 2.25 = 4.5; syy = 5 -> rho = 4.5 / sqrt(4.5 * 5) = 0.9487
-    assert table3.spearman([2, 2, 5, 9], [1, 2, 3, 4]) == pytest.approx(4.5 / math.sqrt(22.5))
-    assert math.isnan(table3.spearman([1, 1, 1], [1, 2, 3]))  # a constant side has no ranking
+    assert spearman([2, 2, 5, 9], [1, 2, 3, 4]) == pytest.approx(4.5 / math.sqrt(22.5))
+    assert math.isnan(spearman([1, 1, 1], [1, 2, 3]))  # a constant side has no ranking
     scipy_stats = pytest.importorskip("scipy.stats")  # an independent implementation, where installed
     x, y = [4.92, 5.29, 5.0, 4.91, 5.01, 5.16], [3.1, 3.3, 3.3, 3.0, 3.2, 3.25]
-    assert table3.spearman(x, y) == pytest.approx(scipy_stats.spearmanr(x, y).statistic)
+    assert spearman(x, y) == pytest.approx(scipy_stats.spearmanr(x, y).statistic)
 
 
 def test_steps_for_budget():
     # 4 rows of 1/8, 1/8, 1/8, 1/4 s/step: 5/8 s per step of all rows
-    assert table3.steps_for_budget([0.125, 0.125, 0.125, 0.25], 10, 1) == 960  # 600 s / 0.625
-    assert table3.steps_for_budget([0.125, 0.125, 0.125, 0.25], 10, 2) == 1920  # 600 s / 0.3125
+    assert runner.steps_for_budget([0.125, 0.125, 0.125, 0.25], 10, 1) == 960  # 600 s / 0.625
+    assert runner.steps_for_budget([0.125, 0.125, 0.125, 0.25], 10, 2) == 1920  # 600 s / 0.3125
     # on 4 slots the slowest row alone sets the pace: 600 s / 0.25
-    assert table3.steps_for_budget([0.125, 0.125, 0.125, 0.25], 10, 4) == 2400
-    assert table3.steps_for_budget([0.125, 0.125, 0.125, 0.25], 1, 1) == 90  # 96, rounded down to tens
+    assert runner.steps_for_budget([0.125, 0.125, 0.125, 0.25], 10, 4) == 2400
+    assert runner.steps_for_budget([0.125, 0.125, 0.125, 0.25], 1, 1) == 90  # 96, rounded down to tens
 
 
 # --- a tiny run of three rows end to end -------------------------------------------------------------------
@@ -86,7 +95,7 @@ def tiny_table(copy_data, tmp_path_factory):
     """Three rows at scale 1/32 (d_model 16), 20 steps each, one after the other in this process."""
     out = tmp_path_factory.mktemp("table3") / "out"
     lines = []
-    summary = table3.run_variations(copy_data, out, ROWS3, scale=32, steps=20, jobs=1, device="cpu", threads=1,
+    summary = runner.run_variations(copy_data, out, ROWS3, scale=32, steps=20, jobs=1, device="cpu", threads=1,
                                     train=TINY, say=lines.append)
     return out, summary, lines
 
@@ -97,7 +106,7 @@ def test_tiny_run_scores_every_row(tiny_table, copy_data):
     for name in ROWS3:
         r = json.loads((out / name / "result.json").read_text())
         assert r["steps"] == 20 and r["row"] == name
-        cfg = table3.scaled_preset(name, 32).replace(vocab_size=120)  # the fixture's vocabulary
+        cfg = rows.scaled_preset(name, 32).replace(vocab_size=120)  # the fixture's vocabulary
         assert r["model"] == cfg.to_dict()
         assert r["params"] == count_parameters(Transformer(cfg))
         # perplexity = exp(NLL per token); 20 steps already beat the uniform guess (PPL = the vocabulary, 120)
@@ -122,35 +131,35 @@ def test_tiny_run_writes_table_plot_and_rho(tiny_table):
     assert "| (C) | C1 | 2 |" in text  # the paper's layout: group, row, the paper's N where it differs from base
     assert "| 4.92 | 25.8 | 65M |" in text  # the paper's PPL, BLEU and params beside ours
     assert "| - | - | - | - |" in text  # rows not trained are listed, empty
-    results = table3.load_results(out)
+    results = load_results(out)
     ours = [results[n]["dev_ppl"] for n in ROWS3]
-    assert summary["spearman_ppl"] == pytest.approx(table3.spearman([4.92, 6.11, 4.67], ours))
+    assert summary["spearman_ppl"] == pytest.approx(spearman([4.92, 6.11, 4.67], ours))
     assert f"dev PPL rho = {summary['spearman_ppl']:.3f}" in text
     assert (out / "table3.png").stat().st_size > 1000
-    assert json.loads((out / "summary.json").read_text())["missing"] == [n for n in table3.ROWS if n not in ROWS3]
+    assert json.loads((out / "summary.json").read_text())["missing"] == [n for n in rows.ROWS if n not in ROWS3]
 
 
 def test_finished_rows_are_skipped_and_options_must_match(tiny_table, copy_data):
     out, _, _ = tiny_table
     before = {n: (out / n / "result.json").stat().st_mtime_ns for n in ROWS3}
     lines = []
-    table3.run_variations(None, out, ROWS3, jobs=1, device="cpu", threads=1, say=lines.append)  # options from plan
+    runner.run_variations(None, out, ROWS3, jobs=1, device="cpu", threads=1, say=lines.append)  # options from plan
     assert {n: (out / n / "result.json").stat().st_mtime_ns for n in ROWS3} == before
     assert not any(": step" in line for line in lines)
     with pytest.raises(UsageError, match="steps 40"):
-        table3.run_variations(copy_data, out, ROWS3, scale=32, steps=40, say=lines.append)
+        runner.run_variations(copy_data, out, ROWS3, scale=32, steps=40, say=lines.append)
     with pytest.raises(UsageError, match="warmup"):
-        table3.run_variations(copy_data, out, ROWS3, train={"warmup": 10}, say=lines.append)
+        runner.run_variations(copy_data, out, ROWS3, train={"warmup": 10}, say=lines.append)
 
 
 def test_interrupted_row_resumes_in_a_subprocess_to_the_same_result_and_folders_merge(tiny_table, copy_data, tmp_path):
     out, _, _ = tiny_table
     other = tmp_path / "other"
-    plan = table3.make_plan(other, copy_data, 32, 20, None, TINY)
-    assert table3.run_row(other, plan, "C1", 10, "cpu", threads=1) is None  # stopped at step 10: not scored
-    assert table3.trained_steps(other, "C1") == 10 and not table3.finished(other, "C1")
+    plan = make_plan(other, copy_data, 32, 20, None, TINY)
+    assert run_row(other, plan, "C1", 10, "cpu", threads=1) is None  # stopped at step 10: not scored
+    assert trained_steps(other, "C1") == 10 and not finished(other, "C1")
     # finished by a subprocess (--jobs > 1), which resumes the run where this process left it
-    table3.run_variations(None, other, ["C1"], jobs=2, device="cpu", threads=1, say=lambda s: None)
+    runner.run_variations(None, other, ["C1"], jobs=2, device="cpu", threads=1, say=lambda s: None)
     assert "step 20: saved" in (other / "C1" / "worker.log").read_text()
     steps = [json.loads(line)["step"] for line in (other / "C1" / "run" / "log.jsonl").read_text().splitlines()
              if json.loads(line)["kind"] == "train"]
@@ -165,7 +174,7 @@ def test_interrupted_row_resumes_in_a_subprocess_to_the_same_result_and_folders_
     merged = tmp_path / "merged"
     for src, name in ((out, "base"), (out, "D3"), (other, "C1")):
         shutil.copytree(src / name, merged / name)
-    summary = table3.report(merged, plot=False)
+    summary = report.report(merged, plot=False)
     assert summary["rows"] == ROWS3
 
 
@@ -177,16 +186,13 @@ def test_report_refuses_rows_trained_differently(tiny_table, tmp_path):
     r = json.loads((mixed / "C1" / "result.json").read_text())
     (mixed / "C1" / "result.json").write_text(json.dumps({**r, "steps": 21}))
     with pytest.raises(ValueError, match="trained alike"):
-        table3.report(mixed, plot=False)
+        report.report(mixed, plot=False)
 
 
 def test_cli_report(tiny_table, capsys):
-    from aiayn.cli import main
-
     out, summary, _ = tiny_table
     assert main(["variations", "--out", str(out), "--report"]) == 0
     assert f"dev PPL rho = {summary['spearman_ppl']:.3f}" in capsys.readouterr().out
-
 
 
 def test_seconds_per_step_reads_the_second_half_of_the_newest_call(tmp_path):
@@ -198,26 +204,28 @@ def test_seconds_per_step_reads_the_second_half_of_the_newest_call(tmp_path):
     (tmp_path / "log.jsonl").write_text("".join(json.dumps(r) + "\n" for r in lines))
     # the third call logged one line only: the second (elapsed restarts) from step 15 = 30 // 2 on counts,
     # (3.5 - 0.5) s / (30 - 15) steps
-    assert table3.seconds_per_step(tmp_path) == pytest.approx(0.2)
+    assert runner.seconds_per_step(tmp_path) == pytest.approx(0.2)
 
 
 def test_minutes_calibrates_then_trains_every_row_the_same_steps(copy_data, tmp_path, monkeypatch):
-    monkeypatch.setattr(table3, "CALIBRATION_STEPS", 10)
+    monkeypatch.setattr(runner, "CALIBRATION_STEPS", 10)
     seen = {}
 
     def budget(step_seconds, minutes, jobs):  # the measured speed varies; the step count is checked above
         seen.update(step_seconds=step_seconds, minutes=minutes, jobs=jobs)
         return 20
 
-    monkeypatch.setattr(table3, "steps_for_budget", budget)
+    monkeypatch.setattr(runner, "steps_for_budget", budget)
     out = tmp_path / "out"
-    table3.run_variations(copy_data, out, ["C1", "D3"], scale=32, minutes=1.5, device="cpu", threads=1, train=TINY,
-                          say=lambda s: None)
+    summary = runner.run_variations(copy_data, out, ["C1", "D3"], scale=32, minutes=1.5, device="cpu", threads=1,
+                                    train=TINY, dev_sentences=7, say=lambda s: None)
     assert seen["minutes"] == 1.5 and len(seen["step_seconds"]) == 2 and min(seen["step_seconds"]) > 0
     plan = json.loads((out / "plan.json").read_text())
-    assert plan["steps"] == 20 and plan["minutes"] == 1.5
+    assert plan["steps"] == 20 and plan["minutes"] == 1.5 and plan["dev_sentences"] == 7
+    assert "sacreBLEU (beam 4, alpha 0.6) of the first 7 dev sentences" in summary["text"]
     for name in ("C1", "D3"):
         assert json.loads((out / name / "result.json").read_text())["steps"] == 20
+        assert len((out / name / "dev.hyp").read_text().splitlines()) == 7  # BLEU on the first 7 of 40 only
         steps = [json.loads(line)["step"] for line in (out / name / "run" / "log.jsonl").read_text().splitlines()
                  if json.loads(line)["kind"] == "train"]
         assert steps == [5, 10, 15, 20]  # the calibration's 10 steps were kept
@@ -227,11 +235,11 @@ def test_minutes_calibrates_then_trains_every_row_the_same_steps(copy_data, tmp_
 
 
 def test_paper_cost_reproduces_table2():
-    from aiayn.experiments.table2 import PAPER_COST, PAPER_HOURS, paper_cost
+    from aiayn.experiments.table2 import paper_cost
 
     # 12 h x 8 P100 x 9.5 TFLOPS = 3.3e18 (base); 3.5 days = 2.3e19 (big), as Table 2 prints them
-    assert f"{paper_cost(PAPER_HOURS['base'], 8, 9.5):.1e}" == f"{PAPER_COST['base']:.1e}"
-    assert f"{paper_cost(PAPER_HOURS['big'], 8, 9.5):.1e}" == f"{PAPER_COST['big']:.1e}"
+    assert f"{paper_cost(TABLE2_HOURS['base'], 8, 9.5):.1e}" == f"{TABLE2_COST['base']:.1e}"
+    assert f"{paper_cost(TABLE2_HOURS['big'], 8, 9.5):.1e}" == f"{TABLE2_COST['big']:.1e}"
 
 
 def test_forward_flops_match_torch_flop_counter():
@@ -249,11 +257,12 @@ def test_forward_flops_match_torch_flop_counter():
     assert counter.get_total_flops() == forward_flops(cfg, 7, 5)
 
 
-def test_run_cost_from_a_log(tmp_path):
+def test_run_cost_from_a_log(tmp_path, capsys):
     from aiayn.experiments.table2 import run_cost, training_flops_per_token
 
     cfg = ModelConfig.preset("base")
-    (tmp_path / "config.json").write_text(json.dumps({"model": cfg.to_dict(), "train": {}, "data": "x"}))
+    (tmp_path / "config.json").write_text(json.dumps({"model": cfg.to_dict(), "train": {}, "data": "x",
+                                                      "data_sha256": "", "vocab_sha256": ""}))
     speeds = [999.0, 50_000.0, 50_000.0, 60_000.0]  # the first line (warming up) is left out: median 50,000
     (tmp_path / "log.jsonl").write_text("".join(json.dumps({"kind": "train", "step": 10 * i, "tokens_per_s": s}) + "\n"
                                                 for i, s in enumerate(speeds, 1)))
@@ -261,3 +270,89 @@ def test_run_cost_from_a_log(tmp_path):
     assert c["hours"] == pytest.approx(1000 * 25_000 / 50_000 / 3600)  # 500 s
     assert c["paper_way_flops"] == pytest.approx(500 * 1 * 100e12)
     assert c["model_flops"] == pytest.approx(1000 * 25_000 * training_flops_per_token(cfg))
+    assert main(["table2", str(tmp_path), "--gpus", "1", "--tflops", "100", "--steps", "1000"]) == 0
+    assert "50,000 target tokens/s -> 1,000 steps x 25,000 tokens take 0.1 h" in capsys.readouterr().out
+
+
+# --- Table 1 measured ----------------------------------------------------------------------------------------
+
+
+def test_loop_lstm_equals_torch_lstm():
+    torch.manual_seed(0)
+    lstm = torch.nn.LSTM(16, 16, batch_first=True)
+    x = torch.randn(2, 9, 16)
+    expected, _ = lstm(x)
+    torch.testing.assert_close(table1.LoopLSTM.like(lstm)(x), expected, rtol=1e-5, atol=1e-6)
+
+
+def test_self_attention_equals_torch_multihead_attention():
+    torch.manual_seed(0)
+    d, h = 16, 4
+    mha = torch.nn.MultiheadAttention(d, h, batch_first=True)
+    ours = table1.SelfAttention(d, h)
+    with torch.no_grad():
+        ours.qkv.weight.copy_(mha.in_proj_weight)
+        ours.qkv.bias.copy_(mha.in_proj_bias)
+        ours.out.weight.copy_(mha.out_proj.weight)
+        ours.out.bias.copy_(mha.out_proj.bias)
+    x = torch.randn(2, 7, d)
+    torch.testing.assert_close(ours(x), mha(x, x, x, need_weights=False)[0], rtol=1e-5, atol=1e-6)
+
+
+def test_restricted_attention_is_local_and_full_when_r_covers_everything():
+    torch.manual_seed(0)
+    n, d = 12, 8
+    q, k, v = torch.randn(3, 1, n, d).unbind(0)
+    # a neighbourhood wider than the sequence is plain attention
+    torch.testing.assert_close(table1.attention_core(q, k, v, 2, r=2 * n), table1.attention_core(q, k, v, 2))
+    # with r = 4 (|i - j| <= 2), changing key/value 9 changes outputs 7..11 only
+    k2, v2 = k.clone(), v.clone()
+    k2[0, 9] += 1.0
+    v2[0, 9] += 1.0
+    changed = (table1.attention_core(q, k, v, 2, r=4) - table1.attention_core(q, k2, v2, 2, r=4)).abs().sum(-1)[0] > 0
+    assert changed.nonzero().flatten().tolist() == [7, 8, 9, 10, 11]
+
+
+@pytest.mark.parametrize("kind", ["self-attention", "self-attention core", "recurrent", "convolutional", "restricted"])
+def test_counted_flops_equal_the_closed_forms(kind):
+    n, d, r = 23, 16, 6  # 23: the last block of r / 2 = 3 queries is padded
+    layer = table1.make_layer(kind, d, r, timing=False)
+    assert table1.count_flops(layer, n, d) == table1.closed_form_flops(kind, n, d, r=r)
+
+
+def test_path_lengths_by_hand():
+    n = 16
+    assert table1.path_length("self-attention", n) == 1  # every position attends to every other
+    assert table1.path_length("convolutional", n) == 15  # a centred k = 3 kernel moves one position per layer
+    assert table1.path_length("convolutional (dilated)", n) == 3  # causal, dilations 1, 3, 9 reach 2 + 6 + 18 >= 15
+    assert table1.path_length("restricted", n, r=8) == 4  # |i - j| <= 4 per layer: ceil(15 / 4)
+    assert table1.path_length("recurrent", n) == 16  # x_0 enters at step 0, y_15 leaves at step 15
+
+
+def test_sequential_operations_constant_or_linear_in_n():
+    depth = {kind: [table1.graph_depth(table1.make_layer(kind, 8, 4, timing=False), n, 8) for n in (4, 8, 16)]
+             for kind in table1.KINDS}
+    for kind in ("self-attention", "convolutional", "restricted"):
+        assert depth[kind][0] == depth[kind][1] == depth[kind][2], kind
+    a, b, c = depth["recurrent"]
+    assert c - b == 2 * (b - a) > 0  # the same number of operations per recurrent step: linear in n
+
+
+def test_fit_and_crossover_by_hand():
+    assert table1.fit_exponent([1, 2, 4], [3, 12, 48]) == pytest.approx(2.0)
+    # a = n^2 against b = 8 n: a overtakes b at n = 8; log-log interpolation between 4 and 16 finds it exactly
+    assert table1.crossover([4, 16], [16, 256], [32, 128]) == pytest.approx(8.0)
+    assert table1.crossover([4, 16], [1, 2], [3, 4]) is None
+
+
+def test_cli_measures_a_quick_table(tmp_path, capsys):
+    args = ["--quick", "--d", "32", "--r", "8", "--max-n", "64", "--fit-from", "16"]
+    assert main(["table1", *args, "--json", str(tmp_path / "t1.json"), "--plot", str(tmp_path / "t1.png")]) == 0
+    res = json.loads((tmp_path / "t1.json").read_text())
+    assert res["ns"] == [16, 32, 64] and res["path_ns"] == [8, 16]
+    assert res["flops_exponent"]["recurrent"] == pytest.approx(1.0)
+    assert res["flops_exponent"]["self-attention core"] == pytest.approx(2.0)
+    assert res["crossover_flops"] == pytest.approx(64.0)  # 8nd^2 + 4n^2d = 16nd^2 at n = 2d
+    out = capsys.readouterr().out
+    assert "| recurrent | O(n d^2) |" in out and math.isfinite(res["time_exponent"]["self-attention"])
+    assert (tmp_path / "t1.png").stat().st_size > 1000

@@ -7,8 +7,9 @@ import pytest
 import torch
 from torch import nn
 
-from aiayn.config import PAD_ID, PRESETS, TABLE3, ModelConfig
+from aiayn.config import PAD_ID, PRESETS, ModelConfig
 from aiayn.errors import UsageError
+from aiayn.experiments.paper import TABLE3
 from aiayn.model import (
     MultiHeadAttention,
     Transformer,

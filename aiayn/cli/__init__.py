@@ -31,6 +31,7 @@ COMMANDS = [
     "aiayn.cli.evaluate",
     "aiayn.cli.params",
     "aiayn.cli.variations",
+    "aiayn.cli.tables",
 ]
 
 

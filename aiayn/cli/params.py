@@ -1,4 +1,4 @@
-"""`aiayn params`: parameter counts of every preset beside Table 3's column."""
+"""`aiayn params`: parameter counts of every preset beside Table 3's params column (aiayn.experiments.params)."""
 
 from __future__ import annotations
 
@@ -6,10 +6,11 @@ import argparse
 
 from aiayn.cli.common import positive_int
 from aiayn.config import PAPER_VOCAB
-from aiayn.params import format_table, parameter_table
 
 
 def run(args: argparse.Namespace) -> int:
+    from aiayn.experiments.params import format_table, parameter_table
+
     print(format_table(parameter_table(args.vocab_size)))
     print(f"\nTable 3 rows counted with a shared vocabulary of {args.vocab_size:,} (the paper's ~37K BPE); "
           "the paper does not state the exact vocabulary behind its column, so expect a few % difference.")

@@ -13,18 +13,22 @@ _NOT_FLAGS = ("max_steps", "max_minutes", "device", "threads", "keep_last")
 
 
 def run(args: argparse.Namespace) -> int:
-    from aiayn.experiments import table3
+    from aiayn.experiments.table3.report import report
+    from aiayn.experiments.table3.runner import run_variations, run_worker
 
+    if args.worker:  # one row, as a subprocess of --jobs N
+        return run_worker(args.out, args.worker, args.worker_steps, args.device, args.threads, args.keep_checkpoints,
+                          args.jobs)
     if args.report:
-        summary = table3.report(args.out)
+        summary = report(args.out)
         print(summary["text"], end="")
     else:
         if args.steps is not None and args.minutes is not None:
             raise UsageError("give --steps or --minutes, not both")
-        table3.run_variations(args.data, args.out, args.rows, scale=args.scale, steps=args.steps,
-                              minutes=args.minutes, jobs=args.jobs, device=args.device, threads=args.threads,
-                              keep_checkpoints=args.keep_checkpoints,
-                              train={k: v for k, v in given_fields(args, TrainConfig).items() if k not in _NOT_FLAGS})
+        run_variations(args.data, args.out, args.rows, scale=args.scale, steps=args.steps, minutes=args.minutes,
+                       jobs=args.jobs, device=args.device, threads=args.threads,
+                       keep_checkpoints=args.keep_checkpoints, dev_sentences=args.dev_sentences,
+                       train={k: v for k, v in given_fields(args, TrainConfig).items() if k not in _NOT_FLAGS})
     print(f"wrote {args.out}/table3.md and {args.out}/table3.png")
     return 0
 
@@ -49,11 +53,17 @@ def register(sub) -> None:
     p.add_argument("--minutes", type=positive_float,
                    help="instead of --steps: time each row's first steps and pick the one step count that fits all "
                         "rows into about M minutes of training (saved in OUT/plan.json)")
+    p.add_argument("--dev-sentences", type=positive_int,
+                   help="score BLEU on the first N dev sentences only, for a quick check (default: all of them, the "
+                        "paper's protocol; perplexity is always on all). An untrained row's translations run to the "
+                        "length limit, so in a short run decoding the dev set takes most of the time")
     p.add_argument("--jobs", type=positive_int, default=1, help="rows trained at once, as subprocesses (default 1)")
     p.add_argument("--threads", type=positive_int, help="CPU threads per row (default: cores / jobs)")
     p.add_argument("--keep-checkpoints", action="store_true",
                    help="keep each row's checkpoints after it is scored (default: delete them)")
     p.add_argument("--report", action="store_true", help="only write the table, plot and rho from OUT's finished rows")
+    p.add_argument("--worker", metavar="ROW", help=argparse.SUPPRESS)  # one row of OUT's plan: what --jobs starts
+    p.add_argument("--worker-steps", type=positive_int, help=argparse.SUPPRESS)  # ... trained to this step
     add_device_arg(p)
     add_dataclass_args(p.add_argument_group("training options, the same for every row (TrainConfig; defaults: the "
                                             "paper's, with checkpoints every 5 minutes)"), TrainConfig,

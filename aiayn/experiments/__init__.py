@@ -2,16 +2,20 @@
 
 Reading guide (paper -> code):
 
-    Table 3 (model variations)   table3.py   `aiayn variations`: every row trained with everything else equal
-                                             (equal steps), scored as the paper did (dev perplexity per subword
-                                             token, dev BLEU with beam search, no checkpoint averaging); a
-                                             markdown table beside the paper's numbers, a plot, Spearman's rho
-    Table 2 (training cost)      table2.py   the paper's cost arithmetic (time x GPUs x sustained FLOPS) applied
-                                             to a run's measured tokens/s, and the model FLOPs per token
-    Table 1 (why self-attention) benchmarks/table1.py (not package code: it needs recurrent and convolutional
-                                             layers, which the package does not contain)
+    the published numbers        paper.py    Table 1's complexities, Table 2's costs, Table 3's PPL / BLEU / params
+                                             per row: the columns our measurements are set beside
+    Table 1 (why self-attention) table1.py   `aiayn table1`: time, FLOPs, sequential operations and path length of
+                                             self-attention, an LSTM, a convolution and restricted self-attention
+                                             against n (those layers exist here only to be measured)
+    Table 2 (training cost)      table2.py   `aiayn table2`: the paper's cost arithmetic (time x GPUs x sustained
+                                             FLOPS) applied to a run's measured tokens/s, and the model FLOPs per token
+    Table 3 (model variations)   table3/     `aiayn variations`: every row trained with everything else equal (equal
+                                             steps), scored as the paper did (dev perplexity per subword token, dev
+                                             BLEU with beam search, no checkpoint averaging); a markdown table beside
+                                             the paper's numbers, a plot, Spearman's rho
+    Table 3's params column      params.py   `aiayn params`: every preset's parameter count, counted and closed form
 
 The core (aiayn.*) never imports this subpackage; it imports the core's stable APIs only (config, model, train,
-checkpoint, data, metrics, translate). Plots need matplotlib (the `viz` extra). docs/experiments.md has the
-commands and the results; docs/reproduce.md the Table 2 recipes.
+checkpoint, data, metrics, translate, files, rundir). Plots need matplotlib (the `viz` extra). docs/experiments.md
+has the commands and the results; docs/reproduce.md the Table 2 recipes.
 """

@@ -1,7 +1,10 @@
 """Table 1 of the paper ("why self-attention"), measured: per layer type, time and FLOPs against the sequence length
-n at d = 512, sequential operations, and maximum path length.
+n at d = 512, sequential operations, and maximum path length. `aiayn table1` runs it.
 
-    python benchmarks/table1.py [--quick] [--d 512] [--r 64] [--json OUT.json] [--plot docs/img/table1.png]
+    aiayn table1 [--quick] [--d 512] [--r 64] [--json OUT.json] [--plot docs/img/table1.png]
+
+The layers here (an LSTM, a convolution, restricted attention) are not part of the model: they exist only to be
+measured beside self-attention.
 
 Layer types, each a layer mapping n vectors of width d to n vectors of width d (batch 1, fp32, forward, 1 thread):
 
@@ -37,10 +40,7 @@ they cross (the plot marks both).
 
 from __future__ import annotations
 
-import argparse
-import json
 import math
-import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -49,6 +49,9 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.utils.flop_counter import FlopCounterMode
+
+from aiayn import files
+from aiayn.experiments.paper import TABLE1
 
 # ---------------------------------------------------------------------------------------------------------
 # The layers. x: (B, n, d) -> (B, n, d).
@@ -303,14 +306,6 @@ def crossover(ns: list[int], a: list[float], b: list[float]) -> float | None:
 # ---------------------------------------------------------------------------------------------------------
 # The table.
 
-PAPER = {  # Table 1: complexity per layer, sequential operations, maximum path length
-    "self-attention": ("O(n^2 d)", "O(1)", "O(1)"),
-    "recurrent": ("O(n d^2)", "O(n)", "O(n)"),
-    "convolutional": ("O(k n d^2)", "O(1)", "O(log_k n)"),
-    "restricted": ("O(r n d)", "O(1)", "O(n/r)"),
-}
-
-
 def measure(ns: list[int], d: int, r: int, depth_ns: list[int], path_ns: list[int], fit_from: int,
             say: Callable[[str], None] = print) -> dict:
     """Every measurement of Table 1; a dict that `format_table` and `plot` read."""
@@ -349,7 +344,7 @@ def format_table(res: dict) -> str:
              f"graph depth at n = {'/'.join(map(str, dn))} | paper: max path | path at n = {'/'.join(map(str, pn))} |",
              "|---|---|---|---|---|---|---|---|"]
     for kind in (*KINDS, "self-attention core"):
-        paper = PAPER.get(kind, ("(n^2 d part)", "", ""))
+        paper = TABLE1.get(kind, ("(n^2 d part)", "", ""))
         depth = "/".join(map(str, res["depth"][kind])) if kind in res["depth"] else ""
         if kind == "convolutional":
             path = (f"{'/'.join(map(str, res['path'][kind]))} layers contiguous, "
@@ -406,39 +401,18 @@ def plot(res: dict, path: Path) -> None:
     axes[1].set_title("counted FLOPs (matmuls and convolutions)")
     axes[1].legend(fontsize=8)
     fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
+    files.atomic_write(path, lambda p: fig.savefig(p, format="png", dpi=110))
     plt.close(fig)
 
 
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--quick", action="store_true", help="n = 16..256, smaller graph and path measurements")
-    ap.add_argument("--d", type=int, default=512, help="width (default 512, the paper's)")
-    ap.add_argument("--r", type=int, default=64, help="neighbourhood of restricted self-attention (default 64)")
-    ap.add_argument("--max-n", type=int, default=4096)
-    ap.add_argument("--fit-from", type=int, default=512, help="fit the exponents over n >= this (default 512)")
-    ap.add_argument("--threads", type=int, default=1)
-    ap.add_argument("--json", type=Path, help="write the measurements here")
-    ap.add_argument("--plot", type=Path, help="write the time/FLOPs plot here (needs matplotlib)")
-    args = ap.parse_args(argv)
-    torch.set_num_threads(args.threads)
-    top = min(args.max_n, 256) if args.quick else args.max_n
+def run_table1(quick: bool = False, d: int = 512, r: int = 64, max_n: int = 4096, fit_from: int = 512,
+               say: Callable[[str], None] = print) -> dict:
+    """Every measurement at n = 16, 32, ..., max_n (256 if quick; smaller graph and path measurements too), timed
+    in `res["seconds"]`."""
+    top = min(max_n, 256) if quick else max_n
     ns = [2**i for i in range(4, int(math.log2(top)) + 1)]
-    depth_ns, path_ns = ([8, 16], [8, 16]) if args.quick else ([16, 64], [16, 64, 256])
+    depth_ns, path_ns = ([8, 16], [8, 16]) if quick else ([16, 64], [16, 64, 256])
     t0 = time.time()
-    res = measure(ns, args.d, args.r, depth_ns, path_ns, min(args.fit_from, ns[-2]), say=lambda s: print(s,
-                                                                                                      file=sys.stderr))
+    res = measure(ns, d, r, depth_ns, path_ns, min(fit_from, ns[-2]), say=say)
     res["seconds"] = time.time() - t0
-    print(format_table(res), end="")
-    print(f"({res['seconds']:.0f} s)")
-    if args.json:
-        args.json.write_text(json.dumps(res, indent=1) + "\n")
-    if args.plot:
-        plot(res, args.plot)
-        print(f"wrote {args.plot}")
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+    return res

@@ -1,10 +1,11 @@
-"""Parameter counts of every preset beside Table 3's column (`aiayn params`)."""
+"""Parameter counts of every preset beside Table 3's params column (`aiayn params`)."""
 
 from __future__ import annotations
 
 import torch
 
-from aiayn.config import PAPER_VOCAB, PRESETS, TABLE3, ModelConfig
+from aiayn.config import PAPER_VOCAB, PRESETS, ModelConfig
+from aiayn.experiments.paper import TABLE3
 from aiayn.model import Transformer, count_parameters, expected_parameters
 
 
@@ -17,7 +18,7 @@ def parameter_table(vocab_size: int = PAPER_VOCAB) -> list[dict]:
             cfg = cfg.replace(vocab_size=vocab_size if name != "parse" else cfg.vocab_size)
         with torch.device("meta"):
             counted = count_parameters(Transformer(cfg))
-        paper = TABLE3.get(name, (None, None, None))[0]
+        paper = TABLE3[name].params_M if name in TABLE3 else None
         rows.append({"preset": name, "N": cfg.n_enc_layers, "d_model": cfg.d_model, "d_ff": cfg.d_ff,
                      "h": cfg.n_heads, "d_k": cfg.d_k, "d_v": cfg.d_v, "vocab": cfg.vocab_size,
                      "params": counted, "closed_form": expected_parameters(cfg), "paper_M": paper})
