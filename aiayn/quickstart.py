@@ -1,4 +1,4 @@
-"""`aiayn quickstart`: the whole system on the built-in English->Spanish Bible, on a CPU, in about 15 minutes.
+"""`aiayn quickstart`: the whole system on the built-in English->Spanish Bible, on a CPU, in about 13 minutes.
 
 prepare the shipped corpus -> train a small preset in bf16 for a bounded time -> average the last checkpoints
 (by default the last one alone: the rate is annealed to 0 at the end) -> translate the held-out book (Gospel of
@@ -24,11 +24,11 @@ from aiayn.search import SearchConfig
 from aiayn.train import TrainConfig, resume, train
 from aiayn.translate import Translator
 
-# The quickstart's departures from the `small` preset (RESULTS.md, "Quickstart recipe search"): a 12-minute run sees
-# each sentence ~3 times, far from overfitting, and dropout only slows it down (test BLEU 13.9 without, 10.0 with
-# P_drop 0.1, same machine). `--set dropout=0.1` puts it back. And fairseq's initialization (docs/model.md): two
-# quickstarts side by side, one core each, gave test BLEU 14.2 against 8.3 for Xavier everywhere (dev perplexity 41 vs
-# 60). `--set init=xavier` puts that back.
+# The quickstart's departures from the `small` preset (benchmarks/results/2026-11-24-quickstart/NOTES.md): a
+# 12-minute run sees each sentence ~3 times, far from overfitting, and dropout only slows it down (test BLEU 13.9
+# without, 10.0 with P_drop 0.1, same machine). `--set dropout=0.1` puts it back. And fairseq's initialization
+# (docs/model.md): two quickstarts side by side, one core each, gave test BLEU 14.2 against 8.3 for Xavier everywhere
+# (dev perplexity 41 vs 60). `--set init=xavier` puts that back.
 MODEL_DEFAULTS = {"dropout": 0.0, "init": "fairseq"}
 
 EXAMPLES = [

@@ -202,7 +202,7 @@ class TrainState:
     sampler: TokenBatchSampler
     step: int = 0
     best_dev_loss: float = math.inf
-    train_seconds: float = 0.0  # training time over all sessions, up to the last checkpoint (a budget's progress)
+    train_seconds: float = 0.0  # training time of the run and its resumptions, to the last checkpoint
 
     def restore(self, path: Path) -> None:
         """Weights, optimizer, batch order and counters from a step checkpoint (and its trainer state), each checked

@@ -9,7 +9,7 @@ Each trial runs `python -m aiayn quickstart --out WORK/NAME --no-progress FLAGS`
 a user would, on whatever cores are free (the quickstart's own thread choice), then reads the run's log for the
 steps and the last dev perplexity and scores WORK/NAME/run/test.hyp with sacreBLEU and chrF. Results are JSON lines
 in WORK/results.jsonl with the CPU model and the cores that were free when the trial started (machines differ from
-session to session: compare trials of one machine). A trial with a result is not run again (--force reruns it).
+day to day: compare trials of one machine). A trial with a result is not run again (--force reruns it).
 Trials want an idle machine: anything else running steals steps from them.
 """
 
@@ -51,7 +51,7 @@ TRIALS: dict[str, list[str]] = {
     "vocab4k-enc4-dec2": ["--vocab-size", "4000", "--set", "n_enc_layers=4", "--set", "n_dec_layers=2", *OLD],
     # Averaging the last 5 checkpoints of a 12-minute run (saved every 1.5 minutes) mixes in weights from minute 4,
     # when the model was much worse (the baseline's dev perplexity falls from 72 to 50 over those checkpoints).
-    # Defined by a session whose results were lost with it; not rerun since (RESULTS.md has what ran).
+    # Defined once, its results lost; not rerun since (the quickstart lab note has what ran).
     "avg1": [*LAST],
     "avg2": ["--average-last", "2", "--anneal", "0", *P01],
     "vocab4k-avg1": ["--vocab-size", "4000", *LAST],

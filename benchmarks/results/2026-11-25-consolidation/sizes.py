@@ -1,5 +1,9 @@
 """Module sizes and the longest functions of a package: python sizes.py PACKAGE_DIR"""
-import ast, pathlib, sys
+
+import ast
+import pathlib
+import sys
+
 root = pathlib.Path(sys.argv[1])
 mods, funcs = [], []
 for f in sorted(root.rglob("*.py")):
@@ -9,6 +13,8 @@ for f in sorted(root.rglob("*.py")):
         if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)):
             funcs.append((n.end_lineno - n.lineno + 1, f"{f.relative_to(root.parent)}:{n.name}"))
 print(f"{len(mods)} modules, {sum(m for m, _ in mods):,} lines; largest:")
-for n, m in sorted(mods, reverse=True)[:6]: print(f"  {n:4d}  {m}")
+for n, m in sorted(mods, reverse=True)[:6]:
+    print(f"  {n:4d}  {m}")
 print("longest functions:")
-for n, m in sorted(funcs, reverse=True)[:6]: print(f"  {n:4d}  {m}")
+for n, m in sorted(funcs, reverse=True)[:6]:
+    print(f"  {n:4d}  {m}")
