@@ -27,6 +27,7 @@ from torch import Tensor, nn
 
 from aiayn.errors import UsageError
 from aiayn.model import Transformer
+from aiayn.runtime import warn_if_bf16_emulated
 
 WEIGHTS = ("fp32", "bf16", "int8")
 _DTYPE = {"fp32": torch.float32, "bf16": torch.bfloat16}
@@ -78,6 +79,8 @@ def decoding_copy(model: Transformer, weights: str = "fp32", packed: bool | None
     unpacked shares its tensors."""
     check_weights(weights)
     first = next(model.parameters())
+    if weights == "bf16":
+        warn_if_bf16_emulated(first.device, "decode with --weights fp32 (or int8) here")
     if weights == "int8":
         if isinstance(model, DecodingTransformer) and model.weights == "int8":
             return model

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import sys
 import time
 from dataclasses import dataclass
 
@@ -123,7 +124,47 @@ def resolve_dtype(dtype: str, device: torch.device) -> str:
         raise UsageError(f"dtype must be one of {', '.join(DTYPES)}, not {dtype!r}")
     if dtype == "auto":
         return "bf16" if native_bf16(device) else "fp32"
+    if dtype == "bf16":
+        warn_if_bf16_emulated(device, "--dtype auto picks fp32 here")
     return dtype
+
+
+def matmul_gflops(dtype: torch.dtype, n: int = 1024, repeats: int = 3) -> float:
+    """The best rate of an n x n by n x n torch.mm in `dtype` on this CPU, on torch's current threads (GFLOP/s)."""
+    a, b = torch.randn(n, n).to(dtype), torch.randn(n, n).to(dtype)
+    torch.mm(a, b)  # warm-up: the first call picks and loads its kernel
+    best = float("inf")
+    for _ in range(repeats):
+        t = time.perf_counter()
+        torch.mm(a, b)
+        best = min(best, time.perf_counter() - t)
+    return 2 * n**3 / best / 1e9
+
+
+def bf16_slowdown(n: int = 512) -> float:
+    """How many times longer a bf16 matmul takes than an fp32 one on this CPU, measured on an n x n matmul."""
+    return matmul_gflops(torch.float32, n) / matmul_gflops(torch.bfloat16, n)
+
+
+_bf16_checked = False  # the check below runs once per process (a quickstart asks for bf16 three times)
+
+
+def warn_if_bf16_emulated(device: torch.device, fix: str) -> None:
+    """One "warning:" line on stderr where bf16 was asked for on a CPU (or GPU) that does not multiply it natively
+    (native_bf16): it still runs, several times slower than fp32. fix: what to use instead, e.g. "--dtype auto"."""
+    global _bf16_checked
+    if _bf16_checked or device.type not in ("cpu", "cuda") or native_bf16(device) or os.environ.get("RANK", "0") != "0":
+        return
+    _bf16_checked = True
+    if device.type == "cuda":
+        what = "bf16 is not native on this GPU (torch.cuda.is_bf16_supported() is false)"
+    else:
+        slowdown = bf16_slowdown()
+        if slowdown < 1.5:  # the flags miss it (not Linux, say), but it runs at fp32's speed or better: say nothing
+            return
+        what = (f"bf16 matmuls are emulated on this CPU (no AVX512-BF16 or AMX-BF16): {slowdown:.1f}x slower than "
+                "fp32 here (a 512^3 matmul)")
+    print(f"warning: {what}; {fix}", file=sys.stderr, flush=True)
 
 
 def free_cores(interval: float = 0.25) -> int:

@@ -1,4 +1,4 @@
-"""Reliability (issue 19): one test per principle, each over the whole class of cases it covers.
+"""Reliability: one test per principle, each over the whole class of cases it covers.
 
 Nothing silently wrong: prepared data are verified when opened; a run refuses data prepared again since it started;
 resume refuses every flag it cannot honour; every numeric flag has its range checked at parse time.

@@ -2,8 +2,9 @@
 
 import pytest
 import torch
+from helpers import tiny_model
 
-from aiayn import runtime
+from aiayn import inference, runtime
 from aiayn.errors import UsageError
 
 
@@ -39,3 +40,48 @@ def test_free_cores_counts_idle_ones(monkeypatch, idle_ticks, free):
     monkeypatch.setattr(runtime.os, "sched_getaffinity", lambda _: {0, 1}, raising=False)
     monkeypatch.setattr(runtime.time, "sleep", lambda _: None)
     assert runtime.free_cores() == free
+
+
+@pytest.fixture
+def emulated_bf16(monkeypatch):
+    """A CPU without native bf16, where a bf16 matmul takes 3.9x fp32's time (docs/speed.md's 109 vs 28 GFLOP/s)."""
+    monkeypatch.setattr(runtime, "native_bf16", lambda device: False)
+    monkeypatch.setattr(runtime, "bf16_slowdown", lambda n=512: 3.9)
+    monkeypatch.setattr(runtime, "_bf16_checked", False)
+
+
+def _warnings(capsys) -> list[str]:
+    return [line for line in capsys.readouterr().err.splitlines() if line.startswith("warning:")]
+
+
+def test_bf16_where_it_is_emulated_warns_once_and_still_runs(emulated_bf16, capsys):
+    cpu = torch.device("cpu")
+    assert runtime.resolve_dtype("fp32", cpu) == "fp32" and runtime.resolve_dtype("auto", cpu) == "fp32"
+    assert not _warnings(capsys)
+    with runtime.setup_runtime("cpu", "bf16", threads=1) as rt:
+        assert rt.dtype == "bf16"  # the user asked: it runs
+    assert runtime.resolve_dtype("bf16", cpu) == "bf16"  # the quickstart resolves again, then decodes in bf16
+    inference.decoding_copy(tiny_model(20), "bf16")
+    assert _warnings(capsys) == ["warning: bf16 matmuls are emulated on this CPU (no AVX512-BF16 or AMX-BF16): 3.9x "
+                                 "slower than fp32 here (a 512^3 matmul); --dtype auto picks fp32 here"]
+
+
+def test_bf16_decoding_weights_where_emulated_warn_once(emulated_bf16, capsys):
+    model = tiny_model(20)
+    inference.decoding_copy(model, "fp32")
+    inference.decoding_copy(model, "int8")
+    assert not _warnings(capsys)
+    inference.decoding_copy(model, "bf16")
+    inference.decoding_copy(model, "bf16")
+    assert _warnings(capsys) == ["warning: bf16 matmuls are emulated on this CPU (no AVX512-BF16 or AMX-BF16): 3.9x "
+                                 "slower than fp32 here (a 512^3 matmul); decode with --weights fp32 (or int8) here"]
+
+
+def test_no_bf16_warning_where_bf16_is_native_or_measured_fast(monkeypatch, capsys):
+    monkeypatch.setattr(runtime, "_bf16_checked", False)
+    monkeypatch.setattr(runtime, "cpu_flags", lambda: {"avx512_bf16"})
+    runtime.resolve_dtype("bf16", torch.device("cpu"))
+    monkeypatch.setattr(runtime, "cpu_flags", set)  # no flags (not Linux), but bf16 measured as fast as fp32
+    monkeypatch.setattr(runtime, "bf16_slowdown", lambda n=512: 1.0)
+    runtime.resolve_dtype("bf16", torch.device("cpu"))
+    assert not _warnings(capsys)

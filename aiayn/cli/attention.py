@@ -7,6 +7,7 @@ from pathlib import Path
 
 from aiayn.cli.common import add_device_arg, add_search_args, add_weights_arg, non_negative_int, search_config
 from aiayn.errors import UsageError
+from aiayn.extras import require
 from aiayn.runtime import resolve_device
 from aiayn.translate import Translator
 
@@ -22,6 +23,7 @@ def parse_heads(text: str | None) -> list[int] | None:
 
 
 def run(args: argparse.Namespace) -> int:
+    require("aiayn attention", "viz")
     from aiayn.viz.attention import attention_data, write_all
 
     heads = parse_heads(args.heads)

@@ -6,6 +6,7 @@ import argparse
 from pathlib import Path
 
 from aiayn.errors import UsageError
+from aiayn.extras import require
 
 
 def run(args: argparse.Namespace) -> int:
@@ -15,6 +16,7 @@ def run(args: argparse.Namespace) -> int:
 
     if args.to == "hf" and args.quantization:
         raise UsageError("--quantization applies to --to ct2 only (an HF export keeps float32 weights)")
+    require(f"aiayn export --to {args.to}", "export", ("transformers",) if args.to == "hf" else ("ctranslate2",))
     checkpoint = inference_checkpoint(Path(args.checkpoint))
     model, vocab, _ = load_for_inference(checkpoint)
     prov = provenance(checkpoint, bleu=args.bleu or "")

@@ -23,7 +23,7 @@ def run(args: argparse.Namespace) -> int:
 
 def register(sub) -> None:
     p = sub.add_parser("quickstart", help="prepare, train, average, translate and score the built-in corpus",
-                       description="The main job on the built-in English-Spanish Bible: about 15 minutes on 2 "
+                       description="The main job on the built-in English-Spanish Bible: about 13 minutes on 2 "
                        "CPU cores.")
     p.add_argument("--out", default="runs/quickstart", help="folder for everything (default runs/quickstart)")
     p.add_argument("--minutes", type=positive_float, default=12.0,

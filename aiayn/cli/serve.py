@@ -15,18 +15,17 @@ from aiayn.cli.common import (
     positive_int,
     search_config,
 )
-from aiayn.errors import UsageError, UserError
+from aiayn.errors import UsageError
+from aiayn.extras import require
 
 
 def run(args: argparse.Namespace) -> int:
-    try:
-        import uvicorn
+    require("aiayn serve", "serve")
+    import uvicorn
 
-        from aiayn.serve import BatchConfig, Limits, create_app
-    except ImportError as e:
-        raise UserError(f"aiayn serve needs FastAPI and uvicorn ({e}): pip install 'aiayn[serve]'") from None
     from aiayn.rundir import inference_checkpoint
     from aiayn.runtime import resolve_device
+    from aiayn.serve import BatchConfig, Limits, create_app
     from aiayn.translate import Translator
 
     if args.nbest != 1:

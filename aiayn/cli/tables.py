@@ -12,6 +12,7 @@ from pathlib import Path
 
 from aiayn import files
 from aiayn.cli.common import number, positive_float, positive_int
+from aiayn.extras import require
 
 
 def run_table1(args: argparse.Namespace) -> int:
@@ -22,6 +23,8 @@ def run_table1(args: argparse.Namespace) -> int:
     for path in (args.json, args.plot):
         if path is not None:
             files.check_output_path(path)  # before minutes of measuring
+    if args.plot:
+        require("aiayn table1 --plot", "viz")
     torch.set_num_threads(args.threads)
     res = run_table1(args.quick, args.d, args.r, args.max_n, args.fit_from, say=lambda s: print(s, file=sys.stderr))
     print(format_table(res), end="")

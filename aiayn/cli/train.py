@@ -11,6 +11,7 @@ from typing import Any
 from aiayn.cli.common import add_dataclass_args, add_progress_arg, given_fields, model_overrides
 from aiayn.config import PRESETS, ModelConfig
 from aiayn.errors import UsageError
+from aiayn.extras import require
 from aiayn.train import TrainConfig, resume, train
 
 
@@ -71,6 +72,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def plot(args: argparse.Namespace) -> int:
+    require("aiayn plot", "viz")
     from aiayn.viz.curves import plot_run
 
     print(f"wrote {plot_run(args.run, args.out)}")

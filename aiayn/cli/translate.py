@@ -15,6 +15,7 @@ from aiayn.cli.common import (
     search_config,
 )
 from aiayn.errors import UsageError
+from aiayn.extras import require
 from aiayn.files import atomic_text_output, check_output_path, read_lines
 from aiayn.runtime import resolve_device
 from aiayn.translate import Translator
@@ -26,6 +27,8 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError("--print-alignment needs --engine aiayn (it reads aiayn's cross-attention)")
     if args.alignment_layer is not None and not args.print_alignment:
         raise UsageError("--alignment-layer needs --print-alignment")
+    if args.engine == "ct2":
+        require("aiayn translate --engine ct2", "export", ("ctranslate2",))
     if args.output not in (None, "-"):
         check_output_path(args.output)  # before the work, not after it
     if args.engine == "aiayn":

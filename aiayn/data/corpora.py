@@ -8,6 +8,7 @@ from typing import Any
 
 from aiayn.data.folder import SPLITS
 from aiayn.errors import DataError
+from aiayn.extras import require
 
 BUILTIN = Path(__file__).parent / "corpus" / "bible-en-es.tsv.xz"  # verse id TAB English TAB Spanish
 # Held-out whole books (neighbouring verses leak). John is the gospel with the fewest parallels in the
@@ -51,10 +52,9 @@ def load_wmt14(
     if sorted((src_lang, tgt_lang)) != sorted(pair.split("-")):
         raise DataError(f"languages {src_lang}-{tgt_lang} do not match the WMT14 pair {pair}")
     if dataset is None:
-        try:
-            import datasets
-        except ModuleNotFoundError:
-            raise DataError("load_wmt14 needs the `datasets` package: pip install datasets") from None
+        require("load_wmt14", "datasets")
+        import datasets
+
         dataset = datasets.load_dataset("wmt/wmt14", pair)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)

@@ -15,6 +15,7 @@ from aiayn.errors import DataError
 from aiayn.experiments.paper import TABLE3
 from aiayn.experiments.table3.plan import RESULT, finished, read_result
 from aiayn.experiments.table3.rows import ROWS, SHAPE_HEAD, paper_row, scaled_table, shape
+from aiayn.extras import pip_line
 
 
 def average_ranks(values: Sequence[float]) -> list[float]:
@@ -73,7 +74,7 @@ def report(out: str | Path, plot: bool = True) -> dict[str, Any]:
         try:
             summary["plot"] = str(plot_ppl(results, out / "table3.png", ppl_rho))
         except ImportError:
-            text += "\n(no plot: matplotlib is not installed; pip install 'aiayn[viz]')\n"
+            text += f"\n(no plot: matplotlib is not installed; {pip_line('viz')})\n"
     files.write_text(out / "table3.md", text)
     files.write_json(out / "summary.json", summary)
     return {**summary, "text": text}

@@ -1,0 +1,78 @@
+"""`aiayn doctor`: every key there, the extras' pip lines name real extras of pyproject.toml, a CPU without bf16
+flags reports bf16 not native and auto -> fp32, --json parses, --no-bench measures nothing."""
+
+import json
+import sys
+
+import pytest
+import torch
+from helpers import REPO
+
+from aiayn import doctor, runtime
+from aiayn.cli import main
+from aiayn.extras import OPTIONAL
+
+KEYS = {"aiayn", "python", "platform", "cpu", "bf16_native_cpu", "device_auto", "dtype_auto", "threads_0",
+        "threads_0_why", "torch", "gpus", "extras", "matmul", "verdict"}
+
+
+@pytest.fixture(autouse=True)
+def _no_sleep(monkeypatch):
+    monkeypatch.setattr(runtime, "free_cores", lambda interval=0.25: 1)  # it watches /proc/stat for 0.25 s
+
+
+def _no_timing(*a, **k):
+    raise AssertionError("--no-bench timed a matmul")
+
+
+def test_json_has_every_key_and_no_bench_times_nothing(monkeypatch, capsys):
+    monkeypatch.setattr(runtime, "matmul_gflops", _no_timing)
+    assert main(["doctor", "--json", "--no-bench"]) == 0
+    r = json.loads(capsys.readouterr().out)
+    assert set(r) == KEYS and r["matmul"] is None
+    assert set(r["cpu"]) == {"model", "isa", "machine_cores", "usable_cores"}
+    assert set(r["cpu"]["isa"]) == {"AVX2", "AVX-512F", "AVX512-BF16", "AMX-BF16", "AVX512-VNNI", "AVX-VNNI"}
+    assert r["torch"]["version"] == torch.__version__
+    assert r["torch"]["build"] == (f"CUDA {torch.version.cuda}" if torch.version.cuda else "CPU-only")
+    assert set(r["extras"]) == set(OPTIONAL) == {"viz", "serve", "export", "tensorboard", "datasets"}
+    assert r["gpus"] == [] or torch.cuda.is_available()
+
+
+def test_the_pip_lines_name_real_extras_that_bring_the_modules():
+    tomllib = pytest.importorskip("tomllib")  # Python 3.11+
+    extras = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+    for name, e in doctor.report(bench=False)["extras"].items():
+        assert e["install"] == f'pip install -e ".[{e["extra"]}]"', name
+        requirements = " ".join(extras[e["extra"]])
+        assert all(m in requirements for m in e["modules"]), (name, e["extra"])
+
+
+def test_a_cpu_without_bf16_flags_reports_it_emulated_and_auto_fp32(monkeypatch, capsys):
+    if torch.cuda.is_available():
+        pytest.skip("--dtype auto follows the GPU here")
+    monkeypatch.setattr(runtime, "cpu_flags", lambda: {"avx2", "avx512f", "avx512_vnni"})
+    monkeypatch.setattr(runtime, "matmul_gflops", lambda dtype, n=1024, repeats=3: 100.0 if dtype == torch.float32
+                        else 25.0)  # emulated bf16: docs/speed.md measured 109 against 28
+    r = doctor.report()
+    assert r["bf16_native_cpu"] is False and r["dtype_auto"] == "fp32"
+    assert r["cpu"]["isa"]["AVX2"] and not r["cpu"]["isa"]["AVX512-BF16"] and not r["cpu"]["isa"]["AMX-BF16"]
+    assert r["matmul"]["bf16_slowdown"] == 4.0
+    assert r["verdict"] == "bf16 is emulated here: 4.0x slower than fp32; train with --dtype fp32 or auto"
+    assert main(["doctor"]) == 0
+    text = capsys.readouterr().out
+    assert "--dtype auto       fp32" in text and "100.0 GFLOP/s" in text and "missing: AVX512-BF16, AMX-BF16" in text
+
+
+def test_flags_that_cannot_be_read_are_unknown(monkeypatch):
+    monkeypatch.setattr(runtime, "cpu_flags", set)
+    r = doctor.report(bench=False)
+    assert set(r["cpu"]["isa"].values()) == {None}
+    assert "instruction sets   unknown" in doctor.format_report(r)
+
+
+def test_a_missing_extra_is_reported_with_its_pip_line(monkeypatch):
+    monkeypatch.setitem(sys.modules, "uvicorn", None)  # as if not installed
+    r = doctor.report(bench=False)
+    assert r["extras"]["serve"]["installed"] is False and r["extras"]["serve"]["modules"]["uvicorn"] is None
+    assert 'extra serve        no, missing uvicorn: pip install -e ".[serve]" (for aiayn serve)' in \
+        doctor.format_report(r).splitlines()
