@@ -128,8 +128,7 @@ def _verdict(r: dict[str, Any]) -> str:
         return f"bf16 is {native} on this CPU; --dtype auto trains in {auto}"
     x = m["bf16_slowdown"]
     if x >= EMULATED:
-        fix = "--dtype fp32 or auto" if auto == "fp32" else "--dtype fp32"  # auto follows the flags, not this timing
-        return f"bf16 is emulated here: {x:.1f}x slower than fp32; train with {fix}"
+        return f"bf16 is emulated here: {x:.1f}x slower than fp32; train with --dtype fp32 or auto"
     if x > 1.1:
         return f"bf16 is {native} but {x:.1f}x slower than fp32 in this matmul; --dtype auto trains in {auto}"
     return f"bf16 is {native}: {1 / x:.1f}x fp32's matmul rate; --dtype auto trains in {auto}"

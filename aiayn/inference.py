@@ -27,7 +27,7 @@ from torch import Tensor, nn
 
 from aiayn.errors import UsageError
 from aiayn.model import Transformer
-from aiayn.runtime import warn_if_bf16_emulated
+from aiayn.runtime import warn_if_bf16_slow
 
 WEIGHTS = ("fp32", "bf16", "int8")
 _DTYPE = {"fp32": torch.float32, "bf16": torch.bfloat16}
@@ -80,7 +80,7 @@ def decoding_copy(model: Transformer, weights: str = "fp32", packed: bool | None
     check_weights(weights)
     first = next(model.parameters())
     if weights == "bf16":
-        warn_if_bf16_emulated(first.device, "decode with --weights fp32 (or int8) here")
+        warn_if_bf16_slow(first.device, "decode with --weights fp32 (or int8) here")
     if weights == "int8":
         if isinstance(model, DecodingTransformer) and model.weights == "int8":
             return model

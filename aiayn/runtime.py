@@ -5,6 +5,7 @@ evaluation and the benchmarks take a `Runtime`."""
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import sys
 import time
@@ -119,14 +120,26 @@ def cpu_flags() -> set[str]:
 
 
 def resolve_dtype(dtype: str, device: torch.device) -> str:
-    """"fp32" or "bf16" as given; "auto" -> bf16 where native_bf16(device), else fp32."""
+    """"fp32" or "bf16" as given; "auto" -> bf16 where fast_bf16(device), else fp32."""
     if dtype not in DTYPES:
         raise UsageError(f"dtype must be one of {', '.join(DTYPES)}, not {dtype!r}")
     if dtype == "auto":
-        return "bf16" if native_bf16(device) else "fp32"
+        return "bf16" if fast_bf16(device) else "fp32"
     if dtype == "bf16":
-        warn_if_bf16_emulated(device, "--dtype auto picks fp32 here")
+        warn_if_bf16_slow(device, "--dtype auto picks fp32 here")
     return dtype
+
+
+BF16_GAIN = 1.2  # "auto" takes bf16 on a CPU only where its matmuls measure at least this many times fp32's rate
+
+
+def fast_bf16(device: torch.device) -> bool:
+    """Whether bf16 pays here: a CUDA GPU with bf16; a CPU with the instructions (native_bf16) whose bf16 matmuls also
+    measure at least BF16_GAIN x fp32's rate. Having the instructions is not enough: on one Xeon with AVX512-BF16 and
+    no AMX, torch's bf16 matmuls ran at half fp32's rate (docs/speed.md)."""
+    if device.type != "cpu":
+        return native_bf16(device)
+    return native_bf16(device) and 1 / bf16_slowdown() >= BF16_GAIN
 
 
 def matmul_gflops(dtype: torch.dtype, n: int = 1024, repeats: int = 3) -> float:
@@ -141,29 +154,37 @@ def matmul_gflops(dtype: torch.dtype, n: int = 1024, repeats: int = 3) -> float:
     return 2 * n**3 / best / 1e9
 
 
+@functools.cache
 def bf16_slowdown(n: int = 512) -> float:
-    """How many times longer a bf16 matmul takes than an fp32 one on this CPU, measured on an n x n matmul."""
+    """How many times longer a bf16 matmul takes than an fp32 one on this CPU (measured once per process, n x n)."""
     return matmul_gflops(torch.float32, n) / matmul_gflops(torch.bfloat16, n)
 
 
 _bf16_checked = False  # the check below runs once per process (a quickstart asks for bf16 three times)
 
 
-def warn_if_bf16_emulated(device: torch.device, fix: str) -> None:
-    """One "warning:" line on stderr where bf16 was asked for on a CPU (or GPU) that does not multiply it natively
-    (native_bf16): it still runs, several times slower than fp32. fix: what to use instead, e.g. "--dtype auto"."""
+def warn_if_bf16_slow(device: torch.device, fix: str) -> None:
+    """One "warning:" line on stderr where bf16 was asked for but does not pay (fast_bf16): a GPU without bf16, a CPU
+    that emulates it, or one whose bf16 matmuls measure slower than fp32's. It still runs. fix: what to use instead,
+    e.g. "--dtype auto"."""
     global _bf16_checked
-    if _bf16_checked or device.type not in ("cpu", "cuda") or native_bf16(device) or os.environ.get("RANK", "0") != "0":
+    if _bf16_checked or device.type not in ("cpu", "cuda") or os.environ.get("RANK", "0") != "0":
         return
     _bf16_checked = True
     if device.type == "cuda":
+        if native_bf16(device):
+            return
         what = "bf16 is not native on this GPU (torch.cuda.is_bf16_supported() is false)"
     else:
         slowdown = bf16_slowdown()
-        if slowdown < 1.5:  # the flags miss it (not Linux, say), but it runs at fp32's speed or better: say nothing
-            return
-        what = (f"bf16 matmuls are emulated on this CPU (no AVX512-BF16 or AMX-BF16): {slowdown:.1f}x slower than "
-                "fp32 here (a 512^3 matmul)")
+        if 1 / slowdown >= BF16_GAIN or (not native_bf16(device) and slowdown < 1.5):
+            return  # it pays; or the flags miss it (not Linux, say) but it runs at about fp32's speed
+        if native_bf16(device):
+            what = (f"this CPU has bf16 instructions, but its bf16 matmuls measure {slowdown:.1f}x slower than fp32 "
+                    "here (a 512^3 matmul)")
+        else:
+            what = (f"bf16 matmuls are emulated on this CPU (no AVX512-BF16 or AMX-BF16): {slowdown:.1f}x slower "
+                    "than fp32 here (a 512^3 matmul)")
     print(f"warning: {what}; {fix}", file=sys.stderr, flush=True)
 
 

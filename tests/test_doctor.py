@@ -26,6 +26,7 @@ def _no_timing(*a, **k):
 
 
 def test_json_has_every_key_and_no_bench_times_nothing(monkeypatch, capsys):
+    monkeypatch.setattr(runtime, "bf16_slowdown", lambda n=512: 2.0)  # what --dtype auto measures, decided here
     monkeypatch.setattr(runtime, "matmul_gflops", _no_timing)
     assert main(["doctor", "--json", "--no-bench"]) == 0
     r = json.loads(capsys.readouterr().out)
@@ -61,6 +62,17 @@ def test_a_cpu_without_bf16_flags_reports_it_emulated_and_auto_fp32(monkeypatch,
     assert main(["doctor"]) == 0
     text = capsys.readouterr().out
     assert "--dtype auto       fp32" in text and "100.0 GFLOP/s" in text and "missing: AVX512-BF16, AMX-BF16" in text
+
+
+def test_bf16_instructions_that_measure_slower_than_fp32_leave_auto_at_fp32(monkeypatch):
+    if torch.cuda.is_available():
+        pytest.skip("--dtype auto follows the GPU here")
+    monkeypatch.setattr(runtime, "cpu_flags", lambda: {"avx2", "avx512f", "avx512_bf16"})
+    monkeypatch.setattr(runtime, "bf16_slowdown", lambda n=512: 1.9)  # a Xeon with AVX512-BF16, no AMX
+    r = doctor.report(bench=False)
+    assert r["bf16_native_cpu"] is True and r["dtype_auto"] == "fp32"
+    monkeypatch.setattr(runtime, "bf16_slowdown", lambda n=512: 0.5)  # an EPYC where bf16 runs at 2x fp32
+    assert doctor.report(bench=False)["dtype_auto"] == "bf16"
 
 
 def test_flags_that_cannot_be_read_are_unknown(monkeypatch):

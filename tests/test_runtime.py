@@ -8,14 +8,18 @@ from aiayn import inference, runtime
 from aiayn.errors import UsageError
 
 
-def test_auto_dtype_follows_the_cpu_flags(monkeypatch):
+def test_auto_dtype_follows_the_cpu_flags_and_a_measured_gain(monkeypatch):
     cpu = torch.device("cpu")
+    monkeypatch.setattr(runtime, "_bf16_checked", True)  # no warning here (tested below)
+    monkeypatch.setattr(runtime, "bf16_slowdown", lambda n=512: 0.5)  # bf16 measured at 2x fp32's rate
     monkeypatch.setattr(runtime, "cpu_flags", lambda: {"avx512f", "avx512_vnni"})  # bf16 emulated: 4x slower
     assert runtime.resolve_dtype("auto", cpu) == "fp32"
     monkeypatch.setattr(runtime, "cpu_flags", lambda: {"avx512f", "avx512_bf16"})
     assert runtime.resolve_dtype("auto", cpu) == "bf16"
     monkeypatch.setattr(runtime, "cpu_flags", lambda: {"amx_bf16"})
     assert runtime.resolve_dtype("auto", cpu) == "bf16"
+    monkeypatch.setattr(runtime, "bf16_slowdown", lambda n=512: 1 / 1.1)  # instructions, but only 1.1x: not worth it
+    assert runtime.resolve_dtype("auto", cpu) == "fp32"
     assert runtime.resolve_dtype("fp32", cpu) == "fp32" and runtime.resolve_dtype("bf16", cpu) == "bf16"
     with pytest.raises(UsageError, match="dtype must be one of"):
         runtime.resolve_dtype("fp16", cpu)
@@ -80,8 +84,21 @@ def test_bf16_decoding_weights_where_emulated_warn_once(emulated_bf16, capsys):
 def test_no_bf16_warning_where_bf16_is_native_or_measured_fast(monkeypatch, capsys):
     monkeypatch.setattr(runtime, "_bf16_checked", False)
     monkeypatch.setattr(runtime, "cpu_flags", lambda: {"avx512_bf16"})
+    monkeypatch.setattr(runtime, "bf16_slowdown", lambda n=512: 0.5)  # bf16 at twice fp32's rate
+    assert runtime.resolve_dtype("auto", torch.device("cpu")) == "bf16"
     runtime.resolve_dtype("bf16", torch.device("cpu"))
     monkeypatch.setattr(runtime, "cpu_flags", set)  # no flags (not Linux), but bf16 measured as fast as fp32
     monkeypatch.setattr(runtime, "bf16_slowdown", lambda n=512: 1.0)
     runtime.resolve_dtype("bf16", torch.device("cpu"))
     assert not _warnings(capsys)
+
+
+def test_bf16_instructions_that_measure_slow_leave_auto_at_fp32_and_warn(monkeypatch, capsys):
+    monkeypatch.setattr(runtime, "_bf16_checked", False)
+    monkeypatch.setattr(runtime, "cpu_flags", lambda: {"avx512_bf16"})
+    monkeypatch.setattr(runtime, "bf16_slowdown", lambda n=512: 1.9)  # measured on a Xeon without AMX
+    cpu = torch.device("cpu")
+    assert runtime.resolve_dtype("auto", cpu) == "fp32" and not _warnings(capsys)
+    assert runtime.resolve_dtype("bf16", cpu) == "bf16"
+    assert _warnings(capsys) == ["warning: this CPU has bf16 instructions, but its bf16 matmuls measure 1.9x slower "
+                                 "than fp32 here (a 512^3 matmul); --dtype auto picks fp32 here"]
