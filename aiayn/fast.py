@@ -10,6 +10,7 @@ reference it is tested against (tests/test_fast.py). Why each was kept, with its
                                        compute eq. 1
     row_topk                           torch.topk(x, k, dim=1)
     keep_freed_memory                  glibc's default allocator settings (speed only, no numerics)
+    bound_kernel_cache                 oneDNN's default primitive cache of 1,024 kernels (memory only, no numerics)
 
 The fused label-smoothed loss is a fast path too; it lives in aiayn/losses.py beside its reference formula. The
 weight formats of decoding (bf16, int8, packed weights) live in aiayn/inference.py, beside the model they equal.
@@ -18,6 +19,7 @@ weight formats of decoding (bf16, int8, packed weights) live in aiayn/inference.
 from __future__ import annotations
 
 import ctypes
+import os
 import sys
 
 import torch
@@ -134,3 +136,17 @@ def keep_freed_memory() -> bool:
     except (OSError, AttributeError):
         return False
     return bool(mallopt(_M_MMAP_MAX, 0)) and bool(mallopt(_M_TRIM_THRESHOLD, 2**31 - 1))
+
+
+KERNEL_CACHE = 8  # oneDNN primitives kept per process on CPU (its default: 1,024)
+
+
+def bound_kernel_cache(capacity: int = KERNEL_CACHE) -> bool:
+    """Keep oneDNN's cache of compiled kernels (primitives) small, unless ONEDNN_PRIMITIVE_CACHE_CAPACITY says
+    otherwise. Token-based batches give the bf16 matmuls a new shape at almost every step, and each cached primitive
+    holds memory: with the default capacity a bf16 training process grew for as long as it ran (3.1 GB after 400
+    steps of the quickstart's model, against 1.7 GB flat with 8; no slower: docs/speed.md). oneDNN reads the setting
+    when it creates its first primitive, so call this before any; returns False if that is too late to tell (a
+    primitive may exist already: then nothing changes)."""
+    os.environ.setdefault("ONEDNN_PRIMITIVE_CACHE_CAPACITY", str(capacity))
+    return os.environ["ONEDNN_PRIMITIVE_CACHE_CAPACITY"] == str(capacity)

@@ -15,6 +15,7 @@ import torch
 import torch.distributed as dist
 
 from aiayn.errors import UsageError
+from aiayn.fast import bound_kernel_cache
 
 DTYPES = ("fp32", "bf16", "auto")  # auto: bf16 where the device multiplies bf16 natively, else fp32
 
@@ -216,6 +217,7 @@ def setup_runtime(device: str = "auto", dtype: str = "fp32", threads: int = 0) -
     """A single process, or one process of a torchrun job (gloo on CPU, NCCL on GPU). threads: CPU threads for
     torch; 0 = the free cores (free_cores), unless OMP_NUM_THREADS says otherwise or several processes share the
     machine (torchrun)."""
+    bound_kernel_cache()  # before the first kernel (the dtype check below runs one); the CLI does it at start
     world = int(os.environ.get("WORLD_SIZE", "1"))
     if threads:
         torch.set_num_threads(threads)

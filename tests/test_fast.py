@@ -1,6 +1,7 @@
 """The measured fast paths of aiayn.fast, each against the reference it stands in for."""
 
 import math
+import os
 
 import pytest
 import torch
@@ -106,3 +107,12 @@ def test_keep_freed_memory_applies_on_glibc():
 
     expected = sys.platform.startswith("linux") and platform.libc_ver()[0] == "glibc"
     assert keep_freed_memory() is expected
+
+
+def test_bound_kernel_cache_sets_a_default_and_keeps_the_users(monkeypatch):
+    from aiayn.fast import KERNEL_CACHE, bound_kernel_cache
+
+    monkeypatch.delenv("ONEDNN_PRIMITIVE_CACHE_CAPACITY", raising=False)
+    assert bound_kernel_cache() and os.environ["ONEDNN_PRIMITIVE_CACHE_CAPACITY"] == str(KERNEL_CACHE)
+    monkeypatch.setenv("ONEDNN_PRIMITIVE_CACHE_CAPACITY", "256")  # the user's choice wins
+    assert not bound_kernel_cache() and os.environ["ONEDNN_PRIMITIVE_CACHE_CAPACITY"] == "256"

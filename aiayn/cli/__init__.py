@@ -56,9 +56,10 @@ def main(argv: list[str] | None = None) -> int:
     if not getattr(args, "func", None):
         parser.print_help()
         return 2
-    if not (args.low_memory or os.environ.get("AIAYN_LOW_MEMORY") == "1"):
-        from aiayn.fast import keep_freed_memory
+    from aiayn.fast import bound_kernel_cache, keep_freed_memory
 
+    bound_kernel_cache()  # before any kernel: a long bf16 run's memory stays flat
+    if not (args.low_memory or os.environ.get("AIAYN_LOW_MEMORY") == "1"):
         keep_freed_memory()  # every command reuses its big tensors' memory instead of page-faulting it in again
     try:
         return int(args.func(args) or 0)

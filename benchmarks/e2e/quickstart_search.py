@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import platform
 import shlex
 import subprocess
@@ -77,7 +78,16 @@ TRIALS: dict[str, list[str]] = {
     "drop0-lr0.3": ["--set", "dropout=0.0", "--lr-factor", "0.3", *ANNEAL],
     "drop0-ls0": ["--set", "dropout=0.0", "--set", "label_smoothing=0.0", *ANNEAL],
     "drop0-warmup200": ["--set", "dropout=0.0", "--warmup", "200", "--lr-factor", "0.46", *ANNEAL],
+    # 2026-11-25: fp32, for CPUs where bf16 does not pay (AVX2-only, or reproduced with AVX2_ENV on an AVX-512 one).
+    "fp32": ["--dtype", "fp32"],
+    "fp32-vocab4k": ["--dtype", "fp32", "--vocab-size", "4000"],
+    "fp32-vocab4k-lr0.7": ["--dtype", "fp32", "--vocab-size", "4000", "--lr-factor", "0.7"],
 }
+
+# What makes an AVX-512 machine run as an AVX2-only one (every kernel library capped at AVX2): set them in the
+# environment of a trial to stand in for the common CPU; a result records the ones that were set.
+AVX2_ENV = ("MKL_ENABLE_INSTRUCTIONS", "ATEN_CPU_CAPABILITY", "ONEDNN_MAX_CPU_ISA", "FBGEMM_ENABLE_INSTRUCTIONS",
+            "CT2_FORCE_CPU_ISA")
 
 
 def cpu_model() -> str:
@@ -97,7 +107,7 @@ def run_trial(name: str, flags: list[str], work: Path, minutes: float) -> dict:
     free = free_cores()
     print(f"== {name}: {shlex.join(cmd[1:])} (free cores: {free})", flush=True)
     with open(work / f"{name}.log", "w", encoding="utf-8") as log:
-        rc, wall = once(lambda: subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT, cwd=REPO).returncode)
+        (rc, peak_mb), wall = once(lambda: _run(cmd, log))
     if rc != 0:
         raise SystemExit(f"trial {name} failed (exit {rc}); see {work / f'{name}.log'}")
     records = read_log(out / "run")
@@ -109,7 +119,16 @@ def run_trial(name: str, flags: list[str], work: Path, minutes: float) -> dict:
             "minutes": minutes, "steps": train[-1]["step"] if train else 0,
             "dev_ppl": valid[-1]["ppl"] if valid else None, "bleu": corpus_bleu(hyps, refs).score,
             "chrf": chrf(hyps, refs).score, "wall_min": wall / 60, "cpu": cpu_model(), "free_cores": free,
-            "date": time.strftime("%Y-%m-%d %H:%M")}
+            "date": time.strftime("%Y-%m-%d %H:%M"), "isa_env": {k: os.environ[k] for k in AVX2_ENV if k in os.environ},
+            "peak_rss_mb": peak_mb}
+
+
+def _run(cmd: list[str], log) -> tuple[int, float]:
+    """Run a trial; (exit code, its peak resident memory in MB, from the kernel's accounting of that child)."""
+    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, cwd=REPO)
+    _, status, usage = os.wait4(proc.pid, 0)
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    return proc.returncode, usage.ru_maxrss / 1024
 
 
 def read_results(path: Path) -> list[dict]:
