@@ -7,14 +7,14 @@ import importlib.util
 
 from aiayn.errors import UserError
 
-# feature -> (the pyproject extra that installs it, the modules it needs, what needs them). tensorboard and datasets
-# have no extra of their own: the `extra` extra (everything optional) brings them.
+# feature -> (the pyproject extra that installs it, the modules it needs, what needs them). The `extra` extra brings
+# them all.
 OPTIONAL = {
     "viz": ("viz", ("matplotlib",), "aiayn attention, aiayn plot, aiayn table1 --plot, the plot of aiayn variations"),
     "serve": ("serve", ("fastapi", "uvicorn"), "aiayn serve"),
     "export": ("export", ("transformers", "ctranslate2"), "aiayn export, aiayn translate --engine ct2"),
-    "tensorboard": ("extra", ("tensorboard",), "the TensorBoard logs of aiayn train"),
-    "datasets": ("extra", ("datasets",), "aiayn.data.load_wmt14"),
+    "tensorboard": ("tensorboard", ("tensorboard",), "the TensorBoard logs of aiayn train"),
+    "datasets": ("datasets", ("datasets",), "aiayn.data.load_wmt14"),
 }
 
 

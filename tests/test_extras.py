@@ -45,8 +45,8 @@ def test_a_command_without_its_extra_is_one_error_line(argv, hidden, what, extra
 
 def test_load_wmt14_without_datasets_names_its_extra(tmp_path, monkeypatch):
     hide(monkeypatch, "datasets")
-    with pytest.raises(MissingExtra, match=r'load_wmt14 needs the extra extra \(datasets not installed\): '
-                                           r'pip install -e "\.\[extra\]"'):
+    with pytest.raises(MissingExtra, match=r'load_wmt14 needs the datasets extra \(datasets not installed\): '
+                                           r'pip install -e "\.\[datasets\]"'):
         load_wmt14(out_dir=tmp_path)
 
 
