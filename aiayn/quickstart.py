@@ -87,7 +87,8 @@ def quickstart(out: Path, minutes: float = 12.0, preset: str = "small", vocab_si
         return {"interrupted_by": summary["interrupted_by"]}
 
     paths = rundir.checkpoint_paths(run)[-average_last:]
-    print(f"[3/5] averaging the last {len(paths)} checkpoints -> {run / rundir.AVERAGED}", flush=True)
+    what = "the last checkpoint" if len(paths) == 1 else f"the last {len(paths)} checkpoints"
+    print(f"[3/5] averaging {what} -> {run / rundir.AVERAGED}", flush=True)
     state, cfg = ckpt.average_checkpoints(paths)
     ckpt.save_weights(run / rundir.AVERAGED, state, cfg)
 
