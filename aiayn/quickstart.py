@@ -43,13 +43,16 @@ EXAMPLES = [
 def quickstart(out: Path, minutes: float = 12.0, preset: str = "small", vocab_size: int = 8000,
                dtype: str = "auto", average_last: int = 1, beam: int = 4, progress: bool = True,
                model: dict | None = None, max_tokens: int = 2048, warmup: int = 400, lr_factor: float = 0.45,
-               alpha: float = 0.6, anneal: float = 0.3) -> dict:
+               alpha: float = 0.6, anneal: float = 0.3, max_steps: int = 0, device: str = "auto") -> dict:
     """Run the whole job into `out`; returns test BLEU, chrF, the sacreBLEU signature and the minutes taken (or
     {"interrupted_by": signal} if Ctrl-C/SIGTERM stopped the training). model: overrides of the preset's fields
     (e.g. {"dropout": 0.1}) on top of MODEL_DEFAULTS; max_tokens, warmup, lr_factor, anneal: the recipe (the recipe
-    search varies them)."""
+    search varies them). max_steps > 0 trains for that many steps instead of `minutes`: the same model on any
+    machine, however busy (the recipe search's step-budgeted trials). device: where it trains and translates
+    ("auto": a CUDA GPU when there is one)."""
     out = Path(out)
-    dtype = resolve_dtype(dtype, resolve_device("auto"))  # bf16 only where this machine multiplies it natively
+    where = resolve_device(device)  # a clear error for a GPU that is not there, before anything is written
+    dtype = resolve_dtype(dtype, where)  # bf16 only where this machine multiplies it natively
     if minutes <= 0:
         raise UsageError(f"the training budget must be > 0 minutes, got {minutes:g}")
     # Every option is checked before anything is written.
@@ -58,10 +61,15 @@ def quickstart(out: Path, minutes: float = 12.0, preset: str = "small", vocab_si
     # the paper's schedule with a 400-step warm-up, scaled to peak at ~1.4e-3 (the paper's base peaks at 7e-4 with
     # 25k-token batches and 4000 warm-up steps), annealed linearly to 0 over the last 30% of the time: the last
     # checkpoint then beats an average of older, much worse ones (RESULTS.md, "Quickstart recipe search").
-    tc = TrainConfig(max_steps=10**9, max_minutes=minutes, max_tokens=max_tokens, warmup=warmup, lr_factor=lr_factor,
-                     anneal=anneal,
-                     save_every_minutes=minutes / (average_last + 3), save_every_steps=0,
-                     keep_last=average_last, dtype=dtype, log_every=10)
+    if max_steps < 0:
+        raise UsageError(f"--max-steps must be >= 0, got {max_steps}")
+    by_steps = max_steps > 0
+    tc = TrainConfig(max_steps=max_steps if by_steps else 10**9, max_minutes=0 if by_steps else minutes,
+                     max_tokens=max_tokens, warmup=warmup, lr_factor=lr_factor, anneal=anneal,
+                     save_every_minutes=0 if by_steps else minutes / (average_last + 3),
+                     save_every_steps=max(1, max_steps // (average_last + 3)) if by_steps else 0,
+                     keep_last=average_last, dtype=dtype, device=str(where), log_every=10)
+    budget = f"{max_steps} steps" if by_steps else f"{minutes:g} minutes"
     search = SearchConfig(beam=beam, alpha=alpha)
     t0 = time.time()
     print(f"[1/5] preparing the built-in English-Spanish Bible in {out / 'data'}", flush=True)
@@ -72,11 +80,13 @@ def quickstart(out: Path, minutes: float = 12.0, preset: str = "small", vocab_si
     run = out / "run"
     summary = None
     if not (run / "config.json").is_file():  # a new run (or one whose start was interrupted: train reuses it)
-        print(f"[2/5] training preset '{preset}' ({dtype}) for {minutes:g} minutes into {run}", flush=True)
+        print(f"[2/5] training preset '{preset}' ({dtype}, {where}) for {budget} into {run}", flush=True)
         summary = train(data_dir, run, cfg, tc, progress=progress)
-    elif (done := _trained_seconds(run)) < minutes * 60 - 1:
-        print(f"[2/5] {run} was interrupted after {done / 60:.1f} of its {minutes:g} minutes; resuming it",
-              flush=True)
+    elif by_steps and (step := _trained(run)[0]) < max_steps:
+        print(f"[2/5] {run} was interrupted after {step} of its {budget}; resuming it", flush=True)
+        summary = resume(run, progress=progress, max_steps=max_steps)
+    elif not by_steps and (done := _trained(run)[1]) < minutes * 60 - 1:
+        print(f"[2/5] {run} was interrupted after {done / 60:.1f} of its {budget}; resuming it", flush=True)
         summary = resume(run, progress=progress, max_minutes=(minutes * 60 - done) / 60)
     else:
         print(f"[2/5] {run} is already trained; reusing it (train longer: aiayn train --resume {run} "
@@ -92,7 +102,7 @@ def quickstart(out: Path, minutes: float = 12.0, preset: str = "small", vocab_si
     state, cfg = ckpt.average_checkpoints(paths)
     ckpt.save_weights(run / rundir.AVERAGED, state, cfg)
 
-    translator = Translator.load(run, search, weights=dtype)  # decode in the dtype it trained in
+    translator = Translator.load(run, search, weights=dtype, device=where)  # decode in the dtype it trained in
     src_lines = (data_dir / "test.src.txt").read_text(encoding="utf-8").splitlines()
     refs = (data_dir / "test.tgt.txt").read_text(encoding="utf-8").splitlines()
     print(f"[4/5] translating the held-out Gospel of John ({len(src_lines)} verses, beam {beam})", flush=True)
@@ -117,9 +127,10 @@ done in {minutes_total:.1f} minutes. Everything is in {out}/. Next:
             "interrupted_by": None}
 
 
-def _trained_seconds(run: Path) -> float:
-    """Training time a run has done up to its newest checkpoint (0 with none yet)."""
+def _trained(run: Path) -> tuple[int, float]:
+    """Steps and training seconds a run has done up to its newest checkpoint ((0, 0) with none yet)."""
     last = rundir.latest_checkpoint(run, resumable=True)
     if last is None:
-        return 0.0
-    return ckpt.load_trainer_state(last)["train_seconds"]
+        return 0, 0.0
+    state = ckpt.load_trainer_state(last)
+    return state["step"], state["train_seconds"]

@@ -35,3 +35,34 @@ def test_quickstart_recipe_defaults_and_overrides(tmp_path):
                model={"dropout": 0.1}, anneal=0.0, average_last=2)
     saved = json.loads((tmp_path / "b" / "run" / "config.json").read_text())
     assert saved["model"]["dropout"] == 0.1 and saved["train"]["anneal"] == 0.0 and saved["train"]["keep_last"] == 2
+
+
+def test_quickstart_by_steps_trains_exactly_that_many_and_resumes_to_them(tmp_path, capsys):
+    """--max-steps: the same model on any machine, however busy; an interrupted run resumes to its step budget."""
+    import json
+
+    out = tmp_path / "qs"
+    quickstart(out, preset="tiny", vocab_size=1000, beam=1, progress=False, max_steps=6)
+    saved = json.loads((out / "run" / "config.json").read_text())
+    assert saved["train"]["max_steps"] == 6 and saved["train"]["max_minutes"] == 0
+    steps = [r["step"] for r in rundir.read_log(out / "run") if r["kind"] == "train"]
+    assert steps[-1] == 6
+    # Asked again for more steps than were trained, it resumes the run up to them.
+    capsys.readouterr()
+    quickstart(out, preset="tiny", vocab_size=1000, beam=1, progress=False, max_steps=9)
+    assert "was interrupted after 6 of its 9 steps; resuming it" in capsys.readouterr().out
+    assert [r["step"] for r in rundir.read_log(out / "run") if r["kind"] == "train"][-1] == 9
+
+
+def test_quickstart_on_a_missing_gpu_says_so_before_writing_anything(tmp_path):
+    import pytest
+    import torch
+
+    from aiayn.errors import UsageError
+
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a GPU")
+    with pytest.raises(UsageError, match="sees no CUDA GPU; use --device cpu"):
+        quickstart(tmp_path / "qs", preset="tiny", vocab_size=1000, beam=1, progress=False, max_steps=2,
+                   device="cuda")
+    assert not (tmp_path / "qs").exists()

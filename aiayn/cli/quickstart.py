@@ -15,7 +15,7 @@ def run(args: argparse.Namespace) -> int:
     result = quickstart(Path(args.out), args.minutes, args.preset, args.vocab_size, args.dtype, args.average_last,
                         args.beam, progress=not args.no_progress, model=model_overrides(args.set),
                         max_tokens=args.max_tokens, warmup=args.warmup, lr_factor=args.lr_factor, alpha=args.alpha,
-                        anneal=args.anneal)
+                        anneal=args.anneal, max_steps=args.max_steps, device=args.device)
     if result["interrupted_by"] is not None:  # stopped by Ctrl-C / SIGTERM, with a checkpoint: 130 / 143
         return 128 + result["interrupted_by"]
     return 0
@@ -28,10 +28,15 @@ def register(sub) -> None:
     p.add_argument("--out", default="runs/quickstart", help="folder for everything (default runs/quickstart)")
     p.add_argument("--minutes", type=positive_float, default=12.0,
                    help="training time budget (default 12); an interrupted run is resumed to it")
+    p.add_argument("--max-steps", type=number(int, low=0), default=0,
+                   help="train for this many steps instead of --minutes (the same model on any machine; default 0: "
+                   "by time)")
     p.add_argument("--preset", default="small", choices=list(PRESETS))
     p.add_argument("--vocab-size", type=number(int, low=5), default=8000, help="BPE pieces (default 8000)")
     p.add_argument("--dtype", default="auto", choices=["auto", "bf16", "fp32"],
                    help="auto (default): bf16 where the CPU/GPU multiplies bf16 natively, else fp32")
+    p.add_argument("--device", default="auto",
+                   help="auto (default: a CUDA GPU when there is one, else the CPU), cpu, cuda, cuda:N")
     p.add_argument("--average-last", type=positive_int, default=1,
                    help="checkpoints averaged (default 1: in a 12-minute run older checkpoints are much worse)")
     p.add_argument("--beam", type=positive_int, default=4, help="beam size (default 4)")

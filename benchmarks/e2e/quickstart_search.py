@@ -4,18 +4,23 @@ on the held-out Gospel of John. One trial = one command; every trial's command a
     python -m benchmarks.e2e.quickstart_search --list                       # the trials and their flags
     python -m benchmarks.e2e.quickstart_search --trials baseline,vocab4k    # run these, one after the other
     python -m benchmarks.e2e.quickstart_search --report                     # the table of what has run
+    python -m benchmarks.e2e.quickstart_search --trials a,b,c,d --jobs 2    # step-budgeted trials, one core each
 
 Each trial runs `python -m aiayn quickstart --out WORK/NAME --no-progress FLAGS` (WORK default runs/qs-search) as
 a user would, on whatever cores are free (the quickstart's own thread choice), then reads the run's log for the
 steps and the last dev perplexity and scores WORK/NAME/run/test.hyp with sacreBLEU and chrF. Results are JSON lines
 in WORK/results.jsonl with the CPU model and the cores that were free when the trial started (machines differ from
 day to day: compare trials of one machine). A trial with a result is not run again (--force reruns it).
-Trials want an idle machine: anything else running steals steps from them.
+Time-budgeted trials want an idle machine: anything else running steals steps from them. Step-budgeted trials
+(`--max-steps N` in their flags, N from benchmarks/e2e/step_cost.py: the steps that shape makes in the time budget
+on the machine being stood in for) give the same model however busy the machine is, so they can run side by side:
+--jobs N runs N at once, each pinned to a core of its own.
 """
 
 from __future__ import annotations
 
 import argparse
+import concurrent.futures
 import json
 import os
 import platform
@@ -41,6 +46,11 @@ OLD = ["--average-last", "5", "--anneal", "0", "--set", "dropout=0.1"]
 LAST = ["--average-last", "1", "--anneal", "0", "--set", "dropout=0.1"]  # the last checkpoint alone, paper's schedule
 ANNEAL = ["--average-last", "1", "--anneal", "0.3"]  # the last checkpoint alone, the rate annealed to 0
 P01 = ["--set", "dropout=0.1"]
+# 2026-11-25, step-budgeted trials "avx2-NAME": each shape gets the steps it makes in 8.4 minutes under the AVX2
+# reproduction (= 12 minutes of a 2-core AMD Zen 3), from benchmarks/e2e/step_cost.py and fp32-vocab4k's 820 steps.
+AVX2_STEPS: dict[str, tuple[int, list[str]]] = {
+    "v4k": (820, ["--vocab-size", "4000"]),
+}
 TRIALS: dict[str, list[str]] = {
     "baseline": [*OLD],
     "vocab4k": ["--vocab-size", "4000", *OLD],
@@ -82,6 +92,8 @@ TRIALS: dict[str, list[str]] = {
     "fp32": ["--dtype", "fp32"],
     "fp32-vocab4k": ["--dtype", "fp32", "--vocab-size", "4000"],
     "fp32-vocab4k-lr0.7": ["--dtype", "fp32", "--vocab-size", "4000", "--lr-factor", "0.7"],
+    **{f"avx2-{name}": ["--dtype", "fp32", "--max-steps", str(steps), *flags]
+       for name, (steps, flags) in AVX2_STEPS.items()},
 }
 
 # What makes an AVX-512 machine run as an AVX2-only one (every kernel library capped at AVX2): set them in the
@@ -100,32 +112,48 @@ def cpu_model() -> str:
     return platform.processor() or "unknown"
 
 
-def run_trial(name: str, flags: list[str], work: Path, minutes: float) -> dict:
+def run_trial(name: str, flags: list[str], work: Path, minutes: float, core: int | None = None) -> dict:
+    """One quickstart trial (pinned to `core` if given), scored on dev and test."""
     out = work / name
     cmd = [sys.executable, "-m", "aiayn", "quickstart", "--out", str(out), "--no-progress",
            "--minutes", f"{minutes:g}", *flags]
-    free = free_cores()
-    print(f"== {name}: {shlex.join(cmd[1:])} (free cores: {free})", flush=True)
+    free = free_cores() if core is None else 1
+    print(f"== {name}: {shlex.join(cmd[1:])} ({'free cores: %d' % free if core is None else 'core %d' % core})",
+          flush=True)
     with open(work / f"{name}.log", "w", encoding="utf-8") as log:
-        (rc, peak_mb), wall = once(lambda: _run(cmd, log))
-    if rc != 0:
-        raise SystemExit(f"trial {name} failed (exit {rc}); see {work / f'{name}.log'}")
-    records = read_log(out / "run")
+        (rc, peak_mb), wall = once(lambda: _run(cmd, log, core))
+        if rc != 0:
+            raise SystemExit(f"trial {name} failed (exit {rc}); see {work / f'{name}.log'}")
+        data, run = out / "data", out / "run"
+        if not (run / "valid.hyp").is_file():  # the dev set, scored for choosing (the quickstart scores test only)
+            beam = flags[flags.index("--beam") + 1] if "--beam" in flags else "4"
+            dev = [sys.executable, "-m", "aiayn", "translate", "--checkpoint", str(run), "--no-progress", "--beam",
+                   beam, "--input", str(data / "valid.src.txt"), "--output", str(run / "valid.hyp")]
+            if _run(dev, log, core)[0] != 0:
+                raise SystemExit(f"translating the dev set of {name} failed; see {work / f'{name}.log'}")
+    records = read_log(run)
     train = [r for r in records if r["kind"] == "train"]
     valid = [r for r in records if r["kind"] == "valid"]
-    hyps = (out / "run" / "test.hyp").read_text(encoding="utf-8").splitlines()
-    refs = (out / "data" / "test.tgt.txt").read_text(encoding="utf-8").splitlines()
+    test = _scores(run / "test.hyp", data / "test.tgt.txt")
+    dev = _scores(run / "valid.hyp", data / "valid.tgt.txt")
     return {"trial": name, "flags": flags, "command": "aiayn quickstart " + shlex.join(flags),
             "minutes": minutes, "steps": train[-1]["step"] if train else 0,
-            "dev_ppl": valid[-1]["ppl"] if valid else None, "bleu": corpus_bleu(hyps, refs).score,
-            "chrf": chrf(hyps, refs).score, "wall_min": wall / 60, "cpu": cpu_model(), "free_cores": free,
+            "dev_ppl": valid[-1]["ppl"] if valid else None, "bleu": test[0], "chrf": test[1], "dev_bleu": dev[0],
+            "dev_chrf": dev[1], "wall_min": wall / 60, "cpu": cpu_model(), "free_cores": free, "core": core,
             "date": time.strftime("%Y-%m-%d %H:%M"), "isa_env": {k: os.environ[k] for k in AVX2_ENV if k in os.environ},
             "peak_rss_mb": peak_mb}
 
 
-def _run(cmd: list[str], log) -> tuple[int, float]:
+def _scores(hyp: Path, ref: Path) -> tuple[float, float]:
+    hyps = hyp.read_text(encoding="utf-8").splitlines()
+    refs = ref.read_text(encoding="utf-8").splitlines()
+    return corpus_bleu(hyps, refs).score, chrf(hyps, refs).score
+
+
+def _run(cmd: list[str], log, core: int | None = None) -> tuple[int, float]:
     """Run a trial; (exit code, its peak resident memory in MB, from the kernel's accounting of that child)."""
-    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, cwd=REPO)
+    pin = None if core is None else (lambda: os.sched_setaffinity(0, {core}))
+    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, cwd=REPO, preexec_fn=pin)
     _, status, usage = os.wait4(proc.pid, 0)
     proc.returncode = os.waitstatus_to_exitcode(status)
     return proc.returncode, usage.ru_maxrss / 1024
@@ -136,9 +164,12 @@ def read_results(path: Path) -> list[dict]:
 
 
 def report(rows: list[dict]) -> None:
-    print(table(["trial", "command", "steps", "dev ppl", "test BLEU", "chrF", "wall min", "CPU, free cores"],
+    print(table(["trial", "command", "steps", "dev ppl", "dev BLEU", "test BLEU", "chrF", "wall min",
+                 "CPU, free cores"],
                 [[r["trial"], f"`{r['command']}`", f"{r['steps']:,}", f"{r['dev_ppl']:.1f}" if r["dev_ppl"] else "",
-                  f"{r['bleu']:.1f}", f"{r['chrf']:.1f}", f"{r['wall_min']:.1f}", f"{r['cpu']}, {r['free_cores']}"]
+                  f"{r['dev_bleu']:.1f}" if r.get("dev_bleu") is not None else "", f"{r['bleu']:.1f}",
+                  f"{r['chrf']:.1f}", f"{r['wall_min']:.1f}",
+                  f"{r['cpu']}, " + (f"core {r['core']}" if r.get("core") is not None else f"{r['free_cores']}")]
                  for r in rows]))
 
 
@@ -148,6 +179,9 @@ def main() -> None:
     ap.add_argument("--minutes", type=float, default=12.0, help="training budget of every trial (default 12)")
     ap.add_argument("--work", type=Path, default=REPO / "runs" / "qs-search")
     ap.add_argument("--force", action="store_true", help="rerun trials that have a result")
+    ap.add_argument("--jobs", type=int, default=1,
+                    help="trials at once, each pinned to a core of its own (for step-budgeted trials; default 1: "
+                    "one at a time on whatever cores are free)")
     ap.add_argument("--list", action="store_true")
     ap.add_argument("--report", action="store_true")
     args = ap.parse_args()
@@ -162,15 +196,27 @@ def main() -> None:
         unknown = [n for n in names if n not in TRIALS]
         if unknown:
             raise SystemExit(f"unknown trial(s) {unknown}; --list shows them")
-        for name in names:
-            done = {r["trial"] for r in read_results(results) if r["minutes"] == args.minutes}
-            if name in done and not args.force:
-                print(f"== {name}: done already (--force reruns it)")
-                continue
-            row = run_trial(name, TRIALS[name], args.work, args.minutes)
-            with open(results, "a", encoding="utf-8") as f:
-                f.write(json.dumps(row) + "\n")
-            print(f"   {row['steps']:,} steps, test BLEU {row['bleu']:.1f}, chrF {row['chrf']:.1f}", flush=True)
+        done = {r["trial"] for r in read_results(results)
+                if r["minutes"] == args.minutes or "--max-steps" in r["flags"]}
+        todo = [n for n in names if args.force or n not in done]
+        for name in sorted(set(names) - set(todo)):
+            print(f"== {name}: done already (--force reruns it)")
+        cores = list(range(args.jobs)) if args.jobs > 1 else [None]
+        with concurrent.futures.ThreadPoolExecutor(len(cores)) as pool:
+            free = list(cores)
+
+            def one(name: str) -> None:
+                core = free.pop()
+                try:
+                    row = run_trial(name, TRIALS[name], args.work, args.minutes, core)
+                finally:
+                    free.append(core)
+                with open(results, "a", encoding="utf-8") as f:
+                    f.write(json.dumps(row) + "\n")
+                print(f"   {name}: {row['steps']:,} steps, dev BLEU {row['dev_bleu']:.1f}, test BLEU "
+                      f"{row['bleu']:.1f}, chrF {row['chrf']:.1f}", flush=True)
+            for future in [pool.submit(one, n) for n in todo]:
+                future.result()
     report(read_results(results))
 
 
