@@ -118,7 +118,7 @@ def run_trial(name: str, flags: list[str], work: Path, minutes: float, core: int
     cmd = [sys.executable, "-m", "aiayn", "quickstart", "--out", str(out), "--no-progress",
            "--minutes", f"{minutes:g}", *flags]
     free = free_cores() if core is None else 1
-    print(f"== {name}: {shlex.join(cmd[1:])} ({'free cores: %d' % free if core is None else 'core %d' % core})",
+    print(f"== {name}: {shlex.join(cmd[1:])} ({f'free cores: {free}' if core is None else f'core {core}'})",
           flush=True)
     with open(work / f"{name}.log", "w", encoding="utf-8") as log:
         (rc, peak_mb), wall = once(lambda: _run(cmd, log, core))

@@ -5,11 +5,11 @@ same minutes).
     python -m benchmarks.e2e.step_cost --data4k runs/qs-avx2/fp32-vocab4k/data --data8k runs/qs-avx2/fp32/data \
         --shapes v8k,v4k,v4k-ff512,v4k-2x2,v4k-d192 --ref v4k --ref-steps 820
 
-Each shape trains `--steps` steps on --threads threads (fp32, the quickstart's recipe, its real prepared data) with
-`aiayn train`, in interleaved rounds (shape A, B, C, A, B, C, ...: a machine that drifts affects every shape alike); the cost is the
-median over rounds of the seconds per step between step 10 and the last (the first steps warm the allocator and
-kernel caches). With --ref-steps S (the steps the reference made in the time budget, measured by a time-budgeted
-trial), each shape's budget is S x cost(ref) / cost(shape).
+Each shape trains `--steps` steps on `--threads` threads (fp32, the quickstart's recipe, its real prepared data)
+with `aiayn train`, in interleaved rounds (shape A, B, C, A, B, C, ...: a machine that drifts affects every shape
+alike); the cost is the median over rounds of the seconds per step between step 10 and the last (the first steps
+warm the allocator and kernel caches). With --ref-steps S (the steps the reference made in the time budget, measured
+by a time-budgeted trial), each shape's budget is S x cost(ref) / cost(shape).
 """
 
 from __future__ import annotations
