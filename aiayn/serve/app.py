@@ -8,6 +8,7 @@ Routes (docs/serving.md has examples):
     POST /attention   {"q": str, "translation": str | null} -> aiayn.viz.attention.attention_data's JSON
     GET  /health      {"status": "ok", "queued": sentences}
     GET  /info        model config, vocabulary size, search defaults, limits, batching, version
+    GET  /metrics     Prometheus metrics (aiayn.serve.observe); API keys, budgets and CORS: aiayn.serve.access
     GET  /            the page: translation as you type, n-best with scores, the attention view
     GET  /docs        OpenAPI (Swagger UI; /openapi.json is the schema itself)
 
@@ -34,7 +35,9 @@ from starlette.exceptions import HTTPException
 
 import aiayn
 from aiayn.model import expected_parameters
+from aiayn.serve.access import AccessConfig, install_access
 from aiayn.serve.batcher import BatchConfig, Batcher, QueueFull, RequestTimeout
+from aiayn.serve.observe import ObserveConfig, install_observability
 from aiayn.translate import Translator
 
 
@@ -265,7 +268,8 @@ async def _invalid(request: Request, e: RequestValidationError) -> JSONResponse:
 
 
 def create_app(translator: Translator, batching: BatchConfig | None = None, limits: Limits | None = None,
-               checkpoint: str | None = None) -> FastAPI:
+               checkpoint: str | None = None, access: AccessConfig | None = None,
+               observe: ObserveConfig | None = None) -> FastAPI:
     """The API and page around one Translator (its search settings are the server's; requests choose only the
     n-best size). `app.state.server.batcher` starts with the first request and drains at shutdown."""
     batching, limits = batching or BatchConfig(), limits or Limits()
@@ -297,6 +301,8 @@ def create_app(translator: Translator, batching: BatchConfig | None = None, limi
     for error, handler in [(ApiError, _api_error), (QueueFull, _queue_full), (RequestTimeout, _timed_out),
                            (HTTPException, _http_error), (RequestValidationError, _invalid)]:
         app.add_exception_handler(error, handler)
+    install_access(app, access or AccessConfig(), limits.max_body_bytes)  # keys, budgets, CORS
+    install_observability(app, observe or ObserveConfig())  # /metrics, access log: last, so it sees every refusal
     return app
 
 

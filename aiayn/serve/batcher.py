@@ -99,6 +99,9 @@ class Batcher:
         self._by_nbest: dict[int, Translator] = {translator.search.nbest: translator}
         # counters for /info and the load benchmark; model_busy_s: seconds the model thread spent on batches
         self.stats = {"batches": 0, "sentences": 0, "requests": 0, "rejected": 0, "timed_out": 0, "model_busy_s": 0.0}
+        # after each decoded batch: on_batch(sentences, source tokens, tokens of the best translations); the metrics
+        # of aiayn.serve.observe set it
+        self.on_batch: Callable[[int, int, int], None] | None = None
 
     # ---- the event loop side
 
@@ -197,6 +200,10 @@ class Batcher:
                 self.stats["batches"] += 1
                 self.stats["requests"] += len(batch)
                 self.stats["sentences"] += sum(len(j.sources) for j in batch)
+                if self.on_batch is not None:
+                    self.on_batch(sum(len(j.sources) for j in batch),
+                                  sum(len(s) for j in batch for s in j.sources if s),
+                                  sum(len(hs[0].tokens) for r in results if isinstance(r, list) for hs in r if hs))
 
     async def _wait_for_company(self) -> None:
         """Give other requests up to max_wait_ms to join, unless the batch is full already."""

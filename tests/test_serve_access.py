@@ -1,0 +1,273 @@
+"""serve's access control (aiayn.serve.access): API keys from body, form or header, the keys file read again when it
+changes, per-minute budgets per key and per address (429 + Retry-After), bodies replayed to the route unchanged and
+still bounded, CORS only for named origins, the warning for a server exposed without keys, keys kept out of logs."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+
+import pytest
+
+pytest.importorskip("fastapi")
+httpx = pytest.importorskip("httpx")
+
+from helpers import tiny_model  # noqa: E402
+from starlette.applications import Starlette  # noqa: E402
+from starlette.responses import JSONResponse  # noqa: E402
+from starlette.routing import Route  # noqa: E402
+
+from aiayn.data import Vocab  # noqa: E402
+from aiayn.errors import UsageError  # noqa: E402
+from aiayn.search import SearchConfig  # noqa: E402
+from aiayn.serve import create_app  # noqa: E402
+from aiayn.serve.access import (  # noqa: E402
+    AccessConfig,
+    Budgets,
+    KeyFile,
+    exposure_warning,
+    install_access,
+    key_id,
+    parse_keys,
+)
+from aiayn.serve.observe import ObserveConfig  # noqa: E402
+from aiayn.translate import Translator  # noqa: E402
+
+ALICE, BOB = "alice-3f9c2e7d1b8a4c6e", "bob-8d1e5a2c9f7b3e40"
+
+
+class Clock:
+    def __init__(self):
+        self.now = 1000.0
+
+    def __call__(self):
+        return self.now
+
+
+async def _echo(request):
+    """What the route sees: the body's bytes exactly (the gate must hand them on untouched)."""
+    body = await request.body()
+    return JSONResponse({"body": body.decode("latin-1")})
+
+
+async def _ok(request):
+    return JSONResponse({"ok": True})
+
+
+def echo_app(config: AccessConfig, clock=None, max_body_bytes: int = 1000) -> Starlette:
+    app = Starlette(routes=[Route("/work", _echo, methods=["POST"]), Route("/health", _ok),
+                            Route("/metrics", _ok)])
+    install_access(app, config, max_body_bytes, clock=clock or Clock())
+    return app
+
+
+def send(app, *requests: dict, client: tuple[str, int] = ("10.0.0.1", 5000)) -> list[httpx.Response]:
+    """Each request's httpx keyword arguments (method, url, json, data, files, headers, content), sent in order."""
+    async def go():
+        transport = httpx.ASGITransport(app, client=client)
+        async with httpx.AsyncClient(transport=transport, base_url="http://test") as c:
+            out = []
+            for r in requests:
+                request = c.build_request(**{"method": "POST", **r})
+                request.read()  # so that tests can compare what was sent with what the route saw
+                out.append(await c.send(request))
+        if server := getattr(app.state, "server", None):  # the batcher ends on the loop it started on
+            await server.batcher.close()
+        return out
+    return asyncio.run(asyncio.wait_for(go(), 30))  # a route left waiting for its body fails, not hangs
+
+
+@pytest.fixture
+def keys_file(tmp_path):
+    path = tmp_path / "keys.txt"
+    path.write_text(f"# the team's keys\n{ALICE}   # Alice, default budgets\n\n  {BOB} req=2 chars=50\n")
+    return path
+
+
+def test_keys_file_lines_comments_and_per_key_budgets(keys_file):
+    keys = parse_keys(keys_file.read_text(), "keys.txt")
+    assert sorted((k.id, k.req_limit, k.char_limit) for k in keys.values()) == \
+        sorted([(key_id(ALICE), None, None), (key_id(BOB), 2, 50)])
+    assert ALICE not in key_id(ALICE) and key_id(ALICE) != key_id(BOB)
+    with pytest.raises(UsageError, match="line 2: 'req=many' is not req=N"):
+        parse_keys(f"{ALICE}\n{BOB} req=many\n", "keys.txt")
+    with pytest.raises(UsageError, match="line 2: this key is on an earlier line"):
+        parse_keys(f"{ALICE}\n{ALICE} req=3\n", "keys.txt")
+    empty = keys_file.with_name("empty.txt")
+    empty.write_text("# nobody yet\n")
+    with pytest.raises(UsageError, match="holds no key"):
+        KeyFile(empty)
+
+
+@pytest.mark.parametrize("request_kwargs", [
+    {"json": {"q": "hi", "api_key": ALICE}},
+    {"data": {"q": "hi", "api_key": ALICE}},  # a form, as LibreTranslate's Python client sends
+    {"files": {"q": (None, "hi"), "api_key": (None, ALICE)}},  # multipart/form-data
+    {"json": {"q": "hi"}, "headers": {"Authorization": f"Bearer {ALICE}"}},
+    {"json": {"q": "hi"}, "headers": {"X-API-Key": ALICE}},
+], ids=["json", "form", "multipart", "bearer", "x-api-key"])
+def test_a_valid_key_passes_and_the_route_reads_the_same_body(keys_file, request_kwargs):
+    app = echo_app(AccessConfig(api_keys=keys_file))
+    missing, wrong, valid = send(app, {"url": "/work", "json": {"q": "hi"}},
+                                 {"url": "/work", "json": {"q": "hi", "api_key": "guess"}},
+                                 {"url": "/work", **request_kwargs})
+    assert missing.status_code == 403 and "api_key" in missing.json()["error"]
+    assert wrong.status_code == 403 and wrong.json() == {"error": "the API key is not valid"}
+    assert valid.status_code == 200
+    sent = valid.request.content.decode("latin-1")
+    assert sent and valid.json()["body"] == sent  # replayed byte for byte
+
+
+def test_gets_stay_open_and_metrics_takes_its_own_key(keys_file, tmp_path):
+    scrape = tmp_path / "metrics.token"
+    scrape.write_text("prometheus-7c1d9e2f\n")
+    app = echo_app(AccessConfig(api_keys=keys_file, metrics_key_file=scrape))
+    health, bare, user, own = send(app, {"method": "GET", "url": "/health"}, {"method": "GET", "url": "/metrics"},
+                                   {"method": "GET", "url": "/metrics", "headers": {"X-API-Key": ALICE}},
+                                   {"method": "GET", "url": "/metrics",
+                                    "headers": {"Authorization": "Bearer prometheus-7c1d9e2f"}})
+    assert health.status_code == 200
+    assert (bare.status_code, user.status_code, own.status_code) == (403, 403, 200)
+    keys_only = echo_app(AccessConfig(api_keys=keys_file))  # no metrics key: any API key reads /metrics
+    assert [r.status_code for r in send(keys_only, {"method": "GET", "url": "/metrics"},
+                                        {"method": "GET", "url": "/metrics", "headers": {"X-API-Key": BOB}})] \
+        == [403, 200]
+    assert send(echo_app(AccessConfig()), {"method": "GET", "url": "/metrics"})[0].status_code == 200
+
+
+def test_the_keys_file_is_read_again_when_it_changes(keys_file, capsys):
+    clock = Clock()
+    app = echo_app(AccessConfig(api_keys=keys_file), clock)
+    carol = "carol-5b2e8f1a7c3d9e64"
+    as_carol = {"url": "/work", "json": {"q": "hi"}, "headers": {"X-API-Key": carol}}
+    as_alice = {"url": "/work", "json": {"q": "hi"}, "headers": {"X-API-Key": ALICE}}
+    assert send(app, as_carol)[0].status_code == 403
+    keys_file.write_text(f"{carol}\n")
+    os.utime(keys_file, ns=(os.stat(keys_file).st_atime_ns, os.stat(keys_file).st_mtime_ns + 10**9))
+    assert [r.status_code for r in send(app, as_carol, as_alice)] == [403, 200]  # checked at most once a second
+    clock.now += 1.5
+    assert [r.status_code for r in send(app, as_carol, as_alice)] == [200, 403]  # no restart: Alice is out
+    keys_file.write_text(f"{carol} req=lots\n")  # a broken file keeps the keys in force
+    clock.now += 1.5
+    assert send(app, as_carol)[0].status_code == 200
+    assert "not read again" in capsys.readouterr().err
+
+
+def test_budgets_refill_a_minute_s_worth_a_minute():
+    clock = Clock()
+    budgets = Budgets(clock)
+    assert [budgets.charge("a", 3, 0, 0) for _ in range(3)] == [None] * 3
+    refusal = budgets.charge("a", 3, 0, 0)
+    assert (refusal.status, refusal.limit, refusal.max, refusal.retry_after_s) == (429, "req_limit", 3, 20)
+    assert budgets.charge("b", 3, 0, 0) is None  # another client has its own bucket
+    clock.now += 19
+    assert budgets.charge("a", 3, 0, 0).retry_after_s == 1
+    clock.now += 1
+    assert budgets.charge("a", 3, 0, 0) is None
+    assert budgets.charge("c", 0, 100, 60) is None
+    refusal = budgets.charge("c", 0, 100, 60)  # 40 left: 20 characters short, at 100/60 a second -> 12 s
+    assert (refusal.status, refusal.limit, refusal.retry_after_s) == (429, "char_limit", 12)
+    assert budgets.charge("c", 0, 100, 101).status == 413  # could never pass
+
+
+def test_429_with_retry_after_per_key_and_per_address(keys_file):
+    by_key = echo_app(AccessConfig(api_keys=keys_file, req_limit=3))
+    alice = {"url": "/work", "json": {"q": "hi", "api_key": ALICE}}
+    bob = {"url": "/work", "json": {"q": "hi", "api_key": BOB}}  # req=2 of his own
+    statuses = [r.status_code for r in send(by_key, alice, alice, alice, bob, bob, bob, alice)]
+    assert statuses == [200, 200, 200, 200, 200, 429, 429]
+    refused = send(by_key, alice)[0]
+    assert refused.status_code == 429 and int(refused.headers["Retry-After"]) >= 1
+    assert refused.json()["limit"] == "req_limit" and refused.json()["max"] == 3
+    # the same key from another address shares its budget
+    assert send(by_key, bob, client=("10.9.9.9", 1))[0].status_code == 429
+
+    by_address = echo_app(AccessConfig(char_limit=10))
+    five = {"url": "/work", "json": {"q": ["abc", "de"]}}
+    assert [r.status_code for r in send(by_address, five, five, five)] == [200, 200, 429]
+    assert send(by_address, five, client=("10.0.0.2", 1))[0].status_code == 200
+    assert send(by_address, five, client=("2001:db8::1", 1))[0].status_code == 200
+    assert send(by_address, five, five, client=("2001:db8::2", 1))[1].status_code == 429  # one /64, one bucket
+
+
+def test_bodies_stay_bounded_with_keys_on(keys_file):
+    """A body over max_body_bytes is not read in full to look for a key: 413, after about max_body_bytes."""
+    app = echo_app(AccessConfig(api_keys=keys_file), max_body_bytes=1000)
+    big = {"q": "x" * 2000, "api_key": ALICE}
+    assert send(app, {"url": "/work", "json": big})[0].status_code == 413
+    assert send(app, {"url": "/work", "json": big, "headers": {"X-API-Key": ALICE}})[0].status_code == 200  # echo's
+
+    received, sent = [], []
+
+    async def endless_body():
+        received.append(1)
+        return {"type": "http.request", "body": b"x" * 100, "more_body": True}
+
+    async def collect(message):
+        sent.append(message)
+    scope = {"type": "http", "method": "POST", "path": "/work", "headers": [], "query_string": b"",
+             "client": ("10.0.0.1", 1), "server": ("test", 80), "scheme": "http", "root_path": "", "app": app}
+    gate = app.build_middleware_stack()
+    asyncio.run(gate(scope, endless_body, collect))
+    assert sent[0]["status"] == 413 and len(received) <= 11
+
+
+@pytest.fixture(scope="module")
+def translator(copy_data):
+    vocab = Vocab.load(copy_data / "vocab.model")
+    return Translator(tiny_model(len(vocab), eos_bias=1.0), vocab, SearchConfig(beam=2, max_len_b=10)), \
+        (copy_data / "test.src.txt").read_text().splitlines()
+
+
+def test_keys_with_the_real_routes_and_never_in_logs(translator, keys_file, tmp_path, capsys, caplog):
+    model, lines = translator
+    log = tmp_path / "access.jsonl"
+    app = create_app(model, access=AccessConfig(api_keys=keys_file),
+                     observe=ObserveConfig(access_log=log, log_to_stderr=True, log_text=True))
+    ok, header, missing, wrong = send(app, {"url": "/translate", "json": {"q": lines[0], "api_key": ALICE}},
+                                      {"url": "/translate", "json": {"q": lines[1]},
+                                       "headers": {"Authorization": f"Bearer {BOB}"}},
+                                      {"url": "/translate", "json": {"q": lines[0]}},
+                                      {"url": "/translate", "json": {"q": lines[0], "api_key": ALICE + "x"}})
+    assert ok.status_code == 200 and ok.json()["translatedText"] == model.translate(lines[:1])[0]
+    assert header.status_code == 200 and (missing.status_code, wrong.status_code) == (403, 403)
+    written = log.read_text()
+    records = [json.loads(line) for line in written.splitlines()]
+    assert [(r["status"], r["key"]) for r in records] == \
+        [(200, key_id(ALICE)), (200, key_id(BOB)), (403, None), (403, None)]
+    assert records[0]["text"] == [lines[0]]
+    captured = capsys.readouterr()
+    everything = written + captured.out + captured.err + caplog.text + "".join(r.text for r in (ok, missing, wrong))
+    assert key_id(ALICE) in everything
+    for key in (ALICE, BOB, ALICE + "x"):
+        assert key not in everything
+
+
+def test_cors_headers_only_for_named_origins(keys_file):
+    page = {"Origin": "https://page.example"}
+    closed = echo_app(AccessConfig())
+    assert "access-control-allow-origin" not in send(closed, {"method": "GET", "url": "/health", "headers": page})[
+        0].headers
+    app = echo_app(AccessConfig(api_keys=keys_file, cors_origins=("https://page.example",)))
+    preflight, refused, other = send(
+        app, {"method": "OPTIONS", "url": "/work", "headers": {**page, "Access-Control-Request-Method": "POST",
+                                                               "Access-Control-Request-Headers": "X-API-Key"}},
+        {"url": "/work", "json": {"q": "hi"}, "headers": page},
+        {"method": "GET", "url": "/health", "headers": {"Origin": "https://elsewhere.example"}})
+    assert preflight.status_code == 200 and preflight.headers["access-control-allow-origin"] == page["Origin"]
+    assert "x-api-key" in preflight.headers["access-control-allow-headers"].lower()
+    assert refused.status_code == 403 and refused.headers["access-control-allow-origin"] == page["Origin"]
+    assert "access-control-allow-origin" not in other.headers
+
+
+@pytest.mark.parametrize("host, keys_on, warns", [
+    ("127.0.0.1", False, False), ("localhost", False, False), ("::1", False, False), ("127.0.0.2", False, False),
+    ("0.0.0.0", False, True), ("::", False, True), ("192.168.1.5", False, True), ("myhost.example", False, True),
+    ("0.0.0.0", True, False),
+])
+def test_warning_when_exposed_without_keys(host, keys_on, warns):
+    line = exposure_warning(host, keys_on)
+    assert (line is not None) == warns
+    if warns:
+        assert host in line and "--api-keys" in line and "\n" not in line
