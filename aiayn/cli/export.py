@@ -1,4 +1,5 @@
-"""`aiayn export`: a checkpoint -> an HF transformers (MarianMTModel) or CTranslate2 model folder (aiayn.export)."""
+"""`aiayn export`: a checkpoint -> an HF transformers (MarianMTModel) or CTranslate2 model folder, or an Argos Translate
+package (aiayn.export)."""
 
 from __future__ import annotations
 
@@ -15,8 +16,15 @@ def run(args: argparse.Namespace) -> int:
     from aiayn.rundir import inference_checkpoint
 
     if args.to == "hf" and args.quantization:
-        raise UsageError("--quantization applies to --to ct2 only (an HF export keeps float32 weights)")
-    require(f"aiayn export --to {args.to}", "export", ("transformers",) if args.to == "hf" else ("ctranslate2",))
+        raise UsageError("--quantization applies to --to ct2 and argos only (an HF export keeps float32 weights)")
+    languages = (args.source_lang, args.target_lang)
+    if args.to == "argos" and None in languages:
+        raise UsageError("--to argos needs --source-lang and --target-lang (ISO 639 codes such as en, de): a package "
+                         "names its language pair, and nothing in a run records it")
+    if args.to != "argos" and languages != (None, None):
+        raise UsageError("--source-lang and --target-lang apply to --to argos only")
+    modules = {"hf": ("transformers",), "ct2": ("ctranslate2",), "argos": ("ctranslate2", "spacy")}[args.to]
+    require(f"aiayn export --to {args.to}", "export", modules)
     checkpoint = inference_checkpoint(Path(args.checkpoint))
     model, vocab, _ = load_for_inference(checkpoint)
     prov = provenance(checkpoint, bleu=args.bleu or "")
@@ -24,6 +32,10 @@ def run(args: argparse.Namespace) -> int:
         from aiayn.export.hf import export_hf
 
         export_hf(model, vocab, args.out, prov)
+    elif args.to == "argos":
+        from aiayn.export.argos import export_argos
+
+        export_argos(model, vocab, args.out, args.source_lang, args.target_lang, args.quantization, prov)
     else:
         from aiayn.export.ct2 import export_ct2
 
@@ -35,18 +47,24 @@ def run(args: argparse.Namespace) -> int:
 def register(sub) -> None:
     from aiayn.export.ct2 import QUANTIZATIONS
 
-    p = sub.add_parser("export", help="export a trained model to HF transformers or CTranslate2",
+    p = sub.add_parser("export", help="export a trained model to HF transformers, CTranslate2 or Argos Translate",
                        description="Write a model folder that HF transformers (MarianMTModel, MarianTokenizer) "
                                    "or CTranslate2 loads without aiayn, with a README model card. The float32 "
                                    "export gives aiayn's log-probs and translations (docs/export.md). Marian "
                                    "cannot hold pre-norm, learned positions or h*d_k != d_model; CTranslate2 "
-                                   "takes every preset.")
+                                   "takes every preset. --to argos writes an Argos Translate package (the "
+                                   "CTranslate2 model, its SentencePiece model, a spaCy sentence splitter) that "
+                                   "argostranslate and LibreTranslate install.")
     p.add_argument("--checkpoint", required=True,
                    help="run directory (its averaged, else best, else newest checkpoint) or a checkpoint file")
-    p.add_argument("--to", required=True, choices=["hf", "ct2"], help="hf: MarianMTModel folder; ct2: CTranslate2")
-    p.add_argument("out", type=Path, help="output folder (must not exist, or be empty)")
+    p.add_argument("--to", required=True, choices=["hf", "ct2", "argos"],
+                   help="hf: MarianMTModel folder; ct2: CTranslate2 folder; argos: Argos Translate package file")
+    p.add_argument("out", type=Path, help="output folder (must not exist, or be empty); for argos a new "
+                                          "NAME.argosmodel file, e.g. translate-en_de-1_0.argosmodel")
     p.add_argument("--quantization", choices=QUANTIZATIONS, default=None,
-                   help="CTranslate2 weight type (default: float32)")
+                   help="CTranslate2 weight type, ct2 and argos (default: float32)")
+    p.add_argument("--source-lang", help="argos: ISO 639 code of the source language, e.g. en")
+    p.add_argument("--target-lang", help="argos: ISO 639 code of the target language, e.g. de")
     p.add_argument("--bleu", help="a measured score to quote in the model card, e.g. '38.1 sacreBLEU, Multi30k "
                                   "test2016'")
     p.set_defaults(func=run)

@@ -1,4 +1,5 @@
-"""Export a trained aiayn model to HF transformers (MarianMTModel) and CTranslate2, proven equal (docs/export.md).
+"""Export a trained aiayn model to HF transformers (MarianMTModel), CTranslate2 and Argos Translate, proven equal
+(docs/export.md).
 
 Reading guide:
     names.py   ONE table: each aiayn parameter's name in MarianMTModel and in a CTranslate2 spec, with the meaning
@@ -8,15 +9,19 @@ Reading guide:
     ct2.py     aiayn -> CTranslate2 through its spec API (every preset, Table 3 rows A/B/E and pre-norm
                included), quantization, and `translate_ct2`: decoding with aiayn's SearchConfig mapped onto
                CTranslate2's options (what cannot map is listed there).
+    argos.py   aiayn -> an Argos Translate package (.argosmodel: the CTranslate2 model with PAD/BOS made impossible, the
+               SentencePiece model, a spaCy sentence splitter), which argostranslate and LibreTranslate install.
     card.py    provenance (checkpoint, step, data) and the README model card; the all-or-nothing output folder.
 
-`aiayn export --checkpoint RUN --to hf|ct2 OUT` (aiayn/cli/export.py) runs these; `aiayn translate --engine ct2`
-decodes through an exported CTranslate2 folder. transformers and ctranslate2 are imported only inside this
-subpackage (the `export` extra).
+`aiayn export --checkpoint RUN --to hf|ct2|argos OUT` (aiayn/cli/export.py) runs these; `aiayn translate --engine
+ct2` decodes through an exported CTranslate2 folder. transformers, ctranslate2 and spacy are imported only inside
+this subpackage (the `export` extra).
 
 Equality, as tests/test_export.py checks it: HF logits within 1e-5 of aiayn's (fp32, also after save/load), HF
 greedy and beam outputs identical with aiayn's `lp="power"`; CTranslate2 per-token log-probs within 1e-4, its
-greedy and beam outputs identical; the exported tokenizer gives aiayn's ids; HF -> aiayn is exact.
+greedy and beam outputs identical; the exported tokenizer gives aiayn's ids; HF -> aiayn is exact. And
+(tests/test_export_argos.py) argostranslate, installing the package in a Python without aiayn, translates every line
+as the CTranslate2 export does with argostranslate's decoding settings.
 """
 
 from aiayn.export.card import Provenance
