@@ -50,6 +50,12 @@ P01 = ["--set", "dropout=0.1"]
 # reproduction (= 12 minutes of a 2-core AMD Zen 3), from benchmarks/e2e/step_cost.py and fp32-vocab4k's 820 steps.
 AVX2_STEPS: dict[str, tuple[int, list[str]]] = {
     "v4k": (820, ["--vocab-size", "4000"]),
+    "v4k-d192": (1320, ["--vocab-size", "4000", "--set", "d_model=192", "--set", "d_ff=768", "--set", "d_k=48",
+                        "--set", "d_v=48"]),
+    "v4k-2x2": (1160, ["--vocab-size", "4000", "--set", "n_enc_layers=2", "--set", "n_dec_layers=2"]),
+    "v4k-ff512": (1050, ["--vocab-size", "4000", "--set", "d_ff=512"]),
+    "v4k-tok1k": (1610, ["--vocab-size", "4000", "--max-tokens", "1024"]),
+    "v4k-ff512-tok1k": (2060, ["--vocab-size", "4000", "--set", "d_ff=512", "--max-tokens", "1024"]),
 }
 TRIALS: dict[str, list[str]] = {
     "baseline": [*OLD],
