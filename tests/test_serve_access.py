@@ -271,3 +271,26 @@ def test_warning_when_exposed_without_keys(host, keys_on, warns):
     assert (line is not None) == warns
     if warns:
         assert host in line and "--api-keys" in line and "\n" not in line
+
+
+def test_the_command_s_flags_make_the_configs(keys_file, tmp_path, capsys):
+    from aiayn.cli import build_parser
+    from aiayn.cli.serve import access_options
+
+    def options(*flags):
+        return access_options(build_parser().parse_args(["serve", "--checkpoint", "run", *flags]))
+    got = options("--api-keys", str(keys_file), "--req-limit", "30", "--char-limit", "5000", "--cors-origins",
+                  "https://a.example, http://b.example:8080", "--access-log", str(tmp_path / "a.log"),
+                  "--log-text", "--host", "0.0.0.0")
+    assert got["access"] == AccessConfig(api_keys=keys_file, req_limit=30, char_limit=5000,
+                                         cors_origins=("https://a.example", "http://b.example:8080"))
+    assert got["observe"] == ObserveConfig(access_log=tmp_path / "a.log", log_to_stderr=True, log_text=True)
+    assert capsys.readouterr().err == ""  # keys on: no warning
+    assert options("--host", "0.0.0.0", "--log-level", "warning")["observe"].log_to_stderr is False
+    assert "0.0.0.0 is reachable" in capsys.readouterr().err
+    with pytest.raises(UsageError, match="not an origin"):
+        options("--cors-origins", "https://a.example/")
+    with pytest.raises(UsageError, match="cannot read the keys file"):
+        options("--api-keys", str(tmp_path / "missing.txt"))
+    with pytest.raises(SystemExit):
+        options("--req-limit", "-1")

@@ -17,7 +17,7 @@ from prometheus_client.parser import text_string_to_metric_families  # noqa: E40
 from aiayn.data import Vocab  # noqa: E402
 from aiayn.search import SearchConfig  # noqa: E402
 from aiayn.serve import create_app  # noqa: E402
-from aiayn.serve.observe import ObserveConfig  # noqa: E402
+from aiayn.serve.observe import SHARED_DIR, ObserveConfig  # noqa: E402
 from aiayn.translate import Translator  # noqa: E402
 
 
@@ -129,3 +129,48 @@ def test_access_log_on_stderr_only_when_asked(setup, capsys):
     send(create_app(translator, observe=ObserveConfig(log_to_stderr=True)), [("GET", "/health", None)])
     (line,) = capsys.readouterr().err.splitlines()
     assert json.loads(line)["path"] == "/health"
+
+
+
+WORKER = """
+import asyncio, sys
+import httpx
+sys.path.insert(0, sys.argv[1])
+from helpers import tiny_model
+from aiayn.data import Vocab
+from aiayn.search import SearchConfig
+from aiayn.serve import create_app
+from aiayn.translate import Translator
+
+vocab = Vocab.load(sys.argv[2] + "/vocab.model")
+lines = open(sys.argv[2] + "/test.src.txt").read().splitlines()
+app = create_app(Translator(tiny_model(len(vocab), eos_bias=1.0), vocab, SearchConfig(beam=2, max_len_b=10)))
+
+async def go():
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app), base_url="http://test") as c:
+        for line in lines[:int(sys.argv[3])]:
+            assert (await c.post("/translate", json={"q": line})).status_code == 200
+    await app.state.server.batcher.close()
+asyncio.run(go())
+"""
+
+
+def test_workers_sharing_a_folder_answer_for_all(setup, copy_data, tmp_path, monkeypatch):
+    """Worker processes whose metrics share a folder (metrics_shared_by_workers): any /metrics sums them all."""
+    import os
+    import subprocess
+    import sys
+
+    from helpers import REPO
+
+    env = {**os.environ, SHARED_DIR: str(tmp_path)}
+    workers = [subprocess.Popen([sys.executable, "-c", WORKER, str(REPO / "tests"), str(copy_data), str(n)], env=env)
+               for n in (2, 3)]
+    assert [w.wait(timeout=120) for w in workers] == [0, 0]
+    translator, lines = setup
+    app = create_app(translator)  # this process counts in memory; its /metrics reads the workers' files
+    monkeypatch.setenv(SHARED_DIR, str(tmp_path))
+    got = samples(app.state.metrics.exposition().decode())
+    key = ("aiayn_http_requests_total", (("method", "POST"), ("route", "/translate"), ("status", "200")))
+    assert got[key] == 5 and got[("aiayn_translated_sentences_total", ())] == 5
+    assert got[("aiayn_batch_sentences_count", ())] >= 2

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 
 from aiayn.cli.common import (
     add_device_arg,
     add_search_args,
     add_weights_arg,
     non_negative_float,
+    non_negative_int,
     number,
     positive_float,
     positive_int,
@@ -38,13 +40,68 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError(str(e)) from None
     checkpoint = inference_checkpoint(args.checkpoint)
     translator = Translator.load(checkpoint, search_config(args), args.weights, device=resolve_device(args.device))
-    app = create_app(translator, batching, limits, checkpoint=str(checkpoint))
+    app = create_app(translator, batching, limits, checkpoint=str(checkpoint), **access_options(args))
     print(f"serving {checkpoint} at http://{args.host}:{args.port}/ (API docs: /docs; stop: Ctrl-C or SIGTERM, "
           "which finishes the requests in flight)", file=sys.stderr, flush=True)
     # uvicorn's graceful shutdown: stop accepting, let requests in flight finish, then the app's lifespan drains
     # the batcher; it then re-raises the signal, so the process ends as SIGTERM asked.
     uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level, timeout_graceful_shutdown=None)
     return 0
+
+
+def access_options(args: argparse.Namespace) -> dict:
+    """create_app's access= and observe= from the flags of "access, metrics and logs"; the key files are read once
+    here, so that a wrong one is said before any worker starts; the warning for a server exposed without keys."""
+    import re
+    import sys
+
+    from aiayn.serve.access import AccessConfig, KeyFile, exposure_warning
+    from aiayn.serve.observe import ObserveConfig
+
+    origins = tuple(o.strip() for o in (args.cors_origins or "").split(",") if o.strip())
+    for origin in origins:
+        if origin != "*" and not re.fullmatch(r"https?://[^/\s]+", origin):
+            raise UsageError(f"--cors-origins: {origin!r} is not an origin: scheme://host[:port], without a path "
+                             "(e.g. https://example.org), or *")
+    for path in (args.api_keys, args.metrics_key_file):
+        if path is not None:
+            KeyFile(path)
+    if args.access_log is not None:
+        try:
+            args.access_log.open("a", encoding="utf-8").close()
+        except OSError as e:
+            raise UsageError(f"--access-log {args.access_log}: cannot append to it ({e.strerror})") from None
+    if line := exposure_warning(args.host, args.api_keys is not None):
+        print(line, file=sys.stderr, flush=True)
+    access = AccessConfig(api_keys=args.api_keys, req_limit=args.req_limit, char_limit=args.char_limit,
+                          cors_origins=origins, metrics_key_file=args.metrics_key_file)
+    observe = ObserveConfig(access_log=args.access_log, log_to_stderr=args.log_level in ("info", "debug"),
+                            log_text=args.log_text)
+    return {"access": access, "observe": observe}
+
+
+def add_access_args(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("access, metrics and logs (docs/serving.md)")
+    g.add_argument("--api-keys", type=Path, metavar="FILE",
+                   help="POST requests need a key from FILE (one a line, optionally 'req=N chars=N', # comments), "
+                        "as api_key in the body or an Authorization: Bearer / X-API-Key header; FILE is read again "
+                        "when it changes (default: no keys)")
+    g.add_argument("--req-limit", type=non_negative_int, default=0,
+                   help="requests a minute per key (per client address without keys); more get 429 + Retry-After "
+                        "(default 0: no limit)")
+    g.add_argument("--char-limit", type=non_negative_int, default=0,
+                   help="characters of text a minute per key (per address without keys) (default 0: no limit)")
+    g.add_argument("--cors-origins", metavar="ORIGIN,...",
+                   help="web pages of these origins may call the API from a browser (e.g. https://example.org; * "
+                        "for any) (default: none, no CORS headers)")
+    g.add_argument("--metrics-key-file", type=Path, metavar="FILE",
+                   help="GET /metrics needs the key in FILE as a Bearer token (Prometheus' credentials_file can "
+                        "read the same file) (default: open, or any API key while --api-keys is on)")
+    g.add_argument("--access-log", type=Path, metavar="FILE",
+                   help="append the access log (one JSON line a request) to FILE (default: stderr at --log-level "
+                        "info or debug)")
+    g.add_argument("--log-text", action="store_true",
+                   help="put the texts themselves in the access log (default: only their counts)")
 
 
 def register(sub) -> None:
@@ -71,6 +128,7 @@ def register(sub) -> None:
     g.add_argument("--max-chars", type=positive_int, default=1000,
                    help="characters per text; more get 413 (default 1000)")
     g.add_argument("--max-texts", type=positive_int, default=64, help="texts per request; more get 413 (default 64)")
+    add_access_args(p)
     p.add_argument("--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"],
                    help="uvicorn's log level (default info: one line per request)")
     add_search_args(p)

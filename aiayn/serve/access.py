@@ -8,7 +8,8 @@
                  (at most max_body_bytes + one chunk) to find `api_key` (JSON or form) and to count the texts, then
                  replayed to the route unchanged, so the route reads it as if nobody had; a key may also come as
                  `Authorization: Bearer KEY` or `X-API-Key: KEY`. GETs (the page, /health, /info, /docs) stay open;
-                 /metrics needs the --metrics-key-file key where one is set, else any API key while keys are on.
+                 /metrics needs the --metrics-key-file key where one is set, else any API key while keys are on;
+                 /admin/ routes check their own key (aiayn.serve.reload).
     exposure_warning(host, keys_on)   the line `aiayn serve` prints when it binds beyond loopback without keys
 
 A key never leaves this module: it is looked up by its SHA-256, and logs name it by `key_id` (a short hash).
@@ -300,6 +301,7 @@ def presented_key(headers: Headers, fields: BodyFields) -> str | None:
     return headers.get("x-api-key", "").strip() or fields.api_key
 
 
+OWN_KEYS = "/admin/"  # routes that check a key of their own (--admin-key): neither API keys nor budgets here
 MISSING_KEY = ("this server needs an API key: send it as api_key in the body (LibreTranslate's way), or as an "
                "Authorization: Bearer KEY or X-API-Key: KEY header")
 
@@ -318,7 +320,7 @@ class AccessGate:
         refusal = None
         if scope["path"] == "/metrics":
             refusal = self._check_metrics(Headers(scope=scope))
-        elif scope["method"] == "POST":
+        elif scope["method"] == "POST" and not scope["path"].startswith(OWN_KEYS):
             refusal, receive = await self._check_work(scope, receive)
         if refusal is not None:
             return await refusal.response()(scope, receive, send)

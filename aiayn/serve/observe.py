@@ -4,7 +4,10 @@
                  so tests and processes holding several apps don't clash): requests by route, method and status, a
                  latency histogram, sentences and source tokens per decoded batch, translated sentences and tokens
                  (counters: PromQL's rate() makes them per second), the queue's depth and the model thread's busy
-                 seconds (read from the batcher at each scrape)
+                 seconds (taken from the batcher after each request and batch, and at each scrape)
+    metrics_shared_by_workers()   for worker processes (aiayn.serve.workers): around starting them, so that each
+                 worker's metrics go to files in one folder and any worker's /metrics answers for all of them
+                 (prometheus_client's multiprocess mode; forget_worker(pid) when one has died)
     Observer     ASGI middleware, the outermost: times every request, counts it, writes its log line
     AccessLog    JSON lines on stderr or appended to a file: time, method, path, status, latency_ms, client, key
                  (aiayn.serve.access.key_id: a short hash, never the key), sentences, characters; `text` only when
@@ -17,14 +20,27 @@ docs/serving.md lists the metrics and the log's fields.
 from __future__ import annotations
 
 import json
+import logging
+import os
 import sys
+import tempfile
 import time
+import weakref
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
-from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Histogram, generate_latest
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client import (
+    CONTENT_TYPE_LATEST,
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    generate_latest,
+    multiprocess,
+)
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Match
@@ -32,6 +48,7 @@ from starlette.routing import Match
 LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
 SENTENCE_BUCKETS = tuple(2.0 ** i for i in range(11))  # 1 .. 1024
 TOKEN_BUCKETS = tuple(2.0 ** i for i in range(4, 16))  # 16 .. 32768
+SHARED_DIR = "PROMETHEUS_MULTIPROC_DIR"  # set: prometheus_client writes every metric to files in this folder
 
 
 @dataclass
@@ -60,6 +77,7 @@ class Metrics:
     """The app's metrics (module docstring); `observe_batch` is the batcher's on_batch hook."""
 
     def __init__(self, app) -> None:
+        self.app, self._busy_seen = app, 0.0
         self.registry = r = CollectorRegistry()
         self.requests = Counter("aiayn_http_requests", "HTTP requests answered, by route, method and status",
                                 ["route", "method", "status"], registry=r)
@@ -71,46 +89,74 @@ class Metrics:
                                       "padding not)", buckets=TOKEN_BUCKETS, registry=r)
         self.sentences = Counter("aiayn_translated_sentences", "Sentences translated", registry=r)
         self.tokens = Counter("aiayn_translated_tokens", "Tokens of the best translations produced", registry=r)
-        r.register(_BatcherCollector(app))
+        self.queue = Gauge("aiayn_queue_depth_sentences", "Sentences queued or decoding (all workers together)",
+                           multiprocess_mode="livesum", registry=r)
+        self.busy = Counter("aiayn_model_busy_seconds", "Seconds the model thread spent decoding batches (rate(): "
+                            "its busy share; with N workers, between 0 and N)", registry=r)
 
     def observe_batch(self, sentences: int, source_tokens: int, translated_tokens: int) -> None:
         self.batch_sentences.observe(sentences)
         self.batch_tokens.observe(source_tokens)
         self.sentences.inc(sentences)
         self.tokens.inc(translated_tokens)
+        self.note_batcher()
+
+    def note_batcher(self) -> None:
+        """The queue's depth now, and the busy seconds added since last time (from the batcher's counters)."""
+        batcher = self.app.state.server.batcher
+        self.queue.set(batcher.queued)
+        busy = batcher.stats["model_busy_s"]
+        self.busy.inc(busy - self._busy_seen if busy >= self._busy_seen else busy)  # less: a new batcher
+        self._busy_seen = busy
 
     def exposition(self) -> bytes:
-        return generate_latest(self.registry)
+        """The text format: this app's metrics, or every worker's where they share a folder."""
+        self.note_batcher()
+        if SHARED_DIR not in os.environ:
+            return generate_latest(self.registry)
+        everyone = CollectorRegistry()
+        multiprocess.MultiProcessCollector(everyone)
+        return generate_latest(everyone)
 
 
-class _BatcherCollector:
-    """The queue depth and the model's busy seconds, read at scrape time from the app's current batcher."""
+@contextmanager
+def metrics_shared_by_workers() -> Iterator[str]:
+    """Around starting worker processes (in the main process, before any of them imports prometheus_client): their
+    metrics go to files in a new temporary folder, removed at the end, and each worker's /metrics sums them all."""
+    with tempfile.TemporaryDirectory(prefix="aiayn-metrics-") as folder:
+        os.environ[SHARED_DIR] = folder
+        try:
+            yield folder
+        finally:
+            del os.environ[SHARED_DIR]
 
-    def __init__(self, app) -> None:
-        self.app = app
 
-    def describe(self):
-        return [GaugeMetricFamily("aiayn_queue_depth_sentences", ""),
-                CounterMetricFamily("aiayn_model_busy_seconds", "")]
-
-    def collect(self):
-        batcher = self.app.state.server.batcher
-        yield GaugeMetricFamily("aiayn_queue_depth_sentences", "Sentences queued or decoding", value=batcher.queued)
-        yield CounterMetricFamily("aiayn_model_busy_seconds", "Seconds the model thread spent decoding batches "
-                                  "(rate(): its busy share)", value=batcher.stats["model_busy_s"])
+def forget_worker(pid: int) -> None:
+    """A worker has died: its queue depth no longer counts (its counters do: what it did, it did)."""
+    if SHARED_DIR in os.environ:
+        multiprocess.mark_process_dead(pid)
 
 
 class AccessLog:
-    """One JSON object a line, on stderr (looked up at each write) or appended to a file."""
+    """One JSON object a line, on stderr (looked up at each write) or appended to a file: each line in one write,
+    so that worker processes appending to the same file never interleave their lines."""
 
     def __init__(self, config: ObserveConfig) -> None:
         self.log_text = config.log_text
         self.enabled = config.access_log is not None or config.log_to_stderr
-        self._file = open(config.access_log, "a", encoding="utf-8", buffering=1) if config.access_log else None
+        self._fd = os.open(config.access_log, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o640) \
+            if config.access_log else None
+        if self._fd is not None:
+            weakref.finalize(self, os.close, self._fd)
 
     def write(self, record: dict) -> None:
-        (self._file or sys.stderr).write(json.dumps(record, ensure_ascii=False) + "\n")
-        if self._file is None:
+        line = json.dumps(record, ensure_ascii=False) + "\n"
+        if self._fd is not None:
+            data = line.encode("utf-8")
+            while data:
+                data = data[os.write(self._fd, data):]
+        else:
+            sys.stderr.write(line)
             sys.stderr.flush()
 
 
@@ -145,6 +191,7 @@ class Observer:
             route = route_label(scope)
             self.metrics.requests.labels(route, scope["method"], str(status)).inc()
             self.metrics.latency.labels(route).observe(seconds)
+            self.metrics.note_batcher()
             if self.log.enabled:
                 self.log.write(self._record(scope, info, status, seconds))
 
@@ -166,8 +213,11 @@ def install_observability(app, config: ObserveConfig) -> Metrics:
     """GET /metrics, the batcher's on_batch hook, and the Observer as the outermost middleware (call it after
     every other add_middleware, so that it sees their refusals too)."""
     metrics = app.state.metrics = Metrics(app)
+    log = AccessLog(config)
+    if log.enabled:  # this line replaces uvicorn's own (set before uvicorn configures logging, which keeps it)
+        logging.getLogger("uvicorn.access").disabled = True
     app.state.server.batcher.on_batch = metrics.observe_batch
     app.add_api_route("/metrics", metrics_route, methods=["GET"], include_in_schema=True,
                       summary="Prometheus metrics (text format): requests, latency, batches, queue, busy time")
-    app.add_middleware(Observer, metrics=metrics, log=AccessLog(config))
+    app.add_middleware(Observer, metrics=metrics, log=log)
     return metrics
