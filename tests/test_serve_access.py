@@ -294,3 +294,18 @@ def test_the_command_s_flags_make_the_configs(keys_file, tmp_path, capsys):
         options("--api-keys", str(tmp_path / "missing.txt"))
     with pytest.raises(SystemExit):
         options("--req-limit", "-1")
+
+
+@pytest.mark.parametrize("content_type, body", [
+    ("multipart/form-data; boundary=xx", b'--xx\r\nContent-Disposition: form-data; name="q"\r\n'
+                                         b'Content-Type: text/plain; charset=bogus\r\n\r\nhi\r\n--xx--\r\n'),
+    ("multipart/form-data; boundary=xx", b'--xx\r\nContent-Type: multipart/mixed; boundary=yy\r\n'
+                                         b'Content-Disposition: form-data; name="q"\r\n\r\n'
+                                         b'--yy\r\n\r\nz\r\n--yy--\r\n--xx--'),
+    ("application/json", b'{"q": ["a", 1'), ("application/json", b"\xff\xfe{"), ("text/plain", b"[" * 100_000),
+])
+def test_bodies_the_gate_cannot_read_reach_the_route_unchanged(keys_file, content_type, body):
+    app = echo_app(AccessConfig(api_keys=keys_file, char_limit=100), max_body_bytes=200_000)
+    answer = send(app, {"url": "/work", "content": body, "headers": {"Content-Type": content_type,
+                                                                       "X-API-Key": ALICE}})[0]
+    assert answer.status_code == 200 and answer.json()["body"] == body.decode("latin-1")

@@ -258,8 +258,11 @@ def body_fields(body: bytes, content_type: str) -> BodyFields:
         message = BytesParser(policy=HTTP).parsebytes(b"Content-Type: " + content_type.encode("latin-1") +
                                                        b"\r\n\r\n" + body)
         parts = message.iter_parts() if message.is_multipart() else ()
-        fields = _form_fields((part.get_param("name", header="content-disposition"), part.get_content())
-                              for part in parts if part.get_filename() is None)
+        try:
+            fields = _form_fields((part.get_param("name", header="content-disposition"), part.get_content())
+                                  for part in parts if part.get_filename() is None)
+        except (LookupError, ValueError):  # a part in an unknown charset or of a kind that has no content manager
+            return BodyFields()
     else:
         try:
             fields = json.loads(body)
