@@ -211,6 +211,8 @@ class Budgets:
 def client_address(scope) -> str:
     """The client's address for per-address budgets; IPv6 by its /64 (one host usually holds a whole /64)."""
     host = (scope.get("client") or ("unknown", 0))[0]
+    if ":" not in host:  # IPv4 (or a name)
+        return host
     try:
         ip = ipaddress.ip_address(host)
     except ValueError:
@@ -347,6 +349,8 @@ class AccessGate:
         info.texts = fields.texts
         req_limit, char_limit = self.config.req_limit, self.config.char_limit
         if self.keys is None:
+            if not req_limit and not char_limit:
+                return None, receive
             client = "address " + client_address(scope)
         else:
             key = presented_key(headers, fields)
