@@ -8,12 +8,16 @@ Reading guide:
     app.py       `create_app(translator, batching, limits)`: the FastAPI app: POST /translate (LibreTranslate's
                  shape), POST /attention, GET /health, GET /info, GET / (the page), /docs; request limits
                  (`Limits`) and the JSON errors.
+    access.py    who may use the server and how much: API keys (--api-keys, read again when the file changes), per-
+                 minute budgets per key or address (429 + Retry-After), CORS; ASGI middleware that replays the body.
+    observe.py   GET /metrics (Prometheus; summed over worker processes) and one JSON access-log line a request.
     page.html    the page: translation as you type, n-best with scores, the attention view of aiayn.viz.
     aiayn/cli/serve.py   the command: loads a checkpoint (safetensors: no pickle), runs uvicorn on 127.0.0.1; on
                  SIGTERM uvicorn lets the requests in flight finish, then the batcher drains and the process exits.
 
-FastAPI and uvicorn are the optional extra `serve` (pip install -e ".[serve]"); nothing outside this package and
-aiayn/cli/serve.py imports them. docs/serving.md: routes, shapes, limits, batching, measured throughput.
+FastAPI, uvicorn and prometheus_client are the optional extra `serve` (pip install -e ".[serve]"); nothing outside
+this package and aiayn/cli/serve.py imports them. docs/serving.md: routes, shapes, limits, batching, access, metrics,
+measured throughput.
 """
 
 from aiayn.serve.app import Limits, create_app
