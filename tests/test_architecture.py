@@ -49,7 +49,7 @@ def test_importing_the_core_loads_no_feature_and_no_optional_dependency():
 FLOORS = [
     ["errors", "fast"],
     ["files", "config", "extras", "metrics.bleu", "metrics.evalb"],
-    ["data.folder", "data.vocab", "data.batching", "model", "runtime", "search"],
+    ["data.folder", "data.vocab", "data.batching", "model", "runtime", "search", "metrics.significance"],
     ["data.prepare", "data.corpora", "rundir", "losses", "doctor"],
     ["data"],
     ["checkpoint", "metrics.perplexity"],

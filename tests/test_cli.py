@@ -36,6 +36,10 @@ def test_train_flags_are_the_train_config_fields():
     (["average", "--inputs", "/no/such.safetensors", "--out", "x"], 1, "no checkpoint"),
     (["average", "--inputs", "/no/such.safetensors"], 2, "--inputs needs --out"),
     (["evaluate", "--hyp", "/no/such/hyp"], 2, "--hyp needs --ref"),
+    (["evaluate", "--ref", "/no/ref", "--hyp", "/no/a", "--paired-bs"], 2, "--paired-bs compares two or more systems"),
+    (["evaluate", "--ref", "/no/ref", "--hyp", "/no/a", "--hyp", "/no/b"], 2, "add --paired-bs"),
+    (["evaluate", "--ref", "/no/ref", "--hyp", "/no/a", "--hyp", "/no/a", "--paired-ar"], 2, "/no/a is given twice"),
+    (["evaluate", "--paired-bs", "--paired-ar"], 2, "not allowed with"),
 ])
 def test_user_errors_are_one_line(argv, code, says, capsys):
     assert main(argv) == code

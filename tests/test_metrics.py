@@ -1,17 +1,21 @@
-"""BLEU equals sacreBLEU, the paper's compound-split BLEU by hand, perplexity by hand, the CLI."""
+"""BLEU equals sacreBLEU, the paper's compound-split BLEU by hand, perplexity by hand, paired significance tests as
+sacreBLEU's own, the CLI."""
 
 import math
+import os
+import random
 
 import pytest
 import sacrebleu
 import torch
 from helpers import tiny_model
+from sacrebleu.significance import PairedTest
 
 from aiayn import checkpoint as ckpt
 from aiayn import rundir
 from aiayn.cli import main
 from aiayn.data import load_split
-from aiayn.metrics import chrf, corpus_bleu, perplexity, tokenized_bleu
+from aiayn.metrics import chrf, corpus_bleu, paired_significance, perplexity, tokenized_bleu
 from aiayn.metrics.bleu import moses_tokenize, split_compounds
 
 HYPS = ["The cat sat on the mat.", "He read the book, didn't he?", "It's 3.5 km to the station!",
@@ -96,3 +100,96 @@ def test_evaluate_cli(tmp_path, copy_data, capsys):
 
     hyp.write_text("one line\n")
     assert main(["evaluate", "--hyp", str(hyp), "--ref", str(ref)]) == 1  # line counts differ: an error
+
+
+def _test_set(lines: int = 50) -> tuple[list[str], list[str], list[str]]:
+    """References of 10 words from a small vocabulary, and two systems that each replace ~40 % of the words at
+    random: close enough that neither is clearly better."""
+    rng = random.Random(0)
+    words = "Die Katze sitzt auf der Matte im roten Haus am grünen Baum und läuft schnell weg".split()
+    refs = [" ".join(rng.choice(words) for _ in range(10)) + "." for _ in range(lines)]
+
+    def corrupt() -> list[str]:
+        return [" ".join(w if rng.random() < 0.6 else rng.choice(words) for w in r.split()) for r in refs]
+
+    return refs, corrupt(), corrupt()
+
+
+@pytest.mark.parametrize("test", ["bs", "ar"])
+def test_paired_significance_equals_sacrebleus_paired_test(test, monkeypatch):
+    refs, baseline, other = _test_set()
+    systems = {"baseline": baseline, "other": other, "references": refs}
+    monkeypatch.delenv("SACREBLEU_SEED", raising=False)
+    ours = paired_significance(systems, refs, n=200, seed=7, test=test, ci_n=100)
+    assert "SACREBLEU_SEED" not in os.environ  # the seed is an argument; the environment is left as it was
+    monkeypatch.setenv("SACREBLEU_SEED", "7")
+    sigs, theirs = PairedTest(list(systems.items()), {"BLEU": sacrebleu.BLEU(), "chrF": sacrebleu.CHRF()},
+                              [refs], test_type=test, n_samples=200, n_ar_confidence=100 if test == "ar" else -1)()
+    assert theirs["System"] == list(ours.scores["bleu"]) and ours.baseline == "baseline"
+    for key, name in (("bleu", "BLEU"), ("chrf", "chrF2")):
+        got = [(r.score, r.mean, r.ci, r.p_value) for r in ours.scores[key].values()]
+        assert got == [(r.score, float(r.mean), float(r.ci), r.p_value) for r in theirs[name]]
+        assert ours.signatures[key] == sigs[name].format() and "seed:7" in ours.signatures[key]
+    assert (ours.samples, ours.ci_samples) == (200, 200 if test == "bs" else 100)
+    assert ours.scores["bleu"]["other"].p_value > 0.05 and ours.scores["chrf"]["other"].p_value > 0.05  # chance
+    assert ours.scores["bleu"]["references"].significant and ours.scores["chrf"]["references"].significant
+    assert ours.scores["bleu"]["baseline"].score == corpus_bleu(baseline, refs).score
+
+
+def test_a_copy_of_the_baseline_is_not_significant_and_the_references_are():
+    refs, baseline, _ = _test_set()
+    systems = {"baseline": baseline, "copy": list(baseline), "copy, spaces doubled": [h.replace(" ", "  ")
+               for h in baseline], "references": refs}
+    result = paired_significance(systems, refs, n=200, metrics=("bleu", "chrf", "tokenized_bleu"), lang="de")
+    for key, scores in result.scores.items():
+        assert scores["baseline"].p_value is None and not scores["baseline"].significant
+        # sacreBLEU alone returns its floor 1/(n+1) here: every resampled difference is 0, none larger than 0
+        for copy in ("copy", "copy, spaces doubled"):
+            assert scores[copy].p_value == 1.0 and not scores[copy].significant, key
+            assert (scores[copy].score, scores[copy].mean) == (scores["baseline"].score, scores["baseline"].mean)
+        refs_row = scores["references"]
+        assert refs_row.score == pytest.approx(100) and refs_row.p_value < 0.05 and refs_row.significant, key
+        low, high = scores["baseline"].mean - scores["baseline"].ci, scores["baseline"].mean + scores["baseline"].ci
+        assert 0 < scores["baseline"].ci and low < scores["baseline"].score < high
+    assert result.scores["tokenized_bleu"]["baseline"].score == tokenized_bleu(baseline, refs, "de").score
+    assert "compound-split, lang de" in result.tokenization
+
+
+def test_paired_significance_says_what_is_wrong():
+    refs, baseline, other = _test_set(5)
+    with pytest.raises(ValueError, match="two or more systems"):
+        paired_significance({"baseline": baseline}, refs)
+    with pytest.raises(ValueError, match="system 'other' has 4 lines but the references have 5"):
+        paired_significance({"baseline": baseline, "other": other[:4]}, refs)
+    with pytest.raises(ValueError, match="seed must be an integer >= 1"):
+        paired_significance({"baseline": baseline, "other": other}, refs, seed=0)
+    with pytest.raises(ValueError, match="metrics must be some of"):
+        paired_significance({"baseline": baseline, "other": other}, refs, metrics=("ter",))
+
+
+def test_evaluate_compares_systems(tmp_path, capsys):
+    refs, baseline, other = _test_set()
+    files = {name: tmp_path / name for name in ("test.de", "base.hyp", "other.hyp")}
+    for path, lines in zip(files.values(), (refs, baseline, other)):
+        path.write_text("\n".join(lines) + "\n")
+    ref, base, second = (str(p) for p in files.values())
+    args = ["evaluate", "--ref", ref, "--hyp", base, "--hyp", second, "--hyp", ref, "--paired-bs-n", "200"]
+    assert main([*args, "--paired-bs", "--seed", "3"]) == 0
+    out = capsys.readouterr().out
+    expect = paired_significance({"base.hyp": baseline, "other.hyp": other, "test.de": refs}, refs, n=200, seed=3,
+                                 metrics=("bleu", "chrf", "tokenized_bleu"), lang="de")
+    assert out.startswith(f"systems: the --hyp files in {tmp_path}/\n")  # named relative to their folder
+    assert "paired bootstrap resampling, 200 resamples, seed 3" in out and "compound-split, lang de" in out
+    for key, label in (("bleu", "sacreBLEU"), ("chrf", "chrF"), ("tokenized_bleu", "tokenized BLEU")):
+        block = out.split(label + "  (")[1].split("\n\n")[0]
+        assert expect.signatures[key] in block
+        b, o, r = expect.scores[key].values()
+        assert f"  base.hyp   {b.score:6.2f}  {b.mean:6.2f} ± {b.ci:5.2f}     baseline" in block
+        assert f"{o.score:6.2f}  {o.mean:6.2f} ± {o.ci:5.2f}     {o.p_value:.4f}\n" in block + "\n"
+        assert f"{r.p_value:.4f} *" in block
+    assert main([*args, "--paired-ar", "--paired-ar-n", "100"]) == 0
+    assert "paired approximate randomization, 100 trials, intervals from 200 bootstrap" in capsys.readouterr().out
+
+    files["base.hyp"].write_text("\n".join(baseline[:49]) + "\n")
+    assert main([*args, "--paired-bs"]) == 1
+    assert f"{base} has 49 lines but {ref} has 50" in capsys.readouterr().err

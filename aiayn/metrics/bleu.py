@@ -71,17 +71,23 @@ def split_compounds(line: str) -> str:
     return _COMPOUND.sub(r"\1 ##AT##-##AT## \2", line)
 
 
+def paper_tokens(lines: Sequence[str], lang: str, compound_split: bool | None = None) -> list[str]:
+    """The paper's BLEU input: Moses-tokenized lines, compounds split (default: for German)."""
+    if compound_split is None:
+        compound_split = lang == "de"
+    tokenized = [moses_tokenize(line, lang) for line in lines]
+    return [split_compounds(line) for line in tokenized] if compound_split else tokenized
+
+
+def paper_bleu_metric(**kwargs) -> BLEU:
+    """multi-bleu.perl's BLEU as a sacreBLEU metric: whitespace tokens (from `paper_tokens`), no smoothing."""
+    return BLEU(tokenize="none", smooth_method="none", force=True, **kwargs)
+
+
 def tokenized_bleu(hyps: Sequence[str], refs: Sequence[str], lang: str,
                    compound_split: bool | None = None) -> Score:
     """The paper's BLEU: Moses-tokenize both sides, split compounds (default: for German), then BLEU on
     whitespace tokens without smoothing (= multi-bleu.perl)."""
     _check(hyps, refs)
-    if compound_split is None:
-        compound_split = lang == "de"
-
-    def prep(line: str) -> str:
-        tok = moses_tokenize(line, lang)
-        return split_compounds(tok) if compound_split else tok
-
-    return _score(BLEU(tokenize="none", smooth_method="none", force=True), [prep(h) for h in hyps],
-                  [prep(r) for r in refs])
+    return _score(paper_bleu_metric(), paper_tokens(hyps, lang, compound_split),
+                  paper_tokens(refs, lang, compound_split))
