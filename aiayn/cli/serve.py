@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import argparse
-import sys
+import contextlib
+import os
 from pathlib import Path
 
 from aiayn.cli.common import (
@@ -23,12 +24,12 @@ from aiayn.extras import require
 
 def run(args: argparse.Namespace) -> int:
     require("aiayn serve", "serve")
-    import uvicorn
-
     from aiayn.rundir import inference_checkpoint
     from aiayn.runtime import resolve_device
-    from aiayn.serve import BatchConfig, Limits, create_app
-    from aiayn.translate import Translator
+    from aiayn.serve import BatchConfig, Limits
+    from aiayn.serve.observe import metrics_shared_by_workers
+    from aiayn.serve.reload import ModelSource, read_admin_key
+    from aiayn.serve.workers import ServeSpec, auto_workers, serve, usable_cores
 
     if args.nbest != 1:
         raise UsageError('--nbest does not apply to serve: each request asks for its n-best ("alternatives": n)')
@@ -36,17 +37,23 @@ def run(args: argparse.Namespace) -> int:
         batching = BatchConfig(max_batch_tokens=args.max_batch_tokens, max_wait_ms=args.max_wait_ms,
                                max_queue=args.max_queue, timeout_s=args.timeout, enabled=not args.no_batching)
         limits = Limits(max_chars=args.max_chars, max_texts=args.max_texts)
+        admin_key = read_admin_key(args.admin_key) if args.admin_key else None
     except ValueError as e:
         raise UsageError(str(e)) from None
-    checkpoint = inference_checkpoint(args.checkpoint)
-    translator = Translator.load(checkpoint, search_config(args), args.weights, device=resolve_device(args.device))
-    app = create_app(translator, batching, limits, checkpoint=str(checkpoint), **access_options(args))
-    print(f"serving {checkpoint} at http://{args.host}:{args.port}/ (API docs: /docs; stop: Ctrl-C or SIGTERM, "
-          "which finishes the requests in flight)", file=sys.stderr, flush=True)
-    # uvicorn's graceful shutdown: stop accepting, let requests in flight finish, then the app's lifespan drains
-    # the batcher; it then re-raises the signal, so the process ends as SIGTERM asked.
-    uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level, timeout_graceful_shutdown=None)
-    return 0
+    checkpoint = inference_checkpoint(args.checkpoint)  # a missing one is said here, before any worker starts
+    device = str(resolve_device(args.device))
+    workers = auto_workers(device) if args.workers == "auto" else args.workers
+    threads = args.threads or (0 if "OMP_NUM_THREADS" in os.environ else max(1, usable_cores() // workers))
+    # app_options: create_app's other arguments (each worker makes its own app)
+    spec = ServeSpec(ModelSource(args.checkpoint, search_config(args), args.weights, device), batching, limits,
+                     host=args.host, port=args.port, threads=threads, log_level=args.log_level,
+                     read_timeout_s=args.read_timeout, max_connections=args.max_connections, admin_key=admin_key,
+                     app_options=access_options(args))
+    banner = f"serving {checkpoint} at http://{args.host}:{args.port}/ (API docs: /docs)"
+    # Ctrl-C or SIGTERM: uvicorn stops accepting, lets the requests in flight finish, then the app's lifespan drains
+    # the batcher (in every worker); SIGHUP: every worker loads the checkpoint again (aiayn.serve.reload)
+    with metrics_shared_by_workers() if workers > 1 else contextlib.nullcontext():  # any /metrics answers for all
+        return serve(spec, workers, banner)
 
 
 def access_options(args: argparse.Namespace) -> dict:
@@ -104,6 +111,16 @@ def add_access_args(p: argparse.ArgumentParser) -> None:
                    help="put the texts themselves in the access log (default: only their counts)")
 
 
+def workers_arg(text: str) -> int | str:
+    """--workers: auto, or an integer >= 1."""
+    if text == "auto":
+        return text
+    try:
+        return number(int, low=1)(text)
+    except argparse.ArgumentTypeError:
+        raise argparse.ArgumentTypeError(f"must be auto or an integer >= 1, got {text!r}") from None
+
+
 def register(sub) -> None:
     p = sub.add_parser("serve", help="serve a trained model over HTTP (API + web page)",
                        description="Serve a model over HTTP: POST /translate in LibreTranslate's shape, /attention, "
@@ -128,6 +145,21 @@ def register(sub) -> None:
     g.add_argument("--max-chars", type=positive_int, default=1000,
                    help="characters per text; more get 413 (default 1000)")
     g.add_argument("--max-texts", type=positive_int, default=64, help="texts per request; more get 413 (default 64)")
+    g = p.add_argument_group("workers, reloading and misbehaving clients")
+    g.add_argument("--workers", type=workers_arg, default="auto",
+                   help="server processes, each with its own model copy, behind the one port; auto: one per CPU core "
+                        "(one on a GPU) (default auto; docs/serving.md has the measurements)")
+    g.add_argument("--threads", type=positive_int, default=None,
+                   help="torch threads per worker (default: CPU cores / workers, or OMP_NUM_THREADS where set)")
+    g.add_argument("--admin-key", metavar="FILE|env:NAME",
+                   help="enables POST /admin/reload for requests with the header X-Admin-Key: KEY; the key is read "
+                        "from FILE (its first line) or the environment variable NAME, never from the command line "
+                        "(every user of the machine can read that)")
+    g.add_argument("--read-timeout", type=positive_float, default=10.0,
+                   help="seconds a client has to send a whole request, head and body; slower ones get 408 and are "
+                        "disconnected (default 10)")
+    g.add_argument("--max-connections", type=positive_int, default=1000,
+                   help="open connections per worker at most; requests beyond get 503 (default 1000)")
     add_access_args(p)
     p.add_argument("--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"],
                    help="uvicorn's log level (default info: one line per request)")

@@ -38,6 +38,7 @@ from aiayn.model import expected_parameters
 from aiayn.serve.access import AccessConfig, install_access
 from aiayn.serve.batcher import BatchConfig, Batcher, QueueFull, RequestTimeout
 from aiayn.serve.observe import ObserveConfig, install_observability
+from aiayn.serve.reload import Reloader
 from aiayn.translate import Translator
 
 
@@ -267,17 +268,29 @@ async def _invalid(request: Request, e: RequestValidationError) -> JSONResponse:
     return _error(422, "; ".join(f"{'.'.join(map(str, err['loc']))}: {err['msg']}" for err in e.errors()))
 
 
+def model_info(translator: Translator, checkpoint: str | None) -> dict:
+    """What /info says about the model served (a reload replaces it)."""
+    return {"checkpoint": checkpoint, "model": translator.cfg.to_dict(),
+            "parameters": expected_parameters(translator.cfg), "vocab_size": len(translator.vocab),
+            "device": str(translator.device)}
+
+
 def create_app(translator: Translator, batching: BatchConfig | None = None, limits: Limits | None = None,
                checkpoint: str | None = None, access: AccessConfig | None = None,
-               observe: ObserveConfig | None = None) -> FastAPI:
+               observe: ObserveConfig | None = None, reloader: Reloader | None = None) -> FastAPI:
     """The API and page around one Translator (its search settings are the server's; requests choose only the
-    n-best size). `app.state.server.batcher` starts with the first request and drains at shutdown."""
+    n-best size). `app.state.server.batcher` starts with the first request and drains at shutdown. `reloader`
+    (aiayn.serve.reload): POST /admin/reload, GET /workers, and the swap of the model when a reload is asked for."""
     batching, limits = batching or BatchConfig(), limits or Limits()
     batcher = Batcher(translator, batching)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):
+        if reloader is not None:
+            reloader.start(app)
         yield
+        if reloader is not None:
+            await reloader.stop()
         await batcher.close()  # uvicorn has let the requests in flight finish first: they needed the batcher
 
     app = FastAPI(title="aiayn translation server", version=aiayn.__version__, lifespan=lifespan,
@@ -286,11 +299,7 @@ def create_app(translator: Translator, batching: BatchConfig | None = None, limi
     static_info = {
         "name": "aiayn",
         "version": aiayn.__version__,
-        "checkpoint": checkpoint,
-        "model": translator.cfg.to_dict(),
-        "parameters": expected_parameters(translator.cfg),
-        "vocab_size": len(translator.vocab),
-        "device": str(translator.device),
+        **model_info(translator, checkpoint),
         "search": dataclasses.asdict(translator.search),
         "max_alternatives": translator.search.beam - 1,
         "limits": {**dataclasses.asdict(limits), "max_body_bytes": limits.max_body_bytes},
@@ -298,6 +307,8 @@ def create_app(translator: Translator, batching: BatchConfig | None = None, limi
     }
     app.state.server = Server(translator, batcher, limits, static_info, _page())
     app.include_router(router)
+    if reloader is not None:
+        app.include_router(reloader.router)
     for error, handler in [(ApiError, _api_error), (QueueFull, _queue_full), (RequestTimeout, _timed_out),
                            (HTTPException, _http_error), (RequestValidationError, _invalid)]:
         app.add_exception_handler(error, handler)

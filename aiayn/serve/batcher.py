@@ -10,6 +10,11 @@ stays free to accept requests while the model runs, and those pile up into the n
 one search: a job asking for more n-best rides with jobs asking for the same number (the n-best size changes
 when beam search stops, see aiayn.search.beam_search), and others wait for the next batch.
 
+A new model without downtime: `swap(translator)` (on the event loop) serves the new model from the next job on.
+Each job keeps the translator that encoded it (vocabularies may differ), and a batch holds jobs of one translator
+only, so every request is answered by exactly one model: jobs queued before the swap by the old one, later jobs by
+the new one; the old model is freed when its last job is answered.
+
 Decoding a sentence alone or among others gives the same translation (Translator sorts and pads; tests check
 this), so a batched server answers exactly what offline `aiayn translate` does.
 
@@ -64,10 +69,11 @@ class RequestTimeout(Exception):
 
 @dataclass(eq=False)
 class _Job:
-    """Texts to translate (sources), or a call to make on the model's thread (call; sources empty)."""
+    """Texts to translate (sources, encoded by `translator`, which decodes them with its n-best size), or a call to
+    make on the model's thread (call; sources empty)."""
 
     sources: list[list[int] | None]  # ids + EOS per text (None = blank)
-    nbest: int
+    translator: Translator | None
     future: asyncio.Future
     call: Callable[[], object] | None = None
     arrived: float = field(default_factory=time.perf_counter)
@@ -108,13 +114,20 @@ class Batcher:
     async def submit(self, texts: Sequence[str], nbest: int = 1) -> list[list[Translation]]:
         """Translate `texts` (up to `nbest` hypotheses each, best first) among whatever else is queued."""
         self._admit(len(texts))
-        return await self._wait(_Job(self.translator.encode(texts), nbest, self._loop().create_future()))
+        translator = self._translator(nbest)
+        return await self._wait(_Job(translator.encode(texts), translator, self._loop().create_future()))
 
     async def run(self, fn: Callable[..., T], *args) -> T:
         """fn(*args) on the model's thread between two batches (for work that touches the model, e.g. recording
         attention), queued and timed like a request."""
         self._admit(1)
-        return await self._wait(_Job([], 0, self._loop().create_future(), call=lambda: fn(*args)))
+        return await self._wait(_Job([], None, self._loop().create_future(), call=lambda: fn(*args)))
+
+    def swap(self, translator: Translator) -> None:
+        """Serve `translator` from the next request on; queued requests keep the model that encoded them (see the
+        module docstring). Call it on the event loop."""
+        self.translator = translator
+        self._by_nbest = {translator.search.nbest: translator}
 
     async def close(self) -> None:
         """Refuse new jobs, answer every queued one, stop the worker thread."""
@@ -141,6 +154,15 @@ class Batcher:
             self.stats["rejected"] += 1
             raise QueueFull(f"the queue is full ({self._queued} sentences waiting, max_queue "
                             f"{self.config.max_queue}); retry later", retry_after_s=1)
+
+    def _translator(self, nbest: int) -> Translator:
+        """The current translator with search.nbest = nbest, sharing its model (a shallow copy: only `search`
+        differs)."""
+        if nbest not in self._by_nbest:
+            t = copy.copy(self.translator)
+            t.search = dataclasses.replace(self.translator.search, nbest=nbest)
+            self._by_nbest[nbest] = t
+        return self._by_nbest[nbest]
 
     def _loop(self) -> asyncio.AbstractEventLoop:
         """The running loop; the first call starts the collector task and the model thread on it."""
@@ -223,22 +245,22 @@ class Batcher:
 
     def _budget_left(self) -> bool:
         """Whether jobs of the head's search could still join without going over the token budget."""
-        nbest, rows, width = self._queue[0].nbest, 0, 0
+        translator, rows, width = self._queue[0].translator, 0, 0
         for job in self._queue:
-            if job.call is None and job.nbest == nbest:
+            if job.call is None and job.translator is translator:
                 rows, width = rows + len(job.sources), max(width, job.width)
         return rows * width < self.config.max_batch_tokens
 
     def _take_batch(self) -> list[_Job]:
-        """The head, and after it the jobs with its n-best, oldest first, while rows x longest stays within the
-        budget; a call or batching off: the head alone."""
+        """The head, and after it the jobs of its translator (same model, same n-best), oldest first, while rows x
+        longest stays within the budget; a call or batching off: the head alone."""
         head = self._queue.popleft()
         if head.call is not None or not self.config.enabled:
             return [head]
         batch, rows, width, rest = [head], len(head.sources), head.width, deque()
         for job in self._queue:
             w = max(width, job.width)
-            if job.call is None and job.nbest == head.nbest and (rows + len(job.sources)) * w <= \
+            if job.call is None and job.translator is head.translator and (rows + len(job.sources)) * w <= \
                     self.config.max_batch_tokens:
                 batch.append(job)
                 rows, width = rows + len(job.sources), w
@@ -253,7 +275,7 @@ class Batcher:
         """A call, or all sentences of the batch searched at once, the answers split per job."""
         if batch[0].call is not None:
             return [batch[0].call()]
-        translator = self._translator(batch[0].nbest)
+        translator = batch[0].translator
         sources = [s for job in batch for s in job.sources]
         hyps = translator.search_ids(sources)
         decode = translator.vocab.decode
@@ -263,11 +285,3 @@ class Batcher:
             out.append([[Translation(decode(h.tokens), h.score, h.tokens) for h in hs] for hs in part])
             start += len(job.sources)
         return out
-
-    def _translator(self, nbest: int) -> Translator:
-        """The translator with search.nbest = nbest, sharing the model (a shallow copy: only `search` differs)."""
-        if nbest not in self._by_nbest:
-            t = copy.copy(self.translator)
-            t.search = dataclasses.replace(self.translator.search, nbest=nbest)
-            self._by_nbest[nbest] = t
-        return self._by_nbest[nbest]

@@ -1,20 +1,23 @@
 """Load on `aiayn serve`: many clients, one sentence a request, against offline translation of the same sentences.
 
     python -m benchmarks.e2e.load_server --checkpoint runs/multi30k --src data-bin/multi30k/test.src.txt \
-        [--requests 1000] [--clients 32] [--threads 1] [--time-limit 300]
+        [--requests 1000] [--clients 32,64] [--workers 1,auto] [--threads N] [--time-limit 300]
 
-In one run: offline Translator.translate of all the sentences (batches of 64 sorted by length: what `aiayn
-translate` does), and of consecutive groups of --clients sentences (the most a server can batch with that many
-one-sentence requests in flight); then the server (a subprocess on a free loopback port, the same checkpoint, search
-and thread count) with dynamic batching, and with --no-batching. The offline runs come before, between and after
-the loads, and each load is compared with the mean of the two around it (the machine may be shared). Each load
-sends --requests requests from --clients concurrent clients, each on its own keep-alive connection, waiting for
-its answer before sending the next, and stops at --time-limit.
+In one run: offline Translator.translate of all the sentences on --threads torch threads (default: every usable
+core; batches of 64 sorted by length: what `aiayn translate` does), and of consecutive groups of --clients sentences
+(the most one server process can batch with that many one-sentence requests in flight); then, for each --workers
+value, the server (a subprocess on a free loopback port, the same checkpoint and search, --workers W with --threads
+/ W torch threads each: the same cores as offline) loaded by each --clients count, with dynamic batching (and with
+--no-batching when --modes says so). Offline runs come before, between and after the loads, and each load is
+compared with the mean of the two around it (the machine may be shared). Each load sends --requests requests from
+its clients, each on its own keep-alive connection, waiting for its answer before sending the next, and stops at
+--time-limit.
 
-Reported per server mode: sentences per batch and how busy the model thread was, requests sent, lost (sent but
-not answered 200, must be 0), wrong (answered, but not offline translation's answer), p50/p99 latency,
-sentences/s, and sentences/s as a share of offline's (goal >= 0.8 with batching). Without --checkpoint (or when
-it does not exist) a tiny random model stands in, and the first line says so.
+Reported per load: sentences per batch and how busy the model threads were (summed over workers: 2.0 = two workers
+busy all the time), requests sent, lost (sent but not answered 200, must be 0), wrong (answered, but not offline
+translation's answer), p50/p99 latency, sentences/s, and sentences/s as a share of offline's (goals with
+batching: >= 0.8 at 32 clients, >= 0.9 at 64). Without --checkpoint (or when it does not exist) a tiny random model
+stands in, and the first line says so.
 """
 
 from __future__ import annotations
@@ -30,12 +33,14 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import httpx
 import torch
 
 from aiayn.search import SearchConfig
+from aiayn.serve.workers import auto_workers, usable_cores
 from aiayn.translate import Translator
 from benchmarks.timing import once, table
 
@@ -66,14 +71,14 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def start_server(checkpoint: Path, threads: int, batching: bool, search: list[str]) -> tuple[subprocess.Popen, int]:
+def start_server(checkpoint: Path, flags: list[str]) -> tuple[subprocess.Popen, int]:
+    """`aiayn serve` with `flags` on a free loopback port, once it answers /health; (process, port)."""
     port = free_port()
     cmd = [sys.executable, "-m", "aiayn", "serve", "--checkpoint", str(checkpoint), "--port", str(port),
-           "--log-level", "warning", *search, *([] if batching else ["--no-batching"])]
-    env = {**os.environ, "OMP_NUM_THREADS": str(threads), "PYTHONPATH": str(REPO)}
-    proc = subprocess.Popen(cmd, env=env, stderr=subprocess.DEVNULL)
+           "--log-level", "warning", *flags]
+    proc = subprocess.Popen(cmd, env={**os.environ, "PYTHONPATH": str(REPO)}, stderr=subprocess.DEVNULL)
     base = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 120
+    deadline = time.monotonic() + 180
     while True:
         try:
             httpx.get(base + "/health", timeout=1)
@@ -82,6 +87,12 @@ def start_server(checkpoint: Path, threads: int, batching: bool, search: list[st
             if proc.poll() is not None or time.monotonic() > deadline:
                 raise SystemExit(f"the server did not start: {' '.join(cmd)}") from None
             time.sleep(0.2)
+
+
+def stats(base: str) -> dict:
+    """The batching counters of every worker together (GET /workers; /info's are one worker's)."""
+    time.sleep(2 * 0.2)  # workers publish their counters every 0.2 s
+    return httpx.get(base + "/workers", timeout=10).json()["total"]
 
 
 class Connection:
@@ -141,23 +152,29 @@ async def load(port: int, lines: list[str], clients: int, time_limit: float) -> 
     return {"answers": answers, "sent": sum(sent), "latencies": latencies, "wall": wall}
 
 
-def serve_and_load(checkpoint: Path, args: argparse.Namespace, lines: list[str], batching: bool) -> tuple[dict, dict]:
-    """Start a server, warm it up, load it; (load results, the batcher's stats of the load)."""
-    flags = ["--beam", str(args.beam)]
+def serve_and_load(checkpoint: Path, args: argparse.Namespace, lines: list[str], workers: str, batching: bool,
+                   between: Callable[[], None]) -> list[tuple[int, dict, dict]]:
+    """Start a server with `workers` workers, warm it up, load it with each --clients count, calling between()
+    after each load (offline runs); [(clients, load results, the batching counters of that load)]."""
+    n = auto_workers("cpu") if workers == "auto" else int(workers)
+    flags = ["--beam", str(args.beam), "--workers", workers, "--threads", str(max(1, args.threads // n))]
     if args.max_wait_ms is not None:
         flags += ["--max-wait-ms", str(args.max_wait_ms)]
-    proc, port = start_server(checkpoint, args.threads, batching, flags)
-    base = f"http://127.0.0.1:{port}"
+    proc, port = start_server(checkpoint, flags + ([] if batching else ["--no-batching"]))
+    base, out = f"http://127.0.0.1:{port}", []
     try:
-        for line in lines[:4]:  # warm-up: the first requests pay for lazy initialisation
-            httpx.post(base + "/translate", json={"q": line}, timeout=60)
-        before = httpx.get(base + "/info", timeout=10).json()["stats"]
-        r = asyncio.run(load(port, lines, args.clients, args.time_limit))
-        after = httpx.get(base + "/info", timeout=10).json()["stats"]
+        # warm-up: the first requests of each worker pay for lazy initialisation
+        asyncio.run(load(port, lines[: 8 * n], min(4 * n, 32), args.time_limit))
+        for clients in args.clients:
+            before = stats(base)
+            r = asyncio.run(load(port, lines, clients, args.time_limit))
+            after = stats(base)
+            out.append((clients, r, {k: after[k] - before[k] for k in after}))
+            between()
     finally:
         proc.terminate()
-        proc.wait(60)
-    return r, {k: after[k] - before[k] for k in after}
+        proc.wait(120)
+    return out
 
 
 def percentile(xs: list[float], q: float) -> float:
@@ -165,16 +182,22 @@ def percentile(xs: list[float], q: float) -> float:
     return xs[min(len(xs) - 1, int(q * len(xs)))] if xs else float("nan")
 
 
+def int_list(text: str) -> list[int]:
+    return [int(x) for x in text.split(",")]
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--checkpoint", default=str(REPO / "runs" / "multi30k"))
     ap.add_argument("--src", default=str(REPO / "data-bin" / "multi30k" / "test.src.txt"))
     ap.add_argument("--requests", type=int, default=1000)
-    ap.add_argument("--clients", type=int, default=32)
-    ap.add_argument("--threads", type=int, default=1, help="torch threads, offline and in the server (default 1)")
+    ap.add_argument("--clients", type=int_list, default=[32, 64], help="client counts, comma-separated (32,64)")
+    ap.add_argument("--workers", default="1,auto", help="the server's --workers values to load, comma-separated")
+    ap.add_argument("--threads", type=int, default=usable_cores(),
+                    help="torch threads offline, and of all the server's workers together (default: usable cores)")
     ap.add_argument("--beam", type=int, default=4)
     ap.add_argument("--time-limit", type=float, default=300.0, help="seconds per load at most (default 300)")
-    ap.add_argument("--modes", default="batching,no-batching")
+    ap.add_argument("--modes", default="batching", help="batching and/or no-batching, comma-separated")
     ap.add_argument("--max-wait-ms", type=float, default=None, help="the server's --max-wait-ms (default: its own)")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
@@ -189,56 +212,73 @@ def main() -> None:
         what = "a tiny RANDOM model (no trained checkpoint found) on synthetic sentences"
     lines = [line for line in lines if line.strip()]
     lines = (lines * (args.requests // len(lines) + 1))[: args.requests]
-    search = SearchConfig(beam=args.beam)
+    translator = Translator.load(checkpoint, SearchConfig(beam=args.beam))
+    outputs: list[list[str]] = []
 
-    translator = Translator.load(checkpoint, search)
-
-    groups = {"sorted": [lines], "grouped": [lines[i: i + args.clients] for i in range(0, len(lines), args.clients)]}
-
-    def run_offline() -> dict[str, float]:
+    def run_offline(grouped: bool) -> dict:
         """Sentences/s of offline translation: all at once (batches of 64 sorted by length, `aiayn translate`), and
-        in consecutive groups of `clients` sentences (the most a server can batch with `clients` one-sentence
-        requests in flight: the gap between the two is the load's shape, not the server)."""
-        rates = {}
-        for kind, parts in groups.items():
-            out, seconds = once(lambda parts=parts: [out for part in parts for out in translator.translate(part)])
+        (grouped) in consecutive groups of `clients` sentences for each client count (the most one server process
+        can batch with that many one-sentence requests in flight: the gap is the load's shape, not the server)."""
+        out, seconds = once(lambda: translator.translate(lines))
+        outputs.append(out)
+        rates = {"sorted": len(lines) / seconds}
+        for c in args.clients if grouped else []:
+            parts = [lines[i: i + c] for i in range(0, len(lines), c)]
+            out, seconds = once(lambda parts=parts: [t for part in parts for t in translator.translate(part)])
             outputs.append(out)
-            rates[kind] = len(lines) / seconds
+            rates[c] = len(lines) / seconds
         return rates
 
     # Offline runs before, between and after the loads; each load is compared with the mean of the two around it,
     # so that what the other tenants of a shared machine do hits both sides alike.
-    outputs: list[list[str]] = []
-    offline = [run_offline()]
+    offline = [run_offline(grouped=True)]
     rows = []
-    for mode in args.modes.split(","):
-        r, stats = serve_and_load(checkpoint, args, lines, batching=mode == "batching")
-        offline.append(run_offline())
-        answered = [i for i, a in enumerate(r["answers"]) if a is not None]
-        lost = r["sent"] - len(answered)
-        wrong = sum(r["answers"][i] != outputs[0][i] for i in answered)
-        rate = len(answered) / r["wall"]
-        lat = r["latencies"]
-        per_batch = stats["sentences"] / max(1, stats["batches"])
-        busy = stats["model_busy_s"] / r["wall"]
-        rows.append([f"server, {mode} ({per_batch:.1f} sentences/batch, model busy {busy:.0%})", r["sent"], lost,
-                     wrong, f"{1000 * percentile(lat, 0.5):.0f}", f"{1000 * percentile(lat, 0.99):.0f}", f"{rate:.1f}",
-                     f"{rate / statistics.mean(o['sorted'] for o in offline[-2:]):.2f}"])
-    assert all(o == outputs[0] for o in outputs)
+    for workers in args.workers.split(","):
+        for mode in args.modes.split(","):
+            results = serve_and_load(checkpoint, args, lines, workers, mode == "batching",
+                                     between=lambda: offline.append(run_offline(grouped=False)))
+            for k, (clients, r, st) in enumerate(results):
+                around = statistics.mean(o["sorted"] for o in offline[-len(results) + k - 1:][:2])
+                rows.append(load_row(workers, mode, clients, r, st, outputs[0], around))
+    offline.append(run_offline(grouped=True))
+    assert all(o == outputs[0] for o in outputs), "offline translation changed between runs"
     mean = statistics.mean(o["sorted"] for o in offline)
-    offline_rows = []
-    for kind, label in [("sorted", "offline `Translator.translate` (batches of 64, length-sorted)"),
-                        ("grouped", f"offline, in groups of {args.clients} in request order")]:
-        runs = [o[kind] for o in offline]
-        rate = statistics.mean(runs)
-        offline_rows.append([f"{label}; runs: {', '.join(f'{x:.1f}' for x in runs)}", len(lines), "-", "-", "-", "-",
-                             f"{rate:.1f}", f"{rate / mean:.2f}"])
-    rows = offline_rows + rows
-
-    print(f"{what}; {len(lines)} sentences, beam {args.beam}, {args.clients} clients, {args.threads} thread(s), "
-          f"torch {torch.__version__}, {os.cpu_count()} CPUs")
-    print(table(["mode", "requests", "lost", "wrong", "p50 ms", "p99 ms", "sentences/s", "vs offline"], rows))
+    sorted_runs = ", ".join(f"{o['sorted']:.1f}" for o in offline)
+    header = [[f"offline `Translator.translate` (batches of 64, length-sorted); runs: {sorted_runs}", "-", len(lines),
+               "-", "-", "-", "-", f"{mean:.1f}", "1.00"]]
+    for c in args.clients:
+        runs = [o[c] for o in offline if c in o]
+        header.append([f"offline, in groups of {c} in request order; runs: {', '.join(f'{x:.1f}' for x in runs)}",
+                       "-", len(lines), "-", "-", "-", "-", f"{statistics.mean(runs):.1f}",
+                       f"{statistics.mean(runs) / mean:.2f}"])
+    print(f"{what}; {len(lines)} sentences, beam {args.beam}, {args.threads} torch thread(s) offline and per server, "
+          f"torch {torch.__version__}, {os.cpu_count()} CPUs ({cpu_model()})")
+    print(table(["mode", "clients", "requests", "lost", "wrong", "p50 ms", "p99 ms", "sentences/s", "vs offline"],
+                header + rows))
     tmp.cleanup()
+
+
+def load_row(workers: str, mode: str, clients: int, r: dict, st: dict, expect: list[str], offline: float) -> list:
+    """A table row for one load: its counts, latencies and rate against the offline rate around it."""
+    answered = [i for i, a in enumerate(r["answers"]) if a is not None]
+    lost = r["sent"] - len(answered)
+    wrong = sum(r["answers"][i] != expect[i] for i in answered)
+    rate, lat = len(answered) / r["wall"], r["latencies"]
+    per_batch = st["sentences"] / max(1, st["batches"])
+    busy = st["model_busy_s"] / r["wall"]
+    return [f"server, --workers {workers}, {mode} ({per_batch:.1f} sentences/batch, model busy {busy:.2f})", clients,
+            r["sent"], lost, wrong, f"{1000 * percentile(lat, 0.5):.0f}", f"{1000 * percentile(lat, 0.99):.0f}",
+            f"{rate:.1f}", f"{rate / offline:.2f}"]
+
+
+def cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return "unknown CPU"
 
 
 if __name__ == "__main__":

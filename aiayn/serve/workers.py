@@ -1,0 +1,212 @@
+"""Worker processes: `aiayn serve --workers N` runs N copies of the server behind one port (docs/serving.md
+"Workers").
+
+    main process: binds the port, starts N workers (spawned), forwards SIGTERM / Ctrl-C, turns SIGHUP into a
+    │             reload (aiayn.serve.reload), starts a worker again if one dies
+    ├── worker 0: its own model copy, torch threads, batcher and event loop (uvicorn on the shared socket)
+    └── worker 1: ...
+
+Each worker accepts connections from the one listening socket (the kernel hands each new connection to one of them),
+so a worker's dynamic batching sees the requests of its own connections. Why workers at all: one process runs the
+model on one thread at a time and does its HTTP work between batches on the same cores; N single-threaded workers
+keep N cores decoding, each on batches that are still large under load (measured in docs/serving.md).
+
+Stopping: SIGTERM or SIGINT to the main process (Ctrl-C sends it to every process of the terminal's group, which is
+the same) -> each worker stops accepting, answers the requests it has, drains its batcher and exits; then the main
+process exits 0. A worker whose main process has gone (SIGKILL) stops by itself.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import signal
+import socket
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+
+from starlette.requests import ClientDisconnect
+from starlette.responses import Response
+
+from aiayn.serve.app import Limits
+from aiayn.serve.batcher import BatchConfig
+from aiayn.serve.guard import KEEP_ALIVE_S, MAX_HEAD_BYTES, guarded_protocol
+from aiayn.serve.reload import ModelSource, WorkerBoard
+
+PARENT_POLL_S = 0.5
+RESTART_AFTER_S = 2.0  # a worker is started again at most this often
+BACKLOG = 2048
+
+
+@dataclass(frozen=True)
+class ServeSpec:
+    """Everything a worker needs to serve (it crosses to spawned processes, so plain data only)."""
+
+    source: ModelSource
+    batching: BatchConfig = BatchConfig()
+    limits: Limits = Limits()
+    host: str = "127.0.0.1"
+    port: int = 8000
+    threads: int = 0  # torch threads per worker; 0: torch's default (OMP_NUM_THREADS, else every core)
+    log_level: str = "info"
+    read_timeout_s: float = 10.0  # aiayn.serve.guard
+    max_connections: int = 1000  # per worker; more get 503 (uvicorn's limit_concurrency)
+    admin_key: str | None = field(default=None, repr=False)  # never printed
+    app_options: dict = field(default_factory=dict)  # create_app's other keyword arguments (access, observe, pair)
+
+
+def usable_cores() -> int:
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+
+
+def auto_workers(device: str) -> int:
+    """--workers auto: one single-threaded worker per usable core on a CPU (docs/serving.md has the measurements
+    that chose it); one process for a GPU, which decodes the batches of every client."""
+    return 1 if device.startswith("cuda") else usable_cores()
+
+
+def build_server(spec: ServeSpec, board: WorkerBoard, worker: int):
+    """Load the model and make worker `worker`'s uvicorn.Server (not started)."""
+    import torch
+    import uvicorn
+
+    from aiayn.serve.app import create_app
+    from aiayn.serve.reload import Reloader
+
+    if spec.threads:
+        torch.set_num_threads(spec.threads)
+    translator, path = spec.source.load()
+    reloader = Reloader(spec.source, board, worker, spec.admin_key)
+    app = create_app(translator, spec.batching, spec.limits, checkpoint=str(path), reloader=reloader,
+                     **spec.app_options)
+    app.add_exception_handler(ClientDisconnect, client_gone)
+    config = uvicorn.Config(app, host=spec.host, port=spec.port, log_level=spec.log_level,
+                            http=guarded_protocol(spec.read_timeout_s), timeout_keep_alive=KEEP_ALIVE_S,
+                            limit_concurrency=spec.max_connections, h11_max_incomplete_event_size=MAX_HEAD_BYTES,
+                            backlog=BACKLOG, timeout_graceful_shutdown=None)
+    return uvicorn.Server(config)
+
+
+async def client_gone(request, exc: ClientDisconnect) -> Response:
+    """A client that went away while sending its body (or was cut off by the read timeout) is nobody's error: no
+    traceback in the log (a client could otherwise fill it); the answer goes nowhere."""
+    return Response(status_code=400)
+
+
+def serve(spec: ServeSpec, workers: int, banner: str) -> int:
+    """`aiayn serve`: the server in this process (workers == 1) or in `workers` worker processes; the exit status.
+    banner: what is served where, printed once the server is about to listen."""
+    how = "stop: Ctrl-C or SIGTERM, which finish the requests in flight; reload the checkpoint: SIGHUP to pid"
+    if workers == 1:
+        print(f"{banner}; {how} {os.getpid()}", file=sys.stderr, flush=True)
+        serve_one(spec)
+        return 0
+
+    def announce(pids: list[int]) -> None:
+        print(f"{banner}, {workers} workers (pids {', '.join(map(str, pids))}, {spec.threads or 'default'} torch "
+              f"thread(s) each); {how} {os.getpid()}", file=sys.stderr, flush=True)
+    return serve_workers(spec, workers, announce)
+
+
+def serve_one(spec: ServeSpec) -> None:
+    """The server in this process (--workers 1): SIGHUP asks for a reload; SIGTERM and Ctrl-C stop it gracefully
+    (uvicorn lets the requests in flight finish, the batcher drains, then the signal is raised again)."""
+    board = WorkerBoard(multiprocessing.get_context("spawn"), 1)
+    server = build_server(spec, board, 0)
+    signal.signal(signal.SIGHUP, lambda sig, frame: board.request())
+    server.run()
+
+
+def serve_workers(spec: ServeSpec, workers: int, announce) -> int:
+    """Run `workers` worker processes behind spec.host:spec.port until SIGTERM or SIGINT; the exit status.
+    announce(pids) is called once every worker is ready."""
+    ctx = multiprocessing.get_context("spawn")
+    board = WorkerBoard(ctx, workers)
+    sock = listen(spec.host, spec.port)
+    stop: list[int] = []
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda s, frame: stop.append(s))
+    signal.signal(signal.SIGHUP, lambda s, frame: board.request())
+
+    def start(worker: int):
+        p = ctx.Process(target=_worker_main, args=(spec, board, worker, sock, os.getpid()),
+                        name=f"aiayn-serve-{worker}", daemon=False)
+        p.start()
+        return p
+
+    procs = [start(w) for w in range(workers)]
+    started = [time.monotonic()] * workers
+    ever_ready, announced, status = [False] * workers, False, 0
+    while not stop:
+        time.sleep(0.1)
+        for w, p in enumerate(procs):
+            ever_ready[w] = ever_ready[w] or board.ready(w)
+            if p.is_alive() or stop:
+                continue
+            if not announced:  # at start: a worker that cannot start means a server that cannot
+                print(f"error: worker {w} (pid {p.pid}) exited with status {p.exitcode} before the server was ready "
+                      "(its error is above); stopping", file=sys.stderr, flush=True)
+                stop.append(signal.SIGTERM)
+                status = 1
+                break
+            if time.monotonic() - started[w] < RESTART_AFTER_S:  # a worker that keeps dying is started more slowly
+                continue
+            print(f"warning: worker {w} (pid {p.pid}) ended with status {p.exitcode}; starting it again",
+                  file=sys.stderr, flush=True)
+            board.stopped(w)
+            procs[w], started[w] = start(w), time.monotonic()
+        if not announced and all(ever_ready):
+            announce([p.pid for p in procs])
+            announced = True
+    for p in procs:
+        if p.is_alive():
+            os.kill(p.pid, signal.SIGTERM)
+    for p in procs:
+        p.join()
+    sock.close()
+    return status
+
+
+def listen(host: str, port: int) -> socket.socket:
+    """The listening socket the workers share."""
+    family = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0][0]
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+    except OSError as e:
+        sock.close()
+        raise OSError(f"cannot listen on {host}:{port}: {e.strerror}") from None
+    sock.listen(BACKLOG)
+    sock.set_inheritable(True)
+    return sock
+
+
+def _worker_main(spec: ServeSpec, board: WorkerBoard, worker: int, sock: socket.socket, parent: int) -> None:
+    """A worker process: SIGHUP is the main process's to handle (a hangup of the terminal reaches every process of
+    its group); the worker stops when asked, or when its main process is gone."""
+    signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    # uvicorn raises SIGTERM again once it has drained: exit as a normal end, so that finalizers run (multiprocessing
+    # would otherwise report the semaphore of tqdm's lock as leaked)
+    signal.signal(signal.SIGTERM, lambda sig, frame: sys.exit(0))
+    try:
+        server = build_server(spec, board, worker)
+    except KeyboardInterrupt:  # Ctrl-C while loading
+        return
+    except Exception as e:
+        print(f"error: worker {worker}: {e}", file=sys.stderr, flush=True)
+        sys.exit(1)
+
+    def watch_parent() -> None:
+        while not server.should_exit:
+            if os.getppid() != parent:
+                server.should_exit = True
+            time.sleep(PARENT_POLL_S)
+
+    threading.Thread(target=watch_parent, daemon=True, name="aiayn-watch-parent").start()
+    try:
+        server.run(sockets=[sock])
+    except KeyboardInterrupt:  # uvicorn raises Ctrl-C's SIGINT again once it has drained
+        pass

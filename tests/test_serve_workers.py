@@ -1,0 +1,339 @@
+"""serve's processes and robustness: the model swapped between batches (every request answered by exactly one model,
+never a mix), a reload under load with worker processes (POST /admin/reload, then SIGHUP), clean stops, and clients
+that misbehave (slow senders, oversized heads and bodies, many idle connections) against a real server process."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
+
+httpx = pytest.importorskip("httpx")
+pytest.importorskip("fastapi")
+pytest.importorskip("uvicorn")
+
+from helpers import REPO, save_run, tiny_model  # noqa: E402
+
+from aiayn import checkpoint as ckpt  # noqa: E402
+from aiayn import rundir  # noqa: E402
+from aiayn.data import Vocab  # noqa: E402
+from aiayn.search import SearchConfig  # noqa: E402
+from aiayn.serve import BatchConfig, Batcher  # noqa: E402
+from aiayn.translate import Translator  # noqa: E402
+
+SEARCH = SearchConfig(beam=4, max_len_b=10)
+SEARCH_FLAGS = ["--beam", "4", "--max-len-b", "10"]
+
+
+@pytest.fixture(scope="module")
+def models(copy_data):
+    """Two tiny random models over one vocabulary, A and B, and the test lines they translate differently."""
+    vocab = Vocab.load(copy_data / "vocab.model")
+    lines = (copy_data / "test.src.txt").read_text().splitlines()
+    a = Translator(tiny_model(len(vocab), seed=0, eos_bias=1.0), vocab, SEARCH)
+    b = Translator(tiny_model(len(vocab), seed=1, eos_bias=1.0), vocab, SEARCH)
+    ta, tb = a.translate(lines), b.translate(lines)
+    differ = [i for i in range(len(lines)) if ta[i] != tb[i]]
+    assert len(differ) >= 20, "the two models must tell their answers apart"
+    lines = [lines[i] for i in differ]
+    return a, b, lines, {s: t for s, t in zip(lines, a.translate(lines))}, {s: t for s, t in
+                                                                            zip(lines, b.translate(lines))}
+
+
+def test_swap_between_batches(models):
+    """Jobs queued before swap() are answered by the old model, later ones by the new; a list never mixes them."""
+    a, b, lines, by_a, by_b = models
+
+    async def go():
+        batcher = Batcher(a, BatchConfig(max_wait_ms=0))
+        release = threading.Event()
+        held = asyncio.create_task(batcher.run(release.wait, 10))  # the model thread is busy: jobs queue up
+        await asyncio.sleep(0.05)
+        before = [asyncio.create_task(batcher.submit([line])) for line in lines[:6]]
+        before.append(asyncio.create_task(batcher.submit(lines[6:10])))
+        await asyncio.sleep(0.05)
+        batcher.swap(b)
+        after = [asyncio.create_task(batcher.submit([line])) for line in lines[:6]]
+        after.append(asyncio.create_task(batcher.submit(lines[6:10])))
+        await asyncio.sleep(0.05)
+        release.set()
+        await held
+        out = [[[hs[0].text for hs in await t] for t in ts] for ts in (before, after)]
+        batches = batcher.stats["batches"]
+        await batcher.close()
+        return out, batches
+
+    (before, after), batches = asyncio.run(go())
+    assert before == [[by_a[line]] for line in lines[:6]] + [[by_a[line] for line in lines[6:10]]]
+    assert after == [[by_b[line]] for line in lines[:6]] + [[by_b[line] for line in lines[6:10]]]
+    assert batches == 2  # one batch of each model's jobs
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Real server processes.
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@contextmanager
+def server(run: Path, *flags: str):
+    """`aiayn serve --checkpoint run` with `flags` on a free loopback port: (process, base URL) once /health answers;
+    stopped at the end (SIGTERM, then SIGKILL)."""
+    port = free_port()
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    proc = subprocess.Popen([sys.executable, "-m", "aiayn", "serve", "--checkpoint", str(run), "--port", str(port),
+                             "--log-level", "warning", *SEARCH_FLAGS, *flags], env=env, stderr=subprocess.PIPE,
+                            text=True)
+    base = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 120
+        while True:
+            try:
+                httpx.get(base + "/health", timeout=1)
+                break
+            except httpx.TransportError:
+                assert proc.poll() is None and time.monotonic() < deadline, "the server did not start"
+                time.sleep(0.2)
+        yield proc, base
+    finally:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+            try:
+                proc.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+
+
+def save_step(model, run: Path, step: int) -> None:
+    """A newer step checkpoint in `run`: what a reload of the run directory picks up."""
+    ckpt.save_weights(rundir.step_checkpoint_path(run, step), model.state_dict(), model.cfg, step)
+
+
+class Traffic:
+    """Clients sending requests in a loop (a sentence, or a list of three), recording (sent_at, texts, answer,
+    answered_at) until stopped."""
+
+    def __init__(self, base: str, lines: list[str], clients: int = 6):
+        self.base, self.lines, self.clients = base, lines, clients
+        self.records: list[tuple[float, list[str], object, float]] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=lambda: asyncio.run(self._run()), daemon=True)
+
+    async def _client(self, k: int) -> None:
+        async with httpx.AsyncClient(base_url=self.base, timeout=60) as client:
+            i = k
+            while not self._stop.is_set():
+                texts = [self.lines[(i + j) % len(self.lines)] for j in range(3 if i % 4 == 0 else 1)]
+                sent = time.monotonic()
+                try:
+                    r = await client.post("/translate", json={"q": texts if len(texts) > 1 else texts[0]})
+                    answer = r.json()["translatedText"] if r.status_code == 200 else r.status_code
+                except httpx.HTTPError as e:
+                    answer = repr(e)
+                self.records.append((sent, texts, answer, time.monotonic()))
+                i += self.clients
+
+    async def _run(self) -> None:
+        await asyncio.gather(*(self._client(k) for k in range(self.clients)))
+
+    def wait_for(self, n: int, since: float, timeout: float = 120) -> None:
+        """Until `n` requests sent after `since` have been answered."""
+        deadline = time.monotonic() + timeout
+        while sum(rec[0] > since for rec in self.records) < n:
+            assert time.monotonic() < deadline and self._thread.is_alive(), "the traffic stalled"
+            time.sleep(0.05)
+
+    def __enter__(self) -> Traffic:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join(60)
+
+
+def answered_by(record, *tables: dict) -> list[int]:
+    """Which of the models' tables answer `record` whole (a list answered partly by each matches none)."""
+    _, texts, answer, _ = record
+    answers = [answer] if isinstance(answer, str) else answer
+    return [k for k, table in enumerate(tables) if isinstance(answers, list) and answers == [table[t] for t in texts]]
+
+
+def wait_for_generation(base: str, generation: int, timeout: float = 60) -> dict:
+    deadline = time.monotonic() + timeout
+    while True:
+        report = httpx.get(base + "/workers", timeout=5).json()
+        if all(w["generation"] >= generation for w in report["workers"]):
+            return report
+        assert time.monotonic() < deadline, report
+        time.sleep(0.1)
+
+
+def test_reload_under_load_with_workers(models, copy_data, tmp_path):
+    """2 workers serve model A under load; B is saved and POST /admin/reload swaps it in, then A again by SIGHUP.
+    Nothing is lost, every answer is one model's whole, and after each reload only the new model answers."""
+    a, b, lines, by_a, by_b = models
+    key = "k" * 8 + "-admin-key-for-tests"
+    (tmp_path / "admin.key").write_text(key + "\n")
+    run = save_run(a.model, copy_data / "vocab.model", tmp_path / "run", step=10)
+    with server(run, "--workers", "2", "--threads", "1", "--admin-key", str(tmp_path / "admin.key")) as (proc, base):
+        assert httpx.post(base + "/admin/reload", timeout=10).status_code == 403
+        wrong = httpx.post(base + "/admin/reload", headers={"X-Admin-Key": "not the key"}, timeout=10)
+        assert wrong.status_code == 403 and "not valid" in wrong.json()["error"]
+        with Traffic(base, lines) as traffic:
+            traffic.wait_for(6, since=0)
+            save_step(b.model, run, 20)
+            r = httpx.post(base + "/admin/reload", headers={"X-Admin-Key": key}, timeout=120)
+            first_reload_done = time.monotonic()
+            traffic.wait_for(6, since=first_reload_done)
+            save_step(a.model, run, 30)
+            sighup = time.monotonic()
+            os.kill(proc.pid, signal.SIGHUP)  # the main process: every worker reloads
+            report = wait_for_generation(base, 2)
+            second_reload_done = time.monotonic()
+            traffic.wait_for(6, since=second_reload_done)
+        assert r.status_code == 200, r.text
+        assert r.json()["reloaded"] == 2 and r.json()["checkpoint"] == str(rundir.step_checkpoint_path(run, 20))
+        assert len(report["workers"]) == 2 and all(w["ready"] for w in report["workers"])
+        info = httpx.get(base + "/info", timeout=5).json()
+        assert info["checkpoint"] == str(rundir.step_checkpoint_path(run, 30))
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=60) == 0
+        log = proc.stderr.read()
+    assert key not in log  # the admin key is never logged
+    records = traffic.records
+    bad = [rec for rec in records if not answered_by(rec, by_a, by_b)]
+    assert not bad, bad[:3]  # nothing lost (a failure is no table's answer), no mix of the two models
+    in_flight = [rec for rec in records if rec[0] < first_reload_done < rec[3]]
+    after_first = [rec for rec in records if first_reload_done < rec[0] and rec[3] < sighup]
+    after_second = [rec for rec in records if rec[0] > second_reload_done]
+    assert in_flight  # requests were flowing while the models were swapped
+    assert len(after_first) >= 6 and all(answered_by(rec, by_a, by_b) == [1] for rec in after_first)
+    assert len(after_second) >= 6 and all(answered_by(rec, by_a, by_b) == [0] for rec in after_second)
+
+
+def test_reload_keeps_serving_when_the_checkpoint_is_bad(models, copy_data, tmp_path):
+    """A reload that cannot load (a corrupt newest checkpoint) answers 500 and leaves the served model in place."""
+    a, _, lines, by_a, _ = models
+    (tmp_path / "admin.key").write_text("0123456789abcdef-test")
+    run = save_run(a.model, copy_data / "vocab.model", tmp_path / "run", step=10)
+    with server(run, "--workers", "1", "--admin-key", str(tmp_path / "admin.key")) as (proc, base):
+        rundir.step_checkpoint_path(run, 20).write_bytes(b"not a checkpoint")
+        r = httpx.post(base + "/admin/reload", headers={"X-Admin-Key": "0123456789abcdef-test"}, timeout=60)
+        assert r.status_code == 500 and "goes on serving" in r.json()["error"]
+        t = httpx.post(base + "/translate", json={"q": lines[0]}, timeout=30)
+        assert t.json()["translatedText"] == by_a[lines[0]]
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Clients that misbehave, on loopback against a real server (read timeout 1 s).
+
+
+def raw(port: int, data: bytes = b"") -> socket.socket:
+    s = socket.create_connection(("127.0.0.1", port), timeout=10)
+    if data:
+        s.sendall(data)
+    return s
+
+
+def response(s: socket.socket, timeout: float) -> tuple[int | None, bytes]:
+    """(status, the whole response) read until the server closes the connection; status None: closed silently."""
+    s.settimeout(timeout)
+    data = b""
+    try:
+        while chunk := s.recv(65536):
+            data += chunk
+    except ConnectionResetError:
+        pass
+    return (int(data.split()[1]) if data else None), data
+
+
+HEAD = b"POST /translate HTTP/1.1\r\nHost: t\r\nContent-Type: application/json\r\n"
+
+
+def test_misbehaving_clients(models, copy_data, tmp_path):
+    a, _, lines, by_a, _ = models
+    run = save_run(a.model, copy_data / "vocab.model", tmp_path / "run")
+    with server(run, "--workers", "1", "--read-timeout", "1") as (proc, base):
+        port = int(base.rsplit(":", 1)[1])
+
+        def translate_ok(k: int) -> float:
+            t = time.monotonic()
+            r = httpx.post(base + "/translate", json={"q": lines[k]}, timeout=10)
+            assert r.json()["translatedText"] == by_a[lines[k]]
+            return time.monotonic() - t
+
+        # a body dribbled byte by byte: 408 after the read timeout, while others are answered meanwhile
+        body = json.dumps({"q": lines[0]}).encode()
+        slow = raw(port, HEAD + f"Content-Length: {len(body)}\r\n\r\n".encode())
+        started = time.monotonic()
+        for byte in body[:4]:
+            slow.send(bytes([byte]))
+            assert translate_ok(1) < 2.0
+            time.sleep(0.1)
+        status, data = response(slow, 5)
+        assert status == 408 and b"read_timeout_s" in data and time.monotonic() - started < 3
+        # a head dribbled byte by byte (and a connection that never sends): the same, silently for the silent one
+        silent, slow_head = raw(port), raw(port, b"POST /translate HTTP/1.1\r\nHo")
+        assert response(slow_head, 5)[0] == 408 and response(silent, 5)[0] is None
+        # a head over 16 KiB: 431 at once
+        status, data = response(raw(port, HEAD + b"X-Big: " + b"a" * 20_000 + b"\r\n\r\n"), 5)
+        assert status == 431 and b"max_head_bytes" in data
+        # Content-Length over the limit: 413 before any of the body is sent
+        t = time.monotonic()
+        status, data = response(raw(port, HEAD + b"Content-Length: 100000000\r\n\r\n"), 5)
+        assert status == 413 and b"max_body_bytes" in data and time.monotonic() - t < 3
+        # a chunked body that never ends: 413 at the limit, and the connection is closed
+        big = raw(port, HEAD + b"Transfer-Encoding: chunked\r\n\r\n")
+        chunk, sent = b"%x\r\n%s\r\n" % (65536, b" " * 65536), 0
+        big.settimeout(5)
+        try:
+            while sent < 50_000_000:
+                big.sendall(chunk)
+                sent += len(chunk)
+        except OSError:  # the server closed the connection (timeout, reset or broken pipe)
+            pass
+        assert sent < 20_000_000  # the server stopped reading near its limit (~0.4 MB), far below 50 MB
+        # 200 idle connections: a client is still served at once, and the server closes them after the timeout
+        idle = [raw(port, b"GET /health HTTP/1.1\r\n" if k % 2 else b"") for k in range(200)]
+        assert max(translate_ok(k) for k in range(3)) < 2.0
+        assert all(response(s, 5)[0] in (None, 408) for s in idle)
+        assert httpx.get(base + "/health", timeout=5).json()["status"] == "ok"
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=60)
+        log = proc.stderr.read()
+    assert "Traceback" not in log, log[-3000:]
+
+
+def test_flags(tmp_path, capsys, monkeypatch):
+    from aiayn.cli import main
+
+    run = tmp_path / "run"
+    run.mkdir()
+    assert main(["serve", "--checkpoint", str(run), "--workers", "0"]) == 2
+    assert "--workers: must be auto or an integer >= 1, got '0'" in capsys.readouterr().err
+    # the key itself on the command line: refused, and not repeated
+    assert main(["serve", "--checkpoint", str(run), "--admin-key", "a-literal-secret-key-xyz"]) == 2
+    err = capsys.readouterr().err
+    assert "takes a file holding the key" in err and "a-literal-secret-key-xyz" not in err
+    (tmp_path / "short.key").write_text("short\n")
+    assert main(["serve", "--checkpoint", str(run), "--admin-key", str(tmp_path / "short.key")]) == 2
+    assert "fewer than 16 characters" in capsys.readouterr().err
+    monkeypatch.delenv("AIAYN_TEST_ADMIN_KEY", raising=False)
+    assert main(["serve", "--checkpoint", str(run), "--admin-key", "env:AIAYN_TEST_ADMIN_KEY"]) == 2
+    assert "AIAYN_TEST_ADMIN_KEY is not set" in capsys.readouterr().err
