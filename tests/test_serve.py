@@ -4,14 +4,8 @@ own answer, equal to offline translation), overload (503, 504), SIGTERM draining
 from __future__ import annotations
 
 import asyncio
-import os
 import signal
-import socket
-import subprocess
-import sys
 import threading
-import time
-from pathlib import Path
 
 import pytest
 
@@ -19,36 +13,16 @@ pytest.importorskip("fastapi")
 httpx = pytest.importorskip("httpx")
 uvicorn = pytest.importorskip("uvicorn")
 
-from helpers import REPO, save_run, tiny_model  # noqa: E402
+from serving import ServerThread, browser, call, copy_translator, serve_process  # noqa: E402
 
-from aiayn.data import Vocab  # noqa: E402
 from aiayn.search import SearchConfig  # noqa: E402
 from aiayn.serve import BatchConfig, Limits, create_app  # noqa: E402
 from aiayn.translate import Translator  # noqa: E402
 
-SEARCH = SearchConfig(beam=4, max_len_b=10)
-
 
 @pytest.fixture(scope="module")
 def setup(copy_data):
-    vocab = Vocab.load(copy_data / "vocab.model")
-    lines = (copy_data / "test.src.txt").read_text().splitlines()
-    model = tiny_model(len(vocab), eos_bias=1.0)  # its 40 test lines get 40 different translations
-    return Translator(model, vocab, SEARCH), lines
-
-
-def call(app, requests: list[tuple[str, str, object]]) -> list[httpx.Response]:
-    """Send (method, path, json-or-bytes) requests to `app` all at once (ASGI, no network); then drain its batcher."""
-    async def go():
-        async with httpx.AsyncClient(transport=httpx.ASGITransport(app), base_url="http://test") as client:
-            def send(method, path, body):
-                if isinstance(body, bytes):
-                    return client.request(method, path, content=body, headers={"Content-Type": "application/json"})
-                return client.request(method, path, json=body)
-            out = await asyncio.gather(*(send(*r) for r in requests))
-        await app.state.server.batcher.close()
-        return out
-    return asyncio.run(go())
+    return copy_translator(copy_data)
 
 
 def test_translate_shapes_and_nbest(setup):
@@ -207,32 +181,11 @@ def test_full_queue_503_and_timeout_504(setup):
     assert left == 1 and after.status_code == 200  # only the call holding the model is left; the server goes on
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def test_serve_command_drains_on_sigterm(setup, copy_data, tmp_path):
     """`aiayn serve` on loopback: SIGTERM while requests are decoding -> each still gets its answer, then exit."""
     translator, lines = setup
-    run = save_run(translator.model, copy_data / "vocab.model", tmp_path / "run")
-    port = free_port()
     search = ["--beam", "4", "--min-len", "25", "--max-len-b", "25"]  # 25 steps a sentence: slow enough to catch
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO)}
-    proc = subprocess.Popen([sys.executable, "-m", "aiayn", "serve", "--checkpoint", str(run), "--port", str(port),
-                             "--log-level", "warning", *search], env=env, stderr=subprocess.PIPE, text=True)
-    base = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 60
-        while True:  # wait for the server to listen
-            try:
-                httpx.get(base + "/health", timeout=1)
-                break
-            except httpx.TransportError:
-                assert proc.poll() is None and time.monotonic() < deadline, "the server did not start"
-                time.sleep(0.2)
-
+    with serve_process(translator, copy_data / "vocab.model", tmp_path, *search) as (proc, base):
         async def load():
             async with httpx.AsyncClient(base_url=base, timeout=60) as client:
                 tasks = [asyncio.create_task(client.post("/translate", json={"q": lines[4 * k: 4 * k + 4]}))
@@ -244,9 +197,6 @@ def test_serve_command_drains_on_sigterm(setup, copy_data, tmp_path):
 
         answers = asyncio.run(load())
         code = proc.wait(timeout=60)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
     offline = Translator(translator.model, translator.vocab, SearchConfig(min_len=25, max_len_b=25)).translate(
         lines[:32])
     assert [a.status_code for a in answers] == [200] * 8
@@ -258,43 +208,6 @@ def test_serve_command_drains_on_sigterm(setup, copy_data, tmp_path):
 
 # ---------------------------------------------------------------------------------------------------------
 # The page, in a real browser.
-
-CHROMIUM, CHROMEDRIVER = Path("/usr/bin/chromium"), Path("/usr/bin/chromedriver")
-
-
-class ServerThread:
-    """uvicorn serving `app` on a free loopback port, in a thread (signals stay with the main thread)."""
-
-    def __init__(self, app):
-        self.port = free_port()
-        self.server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=self.port, log_level="warning"))
-        self.thread = threading.Thread(target=self.server.run, daemon=True)
-
-    def __enter__(self) -> str:
-        self.thread.start()
-        deadline = time.monotonic() + 30
-        while not self.server.started:
-            assert time.monotonic() < deadline and self.thread.is_alive(), "uvicorn did not start"
-            time.sleep(0.05)
-        return f"http://127.0.0.1:{self.port}"
-
-    def __exit__(self, *exc) -> None:
-        self.server.should_exit = True
-        self.thread.join(30)
-
-
-def browser():
-    if not CHROMIUM.exists() or not CHROMEDRIVER.exists():
-        pytest.skip("chromium / chromedriver not installed (apt-get install chromium chromium-driver)")
-    webdriver = pytest.importorskip("selenium.webdriver")
-    from selenium.webdriver.chrome.service import Service
-
-    options = webdriver.ChromeOptions()
-    options.binary_location = str(CHROMIUM)
-    for arg in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
-                "--window-size=1200,1400"):
-        options.add_argument(arg)
-    return webdriver.Chrome(service=Service(str(CHROMEDRIVER)), options=options)
 
 
 def test_page_in_browser(setup):

@@ -5,9 +5,13 @@ Reading guide:
                  few ms at most) by ONE model thread, so the event loop never waits on the model and throughput
                  under load approaches offline batch translation; the bounded queue, the per-request timeout and the
                  drain on shutdown live here. `BatchConfig` holds its knobs.
-    app.py       `create_app(translator, batching, limits)`: the FastAPI app: POST /translate (LibreTranslate's
-                 shape), POST /attention, GET /health, GET /info, GET / (the page), /docs; request limits
-                 (`Limits`) and the JSON errors.
+    app.py       `create_app(translator, batching, limits)`: the FastAPI app: POST /translate, POST /detect and
+                 GET /languages (LibreTranslate's), POST /attention, GET /health, GET /info, GET / (the page), /docs
+                 (Swagger UI served locally); request limits (`Limits`) and the JSON errors.
+    libre.py     LibreTranslate's side: `LanguagePair` (the one pair a model translates: GET /languages, the source
+                 and target checks, "auto"), and the request and answer models of every route.
+    bodies.py    request bodies: JSON, or a form (urlencoded or multipart) as LibreTranslate's clients send, read
+                 within a byte limit into one dict, validated with one clear message a field; their OpenAPI schemas.
     access.py    who may use the server and how much: API keys (--api-keys, read again when the file changes), per-
                  minute budgets per key or address (429 + Retry-After), CORS; ASGI middleware that replays the body.
     observe.py   GET /metrics (Prometheus; summed over worker processes) and one JSON access-log line a request.
@@ -15,12 +19,13 @@ Reading guide:
     aiayn/cli/serve.py   the command: loads a checkpoint (safetensors: no pickle), runs uvicorn on 127.0.0.1; on
                  SIGTERM uvicorn lets the requests in flight finish, then the batcher drains and the process exits.
 
-FastAPI, uvicorn and prometheus_client are the optional extra `serve` (pip install -e ".[serve]"); nothing outside
-this package and aiayn/cli/serve.py imports them. docs/serving.md: routes, shapes, limits, batching, access, metrics,
-measured throughput.
+FastAPI, uvicorn, python-multipart, fastapi-offline and prometheus_client are the optional extra `serve` (pip install
+-e ".[serve]"); nothing outside this package and aiayn/cli/serve.py imports them. docs/serving.md: routes, shapes,
+limits, batching, access, metrics, measured throughput.
 """
 
 from aiayn.serve.app import Limits, create_app
 from aiayn.serve.batcher import BatchConfig, Batcher
+from aiayn.serve.libre import LanguagePair
 
-__all__ = ["BatchConfig", "Batcher", "Limits", "create_app"]
+__all__ = ["BatchConfig", "Batcher", "LanguagePair", "Limits", "create_app"]

@@ -42,7 +42,7 @@ from prometheus_client import (
     multiprocess,
 )
 from starlette.requests import Request
-from starlette.responses import Response
+from starlette.responses import PlainTextResponse, Response
 from starlette.routing import Match
 
 LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
@@ -218,6 +218,7 @@ def install_observability(app, config: ObserveConfig) -> Metrics:
         logging.getLogger("uvicorn.access").disabled = True
     app.state.server.batcher.on_batch = metrics.observe_batch
     app.add_api_route("/metrics", metrics_route, methods=["GET"], include_in_schema=True,
+                      response_class=PlainTextResponse,  # what OpenAPI says it answers: text, not JSON
                       summary="Prometheus metrics (text format): requests, latency, batches, queue, busy time")
     app.add_middleware(Observer, metrics=metrics, log=log)
     return metrics

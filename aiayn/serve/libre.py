@@ -1,0 +1,142 @@
+"""LibreTranslate's side of the API: the language pair a server translates, and the shapes of its requests and answers.
+
+A LibreTranslate server holds many Argos models and picks one per request from `source` and `target`; an aiayn
+server holds one model, trained on one pair. So `GET /languages` lists that pair, `source` must be its source code
+or "auto", `target` its target code (or absent), and anything else is a 400 naming the pair. "auto" is not language
+detection: the model reads one language, so the answer's `detectedLanguage` is always that language, and
+`POST /detect` answers it for any text (docs/serving.md, "LibreTranslate compatibility").
+
+Nothing records a checkpoint's languages (prepared data keep texts, not codes), so `aiayn serve --source-lang
+--target-lang` name them; `LanguagePair` holds them here.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from aiayn.serve.bodies import ApiError
+
+# English names of the codes LibreTranslate's language list uses most (ISO 639-1); any other code is its own name.
+LANGUAGE_NAMES = {
+    "ar": "Arabic", "az": "Azerbaijani", "bg": "Bulgarian", "bn": "Bengali", "ca": "Catalan", "cs": "Czech",
+    "da": "Danish", "de": "German", "el": "Greek", "en": "English", "eo": "Esperanto", "es": "Spanish",
+    "et": "Estonian", "eu": "Basque", "fa": "Persian", "fi": "Finnish", "fr": "French", "ga": "Irish",
+    "gl": "Galician", "he": "Hebrew", "hi": "Hindi", "hu": "Hungarian", "id": "Indonesian", "it": "Italian",
+    "ja": "Japanese", "ko": "Korean", "lt": "Lithuanian", "lv": "Latvian", "ms": "Malay", "nb": "Norwegian",
+    "nl": "Dutch", "pl": "Polish", "pt": "Portuguese", "ro": "Romanian", "ru": "Russian", "sk": "Slovak",
+    "sl": "Slovenian", "sq": "Albanian", "sr": "Serbian", "sv": "Swedish", "th": "Thai", "tl": "Tagalog",
+    "tr": "Turkish", "uk": "Ukrainian", "ur": "Urdu", "vi": "Vietnamese", "zh": "Chinese",
+}
+
+# A language code as LibreTranslate and Argos write them: "en", "pt-BR", "zh_Hant"; "auto" is a request's word.
+CODE = re.compile(r"[A-Za-z]{2,3}([-_][A-Za-z0-9]{2,8})*")
+
+
+def check_language_code(code: str, side: str) -> None:
+    """ValueError unless `code` reads as a language code; side: "source" or "target"."""
+    if code == "auto" or not CODE.fullmatch(code):
+        raise ValueError(f"the {side} language {code!r} is not a language code: give an ISO 639 code such as en, de "
+                         "or pt-BR")
+
+
+@dataclass(frozen=True)
+class LanguagePair:
+    """The one translation direction a model serves (default: the paper's English -> German)."""
+
+    source: str = "en"
+    target: str = "de"
+
+    def __post_init__(self) -> None:
+        check_language_code(self.source, "source")
+        check_language_code(self.target, "target")
+        if self.source == self.target:
+            raise ValueError(f"the source and target languages are both {self.source!r}; a model translates "
+                             "between two")
+
+    def __str__(self) -> str:
+        return f"{self.source} ({language_name(self.source)}) -> {self.target} ({language_name(self.target)})"
+
+    def languages(self) -> list[dict]:
+        """GET /languages: LibreTranslate lists every language it knows, each with the codes it translates into."""
+        return [{"code": self.source, "name": language_name(self.source), "targets": [self.target]},
+                {"code": self.target, "name": language_name(self.target), "targets": []}]
+
+    def detection(self) -> dict:
+        """What "auto" detects: the one language the model reads (the text is not looked at)."""
+        return {"confidence": 100.0, "language": self.source}
+
+    def check(self, source: str | None, target: str | None) -> None:
+        """A 400 naming the pair unless source is ours (or "auto", or absent) and target is ours (or absent)."""
+        if source not in (None, "auto", self.source):
+            raise ApiError(400, f'source {source!r} is not served: this server translates {self} only; send source '
+                                f'"{self.source}" or "auto"')
+        if target not in (None, self.target):
+            raise ApiError(400, f"target {target!r} is not served: this server translates {self} only; send target "
+                                f'"{self.target}"')
+
+
+def language_name(code: str) -> str:
+    return LANGUAGE_NAMES.get(code.split("-")[0].split("_")[0].lower(), code)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Requests and answers. Unknown fields are ignored, as LibreTranslate ignores them.
+
+
+class TranslateRequest(BaseModel):
+    """LibreTranslate's POST /translate, plus nothing: every field of theirs is read or accepted."""
+
+    model_config = ConfigDict(extra="ignore")
+    q: str | list[str] = Field(description="a text, or a list of texts translated independently (in a form: the "
+                                           "field once, or repeated)")
+    source: str | None = Field(None, description='the source language code, or "auto" (the answer then carries '
+                                                 "detectedLanguage); GET /languages lists the one pair served")
+    target: str | None = Field(None, description="the target language code; absent: the model's target")
+    format: Literal["text"] = Field("text", description="only plain text")
+    alternatives: int = Field(0, ge=0, description="n-best: this many further translations, best first (< beam)")
+    api_key: str | None = Field(None, description="LibreTranslate's API key field (docs/serving.md)")
+
+
+class DetectedLanguage(BaseModel):
+    confidence: float = Field(description="0-100; always 100: the model reads one language")
+    language: str
+
+
+class TranslateResponse(BaseModel):
+    translatedText: str | list[str]
+    alternatives: list[str] | list[list[str]] | None = None
+    detectedLanguage: DetectedLanguage | list[DetectedLanguage] | None = Field(
+        None, description='when source was "auto": the model\'s source language (a list, one per text, for a list q)')
+    scores: list[float] | list[list[float]] = Field(description="normalized log-prob of translatedText, then of "
+                                                                "each alternative (a list per text for a list q)")
+
+
+class DetectRequest(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+    q: str = Field(description="a text")
+    api_key: str | None = Field(None, description="LibreTranslate's API key field (docs/serving.md)")
+
+
+class Language(BaseModel):
+    code: str
+    name: str = Field(description="in English")
+    targets: list[str] = Field(description="the codes this language is translated into here")
+
+
+class AttentionRequest(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+    q: str = Field(description="one source sentence")
+    translation: str | None = Field(None, description="the translation to show attention for; null or absent: the "
+                                                      "model's own")
+
+
+class ErrorResponse(BaseModel):
+    """Every error: what is wrong and what to send; "limit" and "max" when a limit was hit."""
+
+    error: str
+    limit: str | None = None
+    max: float | None = None

@@ -1,0 +1,126 @@
+"""What the serve tests share: a translator of the copy task, in-process calls, a real `aiayn serve` process, a
+uvicorn thread and a headless browser (test_serve.py, test_serve_api.py, test_serve_fuzz.py)."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import socket
+import subprocess
+import sys
+import threading
+import time
+from contextlib import contextmanager
+from pathlib import Path
+
+import httpx
+import pytest
+import uvicorn
+from helpers import REPO, save_run, tiny_model
+
+from aiayn.data import Vocab
+from aiayn.search import SearchConfig
+from aiayn.translate import Translator
+
+SEARCH = SearchConfig(beam=4, max_len_b=10)
+
+
+def copy_translator(copy_data: Path) -> tuple[Translator, list[str]]:
+    """A tiny random model over the copy task's vocabulary (its 40 test lines get 40 different translations), and
+    those lines."""
+    vocab = Vocab.load(copy_data / "vocab.model")
+    lines = (copy_data / "test.src.txt").read_text().splitlines()
+    return Translator(tiny_model(len(vocab), eos_bias=1.0), vocab, SEARCH), lines
+
+
+class Send(dict):
+    """A request body given as httpx's keyword arguments: Send(data={...}) a form, Send(files=...) multipart,
+    Send(content=b"...", headers={...}) raw bytes."""
+
+
+def call(app, requests: list[tuple[str, str, object]]) -> list[httpx.Response]:
+    """Send (method, path, body) requests to `app` all at once (ASGI, no network); then drain its batcher. body:
+    None, JSON (a dict or list), bytes (sent as application/json) or Send(...)."""
+    async def go():
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app), base_url="http://test") as client:
+            def send(method, path, body):
+                if isinstance(body, Send):
+                    return client.request(method, path, **body)
+                if isinstance(body, bytes):
+                    return client.request(method, path, content=body, headers={"Content-Type": "application/json"})
+                return client.request(method, path, json=body)
+            out = await asyncio.gather(*(send(*r) for r in requests))
+        await app.state.server.batcher.close()
+        return out
+    return asyncio.run(go())
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@contextmanager
+def serve_process(translator: Translator, vocab_model: Path, folder: Path, *flags: str):
+    """`aiayn serve` of `translator`'s model (saved as a run in `folder`) on a free loopback port, with `flags`:
+    (the process, its base URL) once it answers /health; killed at the end if still running."""
+    run = save_run(translator.model, vocab_model, folder / "run")
+    port = free_port()
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO)}
+    proc = subprocess.Popen([sys.executable, "-m", "aiayn", "serve", "--checkpoint", str(run), "--port", str(port),
+                             "--log-level", "warning", *flags], env=env, stderr=subprocess.PIPE, text=True)
+    base = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 60
+        while True:  # wait for the server to listen
+            try:
+                httpx.get(base + "/health", timeout=1)
+                break
+            except httpx.TransportError:
+                assert proc.poll() is None and time.monotonic() < deadline, "the server did not start"
+                time.sleep(0.2)
+        yield proc, base
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait(timeout=30)
+
+
+class ServerThread:
+    """uvicorn serving `app` on a free loopback port, in a thread (signals stay with the main thread)."""
+
+    def __init__(self, app):
+        self.port = free_port()
+        self.server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=self.port, log_level="warning"))
+        self.thread = threading.Thread(target=self.server.run, daemon=True)
+
+    def __enter__(self) -> str:
+        self.thread.start()
+        deadline = time.monotonic() + 30
+        while not self.server.started:
+            assert time.monotonic() < deadline and self.thread.is_alive(), "uvicorn did not start"
+            time.sleep(0.05)
+        return f"http://127.0.0.1:{self.port}"
+
+    def __exit__(self, *exc) -> None:
+        self.server.should_exit = True
+        self.thread.join(30)
+
+
+CHROMIUM, CHROMEDRIVER = Path("/usr/bin/chromium"), Path("/usr/bin/chromedriver")
+
+
+def browser():
+    """Headless Chromium driven by Selenium (skips where they are not installed)."""
+    if not CHROMIUM.exists() or not CHROMEDRIVER.exists():
+        pytest.skip("chromium / chromedriver not installed (apt-get install chromium chromium-driver)")
+    webdriver = pytest.importorskip("selenium.webdriver")
+    from selenium.webdriver.chrome.service import Service
+
+    options = webdriver.ChromeOptions()
+    options.binary_location = str(CHROMIUM)
+    for arg in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+                "--window-size=1200,1400"):
+        options.add_argument(arg)
+    return webdriver.Chrome(service=Service(str(CHROMEDRIVER)), options=options)

@@ -1,0 +1,166 @@
+"""serve, LibreTranslate's API as its server speaks it: JSON and form bodies on every POST, "auto", /languages,
+/detect, pairs not served; its unchanged Python client against a real `aiayn serve`; /docs with no CDN."""
+
+from __future__ import annotations
+
+import json
+import re
+import urllib.error
+
+import pytest
+
+pytest.importorskip("fastapi")
+httpx = pytest.importorskip("httpx")
+
+from serving import Send, ServerThread, browser, call, copy_translator, serve_process  # noqa: E402
+
+from aiayn.search import SearchConfig  # noqa: E402
+from aiayn.serve import LanguagePair, Limits, create_app  # noqa: E402
+from aiayn.translate import Translator  # noqa: E402
+
+FORM = {"Content-Type": "application/x-www-form-urlencoded"}
+
+
+@pytest.fixture(scope="module")
+def setup(copy_data):
+    return copy_translator(copy_data)
+
+
+def test_form_and_json_bodies_translate_alike(setup):
+    translator, lines = setup
+    offline = translator.translate(lines[:3])
+    nbest = Translator(translator.model, translator.vocab, SearchConfig(beam=4, nbest=3, max_len_b=10)).translate_nbest(
+        lines[:1])[0]
+    detected = {"confidence": 100.0, "language": "en"}
+    got = call(create_app(translator), [
+        ("POST", "/translate", Send(data={"q": lines[0], "source": "en", "target": "de", "api_key": "k"})),
+        ("POST", "/translate", Send(data={"q": lines[:3], "source": "auto"})),  # a repeated field: a list
+        ("POST", "/translate", Send(data={"q": lines[0], "alternatives": "2"}, files={"unused": (None, "x")})),
+        ("POST", "/translate", {"q": lines[:2], "source": "auto", "target": "de"}),
+        ("POST", "/translate", Send(content=json.dumps({"q": lines[0]}).encode(), headers=FORM)),  # curl -d '{...}'
+        ("POST", "/translate", Send(data={"q": lines[0], "source": "auto"})),
+    ])
+    assert [r.status_code for r in got] == [200] * 6, [r.text for r in got]
+    form, form_list, multipart, json_auto, curl, form_auto = (r.json() for r in got)
+    assert form["translatedText"] == offline[0] and "detectedLanguage" not in form
+    assert form_list["translatedText"] == offline and form_list["detectedLanguage"] == [detected] * 3
+    assert [multipart["translatedText"], *multipart["alternatives"]] == [h.text for h in nbest]
+    assert json_auto["translatedText"] == offline[:2] and json_auto["detectedLanguage"] == [detected] * 2
+    assert curl["translatedText"] == offline[0]
+    assert form_auto["detectedLanguage"] == detected and form_auto["translatedText"] == offline[0]
+
+
+def test_languages_detect_and_pairs_not_served(setup):
+    translator, lines = setup
+    app = create_app(translator, pair=LanguagePair("en", "es"))
+    languages, detect_json, detect_form, wrong_source, wrong_target, ok, no_q, blank = call(app, [
+        ("GET", "/languages", None),
+        ("POST", "/detect", {"q": lines[0]}),
+        ("POST", "/detect", Send(data={"q": lines[0], "api_key": "k"})),
+        ("POST", "/translate", {"q": lines[0], "source": "fr", "target": "es"}),
+        ("POST", "/translate", Send(data={"q": lines[0], "source": "en", "target": "de"})),
+        ("POST", "/translate", {"q": lines[0], "source": "en", "target": "es"}),
+        ("POST", "/detect", Send(data={"text": "x"})),
+        ("POST", "/detect", {"q": "  "}),
+    ])
+    assert languages.json() == [{"code": "en", "name": "English", "targets": ["es"]},
+                                {"code": "es", "name": "Spanish", "targets": []}]
+    assert detect_json.json() == detect_form.json() == [{"confidence": 100.0, "language": "en"}]
+    assert wrong_source.status_code == 400 and wrong_source.json() == {
+        "error": "source 'fr' is not served: this server translates en (English) -> es (Spanish) only; send "
+                 'source "en" or "auto"'}
+    assert wrong_target.status_code == 400 and "target 'de' is not served" in wrong_target.json()["error"]
+    assert ok.status_code == 200
+    assert no_q.status_code == 422 and no_q.json()["error"] == "q: Field required"
+    assert blank.status_code == 422 and blank.json()["error"] == "q is empty; give text to translate"
+
+
+@pytest.mark.parametrize("send, status, says", [
+    (Send(content=b"q=caf%E9", headers=FORM), 400, "not valid UTF-8"),  # a percent-encoded Latin-1 byte
+    (Send(content=b"q=caf\xe9", headers=FORM), 400, "not valid UTF-8"),
+    (Send(data={"q": "alpha", "alternatives": "two"}), 422, "alternatives: Input should be a valid integer"),
+    (Send(data={"q": ["alpha", ""]}), 422, "q[1] is empty"),
+    (Send(data={"q": "alpha", "source": ["en", "en"]}), 422, "source: Input should be a valid string"),
+    (Send(data={"q": "alpha", "format": "html"}), 422, "format"),
+    (Send(data={"q": "a" * 21}), 413, "max_chars 20"),
+    (Send(files={"q": ("q.txt", b"alpha")}), 400, "Too many files"),
+    (Send(content=b"--nope\r\n", headers={"Content-Type": "multipart/form-data; boundary=x"}), 400, "multipart"),
+    (Send(content=b"alpha", headers={"Content-Type": "text/plain"}), 415, "Content-Type text/plain"),
+])
+def test_form_errors_are_clear_json(setup, send, status, says):
+    translator, _ = setup
+    (r,) = call(create_app(translator, limits=Limits(max_chars=20, max_texts=3)), [("POST", "/translate", send)])
+    assert r.status_code == status and says in r.json()["error"], r.text
+
+
+def test_libretranslate_client_against_aiayn_serve(setup, copy_data, tmp_path):
+    """libretranslatepy 2.1.4, unchanged, against a real `aiayn serve`: languages, translate (a fixed source and
+    "auto"), detect, and a pair the model does not translate."""
+    from libretranslatepy import LibreTranslateAPI
+
+    translator, lines = setup
+    offline = translator.translate(lines[:2])
+    flags = ["--beam", "4", "--max-len-b", "10", "--source-lang", "en", "--target-lang", "fr"]
+    with serve_process(translator, copy_data / "vocab.model", tmp_path, *flags) as (_, base):
+        client = LibreTranslateAPI(base, api_key="any")
+        assert client.languages() == [{"code": "en", "name": "English", "targets": ["fr"]},
+                                      {"code": "fr", "name": "French", "targets": []}]
+        assert client.translate(lines[0], "en", "fr") == offline[0]
+        assert client.translate(lines[1], "auto", "fr") == offline[1]
+        assert client.detect(lines[0]) == [{"confidence": 100.0, "language": "en"}]
+        with pytest.raises(urllib.error.HTTPError) as refused:
+            client.translate(lines[0], "en", "de")
+        assert refused.value.code == 400 and "target 'de' is not served" in json.load(refused.value)["error"]
+
+
+def test_serve_language_flags(tmp_path, capsys):
+    from aiayn.cli import main
+
+    assert main(["serve", "--checkpoint", str(tmp_path), "--source-lang", "auto"]) == 2
+    assert "the source language 'auto' is not a language code" in capsys.readouterr().err
+    assert main(["serve", "--checkpoint", str(tmp_path), "--source-lang", "de"]) == 2
+    assert "both 'de'" in capsys.readouterr().err
+
+
+# ---------------------------------------------------------------------------------------------------------
+# /docs without the network.
+
+URL = re.compile(r"""(?:https?:)?//[^\s"'()<>]+""")
+
+
+def test_docs_reference_nothing_outside_the_server(setup):
+    translator, _ = setup
+    app = create_app(translator)
+    docs, redoc = call(app, [("GET", "/docs", None), ("GET", "/redoc", None)])
+    assert docs.status_code == redoc.status_code == 200 and "SwaggerUIBundle" in docs.text
+    assets = []
+    for page in (docs, redoc):
+        assert URL.findall(page.text) == [], "a page loads something from another host"
+        assets += re.findall(r"""(?:src|href)=["']([^"']+)["']""", page.text)
+    assert any(a.endswith("swagger-ui-bundle.js") for a in assets) and any(a.endswith(".css") for a in assets)
+    fetched = call(create_app(translator), [("GET", a, None) for a in assets])
+    assert [r.status_code for r in fetched] == [200] * len(assets), assets
+    for asset, r in zip(assets, fetched):
+        if asset.endswith(".css"):
+            assert not re.findall(r"url\(\s*['\"]?(?:https?:)?//", r.text), "the stylesheet loads from another host"
+    assert '"validatorUrl": null' in docs.text  # Swagger UI sends no schema to its online validator
+
+
+def test_docs_render_in_browser(setup):
+    """Swagger UI at /docs shows every route, with only this server to load from (the test machine is offline)."""
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    translator, _ = setup
+    driver = browser()
+    try:
+        with ServerThread(create_app(translator)) as base:
+            driver.get(base + "/docs")
+            wait = WebDriverWait(driver, 30)
+            wait.until(lambda d: len(d.find_elements(By.CSS_SELECTOR, ".opblock-summary-path")) >= 7)
+            paths = {e.text.strip() for e in driver.find_elements(By.CSS_SELECTOR, ".opblock-summary-path")}
+            assert {"/translate", "/detect", "/languages", "/attention", "/health", "/info"} <= paths, paths
+            loaded = driver.execute_script("return performance.getEntriesByType('resource').map(e => e.name)")
+            assert loaded and all(url.startswith(base) for url in loaded), loaded
+    finally:
+        driver.quit()
