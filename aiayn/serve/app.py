@@ -1,42 +1,55 @@
 """The HTTP API and the page: `create_app(translator)` -> a FastAPI app (run it with uvicorn; `aiayn serve` does).
 
-Routes (docs/serving.md has examples):
-    POST /translate   LibreTranslate's shape: {"q": str | [str], "alternatives": n} -> {"translatedText": str | [str],
-                      "alternatives": [...] (n-best after the best, when asked), "scores": [...] (aiayn's: the
-                      normalized log-prob of the best then of each alternative)}. "source", "target" and "format"
-                      ("text") are accepted as LibreTranslate clients send them; the model translates its one pair.
+Routes (docs/serving.md has examples); every POST takes JSON or a form (aiayn.serve.bodies), as LibreTranslate's:
+    POST /translate   LibreTranslate's: {"q": str | [str], "source", "target", "alternatives": n} -> {"translatedText":
+                      str | [str], "alternatives": [...] (n-best after the best, when asked), "detectedLanguage" (when
+                      source is "auto"), "scores": [...] (aiayn's: the normalized log-prob of the best then of each
+                      alternative)}. The model translates its one pair (aiayn.serve.libre.LanguagePair).
+    POST /detect      LibreTranslate's: {"q": str} -> [{"confidence": 100.0, "language": the model's source}]
+    GET  /languages   LibreTranslate's: [{"code", "name", "targets"}] for the pair
     POST /attention   {"q": str, "translation": str | null} -> aiayn.viz.attention.attention_data's JSON
     GET  /health      {"status": "ok", "queued": sentences}
-    GET  /info        model config, vocabulary size, search defaults, limits, batching, version
+    GET  /info        model config, languages, vocabulary size, search defaults, limits, batching, version
     GET  /metrics     Prometheus metrics (aiayn.serve.observe); API keys, budgets and CORS: aiayn.serve.access
     GET  /            the page: translation as you type, n-best with scores, the attention view
-    GET  /docs        OpenAPI (Swagger UI; /openapi.json is the schema itself)
+    GET  /docs        Swagger UI, served from this server (no CDN); /redoc likewise; /openapi.json the schema
 
-Every error is JSON {"error": message} (plus "limit" and "max" when a limit was hit): 400 a body that is not UTF-8
-or not JSON, 413 a body, text or list over its limit, 422 a well-formed request that is wrong (missing q, empty text,
-too many alternatives), 503 + Retry-After a full queue, 504 no answer within the timeout. Bodies are read here, not
-by FastAPI, so that each of these has its own clear message; the schemas still appear in the OpenAPI document.
+Every error is JSON {"error": message} (plus "limit" and "max" when a limit was hit): 400 a body that is empty, not
+UTF-8, not JSON or an unreadable form, or a language pair not served; 413 a body, text or list over its limit; 415 a
+Content-Type not read; 422 a well-formed request that is wrong (missing q, empty text, too many alternatives);
+503 + Retry-After a full queue; 504 no answer within the timeout.
 """
 
 from __future__ import annotations
 
+import copy
 import dataclasses
-import json
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from importlib import resources
-from typing import Literal
 
 from fastapi import APIRouter, FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import HTMLResponse, JSONResponse
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from fastapi_offline import FastAPIOffline
 from starlette.exceptions import HTTPException
 
 import aiayn
 from aiayn.model import expected_parameters
 from aiayn.serve.access import AccessConfig, install_access
 from aiayn.serve.batcher import BatchConfig, Batcher, QueueFull, RequestTimeout
+from aiayn.serve.bodies import ApiError, body_schema, check_text, read_body, validate
+from aiayn.serve.libre import (
+    AttentionRequest,
+    DetectedLanguage,
+    DetectRequest,
+    ErrorResponse,
+    Language,
+    LanguagePair,
+    TranslateRequest,
+    TranslateResponse,
+    language_name,
+)
 from aiayn.serve.observe import ObserveConfig, install_observability
 from aiayn.serve.reload import Reloader
 from aiayn.translate import Translator
@@ -55,115 +68,24 @@ class Limits:
 
     @property
     def max_body_bytes(self) -> int:
-        """Room for max_texts texts of max_chars characters, each JSON-escaped (\\uXXXX: 6 bytes a character)."""
-        return 6 * self.max_chars * self.max_texts + 4096
-
-
-class TranslateRequest(BaseModel):
-    """LibreTranslate's request (unknown fields such as api_key are ignored)."""
-
-    model_config = ConfigDict(extra="ignore")
-    q: str | list[str] = Field(description="a text, or a list of texts translated independently")
-    source: str = Field("auto", description="accepted for LibreTranslate clients; the model has one language pair")
-    target: str | None = Field(None, description="accepted for LibreTranslate clients; see /info")
-    format: Literal["text"] = Field("text", description="only plain text")
-    alternatives: int = Field(0, ge=0, description="n-best: this many further translations, best first (< beam)")
-
-
-class TranslateResponse(BaseModel):
-    translatedText: str | list[str]
-    alternatives: list[str] | list[list[str]] | None = None
-    scores: list[float] | list[list[float]] = Field(description="normalized log-prob of translatedText, then of "
-                                                                "each alternative (a list per text for a list q)")
-
-
-class AttentionRequest(BaseModel):
-    model_config = ConfigDict(extra="ignore")
-    q: str = Field(description="one source sentence")
-    translation: str | None = Field(None, description="the translation to show attention for; null: the model's own")
-
-
-class ApiError(Exception):
-    """An error answered as {"error": message, ...extra} with `status`."""
-
-    def __init__(self, status: int, message: str, headers: dict[str, str] | None = None, **extra):
-        super().__init__(message)
-        self.status, self.headers, self.extra = status, headers, extra
+        """Room for max_texts texts of max_chars characters in their widest encoding: 12 bytes a character (a 4-byte
+        UTF-8 character percent-encoded in a form, %XX x 4, or a surrogate pair escaped in JSON, \\uXXXX x 2)."""
+        return 12 * self.max_chars * self.max_texts + 4096
 
 
 def _error(status: int, message: str, headers: dict[str, str] | None = None, **extra) -> JSONResponse:
     return JSONResponse({"error": message, **extra}, status_code=status, headers=headers)
 
 
-def _body_schema(model: type[BaseModel]) -> dict:
-    return {"requestBody": {"required": True, "content": {"application/json": {"schema": model.model_json_schema()}}}}
-
-
-async def _read_json(request: Request, max_bytes: int):
-    """The body as JSON, within max_bytes, with a clear error for each way it can be wrong."""
-    length = request.headers.get("content-length", "")
-    if length.isdigit() and int(length) > max_bytes:
-        raise ApiError(413, f"the body has {length} bytes, more than max_body_bytes {max_bytes}",
-                       limit="max_body_bytes", max=max_bytes)
-    body, size = bytearray(), 0
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > max_bytes:
-            raise ApiError(413, f"the body is larger than max_body_bytes {max_bytes}", limit="max_body_bytes",
-                           max=max_bytes)
-        body += chunk
-    if not body.strip():
-        raise ApiError(400, 'the body is empty; send JSON, e.g. {"q": "Hello"}')
-    try:
-        text = body.decode("utf-8")
-    except UnicodeDecodeError as e:
-        raise ApiError(400, f"the body is not valid UTF-8 (bad byte at offset {e.start}); send UTF-8 JSON") from None
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError as e:
-        raise ApiError(400, f'the body is not JSON ({e.msg} at line {e.lineno} column {e.colno}); send JSON, e.g. '
-                            '{"q": "Hello"} with Content-Type: application/json') from None
-
-
-# What a field must be, said once (pydantic reports each member of a union on its own).
-EXPECTED = {"q": "a string or a list of strings"}
-
-
-def _validate(model: type[BaseModel], obj) -> BaseModel:
-    if not isinstance(obj, dict):
-        raise ApiError(422, 'the body must be a JSON object, e.g. {"q": "Hello"}')
-    try:
-        return model.model_validate(obj)
-    except ValidationError as e:
-        problems: dict[str, str] = {}
-        for err in e.errors(include_url=False, include_input=False):
-            field = str(err["loc"][0]) if err["loc"] else "body"
-            if model is TranslateRequest and field in EXPECTED:
-                problems[field] = f"{field} must be {EXPECTED[field]}"
-            else:
-                problems.setdefault(field, f"{field}: {err['msg']}")
-        raise ApiError(422, "; ".join(problems.values())) from None
-
-
-def _check_text(text: str, where: str, limits: Limits) -> None:
-    if not text.strip():
-        raise ApiError(422, f"{where} is empty; give text to translate")
-    if len(text) > limits.max_chars:
-        raise ApiError(413, f"{where} has {len(text)} characters, more than max_chars {limits.max_chars}",
-                       limit="max_chars", max=limits.max_chars)
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:  # JSON may escape lone surrogates (\ud800), which are not characters
-        raise ApiError(422, f"{where} is not valid Unicode (it holds a lone surrogate)") from None
-
-
 @dataclass
 class Server:
-    """What the routes share (app.state.server): the translator, its batcher, the limits, the static answers."""
+    """What the routes share (app.state.server): the translator, its batcher, the limits, the languages, the static
+    answers."""
 
     translator: Translator
     batcher: Batcher
     limits: Limits
+    pair: LanguagePair
     info: dict
     page: str
 
@@ -176,16 +98,28 @@ def _server(request: Request) -> Server:
     return request.app.state.server
 
 
+def _errors(*statuses: int) -> dict:
+    """OpenAPI's entries for the errors a route may answer, each in the one error shape."""
+    said = {400: "a body that cannot be read, or a language pair not served", 413: "a body, text or list over its "
+            "limit", 415: "a Content-Type other than JSON or a form", 422: "a well-formed request that is wrong",
+            501: "attention views need aiayn.viz", 503: "the queue is full (Retry-After) or the server is stopping",
+            504: "no answer within the timeout"}
+    return {status: {"model": ErrorResponse, "description": said[status]} for status in statuses}
+
+
+BODY_ERRORS = (400, 413, 415, 422)
 router = APIRouter()
 
 
 @router.post("/translate", response_model=TranslateResponse, response_model_exclude_none=True,
-             openapi_extra=_body_schema(TranslateRequest),
+             openapi_extra=body_schema(TranslateRequest), responses=_errors(*BODY_ERRORS, 503, 504),
              summary="Translate a text or a list of texts (LibreTranslate's request and response)")
 async def translate(request: Request) -> TranslateResponse:
     server = _server(request)
     limits, most = server.limits, server.max_alternatives
-    req = _validate(TranslateRequest, await _read_json(request, limits.max_body_bytes))
+    req = validate(TranslateRequest, await read_body(request, limits.max_body_bytes),
+                   expected={"q": "a string or a list of strings"})
+    server.pair.check(req.source, req.target)
     texts = [req.q] if isinstance(req.q, str) else req.q
     if not texts:
         raise ApiError(422, "q is an empty list; give at least one text")
@@ -193,7 +127,7 @@ async def translate(request: Request) -> TranslateResponse:
         raise ApiError(413, f"q has {len(texts)} texts, more than max_texts {limits.max_texts}",
                        limit="max_texts", max=limits.max_texts)
     for i, text in enumerate(texts):
-        _check_text(text, "q" if isinstance(req.q, str) else f"q[{i}]", limits)
+        check_text(text, "q" if isinstance(req.q, str) else f"q[{i}]", limits.max_chars)
     if req.alternatives > most:
         raise ApiError(422, f"alternatives {req.alternatives} is more than this server's beam "
                             f"{server.translator.search.beam} allows (at most {most})", limit="max_alternatives",
@@ -202,19 +136,37 @@ async def translate(request: Request) -> TranslateResponse:
     best = [hs[0].text for hs in nbests]
     alts = [[h.text for h in hs[1:]] for hs in nbests] if req.alternatives else None
     scores = [[h.score for h in hs] for hs in nbests]
+    detected = DetectedLanguage(**server.pair.detection()) if req.source == "auto" else None
     if isinstance(req.q, str):
-        return TranslateResponse(translatedText=best[0], alternatives=alts and alts[0], scores=scores[0])
-    return TranslateResponse(translatedText=best, alternatives=alts, scores=scores)
+        return TranslateResponse(translatedText=best[0], alternatives=alts and alts[0], scores=scores[0],
+                                 detectedLanguage=detected)
+    return TranslateResponse(translatedText=best, alternatives=alts, scores=scores,
+                             detectedLanguage=detected and [detected] * len(texts))
 
 
-@router.post("/attention", openapi_extra=_body_schema(AttentionRequest),
+@router.post("/detect", response_model=list[DetectedLanguage], openapi_extra=body_schema(DetectRequest),
+             responses=_errors(*BODY_ERRORS), summary="The text's language: always the model's source language "
+                                                      "(the model reads one; the text is checked, not analysed)")
+async def detect(request: Request) -> JSONResponse:
+    server = _server(request)
+    req = validate(DetectRequest, await read_body(request, server.limits.max_body_bytes))
+    check_text(req.q, "q", server.limits.max_chars)
+    return JSONResponse([server.pair.detection()])
+
+
+@router.get("/languages", response_model=list[Language], summary="The language pair served (LibreTranslate's list)")
+async def languages(request: Request) -> JSONResponse:
+    return JSONResponse(_server(request).pair.languages())
+
+
+@router.post("/attention", openapi_extra=body_schema(AttentionRequest), responses=_errors(*BODY_ERRORS, 501, 503),
              summary="Every head's attention weights for one sentence (aiayn.viz.attention's JSON)")
 async def attention(request: Request) -> JSONResponse:
     server = _server(request)
-    req = _validate(AttentionRequest, await _read_json(request, server.limits.max_body_bytes))
-    _check_text(req.q, "q", server.limits)
+    req = validate(AttentionRequest, await read_body(request, server.limits.max_body_bytes))
+    check_text(req.q, "q", server.limits.max_chars)
     if req.translation is not None:
-        _check_text(req.translation, "translation", server.limits)
+        check_text(req.translation, "translation", server.limits.max_chars)
     try:
         from aiayn.viz.attention import attention_data
     except ImportError as e:
@@ -232,7 +184,7 @@ async def health(request: Request) -> JSONResponse:
     return JSONResponse({"status": "ok", "queued": batcher.queued})
 
 
-@router.get("/info", summary="Model config, vocabulary size, search defaults, limits, batching, version")
+@router.get("/info", summary="Model config, languages, vocabulary size, search defaults, limits, batching, version")
 async def info(request: Request) -> JSONResponse:
     server = _server(request)
     return JSONResponse({**server.info, "stats": dict(server.batcher.stats)})
@@ -277,11 +229,13 @@ def model_info(translator: Translator, checkpoint: str | None) -> dict:
 
 def create_app(translator: Translator, batching: BatchConfig | None = None, limits: Limits | None = None,
                checkpoint: str | None = None, access: AccessConfig | None = None,
-               observe: ObserveConfig | None = None, reloader: Reloader | None = None) -> FastAPI:
+               observe: ObserveConfig | None = None, pair: LanguagePair | None = None,
+               reloader: Reloader | None = None) -> FastAPI:
     """The API and page around one Translator (its search settings are the server's; requests choose only the
-    n-best size). `app.state.server.batcher` starts with the first request and drains at shutdown. `reloader`
-    (aiayn.serve.reload): POST /admin/reload, GET /workers, and the swap of the model when a reload is asked for."""
-    batching, limits = batching or BatchConfig(), limits or Limits()
+    n-best size) translating `pair` (default en -> de). `app.state.server.batcher` starts with the first request
+    and drains at shutdown. `reloader` (aiayn.serve.reload): POST /admin/reload, GET /workers, and the swap of the
+    model when a reload is asked for."""
+    batching, limits, pair = batching or BatchConfig(), limits or Limits(), pair or LanguagePair()
     batcher = Batcher(translator, batching)
 
     @asynccontextmanager
@@ -293,19 +247,26 @@ def create_app(translator: Translator, batching: BatchConfig | None = None, limi
             await reloader.stop()
         await batcher.close()  # uvicorn has let the requests in flight finish first: they needed the batcher
 
-    app = FastAPI(title="aiayn translation server", version=aiayn.__version__, lifespan=lifespan,
-                  description="The Transformer of 'Attention Is All You Need': translation with dynamic batching. "
-                              "POST /translate takes LibreTranslate's request.")
+    # FastAPIOffline: FastAPI whose /docs and /redoc load Swagger UI and ReDoc from this server, not from a CDN.
+    # validatorUrl None: Swagger UI would otherwise send the schema's address to an online validator.
+    app = FastAPIOffline(title="aiayn translation server", version=aiayn.__version__, lifespan=lifespan,
+                         swagger_ui_parameters={"validatorUrl": None},
+                         description="The Transformer of 'Attention Is All You Need': translation with dynamic "
+                                     f"batching, {pair}. POST /translate, /detect and GET /languages speak "
+                                     "LibreTranslate's API; every POST takes JSON or a form.")
     static_info = {
         "name": "aiayn",
         "version": aiayn.__version__,
+        "languages": {side: {"code": code, "name": language_name(code)}
+                      for side, code in (("source", pair.source), ("target", pair.target))},
         **model_info(translator, checkpoint),
         "search": dataclasses.asdict(translator.search),
         "max_alternatives": translator.search.beam - 1,
         "limits": {**dataclasses.asdict(limits), "max_body_bytes": limits.max_body_bytes},
         "batching": dataclasses.asdict(batching),
     }
-    app.state.server = Server(translator, batcher, limits, static_info, _page())
+    app.state.server = Server(translator, batcher, limits, pair, static_info, _page())
+    app.openapi = _openapi(app, app.state.server)
     app.include_router(router)
     if reloader is not None:
         app.include_router(reloader.router)
@@ -315,6 +276,37 @@ def create_app(translator: Translator, batching: BatchConfig | None = None, limi
     install_access(app, access or AccessConfig(), limits.max_body_bytes)  # keys, budgets, CORS
     install_observability(app, observe or ObserveConfig())  # /metrics, access log: last, so it sees every refusal
     return app
+
+
+def _openapi(app: FastAPI, server: Server):
+    """app.openapi, saying what this server accepts: its language pair as enums, its limits as maxLength, maxItems
+    and maximum (so Swagger UI offers the pair, and a fuzzer's valid requests are mostly translated)."""
+    pair, limits = server.pair, server.limits
+    narrow = {"q": {"maxLength": limits.max_chars, "minLength": 1, "maxItems": limits.max_texts, "minItems": 1},
+              "translation": {"maxLength": limits.max_chars, "minLength": 1},
+              "source": {"enum": ["auto", pair.source]}, "target": {"enum": [pair.target]},
+              "alternatives": {"maximum": server.max_alternatives}}
+
+    def openapi() -> dict:
+        if app.openapi_schema is None:
+            schema = copy.deepcopy(FastAPI.openapi(app))  # the routes' openapi_extra is shared by every app
+            for path in ("/translate", "/detect", "/attention"):
+                for media in schema["paths"][path]["post"]["requestBody"]["content"].values():
+                    for name, prop in media["schema"]["properties"].items():
+                        for option in prop.get("anyOf", [prop]):
+                            _constrain(option, narrow.get(name, {}))
+            app.openapi_schema = schema
+        return app.openapi_schema
+    return openapi
+
+
+def _constrain(option: dict, constraints: dict) -> None:
+    """Add to one JSON-schema type option the constraints that apply to its type."""
+    kind = option.get("type")
+    applies = {"string": ("maxLength", "minLength", "enum"), "integer": ("maximum",), "array": ("maxItems", "minItems")}
+    option.update({k: v for k, v in constraints.items() if k in applies.get(kind, ())})
+    if kind == "array":
+        _constrain(option["items"], constraints)
 
 
 # The page talks only to this server: inline script and style, requests to 'self', nothing else.
