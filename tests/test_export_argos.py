@@ -182,3 +182,14 @@ def test_export_argos_refuses_an_existing_file(model, vocab, tmp_path):
     with pytest.raises(UserError, match="already exists"):
         export_argos(model, vocab, tmp_path / "en_de.argosmodel", "en", "de")
     assert (tmp_path / "en_de.argosmodel").read_text() == "a file the user had"
+
+
+def test_export_argos_without_spacy_names_the_export_extra(model, copy_data, tmp_path, monkeypatch, capsys):
+    run = save_run(model, copy_data / "vocab.model", tmp_path / "run")
+    monkeypatch.setitem(sys.modules, "spacy", None)  # as if spacy were not installed
+    out = tmp_path / "x.argosmodel"
+    assert main(["export", "--checkpoint", str(run), "--to", "argos", str(out), "--source-lang", "en",
+                 "--target-lang", "de"]) == 1
+    assert capsys.readouterr().err.splitlines() == ["error: aiayn export --to argos needs the export extra (spacy not "
+                                                    "installed): pip install -e \".[export]\""]
+    assert not out.exists()
