@@ -13,7 +13,8 @@ lines, each line into sentences (the splitter: SENTENCE_SPLITTING below), encode
 sentencepiece.model into pieces, and calls `translate_batch` with its own settings (ARGOS_DECODING), then joins the
 decoded sentences of a line with spaces. It passes no `suppress_sequences`, so the exported projection gives PAD and
 BOS the bias NEVER (-1e4): their probability is exactly 0 in float32, which is what `translate_ct2`'s suppression
-does (masking before the log-softmax), so the package translates as `translate_ct2` with the same settings.
+does (masking before the log-softmax), so the package translates as `translate_ct2` with the same settings (but
+for a generated <unk>, which argostranslate replaces by a source piece).
 """
 
 from __future__ import annotations
@@ -42,7 +43,7 @@ ARGOS_DECODING = dict(beam_size=4, length_penalty=0.2, patience=1, max_decoding_
 
 SENTENCE_SPLITTING = """\
 argostranslate splits each line into sentences before translating. Its splitter is chosen by ARGOS_CHUNK_TYPE:
-unset (its default), MiniSBD, whose model for the source language it downloads on first use; SPACY, the `spacy/`
+unset (its default): MiniSBD, whose model for the source language it downloads on first use; SPACY: the `spacy/`
 pipeline in this package (a blank pipeline plus spaCy's rule-based sentencizer: no download, no model). Offline, set
 `ARGOS_CHUNK_TYPE=SPACY` (docs/export.md says what happens otherwise)."""
 
@@ -50,7 +51,7 @@ _USAGE = """\
 ```bash
 pip install argostranslate=={argos}
 python -c "import argostranslate.package as p; p.install_from_path('{file}')"
-ARGOS_CHUNK_TYPE=SPACY argos-translate --from {src} --to {tgt} "A man is riding a bike."
+ARGOS_CHUNK_TYPE=SPACY argos-translate --from-lang {src} --to-lang {tgt} "A man is riding a bike."
 ```
 
 The decoding settings are argostranslate's: beam {beam}, length penalty |Y|^{alpha} (ARGOS_BEAM_SIZE changes the
@@ -158,6 +159,10 @@ ARGOS_NOTES = """\
   `--lp power --alpha 0.2`; the paper's GNMT penalty has no CTranslate2 equivalent), CTranslate2's patience 1 and
   at most 256 words. `aiayn translate --engine ct2 --beam 4 --lp power --alpha 0.2 --max-len-a 0 --max-len-b 256`
   on the same sentences gives the same translations (aiayn's tests/test_export_argos.py checks it).
+* argostranslate runs the model with ARGOS_COMPUTE_TYPE, default "auto" (int8 on a CPU that has it, whatever the
+  weights above); ARGOS_COMPUTE_TYPE=default keeps them.
+* PAD and BOS have output bias -1e4 (argostranslate cannot suppress them): the log-probabilities are aiayn's
+  renormalized over the other tokens, as when aiayn's CTranslate2 decoding suppresses them.
 * A line is split into sentences (by ARGOS_CHUNK_TYPE's splitter), each translated alone; aiayn translates the
   whole line as one sentence.
 * argostranslate replaces a generated `<unk>` by the source piece the model attends to most (aiayn writes " ⁇ "),
