@@ -15,19 +15,16 @@ import sys
 import zipfile
 
 import pytest
+import spacy
 from helpers import save_run, tiny_model
 from test_export import train_tiny
 
 from aiayn.cli import main
 from aiayn.data import Vocab
 from aiayn.errors import UsageError, UserError
+from aiayn.export.argos import ARGOS_DECODING, export_argos, language_name
+from aiayn.export.ct2 import CT2Translator, export_ct2
 from aiayn.search import SearchConfig
-
-pytest.importorskip("argostranslate")  # in the test extra; skipped only where it is not installed
-spacy = pytest.importorskip("spacy")
-
-from aiayn.export.argos import ARGOS_DECODING, export_argos, language_name  # noqa: E402
-from aiayn.export.ct2 import CT2Translator, export_ct2  # noqa: E402
 
 NAME = "translate-en_de-1_0"
 
