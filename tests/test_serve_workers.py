@@ -337,3 +337,17 @@ def test_flags(tmp_path, capsys, monkeypatch):
     monkeypatch.delenv("AIAYN_TEST_ADMIN_KEY", raising=False)
     assert main(["serve", "--checkpoint", str(run), "--admin-key", "env:AIAYN_TEST_ADMIN_KEY"]) == 2
     assert "AIAYN_TEST_ADMIN_KEY is not set" in capsys.readouterr().err
+
+
+def test_soak_script_briefly():
+    """benchmarks/e2e/soak_server.py for a few seconds on its tiny random model: nothing lost or wrong."""
+    out = subprocess.run([sys.executable, "-m", "benchmarks.e2e.soak_server", "--checkpoint", "none", "--minutes",
+                          "0.08", "--warmup-minutes", "0.04", "--clients", "4", "--sample-s", "1", "--workers", "1"],
+                         cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)}, capture_output=True, text=True,
+                         timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    rows = {line.split("|")[1].strip(): line.split("|")[2:5] for line in out.stdout.splitlines()
+            if line.startswith("| ")}
+    sent, lost, wrong = (int(x) for x in rows["all"])
+    assert sent > 20 and lost == 0 and wrong == 0, out.stdout
+    assert int(rows["bad"][0]) > 0 and "growth" in out.stdout

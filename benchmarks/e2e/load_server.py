@@ -96,27 +96,37 @@ def stats(base: str) -> dict:
 
 
 class Connection:
-    """One keep-alive HTTP/1.1 connection sending JSON (a minimal client: httpx's AsyncClient managed ~190 requests/s
-    with 32 connections on the 2-core machine of docs/serving.md, this ~730: the load must not measure its client)."""
+    """One keep-alive HTTP/1.1 connection (a minimal client: httpx's AsyncClient managed ~190 requests/s with 32
+    connections on the 2-core machine of docs/serving.md, this ~730: the load must not measure its client). It opens
+    again on the next request after the server closed it."""
 
     def __init__(self, host: str, port: int):
         self.host, self.port = host, port
         self.reader: asyncio.StreamReader | None = None
         self.writer: asyncio.StreamWriter | None = None
 
-    async def post(self, path: str, obj) -> tuple[int, dict]:
+    async def request(self, method: str, path: str, body: bytes = b"", content_type: str = "application/json"
+                      ) -> tuple[int, bytes]:
+        """(status, body) of one request."""
         if self.writer is None:
             self.reader, self.writer = await asyncio.open_connection(self.host, self.port)
-        body = json.dumps(obj).encode()
-        self.writer.write(f"POST {path} HTTP/1.1\r\nHost: {self.host}\r\nContent-Type: application/json\r\n"
+        self.writer.write(f"{method} {path} HTTP/1.1\r\nHost: {self.host}\r\nContent-Type: {content_type}\r\n"
                           f"Content-Length: {len(body)}\r\n\r\n".encode() + body)
-        head = (await self.reader.readuntil(b"\r\n\r\n")).decode("latin-1").split("\r\n")
-        length = next(int(h.split(":")[1]) for h in head if h.lower().startswith("content-length:"))
-        return int(head[0].split()[1]), json.loads(await self.reader.readexactly(length))
+        head = (await self.reader.readuntil(b"\r\n\r\n")).decode("latin-1").lower().split("\r\n")
+        length = next(int(h.split(":")[1]) for h in head if h.startswith("content-length:"))
+        answer = await self.reader.readexactly(length)
+        if "connection: close" in head:
+            self.close()
+        return int(head[0].split()[1]), answer
+
+    async def post(self, path: str, obj) -> tuple[int, dict]:
+        status, answer = await self.request("POST", path, json.dumps(obj).encode())
+        return status, json.loads(answer)
 
     def close(self) -> None:
         if self.writer is not None:
             self.writer.close()
+        self.reader = self.writer = None
 
 
 async def load(port: int, lines: list[str], clients: int, time_limit: float) -> dict:
@@ -137,7 +147,6 @@ async def load(port: int, lines: list[str], clients: int, time_limit: float) -> 
                                                         max(1.0, deadline - t))
             except (OSError, asyncio.TimeoutError, asyncio.IncompleteReadError, ValueError):
                 conn.close()
-                conn.writer = None
                 continue  # lost
             if status == 200:
                 answers[i] = answer["translatedText"]
