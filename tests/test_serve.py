@@ -224,6 +224,7 @@ def test_page_in_browser(setup):
             driver.get(base + "/")
             wait = WebDriverWait(driver, 30)
             wait.until(lambda d: d.find_element(By.ID, "model-info").text)  # /info has answered
+            assert driver.find_element(By.ID, "model-info").text.startswith("English \u2192 German; model: ")
             driver.find_element(By.ID, "src").send_keys(sentence)
             wait.until(lambda d: d.find_element(By.ID, "translation").get_attribute("data-src") == sentence)
             assert driver.find_element(By.ID, "translation").text == expect
