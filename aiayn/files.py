@@ -77,6 +77,31 @@ def commit_folder(part: Path, path: Path) -> Path:
     return Path(path)
 
 
+@contextlib.contextmanager
+def waiting_lock(path: str | Path, what: str) -> Iterator[None]:
+    """Hold an exclusive lock (flock) on the file `path` while the block runs, waiting for another process that holds
+    it (saying so once: `what` names the work, e.g. "prepare: another process is preparing data-bin/x"). The OS drops
+    the lock when its holder ends, however it ends. No lock where flock does not exist (not POSIX)."""
+    try:
+        import fcntl
+    except ImportError:
+        yield
+        return
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.read(fd, 32).decode("ascii", "replace").strip() or "unknown"
+            print(f"{what} (PID {holder}); waiting for it to finish", file=sys.stderr, flush=True)
+            fcntl.flock(fd, fcntl.LOCK_EX)
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        yield
+    finally:
+        os.close(fd)
+
+
 def atomic_write(path: str | Path, write: Callable[[Path], None]) -> Path:
     """Call write(tmp) on a temp file beside `path`, fsync it, then rename it over `path`. Returns `path`."""
     path = Path(path)

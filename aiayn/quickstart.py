@@ -103,28 +103,46 @@ def quickstart(out: Path, minutes: float = 12.0, preset: str = "small", vocab_si
     ckpt.save_weights(run / rundir.AVERAGED, state, cfg)
 
     translator = Translator.load(run, search, weights=dtype, device=where)  # decode in the dtype it trained in
-    src_lines = (data_dir / "test.src.txt").read_text(encoding="utf-8").splitlines()
-    refs = (data_dir / "test.tgt.txt").read_text(encoding="utf-8").splitlines()
-    print(f"[4/5] translating the held-out Gospel of John ({len(src_lines)} verses, beam {beam})", flush=True)
-    hyps = translator.translate(src_lines, progress=progress)
-    with files.atomic_text_output(run / "test.hyp") as f:
-        f.write("\n".join(hyps) + "\n")
-    bleu, chrf_score = corpus_bleu(hyps, refs), chrf(hyps, refs)
-    print(f"      test BLEU {bleu.score:.1f}   chrF {chrf_score.score:.1f}\n      sacreBLEU {bleu.signature}")
-
+    scores = _translate_test(translator, data_dir, run, beam, progress)
     print("[5/5] example translations (English -> Spanish):")
     for en, hyp in zip(EXAMPLES, translator.translate(EXAMPLES)):
         print(f"      {en}\n   -> {hyp}")
     minutes_total = (time.time() - t0) / 60
+    speed = _training_speed(run)
     print(f"""
+trained {speed['steps']:,} steps at a median {speed['train_tokens_per_s']:,.0f} target tokens/s.
 done in {minutes_total:.1f} minutes. Everything is in {out}/. Next:
   echo "The Lord is my shepherd." | aiayn translate --checkpoint {run}
   aiayn evaluate --hyp {run / 'test.hyp'} --ref {data_dir / 'test.tgt.txt'} --lang es
   aiayn train --resume {run} --max-minutes 30        # train longer, then refresh the weights translate uses:
   aiayn average --run {run} --last {average_last}
   aiayn plot {run}                                   # training curves -> {run / 'curves.png'}""")
-    return {"bleu": bleu.score, "chrf": chrf_score.score, "signature": bleu.signature, "minutes": minutes_total,
-            "interrupted_by": None}
+    return {**scores, **speed, "minutes": minutes_total, "interrupted_by": None}
+
+
+def _translate_test(translator: Translator, data_dir: Path, run: Path, beam: int, progress: bool) -> dict:
+    """Step 4: translate the held-out book into run/test.hyp and score it; prints the scores and the speed."""
+    src_lines = (data_dir / "test.src.txt").read_text(encoding="utf-8").splitlines()
+    refs = (data_dir / "test.tgt.txt").read_text(encoding="utf-8").splitlines()
+    print(f"[4/5] translating the held-out Gospel of John ({len(src_lines)} verses, beam {beam})", flush=True)
+    t0 = time.time()
+    hyps = translator.translate(src_lines, progress=progress)
+    seconds = time.time() - t0
+    with files.atomic_text_output(run / "test.hyp") as f:
+        f.write("\n".join(hyps) + "\n")
+    bleu, chrf_score = corpus_bleu(hyps, refs), chrf(hyps, refs)
+    print(f"      test BLEU {bleu.score:.1f}   chrF {chrf_score.score:.1f}\n      sacreBLEU {bleu.signature}\n"
+          f"      {len(src_lines)} verses in {seconds:.0f} s ({len(src_lines) / seconds:.1f} sentences/s)")
+    return {"bleu": bleu.score, "chrf": chrf_score.score, "signature": bleu.signature,
+            "translate_sentences_per_s": len(src_lines) / seconds}
+
+
+def _training_speed(run: Path) -> dict:
+    """The steps the run trained and its median training speed (target tokens/s), from its log."""
+    train_rows = [r for r in rundir.read_log(run) if r["kind"] == "train"]
+    speeds = sorted(r["tokens_per_s"] for r in train_rows)
+    return {"steps": train_rows[-1]["step"] if train_rows else 0,
+            "train_tokens_per_s": speeds[len(speeds) // 2] if speeds else 0.0}
 
 
 def _trained(run: Path) -> tuple[int, float]:

@@ -197,6 +197,17 @@ def test_prepare_again_reuses_and_refuses_other_inputs(tmp_path, prepared, capsy
         prepare(src, tgt, tmp_path / "out", vocab=prepared, max_len=10)
 
 
+def test_two_prepares_of_one_folder_at_once_take_turns(tmp_path, prepared):
+    """Two quickstarts into one --out prepare the same folder at once: the second waits, then reuses it."""
+    import concurrent.futures
+
+    src, tgt = write(tmp_path / "s", ["Hello.", "Yes."]), write(tmp_path / "t", ["Hola.", "Sí."])
+    with concurrent.futures.ThreadPoolExecutor(2) as pool:
+        results = list(pool.map(lambda _: prepare(src, tgt, tmp_path / "out", vocab=prepared), range(2)))
+    assert sorted(r["reused"] for r in results) == [False, True]
+    assert not (tmp_path / "out.partial").exists()
+
+
 def test_prepare_records_every_file_and_data_without_the_record_are_refused(tmp_path, prepared):
     import hashlib
 

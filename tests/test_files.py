@@ -64,3 +64,23 @@ def test_sha256_and_output_paths(tmp_path):
         files.check_output_path(tmp_path)
     with pytest.raises(UserError, match="there is no folder"):
         files.check_output_path(tmp_path / "nothing" / "out.txt")
+
+
+def test_waiting_lock_makes_a_second_holder_wait_and_says_why(tmp_path, capsys):
+    import threading
+    import time
+
+    lock, order = tmp_path / "x.lock", []
+
+    def second():
+        with files.waiting_lock(lock, "test: another process holds x"):
+            order.append("second")
+
+    with files.waiting_lock(lock, "first"):
+        t = threading.Thread(target=second)
+        t.start()
+        time.sleep(0.3)
+        order.append("first done")
+    t.join(10)
+    assert order == ["first done", "second"]
+    assert "test: another process holds x (PID" in capsys.readouterr().err

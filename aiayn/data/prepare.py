@@ -21,7 +21,7 @@ from aiayn.config import PAPER_VOCAB, UNK_ID
 from aiayn.data.folder import META_FILE, PARTIAL_MARK, read_meta, write_meta
 from aiayn.data.vocab import Vocab
 from aiayn.errors import DataError
-from aiayn.files import commit_folder, count_lines, iter_lines, sha256_file
+from aiayn.files import commit_folder, count_lines, iter_lines, sha256_file, waiting_lock
 
 CHUNK = 20_000  # pairs tokenized per SentencePiece call
 
@@ -295,6 +295,13 @@ def prepare(
         "options": {**options, "vocab": None if vocab is None else sha256_file(vocab.model_path)},
     }
     out = Path(out_dir)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    # Two processes preparing one folder at once (two quickstarts into one --out) take turns; the second reuses it.
+    with waiting_lock(out.with_name(out.name + ".lock"), f"prepare: another process is preparing {out}"):
+        return _prepare_locked(out, inputs, vocab, options, fingerprint)
+
+
+def _prepare_locked(out: Path, inputs: dict, vocab: Vocab | None, options: dict, fingerprint: dict) -> dict:
     meta = _existing(out, fingerprint)
     if meta is not None:
         print(f"prepare: {out} already holds these inputs prepared with these options; reusing it")
