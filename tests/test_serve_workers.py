@@ -294,6 +294,12 @@ def test_misbehaving_clients(models, copy_data, tmp_path):
         # a head over 16 KiB: 431 at once
         status, data = response(raw(port, HEAD + b"X-Big: " + b"a" * 20_000 + b"\r\n\r\n"), 5)
         assert status == 431 and b"max_head_bytes" in data
+        # a legal request whose head and body come in one write, more than 16 KiB together: answered
+        texts = [" ".join([lines[k % len(lines)]] * 30)[:900] for k in range(24)]
+        body = json.dumps({"q": texts}).encode()
+        status, data = response(raw(port, HEAD + f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n"
+                                    .encode() + body), 30)
+        assert len(body) > 16 * 1024 and status == 200, data[:300]
         # Content-Length over the limit: 413 before any of the body is sent
         t = time.monotonic()
         status, data = response(raw(port, HEAD + b"Content-Length: 100000000\r\n\r\n"), 5)

@@ -12,8 +12,8 @@ a client sending its head or body a byte at a time, or opening a connection and 
 
 Bodies: a Content-Length over the route's limit gets 413 before any of the body is read, and a chunked body is cut
 at the limit (aiayn.serve.bodies); a connection whose body was not read whole is closed after the answer: its
-sending side at once, and the whole of it LINGER_S later (what the client sends meanwhile is thrown away: closing
-with unread data would reset the connection, and the client could lose the answer).
+sending side at once, and the whole of it LINGER_S later or after LINGER_BYTES more (what the client sends meanwhile
+is thrown away: closing with unread data would reset the connection, and the client could lose the answer).
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ from uvicorn.protocols.http.h11_impl import H11Protocol
 MAX_HEAD_BYTES = 16 * 1024  # request line and headers; h11's own default bound
 KEEP_ALIVE_S = 5  # an idle keep-alive connection is closed after this long (uvicorn's timeout_keep_alive)
 LINGER_S = 2.0  # how long an answered connection whose body was not read whole is drained before it is closed
+LINGER_BYTES = 1024 * 1024  # and how much of it at most
 
 
 def guarded_protocol(read_timeout_s: float) -> type[H11Protocol]:
@@ -41,9 +42,11 @@ class GuardedH11Protocol(H11Protocol):
     def connection_made(self, transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
         self._head_bytes = 0  # bytes of the head being read
+        self._tail = b""  # its last 3 bytes: the blank line that ends it may come split across reads
         self._received = False  # whether the request being read has sent anything
         self._read_timer = None
         self._lingering = False
+        self._drained = 0  # bytes thrown away while lingering
         self._arm()  # a connection that sends nothing is closed after read_timeout_s too
 
     def connection_lost(self, exc: Exception | None) -> None:
@@ -52,10 +55,16 @@ class GuardedH11Protocol(H11Protocol):
 
     def data_received(self, data: bytes) -> None:
         if self._lingering:
+            self._drained += len(data)
+            if self._drained > LINGER_BYTES:
+                self.transport.close()
             return
-        if self.conn.their_state is h11.IDLE:  # reading a request's head
+        if self.conn.their_state is h11.IDLE:  # reading a request's head (data may hold the start of its body)
             self._received = True
-            self._head_bytes += len(data)
+            joined = self._tail + data
+            end = joined.find(b"\r\n\r\n")
+            self._head_bytes += len(data) if end < 0 else end + 4 - len(self._tail)
+            self._tail = joined[-3:]
             if self._head_bytes > MAX_HEAD_BYTES:
                 self._refuse(431, f"the request's head (request line and headers) is larger than {MAX_HEAD_BYTES} "
                                   "bytes", limit="max_head_bytes", max=MAX_HEAD_BYTES)
@@ -64,7 +73,7 @@ class GuardedH11Protocol(H11Protocol):
                 self._arm()
         super().data_received(data)
         if self.conn.their_state is not h11.IDLE:
-            self._head_bytes = 0
+            self._head_bytes, self._tail = 0, b""
         if self.conn.their_state not in (h11.IDLE, h11.SEND_BODY):  # arrived whole (or the connection is ending)
             self._disarm()
             self._received = False
