@@ -16,12 +16,19 @@ Reading guide:
                  minute budgets per key or address (429 + Retry-After), CORS; ASGI middleware that replays the body.
     observe.py   GET /metrics (Prometheus; summed over worker processes) and one JSON access-log line a request.
     page.html    the page: translation as you type, n-best with scores, the attention view of aiayn.viz.
-    aiayn/cli/serve.py   the command: loads a checkpoint (safetensors: no pickle), runs uvicorn on 127.0.0.1; on
-                 SIGTERM uvicorn lets the requests in flight finish, then the batcher drains and the process exits.
+    workers.py   `serve(spec, workers)`: the server in one process, or N worker processes (each its own model copy
+                 and torch threads) behind one listening socket; the main process forwards SIGTERM / Ctrl-C (every
+                 worker drains), turns SIGHUP into a reload and starts a dead worker again.
+    reload.py    a new checkpoint without downtime: SIGHUP or POST /admin/reload (--admin-key) -> every worker loads
+                 the checkpoint again and swaps it in between two batches; `WorkerBoard`, the state the workers
+                 share (GET /workers).
+    guard.py     clients that misbehave, bounded at the connection: uvicorn's h11 protocol with a read timeout (408)
+                 and a head size limit (431); an unread body's connection is closed after the answer.
+    aiayn/cli/serve.py   the command: checks the flags and the checkpoint, then workers.serve on 127.0.0.1.
 
 FastAPI, uvicorn, python-multipart, fastapi-offline and prometheus_client are the optional extra `serve` (pip install
 -e ".[serve]"); nothing outside this package and aiayn/cli/serve.py imports them. docs/serving.md: routes, shapes,
-limits, batching, access, metrics, measured throughput.
+limits, batching, workers, reloading, misbehaving clients, access, metrics, measured throughput.
 """
 
 from aiayn.serve.app import Limits, create_app
