@@ -314,7 +314,7 @@ def test_misbehaving_clients(models, copy_data, tmp_path):
                 sent += len(chunk)
         except OSError:  # the server closed the connection (timeout, reset or broken pipe)
             pass
-        assert sent < 20_000_000  # the server stopped reading near its limit (~0.4 MB), far below 50 MB
+        assert sent < 20_000_000  # the server stopped reading near its limit (max_body_bytes, ~0.8 MB), far below 50 MB
         # 200 idle connections: a client is still served at once, and the server closes them after the timeout
         idle = [raw(port, b"GET /health HTTP/1.1\r\n" if k % 2 else b"") for k in range(200)]
         assert max(translate_ok(k) for k in range(3)) < 2.0
