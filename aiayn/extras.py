@@ -11,8 +11,9 @@ from aiayn.errors import UserError
 # them all.
 OPTIONAL = {
     "viz": ("viz", ("matplotlib",), "aiayn attention, aiayn plot, aiayn table1 --plot, the plot of aiayn variations"),
-    "serve": ("serve", ("fastapi", "uvicorn"), "aiayn serve"),
-    "export": ("export", ("transformers", "ctranslate2"), "aiayn export, aiayn translate --engine ct2"),
+    "serve": ("serve", ("fastapi", "uvicorn", "python_multipart", "fastapi_offline", "prometheus_client"),
+              "aiayn serve"),
+    "export": ("export", ("transformers", "ctranslate2", "spacy"), "aiayn export, aiayn translate --engine ct2"),
     "tensorboard": ("tensorboard", ("tensorboard",), "the TensorBoard logs of aiayn train"),
     "datasets": ("datasets", ("datasets",), "aiayn.data.load_wmt14"),
 }
