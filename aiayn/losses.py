@@ -6,6 +6,7 @@
                                 torch.compile (its fused kernels are the compiler's), the chunked path if that
                                 cannot run; each kernel can be asked for by name (LOSS_KERNELS)
     batch_loss                  one batch through the model: the vocabulary projection on real tokens only
+    packed_batch_loss           the same for a packed batch (aiayn.packed): no padding anywhere
     TrainingObjective           model + loss in one forward, what DDP and torch.compile wrap
 """
 
@@ -19,6 +20,7 @@ from torch import Tensor
 
 from aiayn.config import PAD_ID
 from aiayn.model import Transformer
+from aiayn.packed import Sentences
 
 
 def label_smoothed_nll_loss(lprobs: Tensor, target: Tensor, eps: float) -> tuple[Tensor, Tensor]:
@@ -140,14 +142,30 @@ def batch_loss(model: Transformer, src: Tensor, tgt_in: Tensor, tgt_out: Tensor,
     return loss, nll, int(real.sum())
 
 
+def packed_batch_loss(model: Transformer, src: Tensor, tgt_in: Tensor, tgt_out: Tensor, src_sentences: Sentences,
+                      tgt_sentences: Sentences, eps: float, kernel: str = "auto") -> tuple[Tensor, Tensor, int]:
+    """`batch_loss` of packed sentences: src (Ns,), tgt_in and tgt_out (Nt,), placed by src_sentences and
+    tgt_sentences (aiayn.data.pack makes them from a Batch). Every target row is a real token."""
+    memory = model.encode_packed(src, src_sentences)  # (Ns, D)
+    hidden = model.decode_hidden_packed(tgt_in, memory, tgt_sentences, src_sentences)  # (Nt, D)
+    loss, nll = label_smoothed_cross_entropy(model.output_logits(hidden), tgt_out, eps, kernel)
+    return loss, nll, tgt_out.numel()
+
+
 class TrainingObjective(torch.nn.Module):
-    """The model plus its loss in one forward, so DDP (which hooks `forward`) and torch.compile wrap both."""
+    """The model plus its loss in one forward, so DDP (which hooks `forward`) and torch.compile wrap both. Takes a
+    Batch's tensors, or a PackedBatch's with its two Sentences (`Batch.inputs()`, `PackedBatch.inputs()`)."""
 
     def __init__(self, model: Transformer, loss_kernel: str = "auto"):
         super().__init__()
         self.model, self.loss_kernel = model, loss_kernel
 
-    def forward(self, src: Tensor, tgt_in: Tensor, tgt_out: Tensor) -> tuple[Tensor, Tensor]:
-        cfg = self.model.cfg
-        loss, nll, _ = batch_loss(self.model, src, tgt_in, tgt_out, cfg.label_smoothing, self.loss_kernel)
+    def forward(self, src: Tensor, tgt_in: Tensor, tgt_out: Tensor, src_sentences: Sentences | None = None,
+                tgt_sentences: Sentences | None = None) -> tuple[Tensor, Tensor]:
+        eps = self.model.cfg.label_smoothing
+        if src_sentences is not None:
+            loss, nll, _ = packed_batch_loss(self.model, src, tgt_in, tgt_out, src_sentences, tgt_sentences, eps,
+                                             self.loss_kernel)
+        else:
+            loss, nll, _ = batch_loss(self.model, src, tgt_in, tgt_out, eps, self.loss_kernel)
         return loss, nll

@@ -4,6 +4,7 @@ Notation (batch first everywhere):
     B  batch size              S  source length           T  target length (t: one decoding step)
     D  d_model                 F  d_ff                    V  vocabulary size (shared)
     h  heads                   dk d_k (query/key width)   dv d_v (value width)
+    Ns, Nt  tokens of all source / target sentences of a packed batch (aiayn.packed: no padding)
 
 Reading guide, paper -> code:
     3.2.1 scaled dot-product attention   -> `scaled_dot_product_attention` (or torch's fused kernel: aiayn.fast)
@@ -13,6 +14,7 @@ Reading guide, paper -> code:
     3.4   shared embeddings, sqrt(D)     -> `Transformer.embed`, `Transformer.output_logits`
     3.5   positional encoding            -> `sinusoidal_positions`
     5.4   residual dropout, post-norm    -> `SublayerConnection`
+    packed batches (not in the paper)    -> `Transformer.encode_packed/decode_hidden_packed`, aiayn.packed
 
 Initialization (documented in docs/model.md): embeddings N(0, D^-0.5) with the pad row zeroed (as fairseq,
 so that embedding * sqrt(D) has unit scale and the tied output projection starts with unit-variance logits);
@@ -30,6 +32,7 @@ from torch import Tensor, nn
 
 from aiayn.config import PAD_ID, ModelConfig
 from aiayn.fast import Dropout, LayerNorm, use_matmul_attention
+from aiayn.packed import PackedMask, Sentences, use_varlen_attention, varlen_attention
 
 # ---------------------------------------------------------------------------------------------------------
 # Pure functions: the paper's equations.
@@ -193,7 +196,10 @@ class MultiHeadAttention(nn.Module):
         mask: bool, broadcastable to (B, h, n, m), True = may attend. is_causal: self-attention over a full
         target. cache: self-attention appends this step's keys/values; cross-attention computes them once.
         In cross-attention x may hold g rows per memory sentence (N = B * g, sentence-major; see DecoderCache).
+        A PackedMask as mask: x (Nq, D) and memory (Nk, D) are packed sentences (`_forward_packed`).
         """
+        if isinstance(mask, PackedMask):
+            return self._forward_packed(x, x if memory is None else memory, mask, is_causal)
         q = self._split_heads(self.w_q(x), self.d_k)  # (B, h, n, dk)
         if self.self_attention:
             k, v = self._keys_values(x)  # (B, h, n, dk), (B, h, n, dv)
@@ -230,6 +236,25 @@ class MultiHeadAttention(nn.Module):
         b, h, n, dv = out.shape
         out = out.transpose(1, 2).reshape(b, n, h * dv)  # (B, h, n, dv) -> (B, n, h*dv)
         return self.w_o(out)
+
+    def _forward_packed(self, x: Tensor, source: Tensor, mask: PackedMask, is_causal: bool) -> Tensor:
+        """Queries from x (Nq, D), keys/values from source (Nk, D), each query within its own sentence: by the
+        variable-length flash kernel where it runs, else through the padded layout (aiayn.packed). Training only:
+        no cache, no recorded weights."""
+        q = self.w_q(x).view(-1, self.h, self.d_k)  # (Nq, D) -> (Nq, h, dk)
+        k = self.w_k(source).view(-1, self.h, self.d_k)  # (Nk, h, dk)
+        v = self.w_v(source).view(-1, self.h, self.d_v)  # (Nk, h, dv)
+        if use_varlen_attention(q, v):
+            out = varlen_attention(q, k, v, mask, is_causal)  # (Nq, h, dv)
+        else:
+            queries, keys = mask.queries, mask.keys
+            q, k, v = queries.pad(q), keys.pad(k), keys.pad(v)  # (B, h, Lq, dk), (B, h, Lk, dk), (B, h, Lk, dv)
+            key_mask = None if is_causal else keys.key_mask  # causal: no real query sees a later pad
+            if use_matmul_attention(q, decoding=False, need_weights=False):
+                out = queries.unpad(scaled_dot_product_attention(q, k, v, key_mask, is_causal)[0])  # (Nq, h, dv)
+            else:
+                out = queries.unpad(F.scaled_dot_product_attention(q, k, v, attn_mask=key_mask, is_causal=is_causal))
+        return self.w_o(out.reshape(-1, self.h * self.d_v))  # (Nq, h, dv) -> (Nq, h*dv) -> (Nq, D)
 
 
 def _ungroup(x: Tensor, group: int) -> Tensor:
@@ -278,7 +303,7 @@ class EncoderLayer(nn.Module):
             SublayerConnection(cfg.d_model, cfg.dropout, cfg.norm_first, cfg.layer_norm_eps) for _ in range(2)
         )
 
-    def forward(self, x: Tensor, src_mask: Tensor | None) -> Tensor:
+    def forward(self, x: Tensor, src_mask: Tensor | PackedMask | None) -> Tensor:
         x = self.sublayers[0](x, lambda y: self.self_attn(y, mask=src_mask))
         return self.sublayers[1](x, self.ffn)
 
@@ -295,8 +320,9 @@ class DecoderLayer(nn.Module):
             SublayerConnection(cfg.d_model, cfg.dropout, cfg.norm_first, cfg.layer_norm_eps) for _ in range(3)
         )
 
-    def forward(self, x: Tensor, memory: Tensor, src_mask: Tensor | None, cache: LayerCache | None) -> Tensor:
-        x = self.sublayers[0](x, lambda y: self.self_attn(y, is_causal=True, cache=cache))
+    def forward(self, x: Tensor, memory: Tensor, src_mask: Tensor | PackedMask | None, cache: LayerCache | None,
+                tgt_mask: PackedMask | None = None) -> Tensor:
+        x = self.sublayers[0](x, lambda y: self.self_attn(y, mask=tgt_mask, is_causal=True, cache=cache))
         x = self.sublayers[1](x, lambda y: self.cross_attn(y, memory, mask=src_mask, cache=cache))
         return self.sublayers[2](x, self.ffn)
 
@@ -309,7 +335,7 @@ class Encoder(nn.Module):
         self.layers = nn.ModuleList(EncoderLayer(cfg) for _ in range(cfg.n_enc_layers))
         self.norm = LayerNorm(cfg.d_model, eps=cfg.layer_norm_eps) if cfg.norm_first else nn.Identity()
 
-    def forward(self, x: Tensor, src_mask: Tensor | None) -> Tensor:
+    def forward(self, x: Tensor, src_mask: Tensor | PackedMask | None) -> Tensor:
         for layer in self.layers:
             x = layer(x, src_mask)
         return self.norm(x)
@@ -323,9 +349,10 @@ class Decoder(nn.Module):
         self.layers = nn.ModuleList(DecoderLayer(cfg) for _ in range(cfg.n_dec_layers))
         self.norm = LayerNorm(cfg.d_model, eps=cfg.layer_norm_eps) if cfg.norm_first else nn.Identity()
 
-    def forward(self, x: Tensor, memory: Tensor, src_mask: Tensor | None, cache: DecoderCache | None) -> Tensor:
+    def forward(self, x: Tensor, memory: Tensor, src_mask: Tensor | PackedMask | None, cache: DecoderCache | None,
+                tgt_mask: PackedMask | None = None) -> Tensor:
         for i, layer in enumerate(self.layers):
-            x = layer(x, memory, src_mask, cache.layers[i] if cache is not None else None)
+            x = layer(x, memory, src_mask, cache.layers[i] if cache is not None else None, tgt_mask)
         return self.norm(x)
 
 
@@ -389,6 +416,12 @@ class Transformer(nn.Module):
         x = x + self.position_encoding(tokens.size(1), offset, tokens.device)
         return self.dropout(x)
 
+    def embed_packed(self, tokens: Tensor, sentences: Sentences) -> Tensor:
+        """embed() of packed sentences, positions restarting at 0 in each: (N,) -> (N, D)."""
+        x = self.embedding(tokens) * self.embed_scale
+        x = x + self.position_encoding(sentences.max_len, 0, tokens.device)[sentences.positions]
+        return self.dropout(x)
+
     def output_logits(self, hidden: Tensor) -> Tensor:
         """Pre-softmax linear transformation, tied to the embedding: (..., D) -> (..., V)."""
         return F.linear(hidden, self.embedding.weight)
@@ -424,6 +457,18 @@ class Transformer(nn.Module):
         """tgt_in (B, T) (shifted right, starts with BOS) -> logits (B, T, V). Right-padded targets need no
         mask beyond the causal one: no real position can see a later pad."""
         return self.output_logits(self.decode_hidden(tgt_in, memory, src_pad, cache))
+
+    def encode_packed(self, src: Tensor, src_sentences: Sentences) -> Tensor:
+        """Packed source sentences src (Ns,), each ending with EOS -> memory (Ns, D); attention within each."""
+        return self.encoder(self.embed_packed(src, src_sentences), PackedMask(src_sentences, src_sentences))
+
+    def decode_hidden_packed(self, tgt_in: Tensor, memory: Tensor, tgt_sentences: Sentences,
+                             src_sentences: Sentences) -> Tensor:
+        """Teacher-forced decoder states (Nt, D) of packed targets tgt_in (Nt,) (each starting with BOS): target
+        sentence i attends causally to itself and to source sentence i of memory (Ns, D)."""
+        x = self.embed_packed(tgt_in, tgt_sentences)
+        return self.decoder(x, memory, PackedMask(tgt_sentences, src_sentences), None,
+                            PackedMask(tgt_sentences, tgt_sentences))
 
     def new_cache(self) -> DecoderCache:
         return DecoderCache()

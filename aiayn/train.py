@@ -29,7 +29,7 @@ import torch
 from aiayn import checkpoint as ckpt
 from aiayn import rundir
 from aiayn.config import ModelConfig, check_fields, check_types
-from aiayn.data import PreparedSplit, TokenBatchSampler, Vocab, collate, open_prepared
+from aiayn.data import PreparedSplit, TokenBatchSampler, Vocab, collate, open_prepared, pack
 from aiayn.errors import CheckpointError, DataError, UsageError
 from aiayn.losses import TrainingObjective
 from aiayn.metrics.perplexity import perplexity
@@ -94,6 +94,8 @@ class TrainConfig:
                               "the device multiplies bf16 natively, else fp32 (the resolved one is saved)")
     device: str = _opt("auto", "auto (CUDA if present), cpu, cuda, cuda:N")
     compile: bool = _opt(False, "torch.compile the model and loss")
+    packed: bool = _opt(False, "packed batches: each batch's sentences one after another without padding, attention "
+                               "within each sentence (flash's variable-length kernel on GPUs; same loss as padded)")
     threads: int = _opt(0, "CPU threads for torch (0 = the cores not busy with other processes, measured at start)",
                         low=0)
 
@@ -366,7 +368,7 @@ def _update(state: TrainState, objective: torch.nn.Module, micro: list, rt: Runt
         last = k == len(micro) - 1 or rt.world_size == 1
         with contextlib.nullcontext() if last else getattr(objective, "_orig_mod", objective).no_sync():
             with rt.autocast():
-                loss, nll = objective(b.src, b.tgt_in, b.tgt_out)
+                loss, nll = objective(*b.inputs())
             (loss * scale).backward()
         loss_sum, nll_sum = loss_sum + loss.item(), nll_sum + nll.item()
     if tc.clip_norm > 0:
@@ -414,7 +416,8 @@ def _loop(state: TrainState, train_set: PreparedSplit, valid: PreparedSplit | No
         while state.step < tc.max_steps and stop.signal is None:
             # Dropout masks are a function of (seed, step, rank): an interrupted run resumes exactly.
             torch.manual_seed(tc.seed * 1_000_003 + state.step * 1009 + rt.rank)
-            micro = [collate([train_set[i] for i in next(batches)]).to(rt.device) for _ in range(tc.update_freq)]
+            micro = [collate([train_set[i] for i in next(batches)]) for _ in range(tc.update_freq)]
+            micro = [(pack(b) if tc.packed else b).to(rt.device) for b in micro]
             loss_sum, nll_sum, lr = _update(state, objective, micro, rt, tc, t_start)
             window.add(loss_sum, nll_sum, sum(b.n_tgt_tokens for b in micro))
             postfix = {}

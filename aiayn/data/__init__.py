@@ -1,20 +1,21 @@
 """Everything between raw parallel text and the batches the trainer consumes.
 
     raw text --prepare--> prepared-data directory (shared vocabulary + token-id cache) --load_split-->
-    PreparedSplit --TokenBatchSampler--> lists of example indices --collate--> Batch of padded tensors.
+    PreparedSplit --TokenBatchSampler--> lists of example indices --collate--> Batch of padded tensors (--pack-->
+PackedBatch: the same sentences without padding).
 
 Modules: `vocab` (the shared SentencePiece BPE vocabulary), `prepare` (cleaning, vocabulary, id cache),
 `folder` (the prepared-data directory's format: written, opened and checked), `batching` (token-based batches),
 `corpora` (the shipped Bible, WMT14).
 """
 
-from aiayn.data.batching import Batch, TokenBatchSampler, collate
+from aiayn.data.batching import Batch, PackedBatch, TokenBatchSampler, collate, pack
 from aiayn.data.corpora import builtin_corpus, load_wmt14
 from aiayn.data.folder import META_FILE, PreparedSplit, has_split, load_split, open_prepared
 from aiayn.data.prepare import prepare
 from aiayn.data.vocab import Vocab
 
 __all__ = [
-    "META_FILE", "Batch", "PreparedSplit", "TokenBatchSampler", "Vocab", "builtin_corpus", "collate", "has_split",
-    "load_split", "load_wmt14", "open_prepared", "prepare",
+    "META_FILE", "Batch", "PackedBatch", "PreparedSplit", "TokenBatchSampler", "Vocab", "builtin_corpus", "collate",
+    "has_split", "load_split", "load_wmt14", "open_prepared", "pack", "prepare",
 ]

@@ -1,5 +1,6 @@
 """Batching a prepared split: PreparedSplit (aiayn.data.folder) --TokenBatchSampler--> lists of example indices
---collate--> Batch of padded tensors (token-based batches, section 5.1: ~25,000 source and target tokens)."""
+--collate--> Batch of padded tensors (token-based batches, section 5.1: ~25,000 source and target tokens)
+--pack--> PackedBatch (the same sentences without padding, for `aiayn train --packed`: aiayn.packed)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import torch
 
 from aiayn.config import BOS_ID, EOS_ID, PAD_ID
 from aiayn.errors import DataError
+from aiayn.packed import Sentences
 
 # ---------------------------------------------------------------------------------------------------
 # Batching
@@ -134,6 +136,10 @@ class Batch:
     def to(self, device: torch.device | str) -> Batch:
         return self._map(lambda t: t.to(device, non_blocking=True))
 
+    def inputs(self) -> tuple[torch.Tensor, ...]:
+        """What aiayn.losses.TrainingObjective takes."""
+        return self.src, self.tgt_in, self.tgt_out
+
     def _map(self, fn: Callable[[torch.Tensor], torch.Tensor]) -> Batch:
         return dataclasses.replace(self, src=fn(self.src), tgt_in=fn(self.tgt_in), tgt_out=fn(self.tgt_out))
 
@@ -152,3 +158,39 @@ def collate(pairs: Sequence[tuple[np.ndarray, np.ndarray]]) -> Batch:
         tgt_out[i, : len(t)], tgt_out[i, len(t)] = t, EOS_ID
     return Batch(torch.from_numpy(src), torch.from_numpy(tgt_in), torch.from_numpy(tgt_out),
                  sum(src_len), sum(tgt_len))
+
+
+@dataclasses.dataclass
+class PackedBatch:
+    """The sentences of a Batch one after another, no padding: sentence i is src[src_sentences.cu_seqlens[i]:
+    src_sentences.cu_seqlens[i+1]], and likewise on the target side (aiayn.packed)."""
+
+    src: torch.Tensor  # (Ns,)  ids..., EOS of each sentence in turn
+    tgt_in: torch.Tensor  # (Nt,)  BOS, ids... of each sentence
+    tgt_out: torch.Tensor  # (Nt,)  ids..., EOS of each sentence
+    src_sentences: Sentences
+    tgt_sentences: Sentences
+    n_src_tokens: int
+    n_tgt_tokens: int
+
+    def __len__(self) -> int:
+        return len(self.src_sentences)
+
+    def to(self, device: torch.device | str) -> PackedBatch:
+        move = lambda t: t.to(device, non_blocking=True)  # noqa: E731
+        return dataclasses.replace(self, src=move(self.src), tgt_in=move(self.tgt_in), tgt_out=move(self.tgt_out),
+                                   src_sentences=self.src_sentences.to(device),
+                                   tgt_sentences=self.tgt_sentences.to(device))
+
+    def inputs(self) -> tuple[torch.Tensor | Sentences, ...]:
+        """What aiayn.losses.TrainingObjective takes."""
+        return self.src, self.tgt_in, self.tgt_out, self.src_sentences, self.tgt_sentences
+
+
+def pack(batch: Batch) -> PackedBatch:
+    """The padded batch's sentences without their padding (rows in order; PAD never occurs inside a sentence)."""
+    src_real, tgt_real = batch.src.ne(PAD_ID), batch.tgt_out.ne(PAD_ID)  # (B, S), (B, T)
+    return PackedBatch(batch.src[src_real], batch.tgt_in[tgt_real], batch.tgt_out[tgt_real],
+                       Sentences.from_lengths(src_real.sum(1), batch.src.device),
+                       Sentences.from_lengths(tgt_real.sum(1), batch.src.device), batch.n_src_tokens,
+                       batch.n_tgt_tokens)
