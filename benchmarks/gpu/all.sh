@@ -1,27 +1,43 @@
 #!/usr/bin/env bash
-# Everything this project checks on a lent GPU, in one command (10 minutes at most), results under $OUT (or ./gpu-out):
-# the CUDA tests, benchmarks/gpu/check.py (training tokens/s and MFU, decoding), and the Multi30k recipe trained
-# for 3 minutes on the GPU, averaged, decoded and scored there. Needs data-bin/multi30k (prepared as in
-# configs/multi30k.yaml's header) beside the repository. Run from the repository root:
+# Everything this project checks on a lent GPU, results under $OUT (or ./gpu-out), in four parts:
+#   tests     the CUDA tests (tests/test_losses.py, tests/test_runtime.py, tests/test_packed.py)
+#   check     benchmarks/gpu/check.py: training tokens/s and MFU, decoding, which attention kernel runs
+#   packed    benchmarks/gpu/packed.py: padded against packed batches, base and big, bf16, eager and compiled
+#   multi30k  the Multi30k recipe trained for 3 minutes on the GPU, averaged, decoded and scored there; needs
+#             data-bin/multi30k (prepared as in configs/multi30k.yaml's header) beside the repository
+# All four take ~13 minutes; where a command may run 10 minutes at most, run them as two commands (say
+# `all.sh tests check multi30k`, then `all.sh packed`). Run from the repository root:
 #
-#   bash benchmarks/gpu/all.sh
+#   bash benchmarks/gpu/all.sh [PART ...]      (no part: all four)
 set -u -o pipefail
 OUT=${OUT:-gpu-out}; mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD
 PY=${PY:-python3}
+PARTS=" ${*:-tests check packed multi30k} "
+want() { [[ "$PARTS" == *" $1 "* ]]; }
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,temperature.gpu --format=csv | tee "$OUT/gpu.txt"
-timeout 150 $PY -m pytest -q -x tests/test_losses.py tests/test_runtime.py \
-    2>&1 | tail -5 | tee "$OUT/tests.txt"
-timeout 200 $PY -m benchmarks.gpu.check --compile --out "$OUT/gpu_check.jsonl" 2>&1 | grep -v Warning | tail -12
-R=$(mktemp -d)/multi30k
-timeout 230 $PY -m aiayn train --config configs/multi30k.yaml --out "$R" --device cuda --threads 0 --no-progress \
-    --max-minutes ${TRAIN_MINUTES:-3} --save-every-minutes 0.5 --keep-last 5 --max-tokens 8192 2>&1 | tail -4
-cp "$R"/*.jsonl "$OUT/" 2>/dev/null
-$PY -m aiayn average --run "$R" --last 5 2>&1 | tail -1
-$PY -m aiayn translate --checkpoint "$R" --input data-bin/multi30k/test.src.txt --output "$OUT/test.hyp" \
-    --device cuda --no-progress 2>&1 | tail -1
-if $PY -c "import sacremoses" 2>/dev/null; then
-    $PY -m aiayn evaluate --hyp "$OUT/test.hyp" --ref data-bin/multi30k/test.tgt.txt --lang de 2>&1 | tail -4 | tee "$OUT/bleu.txt"
-else  # the GPU image lacks sacremoses (tokenized BLEU): sacreBLEU alone here, the full evaluate where it is installed
-    $PY -m sacrebleu data-bin/multi30k/test.tgt.txt -i "$OUT/test.hyp" -b | tee "$OUT/bleu.txt"
+if want tests; then
+    timeout 150 $PY -m pytest -q -x tests/test_losses.py tests/test_runtime.py tests/test_packed.py \
+        2>&1 | tail -5 | tee "$OUT/tests.txt"
+fi
+if want check; then
+    timeout 200 $PY -m benchmarks.gpu.check --compile --out "$OUT/gpu_check.jsonl" 2>&1 | grep -v Warning | tail -12
+fi
+if want packed; then
+    timeout 300 $PY -m benchmarks.gpu.packed --compile --steps 10 --out "$OUT/gpu_packed.jsonl" 2>&1 \
+        | grep -v Warning | tee "$OUT/gpu_packed.txt" | tail -14
+fi
+if want multi30k; then
+    R=$(mktemp -d)/multi30k
+    timeout 230 $PY -m aiayn train --config configs/multi30k.yaml --out "$R" --device cuda --threads 0 --no-progress \
+        --max-minutes ${TRAIN_MINUTES:-3} --save-every-minutes 0.5 --keep-last 5 --max-tokens 8192 2>&1 | tail -4
+    cp "$R"/*.jsonl "$OUT/" 2>/dev/null
+    $PY -m aiayn average --run "$R" --last 5 2>&1 | tail -1
+    $PY -m aiayn translate --checkpoint "$R" --input data-bin/multi30k/test.src.txt --output "$OUT/test.hyp" \
+        --device cuda --no-progress 2>&1 | tail -1
+    if $PY -c "import sacremoses" 2>/dev/null; then
+        $PY -m aiayn evaluate --hyp "$OUT/test.hyp" --ref data-bin/multi30k/test.tgt.txt --lang de 2>&1 | tail -4 | tee "$OUT/bleu.txt"
+    else  # the GPU image lacks sacremoses (tokenized BLEU): sacreBLEU alone here, the full evaluate where it is installed
+        $PY -m sacrebleu data-bin/multi30k/test.tgt.txt -i "$OUT/test.hyp" -b | tee "$OUT/bleu.txt"
+    fi
 fi
