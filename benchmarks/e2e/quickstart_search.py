@@ -46,6 +46,7 @@ OLD = ["--average-last", "5", "--anneal", "0", "--set", "dropout=0.1"]
 LAST = ["--average-last", "1", "--anneal", "0", "--set", "dropout=0.1"]  # the last checkpoint alone, paper's schedule
 ANNEAL = ["--average-last", "1", "--anneal", "0.3"]  # the last checkpoint alone, the rate annealed to 0
 P01 = ["--set", "dropout=0.1"]
+SMALL = ["--set", "n_enc_layers=3", "--set", "n_dec_layers=3"]  # the `small` preset's depth (a later --set wins)
 # 2026-11-25, step-budgeted trials "avx2-NAME": each shape gets the steps it makes in 8.4 minutes under the AVX2
 # reproduction (= 12 minutes of a 2-core AMD Zen 3), from benchmarks/e2e/step_cost.py and fp32-vocab4k's 820 steps.
 AVX2_STEPS: dict[str, tuple[int, list[str]]] = {
@@ -56,6 +57,15 @@ AVX2_STEPS: dict[str, tuple[int, list[str]]] = {
     "v4k-ff512": (1050, ["--vocab-size", "4000", "--set", "d_ff=512"]),
     "v4k-tok1k": (1610, ["--vocab-size", "4000", "--max-tokens", "1024"]),
     "v4k-ff512-tok1k": (2060, ["--vocab-size", "4000", "--set", "d_ff=512", "--max-tokens", "1024"]),
+    "v4k-2x2-d192": (1780, ["--vocab-size", "4000", "--set", "n_enc_layers=2", "--set", "n_dec_layers=2",
+                            "--set", "d_model=192", "--set", "d_ff=768", "--set", "d_k=48", "--set", "d_v=48"]),
+    "v4k-2x2-tok1k": (2220, ["--vocab-size", "4000", "--set", "n_enc_layers=2", "--set", "n_dec_layers=2",
+                             "--max-tokens", "1024"]),
+    "v4k-2x2-d128": (3030, ["--vocab-size", "4000", "--set", "n_enc_layers=2", "--set", "n_dec_layers=2",
+                            "--set", "d_model=128", "--set", "d_ff=512", "--set", "d_k=32", "--set", "d_v=32"]),
+    "v4k-2x2-d192-tok1k": (3500, ["--vocab-size", "4000", "--set", "n_enc_layers=2", "--set", "n_dec_layers=2",
+                                  "--set", "d_model=192", "--set", "d_ff=768", "--set", "d_k=48", "--set", "d_v=48",
+                                  "--max-tokens", "1024"]),
 }
 TRIALS: dict[str, list[str]] = {
     "baseline": [*OLD],
@@ -95,10 +105,11 @@ TRIALS: dict[str, list[str]] = {
     "drop0-ls0": ["--set", "dropout=0.0", "--set", "label_smoothing=0.0", *ANNEAL],
     "drop0-warmup200": ["--set", "dropout=0.0", "--warmup", "200", "--lr-factor", "0.46", *ANNEAL],
     # 2026-11-25: fp32, for CPUs where bf16 does not pay (AVX2-only, or reproduced with AVX2_ENV on an AVX-512 one).
-    "fp32": ["--dtype", "fp32"],
-    "fp32-vocab4k": ["--dtype", "fp32", "--vocab-size", "4000"],
-    "fp32-vocab4k-lr0.7": ["--dtype", "fp32", "--vocab-size", "4000", "--lr-factor", "0.7"],
-    **{f"avx2-{name}": ["--dtype", "fp32", "--max-steps", str(steps), *flags]
+    # Written out against the bf16 recipe's shape and vocabulary (the fp32 recipe's defaults differ since).
+    "fp32": ["--dtype", "fp32", "--vocab-size", "8000", *SMALL],
+    "fp32-vocab4k": ["--dtype", "fp32", "--vocab-size", "4000", *SMALL],
+    "fp32-vocab4k-lr0.7": ["--dtype", "fp32", "--vocab-size", "4000", "--lr-factor", "0.7", *SMALL],
+    **{f"avx2-{name}": ["--dtype", "fp32", "--max-steps", str(steps), *SMALL, *flags]
        for name, (steps, flags) in AVX2_STEPS.items()},
 }
 

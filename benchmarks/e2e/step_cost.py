@@ -36,8 +36,16 @@ SHAPES: dict[str, tuple[str, list[str]]] = {
     "v4k-d192": ("4k", ["--set", "d_model=192", "--set", "d_ff=768", "--set", "d_k=48", "--set", "d_v=48"]),
     "v4k-tok1k": ("4k", ["--max-tokens", "1024"]),
     "v4k-ff512-tok1k": ("4k", ["--set", "d_ff=512", "--max-tokens", "1024"]),
+    "v4k-2x2-d192": ("4k", ["--set", "n_enc_layers=2", "--set", "n_dec_layers=2", "--set", "d_model=192",
+                            "--set", "d_ff=768", "--set", "d_k=48", "--set", "d_v=48"]),
+    "v4k-2x2-tok1k": ("4k", ["--set", "n_enc_layers=2", "--set", "n_dec_layers=2", "--max-tokens", "1024"]),
+    "v4k-2x2-d128": ("4k", ["--set", "n_enc_layers=2", "--set", "n_dec_layers=2", "--set", "d_model=128",
+                            "--set", "d_ff=512", "--set", "d_k=32", "--set", "d_v=32"]),
+    "v4k-2x2-d192-tok1k": ("4k", ["--set", "n_enc_layers=2", "--set", "n_dec_layers=2", "--set", "d_model=192",
+                                  "--set", "d_ff=768", "--set", "d_k=48", "--set", "d_v=48", "--max-tokens", "1024"]),
 }
-QUICKSTART = ["--preset", "small", "--set", "dropout=0.0", "--set", "init=fairseq", "--dtype", "fp32",
+QUICKSTART = ["--preset", "small", "--set", "n_enc_layers=3", "--set", "n_dec_layers=3", "--set", "dropout=0.0",
+              "--set", "init=fairseq", "--dtype", "fp32",
               "--max-tokens", "2048", "--warmup", "400", "--lr-factor", "0.45", "--log-every", "10"]
 
 
