@@ -31,6 +31,19 @@ from aiayn.translate import Translator
 # (dev perplexity 41 vs 60). `--set init=xavier` puts that back.
 MODEL_DEFAULTS = {"dropout": 0.0, "init": "fairseq"}
 
+# The recipe by the dtype training runs in, each chosen by a measured search of quickstart trials
+# (benchmarks/e2e/quickstart_search.py). bf16 (CPUs that multiply bf16 natively, GPUs): `small` with 8,000 pieces,
+# 2k-token batches. fp32 (every other CPU, e.g. AVX2-only ones: half the steps in the time): a cheaper step does
+# more in 12 minutes than a bigger model (benchmarks/results/2026-11-25-quickstart-avx2-shapes/NOTES.md): 4,000
+# pieces, 2+2 layers of width 192 (d_ff 768, 4 heads of 48). `shape` applies to the default preset only; flags and
+# --set override all of it.
+RECIPES = {
+    "bf16": {"vocab_size": 8000, "max_tokens": 2048, "shape": {}},
+    "fp32": {"vocab_size": 4000, "max_tokens": 2048,
+             "shape": {"n_enc_layers": 2, "n_dec_layers": 2, "d_model": 192, "d_ff": 768, "d_k": 48, "d_v": 48}},
+}
+DEFAULT_PRESET = "small"
+
 EXAMPLES = [
     "In the beginning was the Word.",
     "The people went out to the river to be baptized.",
@@ -40,23 +53,23 @@ EXAMPLES = [
 ]
 
 
-def quickstart(out: Path, minutes: float = 12.0, preset: str = "small", vocab_size: int = 8000,
+def quickstart(out: Path, minutes: float = 12.0, preset: str = DEFAULT_PRESET, vocab_size: int | None = None,
                dtype: str = "auto", average_last: int = 1, beam: int = 4, progress: bool = True,
-               model: dict | None = None, max_tokens: int = 2048, warmup: int = 400, lr_factor: float = 0.45,
+               model: dict | None = None, max_tokens: int | None = None, warmup: int = 400, lr_factor: float = 0.45,
                alpha: float = 0.6, anneal: float = 0.3, max_steps: int = 0, device: str = "auto") -> dict:
     """Run the whole job into `out`; returns test BLEU, chrF, the sacreBLEU signature and the minutes taken (or
     {"interrupted_by": signal} if Ctrl-C/SIGTERM stopped the training). model: overrides of the preset's fields
-    (e.g. {"dropout": 0.1}) on top of MODEL_DEFAULTS; max_tokens, warmup, lr_factor, anneal: the recipe (the recipe
-    search varies them). max_steps > 0 trains for that many steps instead of `minutes`: the same model on any
-    machine, however busy (the recipe search's step-budgeted trials). device: where it trains and translates
-    ("auto": a CUDA GPU when there is one)."""
+    (e.g. {"dropout": 0.1}) on top of MODEL_DEFAULTS and the dtype's RECIPES shape; vocab_size, max_tokens (None: the
+    dtype's RECIPES), warmup, lr_factor, anneal: the recipe (the recipe search varies them). max_steps > 0 trains
+    for that many steps instead of `minutes`: the same model on any machine, however busy (the recipe search's
+    step-budgeted trials). device: where it trains and translates ("auto": a CUDA GPU when there is one)."""
     out = Path(out)
     where = resolve_device(device)  # a clear error for a GPU that is not there, before anything is written
     dtype = resolve_dtype(dtype, where)  # bf16 only where this machine multiplies it natively
     if minutes <= 0:
         raise UsageError(f"the training budget must be > 0 minutes, got {minutes:g}")
     # Every option is checked before anything is written.
-    cfg = ModelConfig.preset(preset, **{**MODEL_DEFAULTS, **(model or {})})
+    cfg, vocab_size, max_tokens = recipe(dtype, preset, model, vocab_size, max_tokens)
     # A run of ~1,500 steps: ~2k-token batches (more updates in the time: measured better than 4k, RESULTS.md) and
     # the paper's schedule with a 400-step warm-up, scaled to peak at ~1.4e-3 (the paper's base peaks at 7e-4 with
     # 25k-token batches and 4000 warm-up steps), annealed linearly to 0 over the last 30% of the time: the last
@@ -118,6 +131,17 @@ done in {minutes_total:.1f} minutes. Everything is in {out}/. Next:
   aiayn average --run {run} --last {average_last}
   aiayn plot {run}                                   # training curves -> {run / 'curves.png'}""")
     return {**scores, **speed, "minutes": minutes_total, "interrupted_by": None}
+
+
+def recipe(dtype: str, preset: str = DEFAULT_PRESET, model: dict | None = None, vocab_size: int | None = None,
+           max_tokens: int | None = None) -> tuple[ModelConfig, int, int]:
+    """The model config, vocabulary size and batch size the quickstart trains with in `dtype` (bf16 or fp32): the
+    dtype's RECIPES entry (its shape only on the default preset), then what was asked for explicitly."""
+    chosen = RECIPES["bf16" if dtype == "bf16" else "fp32"]
+    shape = chosen["shape"] if preset == DEFAULT_PRESET else {}
+    cfg = ModelConfig.preset(preset, **{**MODEL_DEFAULTS, **shape, **(model or {})})
+    return (cfg, chosen["vocab_size"] if vocab_size is None else vocab_size,
+            chosen["max_tokens"] if max_tokens is None else max_tokens)
 
 
 def _translate_test(translator: Translator, data_dir: Path, run: Path, beam: int, progress: bool) -> dict:

@@ -32,7 +32,8 @@ def register(sub) -> None:
                    help="train for this many steps instead of --minutes (the same model on any machine; default 0: "
                    "by time)")
     p.add_argument("--preset", default="small", choices=list(PRESETS))
-    p.add_argument("--vocab-size", type=number(int, low=5), default=8000, help="BPE pieces (default 8000)")
+    p.add_argument("--vocab-size", type=number(int, low=5),
+                   help="BPE pieces (default: 8000 when training in bf16, 4000 in fp32)")
     p.add_argument("--dtype", default="auto", choices=["auto", "bf16", "fp32"],
                    help="auto (default): bf16 where the CPU/GPU multiplies bf16 natively, else fp32")
     p.add_argument("--device", default="auto",
@@ -44,7 +45,7 @@ def register(sub) -> None:
     p.add_argument("--set", action="append", metavar="FIELD=VALUE",
                    help="override a field of the preset, e.g. dropout=0.1 (repeatable; the quickstart's own default is "
                    "dropout=0.0 init=fairseq)")
-    p.add_argument("--max-tokens", type=positive_int, default=2048, help="tokens per batch (default 2048)")
+    p.add_argument("--max-tokens", type=positive_int, help="tokens per batch (default 2048)")
     p.add_argument("--warmup", type=positive_int, default=400, help="warm-up steps (default 400)")
     p.add_argument("--lr-factor", type=positive_float, default=0.45,
                    help="factor on the paper's learning-rate schedule (default 0.45: peak ~1.4e-3)")
