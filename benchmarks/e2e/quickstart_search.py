@@ -181,11 +181,13 @@ def read_results(path: Path) -> list[dict]:
 
 
 def report(rows: list[dict]) -> None:
-    print(table(["trial", "command", "steps", "dev ppl", "dev BLEU", "test BLEU", "chrF", "wall min",
+    def num(value, fmt: str = ".1f") -> str:
+        return "" if value is None else format(value, fmt)
+
+    print(table(["trial", "command", "steps", "dev ppl", "dev BLEU", "test BLEU", "chrF", "peak MB", "wall min",
                  "CPU, free cores"],
-                [[r["trial"], f"`{r['command']}`", f"{r['steps']:,}", f"{r['dev_ppl']:.1f}" if r["dev_ppl"] else "",
-                  f"{r['dev_bleu']:.1f}" if r.get("dev_bleu") is not None else "", f"{r['bleu']:.1f}",
-                  f"{r['chrf']:.1f}", f"{r['wall_min']:.1f}",
+                [[r["trial"], f"`{r['command']}`", f"{r['steps']:,}", num(r["dev_ppl"]), num(r.get("dev_bleu")),
+                  num(r["bleu"]), num(r["chrf"]), num(r.get("peak_rss_mb"), ",.0f"), num(r["wall_min"]),
                   f"{r['cpu']}, " + (f"core {r['core']}" if r.get("core") is not None else f"{r['free_cores']}")]
                  for r in rows]))
 
