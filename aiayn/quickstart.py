@@ -35,11 +35,11 @@ MODEL_DEFAULTS = {"dropout": 0.0, "init": "fairseq"}
 # (benchmarks/e2e/quickstart_search.py). bf16 (CPUs that multiply bf16 natively, GPUs): `small` with 8,000 pieces,
 # 2k-token batches. fp32 (every other CPU, e.g. AVX2-only ones: half the steps in the time): a cheaper step does
 # more in 12 minutes than a bigger model (benchmarks/results/2026-11-25-quickstart-avx2-shapes/NOTES.md): 4,000
-# pieces, 2+2 layers of width 192 (d_ff 768, 4 heads of 48). `shape` applies to the default preset only; flags and
-# --set override all of it.
+# pieces, 2+2 layers of width 192 (d_ff 768, 4 heads of 48), 1k-token batches. `shape` applies to the default preset
+# only; flags and --set override all of it.
 RECIPES = {
     "bf16": {"vocab_size": 8000, "max_tokens": 2048, "shape": {}},
-    "fp32": {"vocab_size": 4000, "max_tokens": 2048,
+    "fp32": {"vocab_size": 4000, "max_tokens": 1024,
              "shape": {"n_enc_layers": 2, "n_dec_layers": 2, "d_model": 192, "d_ff": 768, "d_k": 48, "d_v": 48}},
 }
 DEFAULT_PRESET = "small"

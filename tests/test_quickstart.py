@@ -70,12 +70,12 @@ def test_quickstart_on_a_missing_gpu_says_so_before_writing_anything(tmp_path):
 
 def test_the_recipe_follows_the_dtype_and_gives_way_to_what_is_asked():
     """fp32 (CPUs without native bf16) trains a cheaper step than bf16: 4,000 pieces and 2+2 layers
-    at width 192 against 8,000 and 3+3 at 256 (benchmarks/results/2026-11-25-quickstart-avx2-shapes/NOTES.md)."""
+    at width 192 and 1k-token batches against 8,000, 3+3 at 256 and 2k (benchmarks/results/2026-11-25-quickstart-avx2-shapes/NOTES.md)."""
     from aiayn.quickstart import recipe
 
     cfg, vocab, tokens = recipe("fp32")
     assert (cfg.n_enc_layers, cfg.n_dec_layers, cfg.d_model, cfg.d_ff, cfg.d_k, vocab, tokens) == (
-        2, 2, 192, 768, 48, 4000, 2048)
+        2, 2, 192, 768, 48, 4000, 1024)
     assert cfg.dropout == 0.0 and cfg.init == "fairseq"
     cfg, vocab, tokens = recipe("bf16")
     assert (cfg.n_enc_layers, cfg.n_dec_layers, cfg.d_model, vocab, tokens) == (3, 3, 256, 8000, 2048)
