@@ -45,7 +45,8 @@ def register(sub) -> None:
     p.add_argument("--set", action="append", metavar="FIELD=VALUE",
                    help="override a field of the preset, e.g. dropout=0.1 (repeatable; the quickstart's own default is "
                    "dropout=0.0 init=fairseq)")
-    p.add_argument("--max-tokens", type=positive_int, help="tokens per batch (default: 2048 when training in bf16, 1024 in fp32)")
+    p.add_argument("--max-tokens", type=positive_int,
+                   help="tokens per batch (default: 2048 when training in bf16, 1024 in fp32)")
     p.add_argument("--warmup", type=positive_int, default=400, help="warm-up steps (default 400)")
     p.add_argument("--lr-factor", type=positive_float, default=0.45,
                    help="factor on the paper's learning-rate schedule (default 0.45: peak ~1.4e-3)")
