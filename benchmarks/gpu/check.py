@@ -42,7 +42,8 @@ def peak_matmul(device, dtype=torch.bfloat16, n: int = 8192, reps: int = 20) -> 
     return 2 * n**3 / t.best
 
 
-def train_speed(preset: str, dtype: str, tokens: int, steps: int, device, compile_: bool) -> dict:
+def training_setup(preset: str, device, compile_: bool):
+    """(config, model, objective, optimizer) of a preset as `aiayn train` builds them, seeded, at lr 1e-4."""
     torch.manual_seed(0)
     cfg = ModelConfig.preset(preset)
     model = Transformer(cfg).to(device).train()
@@ -50,6 +51,11 @@ def train_speed(preset: str, dtype: str, tokens: int, steps: int, device, compil
     opt = make_optimizer(model, (0.9, 0.98), 1e-9)  # what aiayn train uses: fused Adam on CUDA
     for group in opt.param_groups:
         group["lr"] = 1e-4
+    return cfg, model, objective, opt
+
+
+def train_speed(preset: str, dtype: str, tokens: int, steps: int, device, compile_: bool) -> dict:
+    cfg, model, objective, opt = training_setup(preset, device, compile_)
     src, tgt_in, tgt_out, src_l, tgt_l = train_batch(cfg.vocab_size, tokens, device)
     n_tokens = sum(tgt_l)
     flops = 3 * forward_flops(cfg, src_l, tgt_l)

@@ -25,8 +25,7 @@ from aiayn.data.batching import Batch, pack
 from aiayn.losses import TrainingObjective
 from aiayn.model import Transformer, count_parameters
 from aiayn.packed import use_varlen_attention
-from aiayn.train import make_optimizer
-from benchmarks.gpu.check import DATASHEET_BF16, peak_matmul, sync
+from benchmarks.gpu.check import DATASHEET_BF16, peak_matmul, sync, training_setup
 from benchmarks.timing import measure
 from benchmarks.workloads import forward_flops, train_batch
 
@@ -49,13 +48,7 @@ def loss_gap(model: Transformer, padded: Batch, device: torch.device, dtype: str
 
 
 def train_speed(preset: str, dtype: str, layout: str, compile_: bool, args, device: torch.device) -> dict:
-    torch.manual_seed(0)
-    cfg = ModelConfig.preset(preset)
-    model = Transformer(cfg).to(device).train()
-    objective = torch.compile(TrainingObjective(model)) if compile_ else TrainingObjective(model)
-    opt = make_optimizer(model, (0.9, 0.98), 1e-9)  # what aiayn train uses: fused Adam on CUDA
-    for group in opt.param_groups:
-        group["lr"] = 1e-4
+    cfg, model, objective, opt = training_setup(preset, device, compile_)
     src, tgt_in, tgt_out, src_l, tgt_l = train_batch(cfg.vocab_size, args.tokens, "cpu", lo=args.min_len,
                                                      hi=args.max_len)
     padded = Batch(src, tgt_in, tgt_out, sum(src_l), sum(tgt_l))
