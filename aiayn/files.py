@@ -80,25 +80,38 @@ def commit_folder(part: Path, path: Path) -> Path:
 @contextlib.contextmanager
 def waiting_lock(path: str | Path, what: str) -> Iterator[None]:
     """Hold an exclusive lock (flock) on the file `path` while the block runs, waiting for another process that holds
-    it (saying so once: `what` names the work, e.g. "prepare: another process is preparing data-bin/x"). The OS drops
-    the lock when its holder ends, however it ends. No lock where flock does not exist (not POSIX)."""
+    it (saying so once: `what` names the work, e.g. "prepare: another process is preparing data-bin/x"). The file is
+    removed when the block ends, so nothing is left behind; a waiter that then holds a removed file's lock starts
+    again on the path. The OS drops a lock when its holder ends, however it ends. No lock without flock (not POSIX)."""
     try:
         import fcntl
     except ImportError:
         yield
         return
-    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
-    try:
+    said = False
+    while True:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            holder = os.read(fd, 32).decode("ascii", "replace").strip() or "unknown"
-            print(f"{what} (PID {holder}); waiting for it to finish", file=sys.stderr, flush=True)
+            if not said:
+                holder = os.read(fd, 32).decode("ascii", "replace").strip() or "unknown"
+                print(f"{what} (PID {holder}); waiting for it to finish", file=sys.stderr, flush=True)
+                said = True
             fcntl.flock(fd, fcntl.LOCK_EX)
+        try:
+            if os.fstat(fd).st_ino == os.stat(path).st_ino:
+                break  # the file at `path` is the one locked
+        except FileNotFoundError:
+            pass
+        os.close(fd)  # its holder removed it while this process waited: lock the path anew
+    try:
         os.ftruncate(fd, 0)
         os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
         yield
     finally:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(path)
         os.close(fd)
 
 

@@ -84,3 +84,4 @@ def test_waiting_lock_makes_a_second_holder_wait_and_says_why(tmp_path, capsys):
     t.join(10)
     assert order == ["first done", "second"]
     assert "test: another process holds x (PID" in capsys.readouterr().err
+    assert not lock.exists()  # nothing left behind
