@@ -184,14 +184,20 @@ def wait_for_generation(base: str, generation: int, timeout: float = 60) -> dict
         time.sleep(0.1)
 
 
-def test_reload_under_load_with_workers(models, copy_data, tmp_path):
+def test_reload_under_load_with_workers(models, copy_data, tmp_path, capsys):
     """2 workers serve model A under load; B is saved and POST /admin/reload swaps it in, then A again by SIGHUP.
-    Nothing is lost, every answer is one model's whole, and after each reload only the new model answers."""
+    Nothing is lost, every answer is one model's whole, and after each reload only the new model answers. A second
+    server on the same port is refused (its workers would otherwise share the port with the first's)."""
     a, b, lines, by_a, by_b = models
     key = "k" * 8 + "-admin-key-for-tests"
     (tmp_path / "admin.key").write_text(key + "\n")
     run = save_run(a.model, copy_data / "vocab.model", tmp_path / "run", step=10)
     with server(run, "--workers", "2", "--threads", "1", "--admin-key", str(tmp_path / "admin.key")) as (proc, base):
+        from aiayn.cli import main
+
+        port = base.rsplit(":", 1)[1]
+        assert main(["serve", "--checkpoint", str(run), "--port", port, "--workers", "2"]) == 1
+        assert "another server is listening there" in capsys.readouterr().err
         assert httpx.post(base + "/admin/reload", timeout=10).status_code == 403
         wrong = httpx.post(base + "/admin/reload", headers={"X-Admin-Key": "not the key"}, timeout=10)
         assert wrong.status_code == 403 and "not valid" in wrong.json()["error"]

@@ -1,15 +1,19 @@
 """Worker processes: `aiayn serve --workers N` runs N copies of the server behind one port (docs/serving.md
 "Workers").
 
-    main process: binds the port, starts N workers (spawned), forwards SIGTERM / Ctrl-C, turns SIGHUP into a
-    │             reload (aiayn.serve.reload), starts a worker again if one dies
-    ├── worker 0: its own model copy, torch threads, batcher and event loop (uvicorn on the shared socket)
-    └── worker 1: ...
+    main process: starts N workers (spawned), forwards SIGTERM / Ctrl-C, turns SIGHUP into a reload
+    │             (aiayn.serve.reload), starts a worker again if one dies
+    ├── worker 0: its own model copy, torch threads, batcher and event loop (uvicorn), its own listening socket
+    └── worker 1: ...                                                        on the same port (SO_REUSEPORT)
 
-Each worker accepts connections from the one listening socket (the kernel hands each new connection to one of them),
-so a worker's dynamic batching sees the requests of its own connections. Why workers at all: one process runs the
-model on one thread at a time and does its HTTP work between batches on the same cores; N single-threaded workers
-keep N cores decoding, each on batches that are still large under load (measured in docs/serving.md).
+On Linux each worker listens on a socket of its own bound to the same port (SO_REUSEPORT), and the kernel spreads
+new connections over them evenly (by a hash of the client's address and port); a worker opens its socket once its
+model is loaded. Elsewhere the workers share one socket that the main process binds, and the worker that wakes
+first may accept a whole burst of connections (asyncio accepts all that are waiting): one socket each is the
+better way where there is one. A keep-alive connection stays with its worker, so a worker's dynamic batching sees
+the requests of its own connections. Why workers at all: one process runs the model on one thread at a time and
+does its HTTP work between batches on the same cores; N single-threaded workers keep N cores decoding, each on
+batches that are still large under load (measured in docs/serving.md).
 
 Stopping: SIGTERM or SIGINT to the main process (Ctrl-C sends it to every process of the terminal's group, which is
 the same) -> each worker stops accepting, answers the requests it has, drains its batcher and exits; then the main
@@ -37,6 +41,9 @@ from aiayn.serve.guard import KEEP_ALIVE_S, MAX_HEAD_BYTES, guarded_protocol
 from aiayn.serve.reload import ModelSource, WorkerBoard
 
 PARENT_POLL_S = 0.5
+# Linux: each worker listens on a socket of its own (SO_REUSEPORT) and the kernel spreads new connections over them
+# evenly; elsewhere the workers share one socket, and the one that wakes first may accept a whole burst of them
+REUSE_PORT = sys.platform.startswith("linux") and hasattr(socket, "SO_REUSEPORT")
 RESTART_AFTER_S = 2.0  # a worker is started again at most this often
 BACKLOG = 2048
 
@@ -135,14 +142,15 @@ def serve_workers(spec: ServeSpec, workers: int, announce) -> int:
     announce(pids) is called once every worker is ready."""
     ctx = multiprocessing.get_context("spawn")
     board = WorkerBoard(ctx, workers)
-    sock = listen(spec.host, spec.port)
+    check_port(spec.host, spec.port)  # a port in use is said now, not by each worker
+    shared = None if REUSE_PORT else listen(spec.host, spec.port)
     stop: list[int] = []
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda s, frame: stop.append(s))
     signal.signal(signal.SIGHUP, lambda s, frame: board.request())
 
     def start(worker: int):
-        p = ctx.Process(target=_worker_main, args=(spec, board, worker, sock, os.getpid()),
+        p = ctx.Process(target=_worker_main, args=(spec, board, worker, shared, os.getpid()),
                         name=f"aiayn-serve-{worker}", daemon=False)
         p.start()
         return p
@@ -176,26 +184,46 @@ def serve_workers(spec: ServeSpec, workers: int, announce) -> int:
             os.kill(p.pid, signal.SIGTERM)
     for p in procs:
         p.join()
-    sock.close()
+    if shared is not None:
+        shared.close()
     return status
 
 
-def listen(host: str, port: int) -> socket.socket:
-    """The listening socket the workers share."""
+def listen(host: str, port: int, reuse_port: bool = False, listening: bool = True) -> socket.socket:
+    """A socket bound to host:port, listening; reuse_port: one of the workers' sockets (SO_REUSEPORT), else the one
+    the workers share."""
     family = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0][0]
-    sock = socket.socket(family, socket.SOCK_STREAM)
+    # proto IPPROTO_TCP: asyncio sets TCP_NODELAY only on connections of such a socket, and without it a response
+    # (head, then body) waits on the client's delayed ACK: ~50 ms a request
+    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    if reuse_port:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
     try:
         sock.bind((host, port))
     except OSError as e:
         sock.close()
         raise OSError(f"cannot listen on {host}:{port}: {e.strerror}") from None
-    sock.listen(BACKLOG)
-    sock.set_inheritable(True)
+    if listening:
+        sock.listen(BACKLOG)
+    sock.set_inheritable(not reuse_port)
     return sock
 
 
-def _worker_main(spec: ServeSpec, board: WorkerBoard, worker: int, sock: socket.socket, parent: int) -> None:
+def check_port(host: str, port: int) -> None:
+    """OSError if host:port is taken: by a program that binds it alone, or by another server that, like this one,
+    shares it with SO_REUSEPORT (which would otherwise get half of the connections)."""
+    listen(host, port, reuse_port=REUSE_PORT, listening=False).close()
+    try:
+        with socket.create_connection(({"0.0.0.0": "127.0.0.1", "": "127.0.0.1", "::": "::1"}.get(host, host), port),
+                                      timeout=1):
+            raise OSError(f"cannot listen on {host}:{port}: another server is listening there")
+    except (ConnectionRefusedError, TimeoutError):
+        pass
+
+
+def _worker_main(spec: ServeSpec, board: WorkerBoard, worker: int, shared: socket.socket | None, parent: int
+                 ) -> None:
     """A worker process: SIGHUP is the main process's to handle (a hangup of the terminal reaches every process of
     its group); the worker stops when asked, or when its main process is gone."""
     signal.signal(signal.SIGHUP, signal.SIG_IGN)
@@ -217,6 +245,8 @@ def _worker_main(spec: ServeSpec, board: WorkerBoard, worker: int, sock: socket.
             time.sleep(PARENT_POLL_S)
 
     threading.Thread(target=watch_parent, daemon=True, name="aiayn-watch-parent").start()
+    # its own socket once it can serve: no connection waits on a worker still loading its model
+    sock = shared or listen(spec.host, spec.port, reuse_port=True)
     try:
         server.run(sockets=[sock])
     except KeyboardInterrupt:  # uvicorn raises Ctrl-C's SIGINT again once it has drained
