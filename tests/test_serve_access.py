@@ -191,6 +191,19 @@ def test_429_with_retry_after_per_key_and_per_address(keys_file):
     assert send(by_address, five, five, client=("2001:db8::2", 1))[1].status_code == 429  # one /64, one bucket
 
 
+@pytest.mark.parametrize("how", ["urlencoded", "multipart"])
+def test_a_repeated_form_field_counts_every_text(how):
+    """q=abc&q=de is the list ["abc", "de"] to the routes, so the character budget counts all of it (5)."""
+    app = echo_app(AccessConfig(char_limit=10))
+    def form(*texts):
+        return {"url": "/work", "data": {"q": list(texts)}} if how == "urlencoded" else \
+            {"url": "/work", "files": [("q", (None, t)) for t in texts]}
+    request, fewer = form("abc", "de"), form("abc")
+    assert [r.status_code for r in send(app, request, request, request)] == [200, 200, 429]  # 5 + 5 + 5 > 10
+    fresh = echo_app(AccessConfig(char_limit=10))
+    assert [r.status_code for r in send(fresh, fewer, fewer, fewer)] == [200, 200, 200]  # 3 + 3 + 3 <= 10
+
+
 def test_bodies_stay_bounded_with_keys_on(keys_file):
     """A body over max_body_bytes is not read in full to look for a key: 413, after about max_body_bytes."""
     app = echo_app(AccessConfig(api_keys=keys_file), max_body_bytes=1000)
@@ -309,3 +322,32 @@ def test_bodies_the_gate_cannot_read_reach_the_route_unchanged(keys_file, conten
     answer = send(app, {"url": "/work", "content": body, "headers": {"Content-Type": content_type,
                                                                        "X-API-Key": ALICE}})[0]
     assert answer.status_code == 200 and answer.json()["body"] == body.decode("latin-1")
+
+
+def test_the_page_asks_for_a_key_and_sends_it(translator, keys_file):
+    """With --api-keys the page shows its key field (/info says a key is required); without a key the server's 403
+    is shown; once a key is typed, translations come (sent as X-API-Key, never in the page's URL)."""
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import WebDriverWait
+    from serving import ServerThread, browser
+
+    model, lines = translator
+    driver = browser()
+    try:
+        with ServerThread(create_app(model, access=AccessConfig(api_keys=keys_file))) as base:
+            driver.get(base + "/")
+            wait = WebDriverWait(driver, 30)
+            wait.until(lambda d: d.find_element(By.ID, "api-key").is_displayed())
+            driver.find_element(By.ID, "src").send_keys(lines[0])
+            wait.until(lambda d: d.find_element(By.ID, "status").text == "HTTP 403")
+            assert "needs an API key" in driver.find_element(By.ID, "translation").text
+            driver.find_element(By.ID, "api-key").send_keys(ALICE)
+            wait.until(lambda d: d.find_element(By.ID, "translation").get_attribute("data-src") == lines[0])
+            assert driver.find_element(By.ID, "translation").text == model.translate(lines[:1])[0]
+            assert ALICE not in driver.current_url
+        with ServerThread(create_app(model)) as base:  # no keys: no key field
+            driver.get(base + "/")
+            wait.until(lambda d: d.find_element(By.ID, "model-info").text)
+            assert not driver.find_element(By.ID, "api-key").is_displayed()
+    finally:
+        driver.quit()

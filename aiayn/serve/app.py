@@ -264,6 +264,7 @@ def create_app(translator: Translator, batching: BatchConfig | None = None, limi
         "max_alternatives": translator.search.beam - 1,
         "limits": {**dataclasses.asdict(limits), "max_body_bytes": limits.max_body_bytes},
         "batching": dataclasses.asdict(batching),
+        "api_key_required": bool(access and access.api_keys),  # the page asks for one (LibreTranslate: keyRequired)
     }
     app.state.server = Server(translator, batcher, limits, pair, static_info, _page())
     app.openapi = _openapi(app, app.state.server)

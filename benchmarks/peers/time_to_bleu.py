@@ -272,7 +272,7 @@ def main() -> None:
         raise SystemExit(f"no fairseq at {FAIRSEQ_BIN}: ROOT={PEERS} bash ../shared/bench/peers/setup_peers.sh")
     args.work.mkdir(parents=True, exist_ok=True)
 
-    bin_dir = export_for_fairseq(args.data, args.work, args.test_lines)
+    bin_dir = export_for_fairseq(args.data, args.work, args.test_lines) if "fairseq" in args.systems else None
     refs = (args.data / "test.tgt.txt").read_text(encoding="utf-8").splitlines()[: args.test_lines]
     src = args.work / "test.src.txt"
     src.write_text("".join(line + "\n" for line in
