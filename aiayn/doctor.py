@@ -18,6 +18,10 @@ from aiayn.extras import OPTIONAL, installed, pip_line
 # /proc/cpuinfo flag -> the name people know it by: the instruction sets torch's CPU kernels choose between
 ISA = {"avx2": "AVX2", "avx512f": "AVX-512F", "avx512_bf16": "AVX512-BF16", "amx_bf16": "AMX-BF16",
        "avx512_vnni": "AVX512-VNNI", "avx_vnni": "AVX-VNNI"}
+# environment variables that cap the instruction sets a library uses (how the AVX2 case is reproduced on an
+# AVX-512 machine: docs/speed.md); the CPU's flags do not change, what runs does
+ISA_CAPS = ("ATEN_CPU_CAPABILITY", "MKL_ENABLE_INSTRUCTIONS", "ONEDNN_MAX_CPU_ISA", "DNNL_MAX_CPU_ISA",
+            "FBGEMM_ENABLE_INSTRUCTIONS", "CT2_FORCE_CPU_ISA")
 BENCH_N = 1024  # matmul size of the measurement (n x n by n x n)
 EMULATED = 2.5  # bf16 this many times slower than fp32 or more: emulated (~4x: docs/speed.md; native, no AMX: ~2x)
 
@@ -31,7 +35,9 @@ def report(bench: bool = True) -> dict[str, Any]:
         "aiayn": _version("aiayn"),
         "python": platform.python_version(),
         "platform": platform.platform(),
-        "cpu": {"model": _cpu_model(), "isa": _isa(), "machine_cores": os.cpu_count(),
+        "cpu": {"model": _cpu_model(), "isa": _isa(), "kernels": torch.backends.cpu.get_cpu_capability(),
+                "isa_caps": {name: os.environ[name] for name in ISA_CAPS if os.environ.get(name)},
+                "machine_cores": os.cpu_count(),
                 "usable_cores": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()},
         "bf16_native_cpu": runtime.native_bf16(cpu),
         "device_auto": str(device),
@@ -149,6 +155,9 @@ def format_report(r: dict[str, Any]) -> str:
         ("aiayn", f"{r['aiayn'] or 'not installed'} (Python {r['python']}, {r['platform']})"),
         ("cpu", r["cpu"]["model"]),
         ("instruction sets", isa_text),
+        ("torch kernels", r["cpu"]["kernels"] + (
+            "; instruction sets capped by " + " ".join(f"{k}={v}" for k, v in r["cpu"]["isa_caps"].items())
+            if r["cpu"]["isa_caps"] else "")),
         ("cores", f"{r['cpu']['usable_cores']} usable of {r['cpu']['machine_cores']}"),
         ("bf16 native (cpu)", "yes" if r["bf16_native_cpu"] else "no"),
         ("--device auto", r["device_auto"]),

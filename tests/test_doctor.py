@@ -31,7 +31,8 @@ def test_json_has_every_key_and_no_bench_times_nothing(monkeypatch, capsys):
     assert main(["doctor", "--json", "--no-bench"]) == 0
     r = json.loads(capsys.readouterr().out)
     assert set(r) == KEYS and r["matmul"] is None
-    assert set(r["cpu"]) == {"model", "isa", "machine_cores", "usable_cores"}
+    assert set(r["cpu"]) == {"model", "isa", "kernels", "isa_caps", "machine_cores", "usable_cores"}
+    assert r["cpu"]["kernels"] == torch.backends.cpu.get_cpu_capability()
     assert set(r["cpu"]["isa"]) == {"AVX2", "AVX-512F", "AVX512-BF16", "AMX-BF16", "AVX512-VNNI", "AVX-VNNI"}
     assert r["torch"]["version"] == torch.__version__
     assert r["torch"]["build"] == (f"CUDA {torch.version.cuda}" if torch.version.cuda else "CPU-only")
@@ -88,3 +89,19 @@ def test_a_missing_extra_is_reported_with_its_pip_line(monkeypatch):
     assert r["extras"]["serve"]["installed"] is False and r["extras"]["serve"]["modules"]["uvicorn"] is None
     assert 'extra serve        no, missing uvicorn: pip install -e ".[serve]" (for aiayn serve)' in \
         doctor.format_report(r).splitlines()
+
+
+def test_instruction_set_caps_in_the_environment_are_named(monkeypatch, capsys):
+    """The AVX2 case reproduced on an AVX-512 machine: the CPU's flags still list AVX-512, so the report names the
+    variables that cap what the libraries use (and torch's kernel level), else a bug report would mislead."""
+    for name in doctor.ISA_CAPS:
+        monkeypatch.delenv(name, raising=False)
+    assert doctor.report(bench=False)["cpu"]["isa_caps"] == {}
+    monkeypatch.setenv("MKL_ENABLE_INSTRUCTIONS", "AVX2")
+    monkeypatch.setenv("ONEDNN_MAX_CPU_ISA", "AVX2")
+    assert doctor.report(bench=False)["cpu"]["isa_caps"] == {"MKL_ENABLE_INSTRUCTIONS": "AVX2",
+                                                             "ONEDNN_MAX_CPU_ISA": "AVX2"}
+    assert main(["doctor", "--no-bench"]) == 0
+    line = next(x for x in capsys.readouterr().out.splitlines() if x.startswith("torch kernels"))
+    assert line.endswith("; instruction sets capped by MKL_ENABLE_INSTRUCTIONS=AVX2 ONEDNN_MAX_CPU_ISA=AVX2")
+    assert torch.backends.cpu.get_cpu_capability() in line
