@@ -93,7 +93,9 @@ def quickstart(out: Path, minutes: float = 12.0, preset: str = DEFAULT_PRESET, v
     run = out / "run"
     summary = None
     if not (run / "config.json").is_file():  # a new run (or one whose start was interrupted: train reuses it)
-        print(f"[2/5] training preset '{preset}' ({dtype}, {where}) for {budget} into {run}", flush=True)
+        shape = (f"{cfg.n_enc_layers}+{cfg.n_dec_layers} layers, d_model {cfg.d_model}, d_ff {cfg.d_ff}, "
+                 f"{cfg.n_heads} heads, {vocab_size:,} pieces, {max_tokens:,}-token batches")
+        print(f"[2/5] training in {dtype} on {where}: {shape}; for {budget} into {run}", flush=True)
         summary = train(data_dir, run, cfg, tc, progress=progress)
     elif by_steps and (step := _trained(run)[0]) < max_steps:
         print(f"[2/5] {run} was interrupted after {step} of its {budget}; resuming it", flush=True)

@@ -1,5 +1,7 @@
 """The README's main job, end to end, shrunk: the shipped corpus, a tiny model, seconds of training."""
 
+import json
+
 from aiayn import rundir
 from aiayn.quickstart import quickstart
 
@@ -12,6 +14,9 @@ def test_quickstart_end_to_end_and_rerun_reuses(tmp_path, capsys):
     assert 0.0 <= result["bleu"] <= 100.0
     run = out / "run"
     assert (run / rundir.AVERAGED).is_file() and (run / "test.hyp").is_file()
+    model = json.loads((run / "config.json").read_text())["model"]  # the shape trained is the shape announced
+    assert (f"{model['n_enc_layers']}+{model['n_dec_layers']} layers, d_model {model['d_model']}, d_ff "
+            f"{model['d_ff']}, {model['n_heads']} heads, 1,000 pieces") in printed
     n_test = len((out / "data" / "test.tgt.txt").read_text(encoding="utf-8").splitlines())
     assert len((run / "test.hyp").read_text(encoding="utf-8").splitlines()) == n_test
     checkpoints = rundir.checkpoint_paths(run)
@@ -25,8 +30,6 @@ def test_quickstart_end_to_end_and_rerun_reuses(tmp_path, capsys):
 def test_quickstart_recipe_defaults_and_overrides(tmp_path):
     """The quickstart's measured recipe (RESULTS.md): no dropout, the rate annealed over the last 30 % of the time,
     the last checkpoint alone; --set and the flags override it, and the run's config.json records what ran."""
-    import json
-
     quickstart(tmp_path / "a", minutes=0.05, preset="tiny", vocab_size=1000, beam=1, progress=False)
     saved = json.loads((tmp_path / "a" / "run" / "config.json").read_text())
     assert saved["model"]["dropout"] == 0.0 and saved["train"]["anneal"] == 0.3 and saved["train"]["keep_last"] == 1
