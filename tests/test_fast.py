@@ -112,7 +112,10 @@ def test_keep_freed_memory_applies_on_glibc():
 def test_bound_kernel_cache_sets_a_default_and_keeps_the_users(monkeypatch):
     from aiayn.fast import KERNEL_CACHE, bound_kernel_cache
 
-    monkeypatch.delenv("ONEDNN_PRIMITIVE_CACHE_CAPACITY", raising=False)
-    assert bound_kernel_cache() and os.environ["ONEDNN_PRIMITIVE_CACHE_CAPACITY"] == str(KERNEL_CACHE)
-    monkeypatch.setenv("ONEDNN_PRIMITIVE_CACHE_CAPACITY", "256")  # the user's choice wins
-    assert not bound_kernel_cache() and os.environ["ONEDNN_PRIMITIVE_CACHE_CAPACITY"] == "256"
+    for name in ("ONEDNN_PRIMITIVE_CACHE_CAPACITY", "LRU_CACHE_CAPACITY"):  # oneDNN's and ideep's
+        monkeypatch.delenv("ONEDNN_PRIMITIVE_CACHE_CAPACITY", raising=False)
+        monkeypatch.delenv("LRU_CACHE_CAPACITY", raising=False)
+        assert bound_kernel_cache()
+        assert os.environ["ONEDNN_PRIMITIVE_CACHE_CAPACITY"] == os.environ["LRU_CACHE_CAPACITY"] == str(KERNEL_CACHE)
+        monkeypatch.setenv(name, "256")  # the user's choice wins
+        assert not bound_kernel_cache() and os.environ[name] == "256"

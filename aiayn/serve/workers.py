@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 from starlette.requests import ClientDisconnect
 from starlette.responses import Response
 
-from aiayn.fast import KERNEL_CACHE
+from aiayn.fast import bound_kernel_cache
 from aiayn.serve.app import Limits
 from aiayn.serve.batcher import BatchConfig
 from aiayn.serve.guard import KEEP_ALIVE_S, MAX_HEAD_BYTES, guarded_protocol
@@ -106,7 +106,7 @@ async def client_gone(request, exc: ClientDisconnect) -> Response:
 def serve(spec: ServeSpec, workers: int, banner: str) -> int:
     """`aiayn serve`: the server in this process (workers == 1) or in `workers` worker processes; the exit status.
     banner: what is served where, printed once the server is about to listen."""
-    bound_shape_cache()
+    bound_kernel_cache()  # `aiayn serve` did at start; a caller of serve() may not have
     how = "stop: Ctrl-C or SIGTERM, which finish the requests in flight; reload the checkpoint: SIGHUP to pid"
     if workers == 1:
         print(f"{banner}; {how} {os.getpid()}", file=sys.stderr, flush=True)
@@ -117,15 +117,6 @@ def serve(spec: ServeSpec, workers: int, banner: str) -> int:
         print(f"{banner}, {workers} workers (pids {', '.join(map(str, pids))}, {spec.threads or 'default'} torch "
               f"thread(s) each); {how} {os.getpid()}", file=sys.stderr, flush=True)
     return serve_workers(spec, workers, announce)
-
-
-def bound_shape_cache(capacity: int = KERNEL_CACHE) -> None:
-    """Keep small the cache PyTorch's oneDNN glue (ideep) holds of the packed projections' computations, one an
-    input shape, up to LRU_CACHE_CAPACITY (its default: 1,024). Beam search gives the projections new shapes all the
-    time (sentences x live beams, prefix lengths), and each entry holds memory: a serving process grew for as long
-    as it ran (docs/serving.md "Measured: soak"). Read when the first packed projection runs, so this comes before
-    any model is loaded (workers inherit it); a value in the environment wins."""
-    os.environ.setdefault("LRU_CACHE_CAPACITY", str(capacity))
 
 
 def serve_one(spec: ServeSpec) -> None:
