@@ -1,19 +1,22 @@
 #!/usr/bin/env bash
-# Everything this project checks on a lent GPU, results under $OUT (or ./gpu-out), in four parts:
+# Everything this project checks on a lent GPU, results under $OUT (or ./gpu-out), in five parts:
 #   tests     the CUDA tests (tests/test_losses.py, tests/test_runtime.py, tests/test_packed.py)
 #   check     benchmarks/gpu/check.py: training tokens/s and MFU, decoding, which attention kernel runs
 #   packed    benchmarks/gpu/packed.py: padded against packed batches, base and big, bf16, eager and compiled
 #   multi30k  the Multi30k recipe trained for 3 minutes on the GPU, averaged, decoded and scored there; needs
 #             data-bin/multi30k (prepared as in configs/multi30k.yaml's header) beside the repository
-# All four take ~13 minutes; where a command may run 10 minutes at most, run them as two commands (say
-# `all.sh tests check multi30k`, then `all.sh packed`). Run from the repository root:
+#   quickstart  the README's main job as a user runs it on a GPU machine (`aiayn quickstart`, --device auto and
+#             --dtype auto, so the GPU and bf16 where it has bf16), ${QS_MINUTES:-3} minutes of training, its
+#             output and peak host memory in $OUT/quickstart.log
+# All five take ~17 minutes; where a command may run 10 minutes at most, run them as two commands (say
+# `all.sh tests check multi30k`, then `all.sh packed quickstart`). Run from the repository root:
 #
-#   bash benchmarks/gpu/all.sh [PART ...]      (no part: all four)
+#   bash benchmarks/gpu/all.sh [PART ...]      (no part: all five)
 set -u -o pipefail
 OUT=${OUT:-gpu-out}; mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD
 PY=${PY:-python3}
-PARTS=" ${*:-tests check packed multi30k} "
+PARTS=" ${*:-tests check packed multi30k quickstart} "
 want() { [[ "$PARTS" == *" $1 "* ]]; }
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,temperature.gpu --format=csv | tee "$OUT/gpu.txt"
 if want tests; then
@@ -40,4 +43,12 @@ if want multi30k; then
     else  # the GPU image lacks sacremoses (tokenized BLEU): sacreBLEU alone here, the full evaluate where it is installed
         $PY -m sacrebleu data-bin/multi30k/test.tgt.txt -i "$OUT/test.hyp" -b | tee "$OUT/bleu.txt"
     fi
+fi
+if want quickstart; then
+    Q=$(mktemp -d)/quickstart
+    { echo "# aiayn quickstart --out $Q --minutes ${QS_MINUTES:-3} --no-progress  (device auto, dtype auto)"
+      TIME=""; [ -x /usr/bin/time ] && TIME="/usr/bin/time -v"  # peak host memory, where GNU time is installed
+      timeout 400 $TIME $PY -m aiayn quickstart --out "$Q" --minutes "${QS_MINUTES:-3}" --no-progress
+    } > "$OUT/quickstart.log" 2>&1
+    grep -E "^\[|BLEU|sentences/s|steps at|done in|Maximum resident" "$OUT/quickstart.log"
 fi
