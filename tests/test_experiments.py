@@ -192,7 +192,21 @@ def test_report_refuses_rows_trained_differently(tiny_table, tmp_path):
 def test_cli_report(tiny_table, capsys):
     out, summary, _ = tiny_table
     assert main(["variations", "--out", str(out), "--report"]) == 0
-    assert f"dev PPL rho = {summary['spearman_ppl']:.3f}" in capsys.readouterr().out
+    printed = capsys.readouterr().out
+    assert f"dev PPL rho = {summary['spearman_ppl']:.3f}" in printed
+    assert printed.rstrip().endswith(f"wrote {out}/table3.md and {out / 'table3.png'}")
+    assert (out / "table3.png").is_file()
+
+
+def test_cli_report_says_when_there_is_no_plot(tiny_table, capsys, monkeypatch):
+    import aiayn.experiments.table3.report as report_module
+
+    def no_matplotlib(*args, **kwargs):
+        raise ImportError("No module named 'matplotlib'")
+    monkeypatch.setattr(report_module, "plot_ppl", no_matplotlib)
+    out, _, _ = tiny_table
+    assert main(["variations", "--out", str(out), "--report"]) == 0
+    assert capsys.readouterr().out.rstrip().endswith("(no plot: matplotlib is not installed)")
 
 
 def test_seconds_per_step_reads_the_second_half_of_the_newest_call(tmp_path):

@@ -25,11 +25,13 @@ def run(args: argparse.Namespace) -> int:
     else:
         if args.steps is not None and args.minutes is not None:
             raise UsageError("give --steps or --minutes, not both")
-        run_variations(args.data, args.out, args.rows, scale=args.scale, steps=args.steps, minutes=args.minutes,
-                       jobs=args.jobs, device=args.device, threads=args.threads,
-                       keep_checkpoints=args.keep_checkpoints, dev_sentences=args.dev_sentences,
-                       train={k: v for k, v in given_fields(args, TrainConfig).items() if k not in _NOT_FLAGS})
-    print(f"wrote {args.out}/table3.md and {args.out}/table3.png")
+        summary = run_variations(
+            args.data, args.out, args.rows, scale=args.scale, steps=args.steps, minutes=args.minutes,
+            jobs=args.jobs, device=args.device, threads=args.threads,
+            keep_checkpoints=args.keep_checkpoints, dev_sentences=args.dev_sentences,
+            train={k: v for k, v in given_fields(args, TrainConfig).items() if k not in _NOT_FLAGS})
+    plot = f" and {summary['plot']}" if summary.get("plot") else " (no plot: matplotlib is not installed)"
+    print(f"wrote {args.out}/table3.md{plot}")
     return 0
 
 
