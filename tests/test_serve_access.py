@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import asyncio
 import json
+import multiprocessing
 import os
+import sys
 
 import pytest
 
@@ -31,6 +33,7 @@ from aiayn.serve.access import (  # noqa: E402
     key_id,
     parse_keys,
 )
+from aiayn.serve.buckets import LocalBuckets, SharedBuckets  # noqa: E402
 from aiayn.serve.observe import ObserveConfig  # noqa: E402
 from aiayn.translate import Translator  # noqa: E402
 
@@ -154,9 +157,15 @@ def test_the_keys_file_is_read_again_when_it_changes(keys_file, capsys):
     assert "not read again" in capsys.readouterr().err
 
 
-def test_budgets_refill_a_minute_s_worth_a_minute():
+@pytest.fixture(params=["local", "shared"])
+def table(request):
+    """Each budget test runs on both bucket tables: one process's, and the shared memory workers use."""
+    return LocalBuckets() if request.param == "local" else SharedBuckets(multiprocessing.get_context("spawn"))
+
+
+def test_budgets_refill_a_minute_s_worth_a_minute(table):
     clock = Clock()
-    budgets = Budgets(clock)
+    budgets = Budgets(clock, table)
     assert [budgets.charge("a", 3, 0, 0) for _ in range(3)] == [None] * 3
     refusal = budgets.charge("a", 3, 0, 0)
     assert (refusal.status, refusal.limit, refusal.max, refusal.retry_after_s) == (429, "req_limit", 3, 20)
@@ -169,6 +178,42 @@ def test_budgets_refill_a_minute_s_worth_a_minute():
     refusal = budgets.charge("c", 0, 100, 60)  # 40 left: 20 characters short, at 100/60 a second -> 12 s
     assert (refusal.status, refusal.limit, refusal.retry_after_s) == (429, "char_limit", 12)
     assert budgets.charge("c", 0, 100, 101).status == 413  # could never pass
+    clock.now += 60  # a minute idle: full again, whatever the table did with the bucket
+    assert [budgets.charge("a", 3, 0, 0) for _ in range(4)][-1].status == 429
+
+
+def _charge_in_another_process(table, client, n):
+    budgets = Budgets(table=table)
+    sys.exit(0 if all(budgets.charge(client, 5, 0, 0) is None for _ in range(n)) else 1)
+
+
+def test_shared_buckets_are_one_budget_across_processes():
+    """What one worker takes from a client's budget, another worker sees (a spawned process stands in for one)."""
+    ctx = multiprocessing.get_context("spawn")
+    table = SharedBuckets(ctx)
+    worker = ctx.Process(target=_charge_in_another_process, args=(table, "10.0.0.7", 3))  # as serve's workers get it
+    worker.start()
+    worker.join(300)
+    assert worker.exitcode == 0
+    budgets = Budgets(table=table)
+    assert [budgets.charge("10.0.0.7", 5, 0, 0) is None for _ in range(3)] == [True, True, False]
+    assert budgets.charge("10.0.0.8", 5, 0, 0) is None  # another client: its own bucket
+
+
+def test_shared_buckets_reuse_idle_slots_and_take_over_the_stalest_when_full():
+    clock = Clock()
+    table = SharedBuckets(multiprocessing.get_context("spawn"), slots=8)
+    budgets = Budgets(clock, table)
+    for i in range(8):  # 8 clients fill the table, each with one request of 2 left
+        clock.now += 1
+        assert budgets.charge(f"c{i}", 2, 0, 0) is None
+    assert len(table) == 8
+    assert budgets.charge("c7", 2, 0, 0) is None and budgets.charge("c7", 2, 0, 0).status == 429  # c7 kept its own
+    clock.now += 1
+    assert budgets.charge("new", 2, 0, 0) is None  # a ninth client takes over the stalest bucket (c0's)...
+    assert len(table) == 8 and budgets.charge("c0", 2, 0, 0) is None  # ...so c0 starts again full
+    clock.now += 61  # all idle a minute: every slot free again, no client over budget
+    assert all(budgets.charge(f"d{i}", 1, 0, 0) is None for i in range(20)) and len(table) == 8
 
 
 def test_429_with_retry_after_per_key_and_per_address(keys_file):

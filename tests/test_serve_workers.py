@@ -233,6 +233,19 @@ def test_reload_under_load_with_workers(models, copy_data, tmp_path, capsys):
     assert len(after_second) >= 6 and all(answered_by(rec, by_a, by_b) == [0] for rec in after_second)
 
 
+def test_one_budget_per_client_across_workers(models, copy_data, tmp_path):
+    """--req-limit holds for the server, not per worker: 16 requests on 16 connections (the kernel spreads them over
+    both workers) from one address within a minute, 4 allowed, whichever worker each reached."""
+    a, _, lines, by_a, _ = models
+    run = save_run(a.model, copy_data / "vocab.model", tmp_path / "run", step=10)
+    with server(run, "--workers", "2", "--threads", "2", "--req-limit", "4") as (proc, base):
+        answers = [httpx.post(base + "/translate", json={"q": lines[0]}, timeout=30) for _ in range(16)]
+    assert sorted(r.status_code for r in answers) == [200] * 4 + [429] * 12
+    assert all(r.json()["translatedText"] == by_a[lines[0]] for r in answers if r.status_code == 200)
+    assert all(r.json()["limit"] == "req_limit" and int(r.headers["Retry-After"]) >= 1
+               for r in answers if r.status_code == 429)
+
+
 def test_reload_keeps_serving_when_the_checkpoint_is_bad(models, copy_data, tmp_path):
     """A reload that cannot load (a corrupt newest checkpoint) answers 500 and leaves the served model in place."""
     a, _, lines, by_a, _ = models

@@ -3,7 +3,8 @@
     KeyFile      the --api-keys file: one key a line, optionally `req=N chars=N` (that key's budgets a minute),
                  `#` comments; read again when it changes (size or mtime, checked at most once a second): no restart
     Budgets      token buckets, one per key (or per client address while keys are off), for requests and characters:
-                 each holds a minute's budget and refills continuously; an empty one -> 429 + Retry-After
+                 each holds a minute's budget and refills continuously; an empty one -> 429 + Retry-After. The
+                 buckets live in aiayn.serve.buckets' tables: shared memory across --workers (one budget a client)
     AccessGate   ASGI middleware in front of the routes. A POST (the routes that do work) has its body read here
                  (at most max_body_bytes + one chunk) to find `api_key` (JSON or form) and to count the texts, then
                  replayed to the route unchanged, so the route reads it as if nobody had; a key may also come as
@@ -38,9 +39,8 @@ from starlette.middleware.cors import CORSMiddleware
 from starlette.responses import JSONResponse
 
 from aiayn.errors import UsageError
+from aiayn.serve.buckets import MINUTE, Bucket, LocalBuckets, SharedBuckets
 from aiayn.serve.observe import request_info
-
-MINUTE = 60.0
 
 
 @dataclass(frozen=True)
@@ -133,13 +133,6 @@ class KeyFile:
                   file=sys.stderr, flush=True)
 
 
-@dataclass
-class _Bucket:
-    requests: float
-    chars: float
-    stamp: float
-
-
 @dataclass(frozen=True)
 class Refusal:
     """A request turned away: status, message, and the limit it hit."""
@@ -159,13 +152,12 @@ class Refusal:
 class Budgets:
     """Token buckets for requests and characters a minute, one pair per client (a key's id or an address).
 
-    A bucket starts full (a minute's budget), refills at budget/60 a second, and forgets a client idle for a
-    minute (it would be full again), so memory stays bounded by the clients of the last minute."""
+    A bucket starts full (a minute's budget) and refills at budget/60 a second. `table` keeps them
+    (aiayn.serve.buckets): LocalBuckets in one process (the default), SharedBuckets across worker processes."""
 
-    def __init__(self, clock: Callable[[], float] = time.monotonic):
+    def __init__(self, clock: Callable[[], float] = time.monotonic, table: LocalBuckets | SharedBuckets | None = None):
         self.clock = clock
-        self._buckets: dict[str, _Bucket] = {}
-        self._prune_at = 10_000
+        self.table = table if table is not None else LocalBuckets()
 
     def charge(self, client: str, req_limit: int, char_limit: int, chars: int) -> Refusal | None:
         """Take one request and `chars` characters from the client's buckets, or say why not (limits 0: none)."""
@@ -174,38 +166,28 @@ class Budgets:
         if char_limit and chars > char_limit:
             return Refusal(413, f"the request has {chars} characters, more than this client may send in a minute "
                                 f"(char_limit {char_limit})", "char_limit", char_limit)
-        now = self.clock()
-        b = self._bucket(client, now, req_limit, char_limit)
-        waits = {}
-        if req_limit and b.requests < 1:
-            waits["req_limit"] = ((1 - b.requests) * MINUTE / req_limit, req_limit, "requests")
-        if char_limit and b.chars < chars:
-            waits["char_limit"] = ((chars - b.chars) * MINUTE / char_limit, char_limit, "characters")
+        with self.table.locked():
+            now = self.clock()
+            b = self.table.get(client, now) or Bucket(req_limit, char_limit, now)
+            elapsed = now - b.stamp  # refilled up to now
+            b.requests = min(req_limit, b.requests + elapsed * req_limit / MINUTE)
+            b.chars = min(char_limit, b.chars + elapsed * char_limit / MINUTE)
+            b.stamp = now
+            waits = {}
+            if req_limit and b.requests < 1:
+                waits["req_limit"] = ((1 - b.requests) * MINUTE / req_limit, req_limit, "requests")
+            if char_limit and b.chars < chars:
+                waits["char_limit"] = ((chars - b.chars) * MINUTE / char_limit, char_limit, "characters")
+            if not waits:
+                b.requests -= 1
+                b.chars -= chars
+            self.table.put(client, b)
         if waits:
             limit, (wait, most, what) = max(waits.items(), key=lambda kv: kv[1][0])
             seconds = max(1, math.ceil(wait - 1e-6))  # 1e-6: rounding noise must not add a second
             return Refusal(429, f"over the budget of {most} {what} a minute ({limit}); retry after {seconds} s",
                            limit, most, seconds)
-        b.requests -= 1
-        b.chars -= chars
         return None
-
-    def _bucket(self, client: str, now: float, req_limit: int, char_limit: int) -> _Bucket:
-        """The client's bucket, refilled up to now (a new one full)."""
-        b = self._buckets.get(client)
-        if b is None:
-            if len(self._buckets) >= self._prune_at:
-                self._forget_idle(now)
-            b = self._buckets[client] = _Bucket(req_limit, char_limit, now)
-        elapsed = now - b.stamp
-        b.requests = min(req_limit, b.requests + elapsed * req_limit / MINUTE)
-        b.chars = min(char_limit, b.chars + elapsed * char_limit / MINUTE)
-        b.stamp = now
-        return b
-
-    def _forget_idle(self, now: float) -> None:
-        self._buckets = {c: b for c, b in self._buckets.items() if now - b.stamp < MINUTE}
-        self._prune_at = max(10_000, 2 * len(self._buckets))
 
 
 def client_address(scope) -> str:
@@ -367,13 +349,15 @@ class AccessGate:
         return self.budgets.charge(client, req_limit, char_limit, chars), receive
 
 
-def install_access(app, config: AccessConfig, max_body_bytes: int, clock: Callable[[], float] = time.monotonic):
+def install_access(app, config: AccessConfig, max_body_bytes: int, clock: Callable[[], float] = time.monotonic,
+                   buckets: LocalBuckets | SharedBuckets | None = None):
     """Put the access gate (and CORS, where origins are named, outside it: preflights and refusals get CORS
-    headers too) in front of the app's routes; returns the gate's KeyFile (None: no keys)."""
+    headers too) in front of the app's routes; returns the gate's KeyFile (None: no keys). buckets: where the
+    budgets live (SharedBuckets: one budget per client across worker processes; default: this process's own)."""
     keys = KeyFile(config.api_keys, clock=clock) if config.api_keys else None
     metrics_keys = KeyFile(config.metrics_key_file, clock=clock) if config.metrics_key_file else None
     app.add_middleware(AccessGate, config=config, max_body_bytes=max_body_bytes, keys=keys,
-                       metrics_keys=metrics_keys, budgets=Budgets(clock))
+                       metrics_keys=metrics_keys, budgets=Budgets(clock, buckets))
     if config.cors_origins:
         app.add_middleware(CORSMiddleware, allow_origins=list(config.cors_origins), allow_methods=["GET", "POST"],
                            allow_headers=["Content-Type", "Authorization", "X-API-Key"],

@@ -39,6 +39,7 @@ from aiayn.model import expected_parameters
 from aiayn.serve.access import AccessConfig, install_access
 from aiayn.serve.batcher import BatchConfig, Batcher, QueueFull, RequestTimeout
 from aiayn.serve.bodies import ApiError, body_schema, check_text, read_body, validate
+from aiayn.serve.buckets import LocalBuckets, SharedBuckets
 from aiayn.serve.libre import (
     AttentionRequest,
     DetectedLanguage,
@@ -230,11 +231,12 @@ def model_info(translator: Translator, checkpoint: str | None) -> dict:
 def create_app(translator: Translator, batching: BatchConfig | None = None, limits: Limits | None = None,
                checkpoint: str | None = None, access: AccessConfig | None = None,
                observe: ObserveConfig | None = None, pair: LanguagePair | None = None,
-               reloader: Reloader | None = None) -> FastAPI:
+               reloader: Reloader | None = None, buckets: LocalBuckets | SharedBuckets | None = None) -> FastAPI:
     """The API and page around one Translator (its search settings are the server's; requests choose only the
     n-best size) translating `pair` (default en -> de). `app.state.server.batcher` starts with the first request
     and drains at shutdown. `reloader` (aiayn.serve.reload): POST /admin/reload, GET /workers, and the swap of the
-    model when a reload is asked for."""
+    model when a reload is asked for. buckets: where the per-minute budgets live (aiayn.serve.buckets; workers share
+    one SharedBuckets, so a client's budget holds across them)."""
     batching, limits, pair = batching or BatchConfig(), limits or Limits(), pair or LanguagePair()
     batcher = Batcher(translator, batching)
 
@@ -274,7 +276,7 @@ def create_app(translator: Translator, batching: BatchConfig | None = None, limi
     for error, handler in [(ApiError, _api_error), (QueueFull, _queue_full), (RequestTimeout, _timed_out),
                            (HTTPException, _http_error), (RequestValidationError, _invalid)]:
         app.add_exception_handler(error, handler)
-    install_access(app, access or AccessConfig(), limits.max_body_bytes)  # keys, budgets, CORS
+    install_access(app, access or AccessConfig(), limits.max_body_bytes, buckets=buckets)  # keys, budgets, CORS
     install_observability(app, observe or ObserveConfig())  # /metrics, access log: last, so it sees every refusal
     return app
 

@@ -14,7 +14,8 @@ that asked for the reload gets the error.
 `WorkerBoard` is what the worker processes share (shared memory, no locks: a lost increment of the generation would
 only merge two reload requests that came at the same moment into one): the generation asked for, and per worker the
 generation it serves, the last one it failed to load, its pid, whether it is ready, and its batching counters (for
-GET /workers: /info and /health answer for the one worker that took the connection).
+GET /workers: /info and /health answer for the one worker that took the connection); and the access gate's budget
+buckets (aiayn.serve.buckets.SharedBuckets, behind a lock of their own).
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 
 from aiayn.search import SearchConfig
+from aiayn.serve.buckets import SharedBuckets
 from aiayn.translate import Translator
 
 STATS = ("batches", "sentences", "requests", "rejected", "timed_out", "model_busy_s")  # Batcher.stats' counters
@@ -68,6 +70,7 @@ class WorkerBoard:
         self._pid = ctx.Array("q", workers, lock=False)
         self._ready = ctx.Array("b", workers, lock=False)
         self._stats = ctx.Array("d", workers * len(STATS), lock=False)
+        self.buckets = SharedBuckets(ctx)  # the access gate's budgets: one per client across the workers
         self.main_pid = os.getpid()
 
     @property

@@ -88,7 +88,7 @@ def build_server(spec: ServeSpec, board: WorkerBoard, worker: int):
     translator, path = spec.source.load()
     reloader = Reloader(spec.source, board, worker, spec.admin_key)
     app = create_app(translator, spec.batching, spec.limits, checkpoint=str(path), reloader=reloader,
-                     **spec.app_options)
+                     buckets=board.buckets, **spec.app_options)
     app.add_exception_handler(ClientDisconnect, client_gone)
     config = uvicorn.Config(app, host=spec.host, port=spec.port, log_level=spec.log_level,
                             http=guarded_protocol(spec.read_timeout_s), timeout_keep_alive=KEEP_ALIVE_S,
