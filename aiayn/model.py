@@ -83,12 +83,11 @@ class LayerCache:
 
     Self-attention: one entry per decoder row and target position, in one of two layouts.
     - time-major, (T, N, h, d) in a buffer with room to grow (T >= `length`): a step writes its positions in place
-      instead of copying the whole past, and attention reads a strided view (N, h, t, d). Used in fp32 and on GPUs
-      until the first reorder: greedy search (which reorders only to drop finished sentences) spends less time on
-      its cache this way.
-    - concatenated, (N, h, t, d): each step appends by torch.cat. Used after a reorder (beam search reorders at
-      every step, and its reorder must copy the past anyway) and always for CPU bf16 (its matmuls are slower on
-      strided views). Measurements: docs/speed.md.
+      instead of copying the whole past, and attention reads a strided view (N, h, t, d). Used in fp32 and on GPUs.
+      A reorder (beam search: every step) copies the past once, rows picked, into a second buffer of the same room,
+      and the two buffers swap roles: the next step's positions are written in place again, with no concatenation.
+    - concatenated, (N, h, t, d): each step appends by torch.cat (a reorder copies the past, the append copies it
+      again). Used for CPU bf16 (its matmuls are slower on strided views). Measurements: docs/speed.md.
     benchmarks/ab/self_attention_cache.py measures the layouts.
     Cross-attention: computed once per source sentence and shared by all rows (beams) of it."""
 
@@ -98,6 +97,7 @@ class LayerCache:
     time_major: bool | None = None  # None: chosen at the first step as above
     cross_k: Tensor | None = None  # (B, h, S, dk)
     cross_v: Tensor | None = None  # (B, h, S, dv)
+    spare: tuple[Tensor, Tensor] | None = None  # time-major: the buffers the next reorder copies into
 
     def append(self, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
         """Add this step's keys k (N, h, n, dk) and values v (N, h, n, dv); return those of all `length` positions
@@ -114,6 +114,7 @@ class LayerCache:
             room = max(end, 2 * self.length, 16)
             self.keys = _time_major(self.keys, self.length, k, room)
             self.values = _time_major(self.values, self.length, v, room)
+            self.spare = None  # of the old room: the next reorder makes new ones
         self.keys[self.length: end] = k.permute(2, 0, 1, 3)
         self.values[self.length: end] = v.permute(2, 0, 1, 3)
         self.length = end
@@ -125,9 +126,21 @@ class LayerCache:
         return self.keys[: self.length].permute(1, 2, 0, 3), self.values[: self.length].permute(1, 2, 0, 3)
 
     def reorder(self, rows: Tensor, sentences: Tensor | None = None) -> None:
-        if self.keys is not None:  # one copy of the past, into the concatenated layout (see above)
-            k, v = self._self_attention_view()
-            self.keys, self.values, self.time_major = k.index_select(0, rows), v.index_select(0, rows), False
+        if self.keys is not None and not self.time_major:
+            self.keys, self.values = self.keys.index_select(0, rows), self.values.index_select(0, rows)
+        elif self.keys is not None:  # one copy of the past into the spare buffers, which then hold the cache
+            room, n, t = self.keys.size(0), rows.numel(), self.length
+            spare = self.spare
+            if torch.is_grad_enabled() and self.keys.requires_grad:  # out= records no graph: new buffers instead
+                spare = (self.keys.index_select(1, rows), self.values.index_select(1, rows))
+            else:
+                if spare is None or spare[0].size(0) != room or spare[0].size(1) != n:
+                    spare = (self.keys.new_empty((room, n, *self.keys.shape[2:])),
+                             self.values.new_empty((room, n, *self.values.shape[2:])))
+                torch.index_select(self.keys[:t], 1, rows, out=spare[0][:t])
+                torch.index_select(self.values[:t], 1, rows, out=spare[1][:t])
+            self.spare = (self.keys, self.values)
+            self.keys, self.values = spare
         if sentences is not None and self.cross_k is not None:
             self.cross_k = self.cross_k.index_select(0, sentences)
             self.cross_v = self.cross_v.index_select(0, sentences)

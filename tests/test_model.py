@@ -92,10 +92,11 @@ def test_incremental_decoding_equals_full(positional):
 
 @pytest.mark.parametrize("grad,bf16", [(False, False), (True, False), (False, True)])
 def test_self_attention_cache_layouts(grad, bf16):
-    """fp32: until the first reorder a step writes its keys/values into the cache's time-major buffer (no copy of
-    the past: the buffer stays the same tensor while it has room) and the buffer grows past its first 16 positions;
-    a reorder moves the cache to the concatenated layout. CPU bf16 concatenates from the start. In every case
-    incremental decoding equals full decoding of the (reordered) prefixes."""
+    """fp32: a step writes its keys/values into the cache's time-major buffer (no copy of the past: the buffer
+    stays the same tensor while it has room), and the buffer grows past its first 16 positions; a reorder copies
+    the past into the spare buffer and the two swap (a second reorder of as many rows reuses the first buffer).
+    CPU bf16 concatenates from the start. In every case incremental decoding equals full decoding of the
+    (reordered) prefixes."""
     with torch.set_grad_enabled(grad):
         model = make_model()
         if bf16:
@@ -104,21 +105,25 @@ def test_self_attention_cache_layouts(grad, bf16):
         memory, src_pad = model.encode(src), src.eq(PAD_ID)
         cache = model.new_cache()
         model.decode(tgt[:, :1], memory, src_pad, cache=cache)
-        buffer = cache.layers[0].keys
-        prefix = tgt[:, :1]
+        prefix, first = tgt[:, :1], cache.layers[0].keys
+        reorders = {20: [2, 2, 0], 21: [1, 0, 2], 23: [0, 0, 1]}
         for t in range(1, tgt.size(1)):
-            if t == 20:
-                assert cache.layers[0].time_major != bf16
-                if not bf16:
-                    assert cache.layers[0].keys.size(0) >= 20 > 16  # grew
-                rows = torch.tensor([2, 2, 0])
+            if t in reorders:
+                before = cache.layers[0].keys
+                rows = torch.tensor(reorders[t])
                 cache.reorder(rows, rows)
                 prefix, memory, src_pad = prefix[rows], memory[rows], src_pad[rows]
-                assert not cache.layers[0].time_major
-            if t < 16 and not bf16:
-                assert cache.layers[0].keys is buffer  # in place
+                assert cache.layers[0].time_major != bf16
+                if not bf16 and not grad:
+                    assert cache.layers[0].keys is not before and cache.layers[0].keys.size(0) >= 20 > 16  # grew
+                    if t == 20:
+                        first = before
+                    assert (cache.layers[0].keys is first) == (t == 21)  # the two buffers take turns
+            before = cache.layers[0].keys
             prefix = torch.cat([prefix, tgt[:, t: t + 1]], 1)
             step = model.decode(tgt[:, t: t + 1], memory, src_pad, cache=cache)
+            if not bf16 and t != 16:  # position 16 is past the first 16 of room: the buffer grows there
+                assert cache.layers[0].keys is before  # written in place
             full = model.decode(prefix, memory, src_pad)
             torch.testing.assert_close(step[:, 0], full[:, -1], **(dict(rtol=0, atol=0.1) if bf16 else
                                                                    dict(rtol=0, atol=1e-5)))
