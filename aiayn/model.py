@@ -24,12 +24,12 @@ every projection (W^Q, W^K, W^V, W^O, W1, W2) Xavier-uniform, biases zero; Layer
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from aiayn.cache import DecoderCache, LayerCache
 from aiayn.config import PAD_ID, ModelConfig
 from aiayn.fast import Dropout, LayerNorm, use_matmul_attention
 from aiayn.packed import PackedMask, Sentences, use_varlen_attention, varlen_attention
@@ -71,106 +71,6 @@ def sinusoidal_positions(n_positions: int, d_model: int, offset: int = 0) -> Ten
 def causal_mask(n: int, device: torch.device | None = None) -> Tensor:
     """(n, n) bool, True on and below the diagonal: position i may attend to positions <= i."""
     return torch.ones(n, n, dtype=torch.bool, device=device).tril()
-
-
-# ---------------------------------------------------------------------------------------------------------
-# Incremental decoding cache.
-
-
-@dataclass
-class LayerCache:
-    """Keys/values of one decoder layer.
-
-    Self-attention: one entry per decoder row and target position, in one of two layouts.
-    - time-major, (T, N, h, d) in a buffer with room to grow (T >= `length`): a step writes its positions in place
-      instead of copying the whole past, and attention reads a strided view (N, h, t, d). Used in fp32 and on GPUs.
-      A reorder (beam search: every step) copies the past once, rows picked, into a second buffer of the same room,
-      and the two buffers swap roles: the next step's positions are written in place again, with no concatenation.
-    - concatenated, (N, h, t, d): each step appends by torch.cat (a reorder copies the past, the append copies it
-      again). Used for CPU bf16 (its matmuls are slower on strided views). Measurements: docs/speed.md.
-    benchmarks/ab/self_attention_cache.py measures the layouts.
-    Cross-attention: computed once per source sentence and shared by all rows (beams) of it."""
-
-    length: int = 0  # target positions held
-    keys: Tensor | None = None  # self-attention: (T, N, h, dk) time-major, or (N, h, t, dk) concatenated
-    values: Tensor | None = None  # (T, N, h, dv) or (N, h, t, dv)
-    time_major: bool | None = None  # None: chosen at the first step as above
-    cross_k: Tensor | None = None  # (B, h, S, dk)
-    cross_v: Tensor | None = None  # (B, h, S, dv)
-    spare: tuple[Tensor, Tensor] | None = None  # time-major: the buffers the next reorder copies into
-
-    def append(self, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
-        """Add this step's keys k (N, h, n, dk) and values v (N, h, n, dv); return those of all `length` positions
-        so far, (N, h, length, d)."""
-        end = self.length + k.size(2)
-        if self.time_major is None:
-            self.time_major = k.device.type != "cpu" or k.dtype == torch.float32
-        if not self.time_major:
-            if self.keys is not None:
-                k, v = torch.cat([self.keys, k], dim=2), torch.cat([self.values, v], dim=2)
-            self.keys, self.values, self.length = k, v, end
-            return k, v
-        if self.keys is None or end > self.keys.size(0):  # grow: double the room (at least 16 positions)
-            room = max(end, 2 * self.length, 16)
-            self.keys = _time_major(self.keys, self.length, k, room)
-            self.values = _time_major(self.values, self.length, v, room)
-            self.spare = None  # of the old room: the next reorder makes new ones
-        self.keys[self.length: end] = k.permute(2, 0, 1, 3)
-        self.values[self.length: end] = v.permute(2, 0, 1, 3)
-        self.length = end
-        return self._self_attention_view()
-
-    def _self_attention_view(self) -> tuple[Tensor, Tensor]:
-        if not self.time_major:
-            return self.keys, self.values
-        return self.keys[: self.length].permute(1, 2, 0, 3), self.values[: self.length].permute(1, 2, 0, 3)
-
-    def reorder(self, rows: Tensor, sentences: Tensor | None = None) -> None:
-        if self.keys is not None and not self.time_major:
-            self.keys, self.values = self.keys.index_select(0, rows), self.values.index_select(0, rows)
-        elif self.keys is not None:  # one copy of the past into the spare buffers, which then hold the cache
-            room, n, t = self.keys.size(0), rows.numel(), self.length
-            spare = self.spare
-            if torch.is_grad_enabled() and self.keys.requires_grad:  # out= records no graph: new buffers instead
-                spare = (self.keys.index_select(1, rows), self.values.index_select(1, rows))
-            else:
-                if spare is None or spare[0].size(0) != room or spare[0].size(1) != n:
-                    spare = (self.keys.new_empty((room, n, *self.keys.shape[2:])),
-                             self.values.new_empty((room, n, *self.values.shape[2:])))
-                torch.index_select(self.keys[:t], 1, rows, out=spare[0][:t])
-                torch.index_select(self.values[:t], 1, rows, out=spare[1][:t])
-            self.spare = (self.keys, self.values)
-            self.keys, self.values = spare
-        if sentences is not None and self.cross_k is not None:
-            self.cross_k = self.cross_k.index_select(0, sentences)
-            self.cross_v = self.cross_v.index_select(0, sentences)
-
-
-def _time_major(old: Tensor | None, length: int, like: Tensor, room: int) -> Tensor:
-    """A (room, N, h, d) buffer for keys/values shaped like `like` (N, h, n, d), holding old[:length]."""
-    n, h, _, d = like.shape
-    buf = like.new_empty((room, n, h, d))
-    if old is not None:
-        buf[:length] = old[:length]
-    return buf
-
-
-@dataclass
-class DecoderCache:
-    """Everything step t of incremental decoding needs from steps < t.
-
-    Rows and sentences: the decoder may run N = B * g rows for B source sentences, grouped sentence-major (row r
-    belongs to sentence r // g; g = beams). Self-attention state is per row, cross-attention keys/values per
-    sentence, so beam search never copies the latter when it reorders its beams."""
-
-    layers: list[LayerCache] = field(default_factory=list)
-    length: int = 0  # target positions already cached
-
-    def reorder(self, rows: Tensor, sentences: Tensor | None = None) -> None:
-        """Keep decoder rows `rows` (LongTensor (N',)), in that order; and source sentences `sentences`
-        (LongTensor (B',)) when the set of sentences changes (None: the same sentences as before)."""
-        for layer in self.layers:
-            layer.reorder(rows, sentences)
 
 
 # ---------------------------------------------------------------------------------------------------------
