@@ -67,21 +67,23 @@ class LayerCache:
         if self.keys is not None and not self.time_major:
             self.keys, self.values = self.keys.index_select(0, rows), self.values.index_select(0, rows)
         elif self.keys is not None:  # one copy of the past into the spare buffers, which then hold the cache
-            room, n, t = self.keys.size(0), rows.numel(), self.length
-            spare = self.spare
-            if torch.is_grad_enabled() and self.keys.requires_grad:  # out= records no graph: new buffers instead
-                spare = (self.keys.index_select(1, rows), self.values.index_select(1, rows))
-            else:
-                if spare is None or spare[0].size(0) != room or spare[0].size(1) != n:
-                    spare = (self.keys.new_empty((room, n, *self.keys.shape[2:])),
-                             self.values.new_empty((room, n, *self.values.shape[2:])))
-                torch.index_select(self.keys[:t], 1, rows, out=spare[0][:t])
-                torch.index_select(self.values[:t], 1, rows, out=spare[1][:t])
+            spare = self.spare or (None, None)
             self.spare = (self.keys, self.values)
-            self.keys, self.values = spare
+            self.keys, self.values = [_rows_into(buf, into, rows, self.length) for buf, into in zip(self.spare, spare)]
         if sentences is not None and self.cross_k is not None:
             self.cross_k = self.cross_k.index_select(0, sentences)
             self.cross_v = self.cross_v.index_select(0, sentences)
+
+
+def _rows_into(buf: Tensor, into: Tensor | None, rows: Tensor, length: int) -> Tensor:
+    """The time-major buffer `buf`'s first `length` positions with `rows` picked along N, written into `into` where it
+    has buf's room and as many rows (else into a new buffer of that room); returns the buffer written."""
+    if torch.is_grad_enabled() and buf.requires_grad:  # out= records no graph: a new buffer instead
+        return buf.index_select(1, rows)
+    if into is None or into.size(0) != buf.size(0) or into.size(1) != rows.numel():
+        into = buf.new_empty((buf.size(0), rows.numel(), *buf.shape[2:]))
+    torch.index_select(buf[:length], 1, rows, out=into[:length])
+    return into
 
 
 def _time_major(old: Tensor | None, length: int, like: Tensor, room: int) -> Tensor:

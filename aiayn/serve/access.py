@@ -168,7 +168,8 @@ class Budgets:
                                 f"(char_limit {char_limit})", "char_limit", char_limit)
         with self.table.locked():
             now = self.clock()
-            b = self.table.get(client, now) or Bucket(req_limit, char_limit, now)
+            where, b = self.table.find(client, now)
+            b = b or Bucket(req_limit, char_limit, now)
             elapsed = now - b.stamp  # refilled up to now
             b.requests = min(req_limit, b.requests + elapsed * req_limit / MINUTE)
             b.chars = min(char_limit, b.chars + elapsed * char_limit / MINUTE)
@@ -181,7 +182,7 @@ class Budgets:
             if not waits:
                 b.requests -= 1
                 b.chars -= chars
-            self.table.put(client, b)
+            self.table.put(where, b)
         if waits:
             limit, (wait, most, what) = max(waits.items(), key=lambda kv: kv[1][0])
             seconds = max(1, math.ceil(wait - 1e-6))  # 1e-6: rounding noise must not add a second

@@ -8,7 +8,8 @@
 A bucket is (requests left, characters left, when it was last refilled), in the units of the budgets' clock, which
 must be shared by the processes (time.monotonic is: CLOCK_MONOTONIC is system-wide). A bucket idle for a minute is
 full again, so forgetting it changes nothing: both tables reuse such slots, and memory stays bounded by the clients
-of the last minute. Both are used as `with table.locked(): b = table.get(client, now); ...; table.put(client, b)`.
+of the last minute. Both are used as `with table.locked(): where, b = table.find(client, now); ...;
+table.put(where, b)` (`where`: what find located, so that put does not look again).
 """
 
 from __future__ import annotations
@@ -37,8 +38,8 @@ class LocalBuckets:
     def locked(self):
         return contextlib.nullcontext()  # one event loop: nothing else charges between get and put
 
-    def get(self, client: str, now: float) -> Bucket | None:
-        return self._buckets.get(client)
+    def find(self, client: str, now: float) -> tuple[str, Bucket | None]:
+        return client, self._buckets.get(client)
 
     def put(self, client: str, bucket: Bucket) -> None:
         if client not in self._buckets and len(self._buckets) >= self._prune_at:
@@ -87,13 +88,14 @@ class SharedBuckets:
                 stalest = s
         return (free if free is not None else stalest), False
 
-    def get(self, client: str, now: float) -> Bucket | None:
-        s, found = self._slot(self._key(client), now)
-        return Bucket(self._requests[s], self._chars[s], self._stamps[s]) if found else None
-
-    def put(self, client: str, bucket: Bucket) -> None:
+    def find(self, client: str, now: float) -> tuple[tuple[int, int], Bucket | None]:
+        """((slot, key), the client's bucket or None): the slot is where put writes it."""
         key = self._key(client)
-        s, _ = self._slot(key, bucket.stamp)
+        s, found = self._slot(key, now)
+        return (s, key), (Bucket(self._requests[s], self._chars[s], self._stamps[s]) if found else None)
+
+    def put(self, where: tuple[int, int], bucket: Bucket) -> None:
+        (s, key) = where
         self._keys[s], self._requests[s], self._chars[s], self._stamps[s] = \
             key, bucket.requests, bucket.chars, bucket.stamp
 
