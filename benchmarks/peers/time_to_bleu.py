@@ -2,35 +2,38 @@
 
     python -m benchmarks.peers.time_to_bleu                              # budgets 15,30,60,95 min, one after the other
     python -m benchmarks.peers.time_to_bleu --parallel                   # both at once, one thread each (~100 min)
+    python -m benchmarks.peers.time_to_bleu --parallel --data data-bin/iwslt-deen --config configs/iwslt-deen.yaml \
+        --name "IWSLT16 DE-EN" --work runs/ttb-iwslt --plot docs/img/time_to_bleu_iwslt.png   # a second corpus
     python -m benchmarks.peers.time_to_bleu --budgets 1,2 --save-every 20 --average 2 --test-lines 100 \
         --work /tmp/ttb-smoke --plot /tmp/ttb-smoke/plot.png       # a smoke run: the whole pipeline in minutes
 
 What is compared (everything that is not the toolkit is the same):
-- Data: aiayn's prepared Multi30k (`data-bin/multi30k`, from the command in configs/multi30k.yaml). fairseq gets the
-  very same pairs: aiayn's token ids written back as SentencePiece pieces, binarized by `fairseq-preprocess` with one
-  dictionary listing aiayn's pieces in aiayn's order (so both have the same 8,000-piece shared vocabulary).
-- Model and recipe, each toolkit's own implementation of the same thing: 3+3 layers, d_model 256, 4 heads, d_ff 1024,
-  P_drop 0.3, all embeddings shared (fairseq `--arch transformer --share-all-embeddings`, post-norm as the paper),
-  label smoothing 0.1, Adam (0.9, 0.98, 1e-9), inverse-square-root schedule with 1,000 warm-up steps peaking at
-  aiayn's Noam peak d^-0.5 * warmup^-0.5 = 0.001976 (fairseq `--lr-scheduler inverse_sqrt --warmup-init-lr 1e-7`),
-  4,096-token batches, no gradient clipping, seed 1, fairseq's default validation at each save. Both models have
-  7.58M parameters (fairseq's log says 9.94M: its encoder layers also register copies of their weights for torch's
-  inference fast path, which training leaves untouched). Both start from fairseq's initialization (aiayn's
-  `init: fairseq` in configs/multi30k.yaml since 2026-11-24; `--aiayn-set init=xavier` for aiayn's other one). aiayn:
-  the configs/multi30k.yaml recipe (its `dtype: auto` is fp32 on a CPU without native bf16, bf16 where it is native:
-  fairseq has no bf16 CPU training (its --bf16 implies --tpu), so on such a machine the comparison includes that
-  difference; --dtype fp32 removes it).
+- Data: aiayn's prepared corpus (--data, default `data-bin/multi30k`, from the command in configs/multi30k.yaml).
+  fairseq gets the very same pairs: aiayn's token ids written back as SentencePiece pieces, binarized by
+  `fairseq-preprocess` with one dictionary listing aiayn's pieces in aiayn's order (so both have the same shared
+  vocabulary).
+- Model and recipe, each toolkit's own implementation of the same thing, read from aiayn's --config (with
+  --aiayn-set): for configs/multi30k.yaml and configs/iwslt-deen.yaml 3+3 layers, d_model 256, 4 heads, d_ff 1024,
+  P_drop 0.3, label smoothing 0.1, Adam (0.9, 0.98, 1e-9), an inverse-square-root schedule whose warm-up and peak are
+  aiayn's Noam schedule's (peak lr_factor * d_model^-0.5 * warmup^-0.5; fairseq `--lr-scheduler inverse_sqrt
+  --warmup-init-lr 1e-7`), the config's batch tokens; all embeddings shared (fairseq `--arch transformer
+  --share-all-embeddings`, post-norm as the paper), no gradient clipping, seed 1, fairseq's default validation at
+  each save. fairseq's parameter count in its log includes copies of the encoder weights that torch's inference fast
+  path registers (training leaves them untouched). Both start from fairseq's initialization (the configs'
+  `init: fairseq`; `--aiayn-set init=xavier` for aiayn's other one). aiayn's `dtype: auto` is fp32 on a CPU
+  without native bf16, bf16 where it is native: fairseq has no bf16 CPU training (its --bf16 implies --tpu), so on
+  such a machine the comparison includes that difference; --dtype fp32 removes it.
 - Threads: --threads for both (OMP/MKL threads and torch's); --parallel runs both at once, --threads 1 each.
 - Checkpoints: both save every --save-every updates (all kept); the wall time of a checkpoint is its file's time
   since its training process started (start-up and dev evaluations included, for both). At a budget of B minutes
   each system's last --average checkpoints saved within B minutes are averaged (parameters element-wise, as `aiayn
   average` and fairseq's scripts/average_checkpoints.py do), and the average is scored.
-- Decoding: beam 4, length penalty 0.6, test_2016_flickr (1,000 sentences), --threads threads. The penalties differ
-  by design: aiayn's is the paper's GNMT alpha ((5 + |Y|) / 6)^0.6, fairseq's `--lenpen 0.6` divides by |Y|^0.6.
-- Score: the same `sacrebleu.corpus_bleu` (13a tokenization) of the detokenized outputs against
-  data-bin/multi30k/test.tgt.txt.
+- Decoding: beam 4, length penalty 0.6, the --data test set, --threads threads. The penalties differ by design:
+  aiayn's is the paper's GNMT alpha ((5 + |Y|) / 6)^0.6, fairseq's `--lenpen 0.6` divides by |Y|^0.6.
+- Score: the same `sacrebleu.corpus_bleu` (13a tokenization) of the detokenized outputs against the --data test
+  references; at each budget aiayn against fairseq by sacreBLEU's paired bootstrap resampling (the p column).
 
-Prints a table (minutes | aiayn BLEU | fairseq BLEU | steps), writes JSON lines (WORK/results.jsonl) and a plot
+Prints a table (minutes | aiayn BLEU | fairseq BLEU | p | steps), writes JSON lines (WORK/results.jsonl) and a plot
 (--plot, default docs/img/time_to_bleu.png). Resumable: a finished training, average or decode is not redone.
 Needs the harness's fairseq venv: ROOT=$PEERS bash ../shared/bench/peers/setup_peers.sh (PEERS default
 ~/.cache/aiayn-peers).
@@ -57,7 +60,6 @@ REPO = Path(__file__).resolve().parents[2]
 
 PEERS = Path(os.environ.get("PEERS", Path.home() / ".cache" / "aiayn-peers"))
 FAIRSEQ_BIN = PEERS / "venv-fairseq" / "bin"
-NOAM_PEAK = 256 ** -0.5 * 1000 ** -0.5  # aiayn's schedule at its peak (d_model 256, 1,000 warm-up steps)
 SYSTEMS = ("aiayn", "fairseq")
 
 FAIRSEQ_AVERAGE = """
@@ -100,7 +102,7 @@ def thread_env(threads: int) -> dict[str, str]:
 def export_for_fairseq(data: Path, work: Path, test_lines: int | None) -> Path:
     """aiayn's prepared pairs as piece text, binarized by fairseq with aiayn's vocabulary; returns the bin folder."""
     bin_dir = work / "fairseq-bin"
-    if (bin_dir / "test.en-de.de.bin").exists():
+    if (bin_dir / "test.src-tgt.tgt.bin").exists():
         return bin_dir
     vocab = Vocab.load(data / "vocab.model")
     text = work / "fairseq-text"
@@ -108,14 +110,14 @@ def export_for_fairseq(data: Path, work: Path, test_lines: int | None) -> Path:
     for split in ("train", "valid", "test"):
         ds = load_split(data, split)
         n = len(ds) if split != "test" or not test_lines else min(test_lines, len(ds))
-        for side, lang in ((0, "en"), (1, "de")):
+        for side, lang in ((0, "src"), (1, "tgt")):
             with open(text / f"{split}.{lang}", "w", encoding="utf-8") as f:
                 for i in range(n):
                     f.write(" ".join(vocab.piece(int(t)) for t in ds[i][side] if t != EOS_ID) + "\n")
     first_word = 4  # aiayn's ids 0-3 are <pad> <unk> <s> </s>; fairseq adds its own four
     with open(text / "dict.txt", "w", encoding="utf-8") as f:
         f.writelines(f"{vocab.piece(i)} 1\n" for i in range(first_word, len(vocab)))
-    run([FAIRSEQ_BIN / "fairseq-preprocess", "--source-lang", "en", "--target-lang", "de",
+    run([FAIRSEQ_BIN / "fairseq-preprocess", "--source-lang", "src", "--target-lang", "tgt",
          "--trainpref", text / "train", "--validpref", text / "valid", "--testpref", text / "test",
          "--srcdict", text / "dict.txt", "--tgtdict", text / "dict.txt", "--destdir", bin_dir, "--workers", "1"],
         work / "fairseq-preprocess.log", os.environ.copy())
@@ -129,9 +131,33 @@ def run(cmd: list, log: Path, env: dict[str, str]) -> None:
         raise SystemExit(f"{cmd[0]} failed ({rc}); see {log}:\n" + "".join(log.read_text().splitlines(True)[-8:]))
 
 
+def recipe(args) -> dict:
+    """The shape and training recipe of aiayn's config (with --aiayn-set), as the fields fairseq is given too."""
+    from aiayn.cli.train import load_config_file
+    from aiayn.config import ModelConfig
+
+    cfg = load_config_file(args.config)
+    model = dict(cfg.get("model") or {})
+    for kv in args.aiayn_set:
+        key, _, value = kv.partition("=")
+        model[key] = value
+    m = ModelConfig.preset(cfg.get("preset", "base"), **{k: v for k, v in model.items() if k != "init"})
+    t = cfg.get("train") or {}
+    if float(t.get("anneal", 0)) or int(t.get("update_freq", 1)) != 1 or float(t.get("clip_norm", 0)):
+        raise SystemExit(f"{args.config}: anneal, update_freq and clip_norm are not mapped to fairseq's options here")
+    betas = tuple(float(b) for b in t.get("adam_betas", (0.9, 0.98)))
+    warmup, lr_factor = int(t.get("warmup", 4000)), float(t.get("lr_factor", 1.0))
+    return {"enc_layers": m.n_enc_layers, "dec_layers": m.n_dec_layers, "d_model": m.d_model, "d_ff": m.d_ff,
+            "heads": m.n_heads, "dropout": m.dropout, "label_smoothing": m.label_smoothing, "warmup": warmup,
+            "peak_lr": lr_factor * m.d_model ** -0.5 * warmup ** -0.5,  # the Noam schedule's top
+            "max_tokens": int(t.get("max_tokens", 25_000)), "adam_betas": f"({betas[0]:g}, {betas[1]:g})",
+            "adam_eps": float(t.get("adam_eps", 1e-9))}
+
+
 def train_commands(args, bin_dir: Path) -> dict[str, list]:
     minutes = max(args.budgets)
-    aiayn = [sys.executable, "-m", "aiayn", "train", "--config", REPO / "configs" / "multi30k.yaml",
+    r = recipe(args)
+    aiayn = [sys.executable, "-m", "aiayn", "train", "--config", args.config,
              "--data", args.data, "--out", args.work / "aiayn", "--threads", args.threads, "--max-minutes", minutes,
              "--save-every-steps", args.save_every, "--save-every-minutes", 0, "--keep-last", 100_000,
              "--no-progress"] + (["--dtype", args.dtype] if args.dtype else [])
@@ -139,14 +165,15 @@ def train_commands(args, bin_dir: Path) -> dict[str, list]:
         aiayn += ["--set", kv]
     fairseq = [FAIRSEQ_BIN / "fairseq-train", bin_dir, "--cpu", "--num-workers", 0, "--seed", 1,
                "--arch", "transformer", "--share-all-embeddings",
-               "--encoder-layers", 3, "--decoder-layers", 3, "--encoder-embed-dim", 256, "--decoder-embed-dim", 256,
-               "--encoder-ffn-embed-dim", 1024, "--decoder-ffn-embed-dim", 1024,
-               "--encoder-attention-heads", 4, "--decoder-attention-heads", 4,
-               "--dropout", 0.3, "--attention-dropout", 0, "--activation-dropout", 0,
-               "--criterion", "label_smoothed_cross_entropy", "--label-smoothing", 0.1,
-               "--optimizer", "adam", "--adam-betas", "(0.9, 0.98)", "--adam-eps", 1e-9, "--clip-norm", 0,
-               "--lr-scheduler", "inverse_sqrt", "--warmup-updates", 1000, "--warmup-init-lr", 1e-7,
-               "--lr", f"{NOAM_PEAK:.6g}", "--max-tokens", 4096, "--max-epoch", 100_000,
+               "--encoder-layers", r["enc_layers"], "--decoder-layers", r["dec_layers"],
+               "--encoder-embed-dim", r["d_model"], "--decoder-embed-dim", r["d_model"],
+               "--encoder-ffn-embed-dim", r["d_ff"], "--decoder-ffn-embed-dim", r["d_ff"],
+               "--encoder-attention-heads", r["heads"], "--decoder-attention-heads", r["heads"],
+               "--dropout", r["dropout"], "--attention-dropout", 0, "--activation-dropout", 0,
+               "--criterion", "label_smoothed_cross_entropy", "--label-smoothing", r["label_smoothing"],
+               "--optimizer", "adam", "--adam-betas", r["adam_betas"], "--adam-eps", r["adam_eps"], "--clip-norm", 0,
+               "--lr-scheduler", "inverse_sqrt", "--warmup-updates", r["warmup"], "--warmup-init-lr", 1e-7,
+               "--lr", f"{r['peak_lr']:.6g}", "--max-tokens", r["max_tokens"], "--max-epoch", 100_000,
                "--stop-time-hours", f"{minutes / 60:.6g}",
                "--save-dir", args.work / "fairseq", "--save-interval-updates", args.save_every,
                "--keep-interval-updates", -1, "--no-epoch-checkpoints", "--no-last-checkpoints",
@@ -227,7 +254,7 @@ def evaluate(args, system: str, budget: float, bin_dir: Path, refs: list[str], s
             "minutes_of_last": round(chosen[-1][0], 2), "threads": args.threads}
 
 
-def plot(rows: list[dict], path: Path) -> None:
+def plot(rows: list[dict], path: Path, title: str) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -240,7 +267,7 @@ def plot(rows: list[dict], path: Path) -> None:
             ax.plot(*zip(*got), style, label=system)
     ax.set_xlabel("training wall-clock minutes")
     ax.set_ylabel("test BLEU (sacreBLEU)")
-    ax.set_title("Multi30k EN-DE, same data, shape, threads")
+    ax.set_title(f"{title}, same data, shape, threads")
     ax.grid(alpha=0.3)
     ax.legend()
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -251,6 +278,9 @@ def plot(rows: list[dict], path: Path) -> None:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--data", type=Path, default=REPO / "data-bin" / "multi30k")
+    ap.add_argument("--config", type=Path, default=REPO / "configs" / "multi30k.yaml",
+                    help="aiayn's config; its shape and recipe are given to fairseq too")
+    ap.add_argument("--name", default=None, help="the corpus's name in the table and plot (default: --data's folder)")
     ap.add_argument("--work", type=Path, default=REPO / "runs" / "time_to_bleu")
     ap.add_argument("--budgets", default="15,30,60,95", help="minutes, comma separated")
     ap.add_argument("--threads", type=int, default=None, help="per system (default: 2, or 1 with --parallel)")
@@ -283,16 +313,37 @@ def main() -> None:
     with open(args.work / "results.jsonl", "w") as f:
         f.writelines(json.dumps(r, sort_keys=True) + "\n" for r in rows)
     by = {(r["system"], r["budget_min"]): r for r in rows}
-    print(f"\nMulti30k test ({len(refs)} lines), {args.threads} thread(s) per system"
-          f"{', both at once' if args.parallel else ''}; average of the last {args.average} checkpoints\n")
-    print("| minutes | aiayn BLEU | fairseq BLEU | aiayn steps | fairseq steps |\n|---|---|---|---|---|")
+    tests = significance(args, by, refs)
+    name = args.name or args.data.name
+    print(f"\n{name} test ({len(refs)} lines), {args.threads} thread(s) per system"
+          f"{', both at once' if args.parallel else ''}; average of the last {args.average} checkpoints; p: aiayn "
+          f"against fairseq by paired bootstrap resampling (sacreBLEU's, 1,000 resamples; WORK/significance.txt)\n")
+    print("| minutes | aiayn BLEU | fairseq BLEU | p | aiayn steps | fairseq steps |\n|---|---|---|---|---|---|")
     for b in args.budgets:
         cells = [by.get((s, b)) for s in SYSTEMS]
-        print(f"| {b:g} | " + " | ".join(f"{c['bleu']:.2f}" if c else "" for c in cells) + " | "
+        p = f"{tests[b]:.3f}" if b in tests else ""
+        print(f"| {b:g} | " + " | ".join(f"{c['bleu']:.2f}" if c else "" for c in cells) + f" | {p} | "
               + " | ".join(f"{c['step']:,}" if c else "" for c in cells) + " |")
-    plot(rows, args.plot)
+    plot(rows, args.plot, name)
     print(f"\nresults: {args.work / 'results.jsonl'}; plot: {args.plot}")
 
+
+def significance(args, by: dict, refs: list[str]) -> dict[float, float]:
+    """Budget -> p-value of aiayn's BLEU against fairseq's (paired bootstrap); the full tables to WORK."""
+    from aiayn.metrics.significance import format_comparison, paired_significance
+
+    p_values, report = {}, []
+    for b in args.budgets:
+        if ("aiayn", b) not in by or ("fairseq", b) not in by:
+            continue
+        systems = {s: (args.work / "eval" / f"{s}-{b:g}" / "test.hyp").read_text(encoding="utf-8").splitlines()
+                   for s in ("fairseq", "aiayn")}
+        c = paired_significance(systems, refs, metrics=("bleu", "chrf"))
+        p_values[b] = c.scores["bleu"]["aiayn"].p_value
+        report += [f"## {b:g} minutes", format_comparison(c)]
+    if report:
+        (args.work / "significance.txt").write_text("\n".join(report) + "\n", encoding="utf-8")
+    return p_values
 
 if __name__ == "__main__":
     main()
