@@ -20,6 +20,7 @@ from tqdm import tqdm
 
 from aiayn import inference
 from aiayn.config import EOS_ID, PAD_ID
+from aiayn.ensemble import Ensemble, check_same_vocabulary
 from aiayn.search import PAPER_SEARCH, Constraint, Hypothesis, SearchConfig, beam_search, greedy_search
 
 
@@ -56,23 +57,31 @@ class Translator:
     the CLI, the quickstart, the server, the attention views and the exporters share.
 
     Sentences are sorted by length and searched in batches of `batch_size` (less padding); answers come back in
-    input order."""
+    input order. `model` may be a list of models of one vocabulary: they are decoded as an ensemble
+    (aiayn.ensemble)."""
 
     def __init__(self, model, vocab, search: SearchConfig = PAPER_SEARCH, weights: str = "fp32",
                  device: str | torch.device = "cpu", batch_size: int = 64, max_input_len: int | None = None,
                  packed: bool | None = None):
         self.vocab, self.search, self.device = vocab, search, torch.device(device)
-        self.model = inference.decoding_copy(model.to(self.device), weights, packed)  # aiayn.inference: the formats
-        self.cfg = model.cfg
+        members = [inference.decoding_copy(m.to(self.device), weights, packed)  # aiayn.inference: the formats
+                   for m in (model if isinstance(model, (list, tuple)) else [model])]
+        self.model = members[0] if len(members) == 1 else Ensemble(members)
+        self.cfg = self.model.cfg
         self.batch_size = batch_size
         self.max_input_len = max_input_len or self.cfg.max_positions
 
     @classmethod
-    def load(cls, checkpoint: str | Path, search: SearchConfig = PAPER_SEARCH, weights: str = "fp32",
-             device: str | torch.device = "cpu", packed: bool | None = None, **kw) -> Translator:
-        """From a run directory (its averaged, else best, else newest checkpoint) or a checkpoint file."""
-        model, vocab = inference.load(checkpoint, weights, device, packed)
-        return cls(model, vocab, search, weights, device=device, packed=packed, **kw)
+    def load(cls, checkpoint: str | Path | Sequence[str | Path], search: SearchConfig = PAPER_SEARCH,
+             weights: str = "fp32", device: str | torch.device = "cpu", packed: bool | None = None,
+             **kw) -> Translator:
+        """From a run directory (its averaged, else best, else newest checkpoint) or a checkpoint file; from several,
+        an ensemble of them (one vocabulary)."""
+        paths = [checkpoint] if isinstance(checkpoint, (str, Path)) else list(checkpoint)
+        loaded = [inference.load(path, weights, device, packed) for path in paths]
+        if len(loaded) > 1:
+            check_same_vocabulary([vocab for _, vocab in loaded], [str(path) for path in paths])
+        return cls([model for model, _ in loaded], loaded[0][1], search, weights, device=device, packed=packed, **kw)
 
     def encode(self, lines: Sequence[str]) -> list[list[int] | None]:
         return encode_sources(self.vocab, lines, self.max_input_len)

@@ -71,7 +71,9 @@ def register(sub) -> None:
                        description="Read sentences (PTB-tokenized words separated by spaces, one per line) and print "
                                    "one bracketed tree per line, always well-formed with one leaf (tagged XX) per "
                                    "word. Defaults are section 6.3's: beam 21, alpha 0.3, output <= input + 300.")
-    p.add_argument("--checkpoint", required=True, help="run directory or checkpoint file of a parser")
+    p.add_argument("--checkpoint", required=True, nargs="+",
+                   help="run directory or checkpoint file of a parser; several: decoded as an ensemble (one "
+                        "vocabulary; aiayn translate --help)")
     p.add_argument("--input", help="sentences (default: stdin)")
     p.add_argument("--output", help="trees (default: stdout)")
     p.add_argument("--batch-size", type=positive_int, default=16, help="sentences per batch (default 16)")

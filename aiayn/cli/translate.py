@@ -27,6 +27,8 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError("--print-alignment needs --engine aiayn (it reads aiayn's cross-attention)")
     if args.alignment_layer is not None and not args.print_alignment:
         raise UsageError("--alignment-layer needs --print-alignment")
+    if len(args.checkpoint) > 1 and (args.engine != "aiayn" or args.print_alignment):
+        raise UsageError("several --checkpoint (an ensemble) need --engine aiayn and no --print-alignment")
     if args.engine == "ct2":
         require("aiayn translate --engine ct2", "export", ("ctranslate2",))
     if args.output not in (None, "-"):
@@ -40,7 +42,7 @@ def run(args: argparse.Namespace) -> int:
     if args.engine == "ct2":  # an exported CTranslate2 folder; the search flags map as aiayn.export.ct2 says
         from aiayn.export.ct2 import CT2Translator
 
-        ct2 = CT2Translator(args.checkpoint, device=resolve_device(args.device).type,
+        ct2 = CT2Translator(args.checkpoint[0], device=resolve_device(args.device).type,
                             compute_type=CT2Translator.COMPUTE_TYPES[args.weights])
         nbests = ct2.translate_nbest(lines, search, batch_size=args.batch_size, max_input_len=args.max_input_len)
     elif args.print_alignment:  # word alignments from cross-attention, Marian/OpenNMT style: text ||| 0-0 1-2 ...
@@ -65,9 +67,10 @@ def register(sub) -> None:
                        description="Translate stdin or --input, one sentence per line, to detokenized text "
                                    "(one line per input line, same order). Defaults are the paper's: beam 4, "
                                    "length penalty alpha 0.6, max output length = input length + 50.")
-    p.add_argument("--checkpoint", required=True,
+    p.add_argument("--checkpoint", required=True, nargs="+",
                    help="run directory (its averaged, else best, else newest checkpoint) or a checkpoint file; "
-                        "with --engine ct2, a folder written by `aiayn export --to ct2`")
+                        "several: decoded as an ensemble (their probabilities averaged at each step, as fairseq's "
+                        "--path A:B; one vocabulary); with --engine ct2, a folder written by `aiayn export --to ct2`")
     p.add_argument("--engine", choices=["aiayn", "ct2"], default="aiayn",
                    help="ct2: decode with CTranslate2 (needs --lp power: its length penalty is |Y|^alpha; --weights "
                         "bf16/int8 pick its compute type, fp32 keeps the exported one); default aiayn")
