@@ -133,25 +133,21 @@ def run(cmd: list, log: Path, env: dict[str, str]) -> None:
 
 def recipe(args) -> dict:
     """The shape and training recipe of aiayn's config (with --aiayn-set), as the fields fairseq is given too."""
+    from aiayn.cli.common import model_overrides
     from aiayn.cli.train import load_config_file
     from aiayn.config import ModelConfig
+    from aiayn.train import TrainConfig
 
     cfg = load_config_file(args.config)
-    model = dict(cfg.get("model") or {})
-    for kv in args.aiayn_set:
-        key, _, value = kv.partition("=")
-        model[key] = value
-    m = ModelConfig.preset(cfg.get("preset", "base"), **{k: v for k, v in model.items() if k != "init"})
-    t = cfg.get("train") or {}
-    if float(t.get("anneal", 0)) or int(t.get("update_freq", 1)) != 1 or float(t.get("clip_norm", 0)):
+    m = ModelConfig.preset(cfg.get("preset", "base"), **{**cfg.get("model", {}), **model_overrides(args.aiayn_set)})
+    t = TrainConfig.from_dict(cfg.get("train", {}))
+    if t.anneal or t.update_freq != 1 or t.clip_norm:
         raise SystemExit(f"{args.config}: anneal, update_freq and clip_norm are not mapped to fairseq's options here")
-    betas = tuple(float(b) for b in t.get("adam_betas", (0.9, 0.98)))
-    warmup, lr_factor = int(t.get("warmup", 4000)), float(t.get("lr_factor", 1.0))
     return {"enc_layers": m.n_enc_layers, "dec_layers": m.n_dec_layers, "d_model": m.d_model, "d_ff": m.d_ff,
-            "heads": m.n_heads, "dropout": m.dropout, "label_smoothing": m.label_smoothing, "warmup": warmup,
-            "peak_lr": lr_factor * m.d_model ** -0.5 * warmup ** -0.5,  # the Noam schedule's top
-            "max_tokens": int(t.get("max_tokens", 25_000)), "adam_betas": f"({betas[0]:g}, {betas[1]:g})",
-            "adam_eps": float(t.get("adam_eps", 1e-9))}
+            "heads": m.n_heads, "dropout": m.dropout, "label_smoothing": m.label_smoothing, "warmup": t.warmup,
+            "peak_lr": t.lr_factor * m.d_model ** -0.5 * t.warmup ** -0.5,  # the Noam schedule's top
+            "max_tokens": t.max_tokens, "adam_betas": f"({t.adam_betas[0]:g}, {t.adam_betas[1]:g})",
+            "adam_eps": t.adam_eps}
 
 
 def train_commands(args, bin_dir: Path) -> dict[str, list]:
