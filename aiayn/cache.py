@@ -22,8 +22,9 @@ class LayerCache:
     Self-attention: one entry per decoder row and target position, in one of two layouts.
     - time-major, (T, N, h, d) in a buffer with room to grow (T >= `length`): a step writes its positions in place
       instead of copying the whole past, and attention reads a strided view (N, h, t, d). Used in fp32 and on GPUs.
-      A reorder (beam search: every step) copies the past once, rows picked, into a second buffer of the same room,
-      and the two buffers swap roles: the next step's positions are written in place again, with no concatenation.
+      A reorder (beam search: every step) copies the past once, rows picked, into a spare buffer of the same shape,
+      which then holds the cache, and the old buffer becomes the spare for the next tensor copied: one spare for the
+      whole decoder (DecoderCache.spares; two if keys and values differ in size), not one per layer and tensor.
     - concatenated, (N, h, t, d): each step appends by torch.cat (a reorder copies the past, the append copies it
       again). Used for CPU bf16 (its matmuls are slower on strided views). Measurements: docs/speed.md.
     benchmarks/ab/self_attention_cache.py measures the layouts.
@@ -35,7 +36,6 @@ class LayerCache:
     time_major: bool | None = None  # None: chosen at the first step as above
     cross_k: Tensor | None = None  # (B, h, S, dk)
     cross_v: Tensor | None = None  # (B, h, S, dv)
-    spare: tuple[Tensor, Tensor] | None = None  # time-major: the buffers the next reorder copies into
 
     def append(self, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
         """Add this step's keys k (N, h, n, dk) and values v (N, h, n, dv); return those of all `length` positions
@@ -52,7 +52,6 @@ class LayerCache:
             room = max(end, 2 * self.length, 16)
             self.keys = _time_major(self.keys, self.length, k, room)
             self.values = _time_major(self.values, self.length, v, room)
-            self.spare = None  # of the old room: the next reorder makes new ones
         self.keys[self.length: end] = k.permute(2, 0, 1, 3)
         self.values[self.length: end] = v.permute(2, 0, 1, 3)
         self.length = end
@@ -63,26 +62,33 @@ class LayerCache:
             return self.keys, self.values
         return self.keys[: self.length].permute(1, 2, 0, 3), self.values[: self.length].permute(1, 2, 0, 3)
 
-    def reorder(self, rows: Tensor, sentences: Tensor | None = None) -> None:
+    def reorder(self, rows: Tensor, sentences: Tensor | None = None, spares: dict | None = None) -> None:
+        """Keep rows `rows` (and source sentences `sentences`). spares: the free time-major buffers a reorder copies
+        into (`_rows_into`), shared by the layers."""
         if self.keys is not None and not self.time_major:
             self.keys, self.values = self.keys.index_select(0, rows), self.values.index_select(0, rows)
-        elif self.keys is not None:  # one copy of the past into the spare buffers, which then hold the cache
-            spare = self.spare or (None, None)
-            self.spare = (self.keys, self.values)
-            self.keys, self.values = [_rows_into(buf, into, rows, self.length) for buf, into in zip(self.spare, spare)]
+        elif self.keys is not None:  # one copy of the past into a spare buffer, which then holds the cache
+            spares = {} if spares is None else spares
+            self.keys = _rows_into(self.keys, rows, self.length, spares)
+            self.values = _rows_into(self.values, rows, self.length, spares)
         if sentences is not None and self.cross_k is not None:
             self.cross_k = self.cross_k.index_select(0, sentences)
             self.cross_v = self.cross_v.index_select(0, sentences)
 
 
-def _rows_into(buf: Tensor, into: Tensor | None, rows: Tensor, length: int) -> Tensor:
-    """The time-major buffer `buf`'s first `length` positions with `rows` picked along N, written into `into` where it
-    has buf's room and as many rows (else into a new buffer of that room); returns the buffer written."""
+def _rows_into(buf: Tensor, rows: Tensor, length: int, spares: dict) -> Tensor:
+    """The time-major buffer `buf`'s first `length` positions with `rows` picked along N, in a buffer of buf's room:
+    the spare of that shape if there is one (else a new buffer), returned; `buf` becomes the spare in its place.
+    spares holds one buffer per kind (dtype, device, heads, head size), so one stale since the room grew or the rows
+    changed is dropped at the next reorder."""
     if torch.is_grad_enabled() and buf.requires_grad:  # out= records no graph: a new buffer instead
         return buf.index_select(1, rows)
-    if into is None or into.size(0) != buf.size(0) or into.size(1) != rows.numel():
-        into = buf.new_empty((buf.size(0), rows.numel(), *buf.shape[2:]))
+    shape, kind = (buf.size(0), rows.numel(), *buf.shape[2:]), (buf.dtype, buf.device, *buf.shape[2:])
+    into = spares.pop(kind, None)
+    if into is None or into.shape != shape:
+        into = buf.new_empty(shape)
     torch.index_select(buf[:length], 1, rows, out=into[:length])
+    spares[kind] = buf
     return into
 
 
@@ -105,9 +111,10 @@ class DecoderCache:
 
     layers: list[LayerCache] = field(default_factory=list)
     length: int = 0  # target positions already cached
+    spares: dict = field(default_factory=dict)  # a free time-major buffer per kind, for reorders (_rows_into)
 
     def reorder(self, rows: Tensor, sentences: Tensor | None = None) -> None:
         """Keep decoder rows `rows` (LongTensor (N',)), in that order; and source sentences `sentences`
         (LongTensor (B',)) when the set of sentences changes (None: the same sentences as before)."""
         for layer in self.layers:
-            layer.reorder(rows, sentences)
+            layer.reorder(rows, sentences, self.spares)

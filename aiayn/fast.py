@@ -138,6 +138,18 @@ def keep_freed_memory() -> bool:
     return bool(mallopt(_M_MMAP_MAX, 0)) and bool(mallopt(_M_TRIM_THRESHOLD, 2**31 - 1))
 
 
+def release_freed_memory() -> bool:
+    """Hand the memory glibc's malloc holds free back to the OS now (malloc_trim: the heap's top and every whole free
+    page inside it), e.g. after a one-off conversion freed a model's worth of weights that `keep_freed_memory` would
+    otherwise keep in the process. Pages used again later are faulted in then. False where this is not glibc."""
+    if not sys.platform.startswith("linux"):
+        return False
+    try:
+        return bool(ctypes.CDLL("libc.so.6").malloc_trim(0))
+    except (OSError, AttributeError):
+        return False
+
+
 KERNEL_CACHE = 8  # entries kept per process on CPU in each cache of KERNEL_CACHES (their defaults: 1,024)
 KERNEL_CACHES = ("ONEDNN_PRIMITIVE_CACHE_CAPACITY",  # oneDNN's compiled kernels (primitives), one per shape
                  "LRU_CACHE_CAPACITY")  # ideep's (torch's oneDNN glue) computation plans, one per input shape

@@ -133,3 +133,29 @@ def test_int8_copy_follows_the_model():
 def test_weights_are_checked():
     with pytest.raises(UsageError, match="fp32, bf16, int8"):
         decoding_copy(Transformer(ModelConfig.preset("tiny", vocab_size=40)), "fp16")
+
+
+@pytest.mark.parametrize("weights,packed", [("fp32", None), ("fp32", False), ("int8", None)])
+def test_a_consumed_model_gives_the_same_copy_and_its_weights_up(weights, packed):
+    # consume=True (what `aiayn translate` does with the model it loads): the same logits as a copy that leaves the
+    # model alone, and the model's projections no longer hold weights of their own (freed as they were converted;
+    # fp32 unpacked shares them instead, as it always does).
+    if packed is None and weights == "fp32":
+        skip_unless_packing_works(torch.float32)
+    torch.manual_seed(0)
+    model = Transformer(ModelConfig.preset("tiny", vocab_size=60)).eval()
+    kept = decoding_copy(model, weights, packed)
+    consumed = decoding_copy(model, weights, packed, consume=True)
+    src = torch.randint(4, 60, (3, 7))
+    src[:, -1] = 3
+    tgt = torch.randint(4, 60, (3, 5))
+    with torch.no_grad():
+        torch.testing.assert_close(consumed(src, tgt), kept(src, tgt), rtol=0, atol=0)
+    if weights == "int8":
+        assert consumed is model  # quantized in place, not copied
+        assert not any(isinstance(m, nn.Linear) for m in model.modules())
+    elif packed is None:
+        assert all(m.weight is None and m.bias is None for m in model.modules() if isinstance(m, nn.Linear))
+        assert consumed.embedding.weight is model.embedding.weight  # taken over, not copied
+    else:
+        assert consumed.decoder.layers[0].ffn.w_1.weight is model.decoder.layers[0].ffn.w_1.weight

@@ -10,7 +10,7 @@ subclass it with one attribute set, because the harness takes a file and looks u
 
     weights           None: decode as `aiayn translate --weights fp32`, or bf16 when the harness autocasts (its
                       --dtype bf16); "int8": `--weights int8` (run it with the harness's --dtype fp32)
-                      -> aiayn.inference.decoding_copy(model, weights, packed)
+                      -> aiayn.inference.decoding_copy(model, weights, packed, consume=True)
     packed            None: aiayn's default (packed on CPU); False: F.linear on plain weight matrices
     torch_layer_norm  True: aiayn's LayerNorms return fp32 under autocast, as torch's nn.LayerNorm
                       -> aiayn.fast.set_layer_norm_output(model, autocast=False)
@@ -83,9 +83,13 @@ class Adapter:
     def generate(self, model, src, beam: int, n_tokens: int, lenpen: float):
         # Decoding runs on aiayn's decoding copy (weights converted once, and on CPU every projection's weight packed
         # once for oneDNN's GEMM), made at the first (warm-up) call, as CTranslate2 converts its model beforehand.
+        # The harness's model is consumed by the conversion (`consume=True`), as `aiayn translate` consumes the model
+        # it loads: the process never holds the weights twice (CTranslate2's holds only its converted model).
         weights = self.weights or ("bf16" if torch.is_autocast_enabled("cpu") else "fp32")
         if self._copy_of != (model, weights):
-            self._copy, self._copy_of = decoding_copy(model, weights, self.packed), (model, weights)
+            if self._copy_of is not None:
+                raise RuntimeError("the decoding copy consumed the model it was made from; build a new adapter")
+            self._copy, self._copy_of = decoding_copy(model, weights, self.packed, consume=True), (model, weights)
         with torch.autocast("cpu", enabled=False):
             # n_tokens decoder steps: n_tokens - 1 words (EOS banned before), then the forced EOS (as fairseq).
             n = n_tokens - 1
