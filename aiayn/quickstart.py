@@ -164,10 +164,11 @@ def _translate_test(translator: Translator, data_dir: Path, run: Path, beam: int
 
 
 def _training_speed(run: Path) -> dict:
-    """The steps the run trained and its median training speed (target tokens/s), from its log."""
+    """The steps the run trained (its newest checkpoint's: the log has a row every few steps only) and its median
+    training speed (target tokens/s), from its log."""
     train_rows = [r for r in rundir.read_log(run) if r["kind"] == "train"]
     speeds = sorted(r["tokens_per_s"] for r in train_rows)
-    return {"steps": train_rows[-1]["step"] if train_rows else 0,
+    return {"steps": max(_trained(run)[0], train_rows[-1]["step"] if train_rows else 0),
             "train_tokens_per_s": speeds[len(speeds) // 2] if speeds else 0.0}
 
 

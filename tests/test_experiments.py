@@ -370,3 +370,51 @@ def test_cli_measures_a_quick_table(tmp_path, capsys):
     out = capsys.readouterr().out
     assert "| recurrent | O(n d^2) |" in out and math.isfinite(res["time_exponent"]["self-attention"])
     assert (tmp_path / "t1.png").stat().st_size > 1000
+
+
+# --- the seed noise: replicas ----------------------------------------------------------------------------
+
+
+def test_replicas_parse_and_keep_their_row():
+    assert rows.parse_rows("C1,base@seed3,base,base@seed2") == ["base", "base@seed2", "base@seed3", "C1"]
+    assert rows.row_of("base@seed2") == "base" and rows.replica_seed("base@seed2") == 2
+    assert rows.replica_seed("base") is None
+    assert rows.scaled_preset("C1@seed2", 4) == rows.scaled_preset("C1", 4)
+    assert rows.paper_row("C5@seed7") == rows.paper_row("C5")
+    with pytest.raises(UsageError, match="seed"):
+        rows.parse_rows("base@seedX")
+    with pytest.raises(UsageError, match="unknown"):
+        rows.parse_rows("Z9@seed2")
+
+
+def test_resolvable_rows_by_hand():
+    # paper PPLs: big 4.33, C5 4.66, D3 4.67, C3 4.88, A3 4.91, base 4.92, E 4.92, C1 6.11. With a 2 % noise, taken
+    # from the lowest: big; C5 (> 4.33 x 1.02 = 4.42); D3 dropped (<= 4.66 x 1.02 = 4.75); C3 (> 4.75); A3, base, E
+    # dropped (<= 4.88 x 1.02 = 4.98); C1.
+    names = ["base", "A3", "C1", "C3", "C5", "D3", "E", "big"]
+    assert report.resolvable(names, 0.02) == ["C1", "C3", "C5", "big"]  # in the paper's order
+    assert report.resolvable(names, 0.0) == ["base", "A3", "C1", "C3", "C5", "D3", "big"]  # E ties base: dropped
+    assert report.resolvable(names, 10.0) == ["big"]
+
+
+def test_replica_trains_at_its_seed_and_the_report_gives_the_noise(tiny_table, copy_data, tmp_path):
+    out, _, _ = tiny_table
+    noisy = tmp_path / "noisy"
+    for name in ROWS3:
+        shutil.copytree(out / name, noisy / name)
+    shutil.copy(out / "plan.json", noisy / "plan.json")
+    lines = []
+    summary = runner.run_variations(None, noisy, ["base@seed5"], jobs=1, device="cpu", threads=1, say=lines.append)
+    r = json.loads((noisy / "base@seed5" / "result.json").read_text())
+    base = json.loads((noisy / "base" / "result.json").read_text())
+    assert r["seed"] == 5 and r["of"] == "base" and base["seed"] == 1 and r["model"] == base["model"]
+    assert r["dev_ppl"] != base["dev_ppl"]  # another seed, another model
+    assert summary["rows"] == ROWS3 and summary["replicas"] == ["base@seed5"]  # the table's rows stay the same
+    spread = max(r["dev_ppl"], base["dev_ppl"]) / min(r["dev_ppl"], base["dev_ppl"]) - 1
+    assert summary["noise"]["relative"] == pytest.approx(spread)
+    assert summary["noise"]["rows"]["base"]["ppl_by_seed"] == {1: base["dev_ppl"], 5: r["dev_ppl"]}
+    assert summary["resolvable_rows"] == report.resolvable(ROWS3, spread)
+    text = (noisy / "table3.md").read_text()
+    assert f"seed 5: {r['dev_ppl']:.2f}" in text and "rows whose paper PPLs differ" in text
+    # without replicas the report says nothing of noise
+    assert report.report(out, plot=False)["noise"] is None

@@ -5,12 +5,14 @@ paper's way, set beside the paper's numbers. `aiayn variations` runs it.
                                            published PPL / BLEU / params (aiayn.experiments.paper.TABLE3)
                 scaled_preset(name, K)     a row shrunk K times: d_model, d_ff, d_k, d_v divided by K; N, h, P_drop,
                                            eps_ls and positions as the row says, so the rows keep their differences
+                row_of, replica_seed       "base@seed2": a replica, base trained again at seed 2 (the run's noise)
     plan.py     make_plan(out, ...)        OUT/plan.json: data, scale, steps, training options, the same for every
                                            row; a later call must agree. OUT's layout
     score.py    run_row, score_row         one row trained (or resumed) to a step, then scored
     runner.py   run_variations(...)        every row -> OUT/<row>/result.json, then `report`; --jobs, --minutes
     report.py   report(out), spearman      the markdown table in the paper's layout (ours beside the paper's), the
-                                           plot of our PPL against the paper's, Spearman's rank correlation
+                                           plot of our PPL against the paper's, Spearman's rank correlation; with
+                                           replicas, the seed noise and rho over the rows it can resolve
 
 The protocol (PAPER.md, Table 3): EN-DE newstest2013 dev, perplexity per subword token, BLEU with beam search
 (beam 4, alpha 0.6), no checkpoint averaging. Here every row trains the same number of steps (the paper's 100K for
@@ -28,6 +30,7 @@ Layout of OUT (one folder per row, so rows trained on several machines merge by 
     OUT/<row>/time.json      the row's training time, summed over the calls that trained it
     OUT/<row>/dev.hyp        the dev translations that were scored
     OUT/<row>/worker.log     the row's training output (rows trained as subprocesses)
+    OUT/<row>@seed<N>/       a replica's folder, laid out as a row's
     OUT/table3.md, OUT/table3.png, OUT/summary.json   `report`'s outputs
 
 `--jobs N` trains N rows at once as subprocesses (`aiayn variations --worker ROW ...`), for a GPU or a many-core

@@ -30,8 +30,11 @@ class Plan:
     train: dict[str, Any]  # TrainConfig fields but PER_MACHINE
     dev_sentences: int | None = None  # BLEU on the first N dev sentences; None: all of them (the paper's)
 
-    def train_config(self, max_steps: int, device: str, threads: int) -> TrainConfig:
-        return TrainConfig.from_dict({**self.train, "max_steps": max_steps, "device": device, "threads": threads})
+    def train_config(self, max_steps: int, device: str, threads: int, seed: int | None = None) -> TrainConfig:
+        """seed: a replica's, instead of the plan's."""
+        seed = self.train["seed"] if seed is None else seed
+        return TrainConfig.from_dict({**self.train, "max_steps": max_steps, "device": device, "threads": threads,
+                                      "seed": seed})
 
 
 def make_plan(out: Path, data: str | Path | None = None, scale: int | None = None, steps: int | None = None,

@@ -14,7 +14,7 @@ from aiayn.config import ModelConfig
 from aiayn.errors import DataError
 from aiayn.experiments.paper import TABLE3
 from aiayn.experiments.table3.plan import RESULT, finished, read_result
-from aiayn.experiments.table3.rows import ROWS, SHAPE_HEAD, paper_row, scaled_table, shape
+from aiayn.experiments.table3.rows import REPLICA, ROWS, SHAPE_HEAD, paper_row, replica_seed, row_of, scaled_table, shape
 from aiayn.extras import pip_line
 
 
@@ -51,25 +51,66 @@ def load_results(out: Path) -> dict[str, dict[str, Any]]:
     return {name: read_result(out, name) for name in ROWS if finished(out, name)}
 
 
+def load_replicas(out: Path) -> dict[str, dict[str, Any]]:
+    """The finished replicas (OUT/<row>@seed<N>/result.json), by name, in the paper's order of their rows."""
+    names = [d.name for d in Path(out).glob(f"*{REPLICA}*") if d.is_dir() and row_of(d.name) in ROWS
+             and d.name.split(REPLICA, 1)[1].isdigit() and finished(out, d.name)]
+    names.sort(key=lambda n: (ROWS.index(row_of(n)), replica_seed(n)))
+    return {name: read_result(out, name) for name in names}
+
+
+def seed_noise(results: dict[str, dict[str, Any]], replicas: dict[str, dict[str, Any]]) -> dict[str, Any] | None:
+    """How much dev PPL moves with the seed alone: per row trained at several seeds (the row and its replicas), the
+    PPLs by seed and their relative spread max/min - 1; `relative` is the largest spread (None without replicas)."""
+    groups: dict[str, dict[int, float]] = {}
+    for name, r in {**results, **replicas}.items():
+        groups.setdefault(row_of(name), {})[r.get("seed", r["train"]["seed"])] = r["dev_ppl"]  # older: the plan's
+    rows = {row: {"ppl_by_seed": dict(sorted(by_seed.items())),
+                  "relative_spread": max(by_seed.values()) / min(by_seed.values()) - 1}
+            for row, by_seed in groups.items() if len(by_seed) > 1}
+    if not rows:
+        return None
+    return {"rows": rows, "relative": max(g["relative_spread"] for g in rows.values())}
+
+
+def resolvable(names: Sequence[str], relative: float) -> list[str]:
+    """The rows whose paper PPLs differ from each other by more than `relative` (the measured noise, as a share of
+    the PPL): rows taken in order of the paper's PPL, lowest first, each kept if its PPL exceeds the last kept one's
+    by more than that share; rows closer than the noise to a kept one cannot be ranked by this run."""
+    kept: list[str] = []
+    for n in sorted(names, key=lambda n: (TABLE3[n].ppl, ROWS.index(n))):
+        if not kept or TABLE3[n].ppl > TABLE3[kept[-1]].ppl * (1 + relative):
+            kept.append(n)
+    return [n for n in ROWS if n in kept]
+
+
 def report(out: str | Path, plot: bool = True) -> dict[str, Any]:
     """Write OUT/table3.md (and OUT/table3.png, OUT/summary.json) from the finished rows; returns the summary."""
     out = Path(out)
-    results = load_results(out)
+    results, replicas = load_results(out), load_replicas(out)
     if not results:
         raise DataError(f"{out} holds no finished row (no <row>/{RESULT}); train some first")
+    every = {**results, **replicas}
     settings = {(r["scale"], r["steps"], r.get("dev_sentences"), json.dumps(r["train"], sort_keys=True))
-                for r in results.values()}
+                for r in every.values()}
     if len(settings) > 1:
         raise DataError(f"the rows in {out} were trained with different scales, steps or options; a table needs "
                         "rows trained alike: " + ", ".join(f"{n}: scale {r['scale']}, {r['steps']} steps"
-                                                           for n, r in results.items()))
+                                                           for n, r in every.items()))
     names = list(results)
-    ppl_rho = spearman([TABLE3[n].ppl for n in names], [results[n]["dev_ppl"] for n in names])
-    bleu_rho = spearman([TABLE3[n].bleu for n in names], [results[n]["dev_bleu"] for n in names])
+    ppl_rho, bleu_rho = rank_correlations(results, names)
+    noise = seed_noise(results, replicas)
+    resolved = resolvable(names, noise["relative"]) if noise else None
     text = markdown(results, ppl_rho, bleu_rho)
     any_r = next(iter(results.values()))
     summary = {"rows": names, "spearman_ppl": ppl_rho, "spearman_bleu": bleu_rho, "scale": any_r["scale"],
-               "steps": any_r["steps"], "missing": [n for n in ROWS if n not in results], "plot": None}
+               "steps": any_r["steps"], "missing": [n for n in ROWS if n not in results], "plot": None,
+               "replicas": list(replicas), "noise": noise, "resolvable_rows": resolved,
+               "spearman_ppl_resolvable": None, "spearman_bleu_resolvable": None}
+    if noise:
+        rho_p, rho_b = rank_correlations(results, resolved)
+        summary.update(spearman_ppl_resolvable=rho_p, spearman_bleu_resolvable=rho_b)
+        text += noise_text(noise, resolved, rho_p, rho_b, replicas)
     if plot:
         try:
             summary["plot"] = str(plot_ppl(results, out / "table3.png", ppl_rho))
@@ -78,6 +119,24 @@ def report(out: str | Path, plot: bool = True) -> dict[str, Any]:
     files.write_text(out / "table3.md", text)
     files.write_json(out / "summary.json", summary)
     return {**summary, "text": text}
+
+
+def rank_correlations(results: dict[str, dict[str, Any]], names: Sequence[str]) -> tuple[float, float]:
+    """Spearman's rho of our dev PPLs and of our dev BLEUs against the paper's, over `names`."""
+    return (spearman([TABLE3[n].ppl for n in names], [results[n]["dev_ppl"] for n in names]),
+            spearman([TABLE3[n].bleu for n in names], [results[n]["dev_bleu"] for n in names]))
+
+
+def noise_text(noise: dict[str, Any], resolved: list[str], rho_p: float, rho_b: float,
+               replicas: dict[str, dict[str, Any]]) -> str:
+    lines = ["", "Noise (the same row trained at other seeds, everything else equal):", ""]
+    for row, g in noise["rows"].items():
+        ppls = ", ".join(f"seed {seed}: {ppl:.2f}" for seed, ppl in g["ppl_by_seed"].items())
+        lines.append(f"- {row}: dev PPL {ppls} (spread {100 * g['relative_spread']:.1f} %)")
+    lines += ["", f"Over the {len(resolved)} rows whose paper PPLs differ from each other by more than that noise "
+              f"({100 * noise['relative']:.1f} %; {', '.join(resolved)}): dev PPL rho = {rho_p:.3f}, "
+              f"dev BLEU rho = {rho_b:.3f}.", ""]
+    return "\n".join(lines)
 
 
 def markdown(results: dict[str, dict[str, Any]], ppl_rho: float, bleu_rho: float) -> str:

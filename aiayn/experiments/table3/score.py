@@ -14,7 +14,7 @@ from aiayn import files, rundir
 from aiayn.data import Vocab, load_split
 from aiayn.errors import DataError
 from aiayn.experiments.table3.plan import RESULT, Plan, add_time, finished, read_result, read_time, run_dir
-from aiayn.experiments.table3.rows import paper_row, scaled_preset
+from aiayn.experiments.table3.rows import paper_row, replica_seed, row_of, scaled_preset
 from aiayn.metrics import Score, corpus_bleu, perplexity
 from aiayn.model import Transformer, count_parameters
 from aiayn.runtime import Runtime, resolve_device
@@ -39,7 +39,8 @@ def run_row(out: Path, plan: Plan, name: str, max_steps: int, device: str = "aut
         if run.exists():  # created, but killed before its config was written
             shutil.rmtree(run)
         cfg = scaled_preset(name, plan.scale)
-        summary = train(Path(plan.data), run, cfg, plan.train_config(max_steps, device, threads), progress=False)
+        summary = train(Path(plan.data), run, cfg, plan.train_config(max_steps, device, threads, replica_seed(name)),
+                        progress=False)
     add_time(out, name, time.time() - t0, summary["elapsed_s"])
     if summary["interrupted_by"] is not None:
         raise KeyboardInterrupt
@@ -70,7 +71,7 @@ def score_row(out: Path, plan: Plan, name: str, device: str = "auto", jobs: int 
     files.write_text(out / name / "dev.hyp", "".join(h + "\n" for h in hyps))
     times = read_time(out, name)
     result = {
-        "row": name, "scale": plan.scale, "steps": int(meta.get("step", -1)), "model": cfg.to_dict(),
+        "row": name, "of": row_of(name), "seed": rundir.read_config(run)["train"]["seed"], "scale": plan.scale, "steps": int(meta.get("step", -1)), "model": cfg.to_dict(),
         "params": count_parameters(model), "dev_ppl": ppl.ppl, "dev_nll_per_token": ppl.nll / ppl.tokens,
         "dev_tokens": ppl.tokens, "dev_bleu": bleu.score, "bleu_signature": bleu.signature,
         "dev_sentences": plan.dev_sentences, "bleu_sentences": len(hyps), "train_minutes": times["train_s"] / 60,
