@@ -128,26 +128,26 @@ def keep_freed_memory() -> bool:
     32 MiB with mmap and returns them at free, and trims the heap, so every step page-faults its memory in again.
     With mmap off and trimming off the memory is reused; the process keeps its peak memory until it exits.
     Returns False where this is not glibc (then nothing changes)."""
+    mallopt = _glibc("mallopt")
+    return mallopt is not None and bool(mallopt(_M_MMAP_MAX, 0)) and bool(mallopt(_M_TRIM_THRESHOLD, 2**31 - 1))
+
+
+def _glibc(name: str):
+    """glibc's function `name`, or None where this is not Linux with glibc."""
     if not sys.platform.startswith("linux"):
-        return False
+        return None
     try:
-        libc = ctypes.CDLL("libc.so.6")
-        mallopt = libc.mallopt
+        return getattr(ctypes.CDLL("libc.so.6"), name)
     except (OSError, AttributeError):
-        return False
-    return bool(mallopt(_M_MMAP_MAX, 0)) and bool(mallopt(_M_TRIM_THRESHOLD, 2**31 - 1))
+        return None
 
 
 def release_freed_memory() -> bool:
     """Hand the memory glibc's malloc holds free back to the OS now (malloc_trim: the heap's top and every whole free
     page inside it), e.g. after a one-off conversion freed a model's worth of weights that `keep_freed_memory` would
     otherwise keep in the process. Pages used again later are faulted in then. False where this is not glibc."""
-    if not sys.platform.startswith("linux"):
-        return False
-    try:
-        return bool(ctypes.CDLL("libc.so.6").malloc_trim(0))
-    except (OSError, AttributeError):
-        return False
+    malloc_trim = _glibc("malloc_trim")
+    return malloc_trim is not None and bool(malloc_trim(0))
 
 
 KERNEL_CACHE = 8  # entries kept per process on CPU in each cache of KERNEL_CACHES (their defaults: 1,024)
