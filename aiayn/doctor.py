@@ -35,7 +35,7 @@ def report(bench: bool = True) -> dict[str, Any]:
         "aiayn": _version("aiayn"),
         "python": platform.python_version(),
         "platform": platform.platform(),
-        "cpu": {"model": _cpu_model(), "isa": _isa(), "kernels": torch.backends.cpu.get_cpu_capability(),
+        "cpu": {"model": runtime.cpu_model(), "isa": _isa(), "kernels": torch.backends.cpu.get_cpu_capability(),
                 "isa_caps": {name: os.environ[name] for name in ISA_CAPS if os.environ.get(name)},
                 "machine_cores": os.cpu_count(),
                 "usable_cores": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()},
@@ -61,17 +61,6 @@ def _version(dist: str) -> str | None:
         return metadata.version(dist)
     except metadata.PackageNotFoundError:
         return None
-
-
-def _cpu_model() -> str:
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown"
 
 
 def _isa() -> dict[str, bool | None]:

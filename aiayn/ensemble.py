@@ -44,14 +44,18 @@ class Ensemble(nn.Module):
             raise UsageError(f"an ensemble needs two or more models, got {len(members)}")
         sizes = {m.cfg.vocab_size for m in members}
         if len(sizes) != 1:
-            raise UsageError(f"the models of an ensemble must share one vocabulary; their sizes differ: {sorted(sizes)}")
+            raise UsageError("the models of an ensemble must share one vocabulary; their sizes differ: "
+                             f"{sorted(sizes)}")
         self.members = nn.ModuleList(members)
         self.widths = [m.cfg.d_model for m in members]
         first = members[0].cfg
         # What the translator reads from cfg: the longest output any member can position.
         learned = [m.cfg for m in members if m.cfg.positional == "learned"]
-        self.cfg = dataclasses.replace(first, positional="learned", max_positions=min(c.max_positions for c in learned)) \
-            if learned else dataclasses.replace(first, max_positions=min(m.cfg.max_positions for m in members))
+        if learned:
+            self.cfg = dataclasses.replace(first, positional="learned",
+                                           max_positions=min(c.max_positions for c in learned))
+        else:
+            self.cfg = dataclasses.replace(first, max_positions=min(m.cfg.max_positions for m in members))
 
     def encode(self, src: Tensor) -> Tensor:
         """src (B, S) -> the members' memories concatenated on the feature axis, (B, S, sum of d_model)."""

@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import os
+import platform
 import sys
 import time
 from dataclasses import dataclass
@@ -118,6 +119,18 @@ def cpu_flags() -> set[str]:
             return set(next((line.split(":", 1)[1].split() for line in f if line.startswith("flags")), []))
     except OSError:
         return set()
+
+
+def cpu_model() -> str:
+    """The CPU's name as Linux reports it ("model name"), else platform.processor(), else "unknown"."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown"
 
 
 def resolve_dtype(dtype: str, device: torch.device) -> str:

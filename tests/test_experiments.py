@@ -86,7 +86,8 @@ def test_steps_for_budget():
 
 # --- a tiny run of three rows end to end -------------------------------------------------------------------
 
-TINY = {"max_tokens": 256, "warmup": 20, "lr_factor": 2.0, "save_every_minutes": 0.0, "log_every": 5}
+TINY = {"max_tokens": 256, "warmup": 20, "lr_factor": 2.0, "save_every_minutes": 0.0, "save_every_steps": 10,
+        "log_every": 5}
 ROWS3 = ["base", "C1", "D3"]
 
 
@@ -114,6 +115,11 @@ def test_tiny_run_scores_every_row(tiny_table, copy_data):
         assert 1.0 < r["dev_ppl"] < 120
         assert 0.0 <= r["dev_bleu"] <= 100.0 and "tok:13a" in r["bleu_signature"]
         assert r["train_minutes"] > 0 and r["concurrent_jobs"] == 1
+        # the dev curve saved while training (every 10 steps); its end is the scored checkpoint
+        assert [p["step"] for p in r["dev_curve"]] == [10, 20]
+        assert r["dev_curve"][-1]["dev_ppl"] == pytest.approx(r["dev_ppl"], rel=1e-5)
+        assert r["data_sha256"] == json.loads((copy_data / "meta.json").read_text())["content_sha256"]
+        assert r["machine"]["cpu"] and r["machine"]["torch"] == torch.__version__ and r["machine"]["gpu"] is None
         hyps = (out / name / "dev.hyp").read_text().splitlines()
         assert len(hyps) == len((copy_data / "valid.src.txt").read_text().splitlines())
         run = out / name / "run"
@@ -136,6 +142,14 @@ def test_tiny_run_writes_table_plot_and_rho(tiny_table):
     assert summary["spearman_ppl"] == pytest.approx(spearman([4.92, 6.11, 4.67], ours))
     assert f"dev PPL rho = {summary['spearman_ppl']:.3f}" in text
     assert (out / "table3.png").stat().st_size > 1000
+    # how settled the ranking is: from the curves' point nearest 3/4 of the run (step 10 of 20) to the end
+    settled = summary["settling"]
+    assert settled["from_step"] == 10
+    for n in ROWS3:
+        assert settled["change"][n] == pytest.approx(results[n]["dev_ppl"] / results[n]["dev_curve"][0]["dev_ppl"] - 1)
+    assert settled["rank_rho"] == pytest.approx(spearman([results[n]["dev_curve"][0]["dev_ppl"] for n in ROWS3], ours))
+    assert "Over the last quarter (dev PPL at step 10 -> the end)" in text
+    assert (out / "table3_curves.png").stat().st_size > 1000
     assert json.loads((out / "summary.json").read_text())["missing"] == [n for n in rows.ROWS if n not in ROWS3]
 
 
@@ -385,6 +399,21 @@ def test_replicas_parse_and_keep_their_row():
         rows.parse_rows("base@seedX")
     with pytest.raises(UsageError, match="unknown"):
         rows.parse_rows("Z9@seed2")
+
+
+def test_settling_by_hand():
+    def row(final, curve):
+        return {"steps": 100, "dev_ppl": final, "dev_curve": [{"step": s, "dev_ppl": p} for s, p in curve]}
+
+    results = {"base": row(5.0, [(50, 8.0), (70, 7.0), (80, 5.5), (100, 5.0)]),
+               "C1": row(6.6, [(50, 7.0), (70, 6.5), (80, 6.0), (100, 6.6)])}
+    settled = report.settling(results)
+    assert settled["from_step"] == 70  # nearest to 75 of the points in [50, 100); a tie goes to the earlier one
+    assert settled["change"] == pytest.approx({"base": 5.0 / 7.0 - 1, "C1": 6.6 / 6.5 - 1})
+    assert settled["rank_rho"] == pytest.approx(-1.0)  # base was behind C1 at step 70 and is ahead at the end
+    results["C1"]["dev_curve"] = [p for p in results["C1"]["dev_curve"] if p["step"] != 70]
+    assert report.settling(results) is None  # C1 has no dev PPL at step 70
+    assert report.settling({"base": row(5.0, [(40, 9.0), (100, 5.0)])}) is None  # nothing in the second half
 
 
 def test_resolvable_rows_by_hand():

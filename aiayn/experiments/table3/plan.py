@@ -120,6 +120,16 @@ def trained_steps(out: Path, name: str) -> int:
     return int(last.stem.removeprefix("step_")) if last else 0
 
 
+def dev_curve(out: Path, name: str) -> list[dict[str, float]]:
+    """The row's dev perplexity at each checkpoint its training saved ({"step", "dev_ppl"}, by step; the last entry
+    logged for a step wins), from OUT/<row>/run/log.jsonl; [] if it has none."""
+    run = run_dir(out, name)
+    if not (run / rundir.LOG).is_file():
+        return []
+    points = {r["step"]: r["ppl"] for r in rundir.read_log(run) if r.get("kind") == "valid"}
+    return [{"step": step, "dev_ppl": ppl} for step, ppl in sorted(points.items())]
+
+
 def read_time(out: Path, name: str) -> dict[str, Any]:
     path = Path(out) / name / TIME
     return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {"train_s": 0.0, "wall_s": 0.0,

@@ -14,7 +14,16 @@ from aiayn.config import ModelConfig
 from aiayn.errors import DataError
 from aiayn.experiments.paper import TABLE3
 from aiayn.experiments.table3.plan import RESULT, finished, read_result
-from aiayn.experiments.table3.rows import REPLICA, ROWS, SHAPE_HEAD, paper_row, replica_seed, row_of, scaled_table, shape
+from aiayn.experiments.table3.rows import (
+    REPLICA,
+    ROWS,
+    SHAPE_HEAD,
+    paper_row,
+    replica_seed,
+    row_of,
+    scaled_table,
+    shape,
+)
 from aiayn.extras import pip_line
 
 
@@ -84,6 +93,24 @@ def resolvable(names: Sequence[str], relative: float) -> list[str]:
     return [n for n in ROWS if n in kept]
 
 
+def settling(results: dict[str, dict[str, Any]]) -> dict[str, Any] | None:
+    """Whether the run went on long enough for its ranking to hold: the curves' step nearest 3/4 of the run; per row,
+    the dev PPL's relative change from there to the end (negative = still falling); and Spearman's rho between the
+    rows' dev PPLs at that step and at the end (1: the order had settled). None if some row has no dev PPL at that
+    step, or it is not in the run's second half (a run that saved only at its end)."""
+    steps = next(iter(results.values()))["steps"]
+    curves = {n: {p["step"]: p["dev_ppl"] for p in r.get("dev_curve", [])} for n, r in results.items()}
+    candidates = [s for s in next(iter(curves.values())) if steps / 2 <= s < steps]
+    if not candidates:
+        return None
+    step = min(candidates, key=lambda s: abs(s - 0.75 * steps))
+    if any(step not in c for c in curves.values()):
+        return None
+    names = list(results)
+    return {"from_step": step, "change": {n: results[n]["dev_ppl"] / curves[n][step] - 1 for n in names},
+            "rank_rho": spearman([curves[n][step] for n in names], [results[n]["dev_ppl"] for n in names])}
+
+
 def report(out: str | Path, plot: bool = True) -> dict[str, Any]:
     """Write OUT/table3.md (and OUT/table3.png, OUT/summary.json) from the finished rows; returns the summary."""
     out = Path(out)
@@ -101,12 +128,14 @@ def report(out: str | Path, plot: bool = True) -> dict[str, Any]:
     ppl_rho, bleu_rho = rank_correlations(results, names)
     noise = seed_noise(results, replicas)
     resolved = resolvable(names, noise["relative"]) if noise else None
-    text = markdown(results, ppl_rho, bleu_rho)
+    settled = settling(results)
+    text = markdown(results, ppl_rho, bleu_rho) + settling_text(settled)
     any_r = next(iter(results.values()))
     summary = {"rows": names, "spearman_ppl": ppl_rho, "spearman_bleu": bleu_rho, "scale": any_r["scale"],
                "steps": any_r["steps"], "missing": [n for n in ROWS if n not in results], "plot": None,
                "replicas": list(replicas), "noise": noise, "resolvable_rows": resolved,
-               "spearman_ppl_resolvable": None, "spearman_bleu_resolvable": None}
+               "spearman_ppl_resolvable": None, "spearman_bleu_resolvable": None, "settling": settled,
+               "curves_plot": None}
     if noise:
         rho_p, rho_b = rank_correlations(results, resolved)
         summary.update(spearman_ppl_resolvable=rho_p, spearman_bleu_resolvable=rho_b)
@@ -114,6 +143,8 @@ def report(out: str | Path, plot: bool = True) -> dict[str, Any]:
     if plot:
         try:
             summary["plot"] = str(plot_ppl(results, out / "table3.png", ppl_rho))
+            if settled:
+                summary["curves_plot"] = str(plot_curves({**results, **replicas}, out / "table3_curves.png"))
         except ImportError:
             text += f"\n(no plot: matplotlib is not installed; {pip_line('viz')})\n"
     files.write_text(out / "table3.md", text)
@@ -137,6 +168,15 @@ def noise_text(noise: dict[str, Any], resolved: list[str], rho_p: float, rho_b: 
               f"({100 * noise['relative']:.1f} %; {', '.join(resolved)}): dev PPL rho = {rho_p:.3f}, "
               f"dev BLEU rho = {rho_b:.3f}.", ""]
     return "\n".join(lines)
+
+
+def settling_text(settled: dict[str, Any] | None) -> str:
+    if not settled:
+        return ""
+    changes = ", ".join(f"{n} {100 * c:+.1f} %" for n, c in settled["change"].items())
+    step = f"{settled['from_step']:,}"
+    return (f"\nOver the last quarter (dev PPL at step {step} -> the end): {changes}. The rows' order at step {step} "
+            f"against the end: rho = {settled['rank_rho']:.3f}.\n")
 
 
 def markdown(results: dict[str, dict[str, Any]], ppl_rho: float, bleu_rho: float) -> str:
@@ -193,6 +233,31 @@ def plot_ppl(results: dict[str, dict[str, Any]], path: Path, rho: float) -> Path
     ax.set_ylabel(f"ours: dev PPL (scale 1/{r['scale']}, {r['steps']:,} steps)")
     ax.set_title(f"Table 3 rows: Spearman rho = {rho:.2f} ({len(names)} rows)")
     ax.grid(alpha=0.3)
+    fig.tight_layout()
+    files.atomic_write(path, lambda p: fig.savefig(p, format="png", dpi=120))
+    plt.close(fig)
+    return path
+
+
+def plot_curves(results: dict[str, dict[str, Any]], path: Path) -> Path:
+    """Every row's dev PPL against the training step (log scale; needs matplotlib): did the curves separate?"""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(8, 5.6))
+    for n, r in results.items():
+        points = [p for p in r.get("dev_curve", []) if p["step"] > 0]
+        style = "--" if REPLICA in n else "-"
+        ax.plot([p["step"] for p in points], [p["dev_ppl"] for p in points], style, label=n, linewidth=1)
+    ax.set_yscale("log")
+    ax.set_xlabel("training step")
+    ax.set_ylabel("dev PPL")
+    r = next(iter(results.values()))
+    ax.set_title(f"Table 3 rows at scale 1/{r['scale']}: dev PPL while training")
+    ax.grid(alpha=0.3, which="both")
+    ax.legend(fontsize=7, ncol=4)
     fig.tight_layout()
     files.atomic_write(path, lambda p: fig.savefig(p, format="png", dpi=120))
     plt.close(fig)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import shutil
 import time
 from pathlib import Path
@@ -13,11 +14,20 @@ from aiayn import checkpoint as ckpt
 from aiayn import files, rundir
 from aiayn.data import Vocab, load_split
 from aiayn.errors import DataError
-from aiayn.experiments.table3.plan import RESULT, Plan, add_time, finished, read_result, read_time, run_dir
+from aiayn.experiments.table3.plan import (
+    RESULT,
+    Plan,
+    add_time,
+    dev_curve,
+    finished,
+    read_result,
+    read_time,
+    run_dir,
+)
 from aiayn.experiments.table3.rows import paper_row, replica_seed, row_of, scaled_preset
 from aiayn.metrics import Score, corpus_bleu, perplexity
 from aiayn.model import Transformer, count_parameters
-from aiayn.runtime import Runtime, resolve_device
+from aiayn.runtime import Runtime, cpu_model, resolve_device
 from aiayn.search import PAPER_SEARCH
 from aiayn.train import resume, train
 from aiayn.translate import Translator
@@ -71,17 +81,34 @@ def score_row(out: Path, plan: Plan, name: str, device: str = "auto", jobs: int 
     files.write_text(out / name / "dev.hyp", "".join(h + "\n" for h in hyps))
     times = read_time(out, name)
     result = {
-        "row": name, "of": row_of(name), "seed": rundir.read_config(run)["train"]["seed"], "scale": plan.scale, "steps": int(meta.get("step", -1)), "model": cfg.to_dict(),
+        "row": name, "of": row_of(name), "seed": rundir.read_config(run)["train"]["seed"], "scale": plan.scale,
+        "steps": int(meta.get("step", -1)), "model": cfg.to_dict(),
         "params": count_parameters(model), "dev_ppl": ppl.ppl, "dev_nll_per_token": ppl.nll / ppl.tokens,
         "dev_tokens": ppl.tokens, "dev_bleu": bleu.score, "bleu_signature": bleu.signature,
         "dev_sentences": plan.dev_sentences, "bleu_sentences": len(hyps), "train_minutes": times["train_s"] / 60,
         "train_calls": times["calls"], "score_seconds": time.time() - t0, "device": str(dev),
         "device_name": torch.cuda.get_device_name(dev) if dev.type == "cuda" else "cpu",
         "dtype": rundir.read_config(run)["train"]["dtype"], "concurrent_jobs": jobs, "train": plan.train,
-        "data": plan.data, "paper": paper_row(name),
+        "data": plan.data, "data_sha256": data_digest(Path(plan.data)), "machine": machine(dev),
+        "dev_curve": dev_curve(out, name), "paper": paper_row(name),
     }
     files.write_json(out / name / RESULT, result)
     return result
+
+
+def data_digest(data: Path) -> str | None:
+    """The prepared data's content digest (meta.json's content_sha256), so that merged rows can be checked alike."""
+    try:
+        return json.loads((data / "meta.json").read_text(encoding="utf-8")).get("content_sha256")
+    except (OSError, ValueError):
+        return None
+
+
+def machine(dev: torch.device) -> dict[str, Any]:
+    """What trained and scored the row: CPU model, the CPU kernels torch runs (an ISA reproduction shows here), torch's
+    version, the GPU if any."""
+    return {"cpu": cpu_model(), "cpu_kernels": torch.backends.cpu.get_cpu_capability(), "torch": torch.__version__,
+            "gpu": torch.cuda.get_device_name(dev) if dev.type == "cuda" else None}
 
 
 def dev_bleu(model: Transformer, data: Path, text_paths: tuple[Path, Path], sentences: int | None,
