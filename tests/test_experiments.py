@@ -401,6 +401,38 @@ def test_replicas_parse_and_keep_their_row():
         rows.parse_rows("Z9@seed2")
 
 
+def test_backbone_options_apply_to_every_row_and_are_part_of_the_plan(copy_data, tmp_path):
+    out = tmp_path / "pre"
+    summary = runner.run_variations(copy_data, out, ["C1"], scale=32, steps=20, jobs=1, device="cpu", threads=1,
+                                    train=TINY, backbone={"norm_first": True, "init": "fairseq"}, say=lambda s: None)
+    r = json.loads((out / "C1" / "result.json").read_text())
+    assert r["model"]["norm_first"] is True and r["model"]["init"] == "fairseq"
+    assert r["model"]["n_enc_layers"] == 2  # the row's own difference stays
+    assert r["backbone"] == {"norm_first": True, "init": "fairseq"}
+    assert "every row with fairseq initialization, pre-norm" in (out / "table3.md").read_text()
+    assert summary["rows"] == ["C1"]
+    plan = make_plan(out)
+    assert plan.model_config("big").norm_first and plan.model_config("big").d_model == 1024 // 32
+    with pytest.raises(UsageError, match="norm_first False"):  # the plan's backbone holds for later calls
+        make_plan(out, backbone={"norm_first": False})
+    make_plan(out, backbone={"norm_first": True})  # the same again is fine
+    with pytest.raises(UsageError, match="not a backbone option"):
+        make_plan(tmp_path / "bad", copy_data, backbone={"d_model": 8})
+    # an older plan (no backbone saved) reads as the paper's post-norm
+    old = json.loads((out / "plan.json").read_text())
+    del old["backbone"]
+    (tmp_path / "old").mkdir()
+    (tmp_path / "old" / "plan.json").write_text(json.dumps(old))
+    assert make_plan(tmp_path / "old").model_config("base").norm_first is False
+    # the flags: given -> in the plan; not given -> None (the plan's, or the paper's)
+    from aiayn.cli import build_parser
+
+    args = build_parser().parse_args(["variations", "--out", "o", "--norm-first", "--init", "fairseq"])
+    assert (args.norm_first, args.init) == (True, "fairseq")
+    args = build_parser().parse_args(["variations", "--out", "o"])
+    assert (args.norm_first, args.init) == (None, None)
+
+
 def test_settling_by_hand():
     def row(final, curve):
         return {"steps": 100, "dev_ppl": final, "dev_curve": [{"step": s, "dev_ppl": p} for s, p in curve]}

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 
 from aiayn.cli.common import add_dataclass_args, add_device_arg, given_fields, positive_float, positive_int
+from aiayn.config import INITS
 from aiayn.errors import UsageError
 from aiayn.train import TrainConfig
 
@@ -29,6 +30,7 @@ def run(args: argparse.Namespace) -> int:
             args.data, args.out, args.rows, scale=args.scale, steps=args.steps, minutes=args.minutes,
             jobs=args.jobs, device=args.device, threads=args.threads,
             keep_checkpoints=args.keep_checkpoints, dev_sentences=args.dev_sentences,
+            backbone={k: v for k, v in (("norm_first", args.norm_first), ("init", args.init)) if v is not None},
             train={k: v for k, v in given_fields(args, TrainConfig).items() if k not in _NOT_FLAGS})
     plot = f" and {summary['plot']}" if summary.get("plot") else " (no plot: matplotlib is not installed)"
     print(f"wrote {args.out}/table3.md{plot}")
@@ -61,6 +63,11 @@ def register(sub) -> None:
                    help="score BLEU on the first N dev sentences only, for a quick check (default: all of them, the "
                         "paper's protocol; perplexity is always on all). An untrained row's translations run to the "
                         "length limit, so in a short run decoding the dev set takes most of the time")
+    p.add_argument("--norm-first", action="store_const", const=True,
+                   help="every row pre-norm, x + Sublayer(LayerNorm(x)), instead of the paper's post-norm: deep rows "
+                        "then train about as fast as shallow ones early on (docs/experiments.md); saved in the plan")
+    p.add_argument("--init", choices=INITS,
+                   help="initialization of every row's projections (default xavier; docs/model.md); saved in the plan")
     p.add_argument("--jobs", type=positive_int, default=1, help="rows trained at once, as subprocesses (default 1)")
     p.add_argument("--threads", type=positive_int, help="CPU threads per row (default: cores / jobs)")
     p.add_argument("--keep-checkpoints", action="store_true",

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from aiayn import files, rundir
+from aiayn.config import INITS, ModelConfig
 from aiayn.errors import DataError, UsageError
 from aiayn.experiments.table3.rows import ROWS, scaled_preset
 from aiayn.train import TrainConfig
@@ -19,6 +20,9 @@ DEFAULT_TRAIN = {"save_every_minutes": 5.0, "keep_last": 1, "log_every": 10}
 # Options that may differ between machines without changing what a row computes.
 PER_MACHINE = ("device", "threads", "max_steps", "max_minutes")
 PLAN, RESULT, TIME = "plan.json", "result.json", "time.json"
+# Model options that are not a row's difference and may be set for every row alike (the paper's: post-norm, and an
+# initialization it does not give): --norm-first, --init.
+BACKBONE = ("norm_first", "init")
 
 
 @dataclass(frozen=True)
@@ -29,6 +33,11 @@ class Plan:
     minutes: float | None
     train: dict[str, Any]  # TrainConfig fields but PER_MACHINE
     dev_sentences: int | None = None  # BLEU on the first N dev sentences; None: all of them (the paper's)
+    backbone: dict[str, Any] = field(default_factory=dict)  # BACKBONE options set for every row ({}: the paper's)
+
+    def model_config(self, name: str) -> ModelConfig:
+        """Row `name` (or the row a replica repeats) as this plan trains it: scaled, with the plan's backbone."""
+        return scaled_preset(name, self.scale).replace(**self.backbone)
 
     def train_config(self, max_steps: int, device: str, threads: int, seed: int | None = None) -> TrainConfig:
         """seed: a replica's, instead of the plan's."""
@@ -39,11 +48,17 @@ class Plan:
 
 def make_plan(out: Path, data: str | Path | None = None, scale: int | None = None, steps: int | None = None,
               minutes: float | None = None, train: dict[str, Any] | None = None,
-              dev_sentences: int | None = None) -> Plan:
+              dev_sentences: int | None = None, backbone: dict[str, Any] | None = None) -> Plan:
     """Read OUT/plan.json, or write it from the options given. Options given again must match the plan (so every row
     is trained and scored alike); options not given are taken from it."""
     out = Path(out)
     train = dict(train or {})
+    backbone = dict(backbone or {})
+    unknown = sorted(set(backbone) - set(BACKBONE))
+    if unknown:
+        raise UsageError(f"{', '.join(unknown)}: not a backbone option; those are {', '.join(BACKBONE)}")
+    if backbone.get("init", INITS[0]) not in INITS:
+        raise UsageError(f"init must be one of {', '.join(INITS)}, not {backbone['init']!r}")
     if steps is not None and minutes is not None:
         raise UsageError("give --steps or --minutes, not both")
     bad = sorted(set(train) & set(PER_MACHINE))
@@ -56,6 +71,8 @@ def make_plan(out: Path, data: str | Path | None = None, scale: int | None = Non
         clashes = [f"{k} {v} (plan: {getattr(plan, k)})" for k, v in given.items()
                    if v is not None and v != getattr(plan, k) and not (k == "steps" and plan.steps is None)]
         clashes += [f"{k} {v} (plan: {plan.train.get(k)})" for k, v in train.items() if plan.train.get(k) != v]
+        clashes += [f"{k} {v} (plan: {plan.backbone.get(k, getattr(ModelConfig(), k))})"
+                    for k, v in backbone.items() if plan.backbone.get(k, getattr(ModelConfig(), k)) != v]
         if clashes:
             raise UsageError(f"{out} was started with other options: {'; '.join(clashes)}. Every row must be trained "
                              "alike: give the same options (or none), or use another --out")
@@ -72,9 +89,9 @@ def make_plan(out: Path, data: str | Path | None = None, scale: int | None = Non
     options = {**{f.name: f.default for f in dataclasses.fields(TrainConfig) if f.name not in PER_MACHINE},
                **DEFAULT_TRAIN, **train}
     TrainConfig.from_dict(options)  # validate now, not in a worker
-    plan = Plan(str(Path(data).resolve()), scale or 1, steps, minutes, options, dev_sentences)
+    plan = Plan(str(Path(data).resolve()), scale or 1, steps, minutes, options, dev_sentences, backbone)
     for name in ROWS:
-        scaled_preset(name, plan.scale)  # an impossible scale fails here
+        plan.model_config(name)  # an impossible scale fails here
     out.mkdir(parents=True, exist_ok=True)  # only now: a refused start leaves no folder behind
     files.write_json(out / PLAN, dataclasses.asdict(plan))
     return plan

@@ -118,7 +118,8 @@ def report(out: str | Path, plot: bool = True) -> dict[str, Any]:
     if not results:
         raise DataError(f"{out} holds no finished row (no <row>/{RESULT}); train some first")
     every = {**results, **replicas}
-    settings = {(r["scale"], r["steps"], r.get("dev_sentences"), json.dumps(r["train"], sort_keys=True))
+    settings = {(r["scale"], r["steps"], r.get("dev_sentences"), json.dumps(r["train"], sort_keys=True),
+                 json.dumps(r.get("backbone", {}), sort_keys=True))
                 for r in every.values()}
     if len(settings) > 1:
         raise DataError(f"the rows in {out} were trained with different scales, steps or options; a table needs "
@@ -179,6 +180,13 @@ def settling_text(settled: dict[str, Any] | None) -> str:
             f"against the end: rho = {settled['rank_rho']:.3f}.\n")
 
 
+def backbone_text(backbone: dict[str, Any]) -> str:
+    """The plan's departures from the paper's backbone in words ("pre-norm, fairseq initialization")."""
+    words = {"norm_first": lambda v: "pre-norm (LayerNorm before each sub-layer)" if v else "post-norm (the paper's)",
+             "init": lambda v: f"{v} initialization"}
+    return ", ".join(words[k](v) for k, v in sorted(backbone.items()))
+
+
 def markdown(results: dict[str, dict[str, Any]], ppl_rho: float, bleu_rho: float) -> str:
     """Table 3 in the paper's layout, every row of the paper listed; ours beside the paper's where trained."""
     any_r = next(iter(results.values()))
@@ -186,8 +194,9 @@ def markdown(results: dict[str, dict[str, Any]], ppl_rho: float, bleu_rho: float
     dev = f"the first {n_dev:,} dev sentences" if n_dev else "the dev set"
     lines = [f"Table 3 at scale 1/{any_r['scale']} (d_model, d_ff, d_k, d_v divided by {any_r['scale']}), "
              f"{any_r['steps']:,} steps for every row, data {Path(any_r['data']).name}; dev PPL per subword token, "
-             f"sacreBLEU (beam 4, alpha 0.6) of {dev}, no checkpoint averaging. Shape columns are the paper's "
-             "(blank = base).", "",
+             f"sacreBLEU (beam 4, alpha 0.6) of {dev}, no checkpoint averaging"
+             + (f"; every row with {backbone_text(any_r['backbone'])}" if any_r.get("backbone") else "")
+             + ". Shape columns are the paper's (blank = base).", "",
              "| | row | " + " | ".join(SHAPE_HEAD) + " | steps | paper PPL | paper BLEU | paper params | PPL | BLEU | "
              "params | train min |",
              "|" + "---|" * (2 + len(SHAPE_HEAD) + 8)]

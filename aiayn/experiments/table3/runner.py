@@ -23,8 +23,8 @@ from aiayn.experiments.table3.plan import (
     set_steps,
     trained_steps,
 )
-from aiayn.experiments.table3.report import report
-from aiayn.experiments.table3.rows import cost, parse_rows, scaled_preset, scaled_table
+from aiayn.experiments.table3.report import backbone_text, report
+from aiayn.experiments.table3.rows import cost, parse_rows, scaled_table
 from aiayn.experiments.table3.score import run_row
 from aiayn.train import StopOnSignal
 
@@ -36,7 +36,7 @@ def run_variations(data: str | Path | None, out: str | Path, rows: str | Sequenc
                    scale: int | None = None, steps: int | None = None, minutes: float | None = None, jobs: int = 1,
                    device: str = "auto", threads: int | None = None, keep_checkpoints: bool = False,
                    train: dict[str, Any] | None = None, dev_sentences: int | None = None,
-                   say: Say = print) -> dict[str, Any]:
+                   backbone: dict[str, Any] | None = None, say: Say = print) -> dict[str, Any]:
     """Train and score the rows (finished rows skipped, interrupted ones resumed), then `report`. Returns its
     summary; raises DataError naming the rows that failed. threads: CPU threads per row (default: cores / jobs)."""
     out = Path(out)
@@ -44,11 +44,12 @@ def run_variations(data: str | Path | None, out: str | Path, rows: str | Sequenc
     if jobs < 1:
         raise UsageError(f"--jobs must be >= 1, got {jobs}")
     threads = threads or max(1, (os.cpu_count() or 1) // jobs)
-    plan = make_plan(out, data, scale, steps, minutes, train, dev_sentences)
+    plan = make_plan(out, data, scale, steps, minutes, train, dev_sentences, backbone)
     say(f"Table 3 at scale 1/{plan.scale} on {plan.data}: {len(names)} rows, "
-        f"{plan.steps if plan.steps else f'~{plan.minutes:g} minutes of'} steps, {jobs} at a time; results in {out}")
+        f"{plan.steps if plan.steps else f'~{plan.minutes:g} minutes of'} steps, {jobs} at a time; results in {out}"
+        + (f"; every row with {backbone_text(plan.backbone)}" if plan.backbone else ""))
     say(scaled_table(names, plan.scale))
-    names.sort(key=lambda n: cost(scaled_preset(n, plan.scale)), reverse=True)  # longest first
+    names.sort(key=lambda n: cost(plan.model_config(n)), reverse=True)  # longest first
     pool = Pool(out, device, jobs, threads, keep_checkpoints, say)
     if plan.steps is None:
         plan = calibrate(out, plan, names, pool)

@@ -24,7 +24,7 @@ from aiayn.experiments.table3.plan import (
     read_time,
     run_dir,
 )
-from aiayn.experiments.table3.rows import paper_row, replica_seed, row_of, scaled_preset
+from aiayn.experiments.table3.rows import paper_row, replica_seed, row_of
 from aiayn.metrics import Score, corpus_bleu, perplexity
 from aiayn.model import Transformer, count_parameters
 from aiayn.runtime import Runtime, cpu_model, resolve_device
@@ -48,7 +48,7 @@ def run_row(out: Path, plan: Plan, name: str, max_steps: int, device: str = "aut
     else:
         if run.exists():  # created, but killed before its config was written
             shutil.rmtree(run)
-        cfg = scaled_preset(name, plan.scale)
+        cfg = plan.model_config(name)
         summary = train(Path(plan.data), run, cfg, plan.train_config(max_steps, device, threads, replica_seed(name)),
                         progress=False)
     add_time(out, name, time.time() - t0, summary["elapsed_s"])
@@ -89,6 +89,7 @@ def score_row(out: Path, plan: Plan, name: str, device: str = "auto", jobs: int 
         "train_calls": times["calls"], "score_seconds": time.time() - t0, "device": str(dev),
         "device_name": torch.cuda.get_device_name(dev) if dev.type == "cuda" else "cpu",
         "dtype": rundir.read_config(run)["train"]["dtype"], "concurrent_jobs": jobs, "train": plan.train,
+        "backbone": plan.backbone,
         "data": plan.data, "data_sha256": data_digest(Path(plan.data)), "machine": machine(dev),
         "dev_curve": dev_curve(out, name), "paper": paper_row(name),
     }
