@@ -391,6 +391,8 @@ def test_cli_measures_a_quick_table(tmp_path, capsys):
 
 def test_replicas_parse_and_keep_their_row():
     assert rows.parse_rows("C1,base@seed3,base,base@seed2") == ["base", "base@seed2", "base@seed3", "C1"]
+    assert rows.parse_rows("all,base@seed2") == ["base", "base@seed2", *rows.ROWS[1:]]
+    assert rows.parse_rows("all") == list(rows.ROWS) == rows.parse_rows(None)
     assert rows.row_of("base@seed2") == "base" and rows.replica_seed("base@seed2") == 2
     assert rows.replica_seed("base") is None
     assert rows.scaled_preset("C1@seed2", 4) == rows.scaled_preset("C1", 4)

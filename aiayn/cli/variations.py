@@ -49,9 +49,10 @@ def register(sub) -> None:
                     "--steps 2000 --jobs 8 --max-tokens 8192 --warmup 1000")
     p.add_argument("--data", help="prepared-data directory with a valid split (needed to start OUT)")
     p.add_argument("--out", required=True, help="output directory (one folder per row)")
-    p.add_argument("--rows", help="comma-separated rows, e.g. base,A1,C5 (default: all 20); ROW@seedN trains a row "
-                                  "again at seed N (e.g. base@seed2,base@seed3): the report then gives the seed noise "
-                                  "and rho over the rows whose paper PPLs differ by more than it")
+    p.add_argument("--rows", help="comma-separated rows, e.g. base,A1,C5 (default and 'all': the 20 rows); "
+                                  "ROW@seedN trains a row again at seed N (e.g. all,base@seed2,base@seed3): the "
+                                  "report then gives the seed noise and rho over the rows whose paper PPLs differ by "
+                                  "more than it")
     p.add_argument("--scale", type=positive_int,
                    help="divide d_model, d_ff, d_k, d_v by K; N, h, P_drop, eps_ls as the row says "
                         "(default 1: the paper's sizes)")

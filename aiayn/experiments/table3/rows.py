@@ -67,10 +67,11 @@ def scaled_preset(name: str, scale: int) -> ModelConfig:
 
 def parse_rows(text: str | Sequence[str] | None) -> list[str]:
     """'base,A1,C5,base@seed2' (or a list) -> row names in the paper's order, each replica after its row; None ->
-    all rows."""
+    all rows; 'all' among them stands for the 20 rows ('all,base@seed2,base@seed3')."""
     if text is None:
         return list(ROWS)
     names = [r.strip() for r in (text.split(",") if isinstance(text, str) else text) if r.strip()]
+    names = [n for r in names for n in (ROWS if r == "all" else (r,))]
     unknown = [r for r in names if row_of(r) not in ROWS]
     if unknown or not names:
         raise UsageError(f"unknown row(s) {', '.join(unknown) or '(none given)'}; the rows are: {', '.join(ROWS)} "
