@@ -282,6 +282,12 @@ def plot(g: dict, names: list[str], metric: str, ylabel: str, xlabel: str, title
     print(f"wrote {path}")
 
 
+def kernels(r: dict) -> str:
+    """", AVX2 kernels": the CPU kernels torch ran (an instruction-set reproduction shows here), for plot titles."""
+    cap = r["env"].get("cpu_capability")
+    return f", {cap} kernels" if cap else ""
+
+
 def report(out: Path, img_dir: Path) -> None:
     lines = []
     dec = [r for r in load(out / "decode.jsonl") if "growth" in r]
@@ -295,14 +301,14 @@ def report(out: Path, img_dir: Path) -> None:
         plot(g, names, "batch_s", f"seconds per batch of {r0['sents']} ({r0['mode']})",
              "source length = output length (tokens)",
              f"Decoding cost vs length: base, random init, {r0['sents']} sentences, {r0['mode']}, "
-             f"threads {r0['env'].get('torch_threads')}{tag}", img_dir / "growth_decode.png", logy=True)
+             f"threads {r0['env'].get('torch_threads')}{kernels(r0)}{tag}", img_dir / "growth_decode.png", logy=True)
     if tr:
         t, g, names = train_table(tr)
         lines += ["### Training throughput vs batch size" + tag, "", *t, ""]
         r0 = tr[0]
         plot(g, names, "tgt_tok_per_s", "target tokens/s", "batch size (target tokens, --tokens)",
              f"Training throughput vs batch size: {r0['config']}, {r0['dtype']}, "
-             f"threads {r0['env'].get('torch_threads')}{tag}", img_dir / "growth_train.png", logy=False)
+             f"threads {r0['env'].get('torch_threads')}{kernels(r0)}{tag}", img_dir / "growth_train.png", logy=False)
     text = "\n".join(lines)
     print("\n" + text)
     (out / "tables.md").write_text(text + "\n")
