@@ -13,7 +13,7 @@ import torch
 
 from aiayn.cli import main
 from aiayn.config import ModelConfig
-from aiayn.errors import UsageError
+from aiayn.errors import DataError, UsageError
 from aiayn.experiments import table1
 from aiayn.experiments.paper import TABLE2_COST, TABLE2_HOURS, TABLE3
 from aiayn.experiments.table3 import report, rows, runner
@@ -481,3 +481,8 @@ def test_replica_trains_at_its_seed_and_the_report_gives_the_noise(tiny_table, c
     assert f"seed 5: {r['dev_ppl']:.2f}" in text and "rows whose paper PPLs differ" in text
     # without replicas the report says nothing of noise
     assert report.report(out, plot=False)["noise"] is None
+    # a row trained on other data is refused
+    r["data_sha256"] = "0" * 64
+    (noisy / "base@seed5" / "result.json").write_text(json.dumps(r))
+    with pytest.raises(DataError, match="different data"):
+        report.report(noisy, plot=False)

@@ -125,6 +125,10 @@ def report(out: str | Path, plot: bool = True) -> dict[str, Any]:
         raise DataError(f"the rows in {out} were trained with different scales, steps or options; a table needs "
                         "rows trained alike: " + ", ".join(f"{n}: scale {r['scale']}, {r['steps']} steps"
                                                            for n, r in every.items()))
+    digests = {r["data_sha256"] for r in every.values() if r.get("data_sha256")}
+    if len(digests) > 1:
+        raise DataError(f"the rows in {out} were trained on different data (prepared-data digests "
+                        f"{', '.join(sorted(d[:12] for d in digests))}); a table needs rows trained on the same data")
     names = list(results)
     ppl_rho, bleu_rho = rank_correlations(results, names)
     noise = seed_noise(results, replicas)
