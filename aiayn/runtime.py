@@ -226,6 +226,17 @@ def _cpu_ticks() -> tuple[int, int]:
     return sum(v), v[3] + v[4]
 
 
+def attention_without_shape_plans(device: torch.device) -> None:
+    """On a CUDA GPU, take cuDNN's attention out of what torch's scaled_dot_product_attention may pick (the flash and
+    memory-efficient kernels remain). cuDNN builds an execution plan for every new shape of batch, forward and
+    backward, and real batches come in hundreds of shapes: on an H200 a quickstart whose steps each met a new shape
+    trained at ~10k target tokens/s, and one with 4x larger batches jumped from ~30k to ~250k once its epoch came
+    round and every shape had its plan (benchmarks/results/2026-11-26-gpu-h200). AIAYN_CUDNN_ATTENTION=1 leaves
+    cuDNN in (a benchmark of one fixed shape, where the plan is built once)."""
+    if device.type == "cuda" and os.environ.get("AIAYN_CUDNN_ATTENTION") != "1":
+        torch.backends.cuda.enable_cudnn_sdp(False)
+
+
 def setup_runtime(device: str = "auto", dtype: str = "fp32", threads: int = 0) -> Runtime:
     """A single process, or one process of a torchrun job (gloo on CPU, NCCL on GPU). threads: CPU threads for
     torch; 0 = the free cores (free_cores), unless OMP_NUM_THREADS says otherwise or several processes share the
@@ -243,6 +254,7 @@ def setup_runtime(device: str = "auto", dtype: str = "fp32", threads: int = 0) -
     if dev.type == "cuda":
         torch.cuda.set_device(dev)
         torch.backends.cuda.matmul.allow_tf32 = dtype == "fp32"
+        attention_without_shape_plans(dev)
     owns = world > 1 and not dist.is_initialized()
     if owns:
         dist.init_process_group("nccl" if dev.type == "cuda" else "gloo")

@@ -224,6 +224,24 @@ def test_gpu_benchmark_cpu_smoke(tmp_path):
     assert packed["attention"] == "padded rows" and packed["loss_vs_padded"] < 1e-5
 
 
+def test_gpu_peer_benchmark_cpu_smoke(tmp_path):
+    """benchmarks/gpu/peers.py in its --cpu mode, a new batch shape at every step: every implementation trains and
+    decodes the same batches (HF Marian where transformers is installed), and the table compares them."""
+    pytest.importorskip("transformers")
+    out = tmp_path / "peers.jsonl"
+    res = subprocess.run([sys.executable, "-m", "benchmarks.gpu.peers", "--cpu", "--vary-shapes", "--out", str(out)],
+                         cwd=REPO, check=True, capture_output=True, text=True, timeout=180)
+    recs = [json.loads(line) for line in out.read_text().splitlines()]
+    train = [r for r in recs if r["what"] == "train"]
+    assert [r["impl"] for r in train] == ["aiayn", "aiayn packed", "hf_marian", "torch_nn"]
+    assert all("error" not in r and r["tgt_tok_s"] > 0 and r["shapes"] == "varied" for r in train)
+    assert len({r["batch_tgt_tokens"] for r in train}) == 1  # the same batches for all
+    decode = [r for r in recs if r["what"] == "decode"]
+    assert {(r["impl"], r["beam"]) for r in decode} == {(i, b) for i in ("aiayn", "hf_marian") for b in (1, 4)}
+    assert all("error" not in r and r["sent_s"] > 0 for r in decode)
+    assert "| tiny | hf_marian | False | varied |" in res.stdout and "vs HF generate" in res.stdout
+
+
 def varlen_attn_on_cpu(query, key, value, cu_seq_q, cu_seq_k, max_q, max_k, *, window_size=(-1, -1)):
     """torch.nn.attention.varlen.varlen_attn's documented contract, one sentence at a time: a CPU stand-in."""
     assert cu_seq_q.dtype == cu_seq_k.dtype == torch.int32 and isinstance(max_q, int) and isinstance(max_k, int)

@@ -102,3 +102,21 @@ def test_bf16_instructions_that_measure_slow_leave_auto_at_fp32_and_warn(monkeyp
     assert runtime.resolve_dtype("bf16", cpu) == "bf16"
     assert _warnings(capsys) == ["warning: this CPU has bf16 instructions, but its bf16 matmuls measure 1.9x slower "
                                  "than fp32 here (a 512^3 matmul); --dtype auto picks fp32 here"]
+
+
+@pytest.mark.parametrize("device, env, enabled", [("cuda", None, False), ("cuda", "1", True), ("cpu", None, True)])
+def test_cudnn_attention_is_left_out_on_gpus_unless_asked(monkeypatch, device, env, enabled):
+    """cuDNN's attention builds a plan for every new batch shape: aiayn takes it out of torch's choice on a GPU
+    (AIAYN_CUDNN_ATTENTION=1 keeps it); the CPU has no cuDNN, and nothing changes there."""
+    from aiayn.runtime import attention_without_shape_plans
+
+    was = torch.backends.cuda.cudnn_sdp_enabled()
+    monkeypatch.delenv("AIAYN_CUDNN_ATTENTION", raising=False)
+    if env is not None:
+        monkeypatch.setenv("AIAYN_CUDNN_ATTENTION", env)
+    try:
+        torch.backends.cuda.enable_cudnn_sdp(True)
+        attention_without_shape_plans(torch.device(device))
+        assert torch.backends.cuda.cudnn_sdp_enabled() is enabled
+    finally:
+        torch.backends.cuda.enable_cudnn_sdp(was)

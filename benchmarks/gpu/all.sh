@@ -8,15 +8,22 @@
 #   quickstart  the README's main job as a user runs it on a GPU machine (`aiayn quickstart`, --device auto and
 #             --dtype auto, so the GPU and bf16 where it has bf16), ${QS_MINUTES:-3} minutes of training, its
 #             output and peak host memory in $OUT/quickstart.log
-# All five take ~17 minutes; where a command may run 10 minutes at most, run them as two commands (say
+#   peers     benchmarks/gpu/peers.py: aiayn beside HF Marian and torch.nn.Transformer, base and big, bf16, eager, then
+#             aiayn compiled; decoding against HF generate; the profile of aiayn's packed step; then base again with a
+#             new batch shape at every step, as real data gives
+# All take ~22 minutes; where a command may run 10 minutes at most, run them as two commands (say
 # `all.sh tests check multi30k`, then `all.sh packed quickstart`). Run from the repository root:
 #
-#   bash benchmarks/gpu/all.sh [PART ...]      (no part: all five)
+#   bash benchmarks/gpu/all.sh [PART ...]      (no part: all six)
+# Where the machine lacks a Python package aiayn needs (sacremoses on some images), put its wheel in .whl/ first.
 set -u -o pipefail
 OUT=${OUT:-gpu-out}; mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD
 PY=${PY:-python3}
-PARTS=" ${*:-tests check packed multi30k quickstart} "
+PARTS=" ${*:-tests check packed multi30k quickstart peers} "
+if compgen -G ".whl/*.whl" >/dev/null; then  # wheels carried to a machine without network
+    $PY -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site .whl/*.whl && PYTHONPATH=$PYTHONPATH:/tmp/site
+fi
 want() { [[ "$PARTS" == *" $1 "* ]]; }
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,temperature.gpu --format=csv | tee "$OUT/gpu.txt"
 if want tests; then
@@ -29,6 +36,12 @@ fi
 if want packed; then
     timeout 300 $PY -m benchmarks.gpu.packed --compile --steps 10 --out "$OUT/gpu_packed.jsonl" 2>&1 \
         | grep -v Warning | tee "$OUT/gpu_packed.txt" | tail -14
+fi
+if want peers; then
+    timeout ${PEERS_TIMEOUT:-330} $PY -m benchmarks.gpu.peers --compile --out "$OUT/gpu_peers.jsonl" \
+        --profile "$OUT/profile-base-packed-eager.txt" 2>&1 | grep -v Warning | tee "$OUT/gpu_peers.txt" | tail -30
+    timeout ${PEERS_VARIED_TIMEOUT:-120} $PY -m benchmarks.gpu.peers --vary-shapes --presets base --beams "" \
+        --out "$OUT/gpu_peers.jsonl" 2>&1 | grep -v Warning | tee "$OUT/gpu_peers_varied.txt" | tail -8
 fi
 if want multi30k; then
     R=$(mktemp -d)/multi30k
@@ -48,7 +61,7 @@ if want quickstart; then
     Q=$(mktemp -d)/quickstart
     { echo "# aiayn quickstart --out $Q --minutes ${QS_MINUTES:-3} --no-progress  (device auto, dtype auto)"
       TIME=""; [ -x /usr/bin/time ] && TIME="/usr/bin/time -v"  # peak host memory, where GNU time is installed
-      timeout 400 $TIME $PY -m aiayn quickstart --out "$Q" --minutes "${QS_MINUTES:-3}" --no-progress
+      timeout ${QS_TIMEOUT:-400} $TIME $PY -m aiayn quickstart --out "$Q" --minutes "${QS_MINUTES:-3}" --no-progress
     } > "$OUT/quickstart.log" 2>&1
     grep -E "^\[|BLEU|sentences/s|steps at|done in|Maximum resident" "$OUT/quickstart.log"
 fi

@@ -21,6 +21,7 @@ from aiayn.config import ModelConfig
 from aiayn.inference import decoding_copy
 from aiayn.losses import TrainingObjective
 from aiayn.model import Transformer, count_parameters
+from aiayn.runtime import attention_without_shape_plans
 from aiayn.search import SearchConfig, beam_search, greedy_search
 from aiayn.train import make_optimizer
 from benchmarks.timing import measure
@@ -44,6 +45,7 @@ def peak_matmul(device, dtype=torch.bfloat16, n: int = 8192, reps: int = 20) -> 
 
 def training_setup(preset: str, device, compile_: bool):
     """(config, model, objective, optimizer) of a preset as `aiayn train` builds them, seeded, at lr 1e-4."""
+    attention_without_shape_plans(device)  # as aiayn.runtime.setup_runtime does
     torch.manual_seed(0)
     cfg = ModelConfig.preset(preset)
     model = Transformer(cfg).to(device).train()
@@ -82,6 +84,7 @@ def train_speed(preset: str, dtype: str, tokens: int, steps: int, device, compil
 def decode_speed(preset: str, dtype: str, beam: int, sents: int, n_tokens: int, device) -> dict:
     torch.manual_seed(0)
     cfg = ModelConfig.preset(preset)
+    attention_without_shape_plans(device)  # as aiayn.inference.load does
     model = decoding_copy(Transformer(cfg).to(device), dtype)
     src = train_batch(cfg.vocab_size, sents * 27, device, seed=1, lo=23, hi=27)[0][:sents]
     search = SearchConfig(beam=beam, max_len_a=0.0, max_len_b=n_tokens, min_len=n_tokens)

@@ -1,0 +1,346 @@
+"""aiayn beside its peers on one GPU, in one run: training (base and big, bf16, the same synthetic batches) and decoding
+(greedy and beam 4, base). Not a test (CI has no GPU); on a GPU machine, from the repository root:
+
+    python -m benchmarks.gpu.peers --out peers.jsonl [--compile] [--profile profile.txt]
+
+Peers, each at its own documented defaults, built here from its public API (random weights; nothing is downloaded):
+  hf_marian  transformers' MarianMTModel (post-norm, sinusoidal positions, tied embeddings; its default SDPA attention)
+             trained as HF's Trainer does with bf16=True: autocast, eager (the Trainer compiles only when asked);
+             decoding: `generate` with the weights in bf16.
+  torch_nn   torch.nn.Transformer (batch_first, post-norm) with tied embeddings and sinusoidal positions, autocast.
+Every implementation gets the same batches (benchmarks/workloads.py: sentences of 25-30 tokens, ~25,000 target
+tokens), the same loss (label smoothing 0.1, summed over real tokens) and the same optimizer (torch's fused Adam).
+aiayn runs as `aiayn train` does: padded batches, and packed ones (`--packed`: attention by varlen flash where the
+GPU has it), eager, and compiled with --compile. FLOPs are the harness's model FLOPs of the real tokens, the same for
+every implementation (benchmarks/workloads.py: forward_flops; training = 3x forward); MFU is against the datasheet's
+dense bf16 peak (H100/H200: 989 TFLOP/s) and the peak of a large bf16 matmul measured in the same run. Decoding is
+at a forced length (every hypothesis exactly --n-tokens steps, EOS banned before), so every implementation does the
+same work. --vary-shapes gives every step a batch of a new shape, as real data does (the synthetic batch of one
+shape hides what a kernel pays per new shape: cuDNN's attention builds a plan for each, which aiayn leaves out on
+GPUs). Each cell is one record in --out as soon as it is measured; a cell that fails is reported and the rest
+still run. `--cpu` runs every cell on tiny shapes, fp32, for two steps (tests/test_gpu_peers.py runs it).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import time
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from aiayn.config import BOS_ID, EOS_ID, PAD_ID, ModelConfig
+from aiayn.data.batching import Batch, pack
+from aiayn.model import count_parameters
+from aiayn.runtime import attention_without_shape_plans
+from benchmarks.gpu.check import DATASHEET_BF16, decode_speed, peak_matmul, sync, training_setup
+from benchmarks.timing import measure
+from benchmarks.workloads import forward_flops, train_batch
+
+
+def sinusoids(n: int, d: int) -> torch.Tensor:
+    pos = torch.arange(n, dtype=torch.float32)[:, None]
+    inv = torch.exp(torch.arange(0, d, 2, dtype=torch.float32) * (-math.log(10000.0) / d))
+    pe = torch.zeros(n, d)
+    pe[:, 0::2], pe[:, 1::2] = torch.sin(pos * inv), torch.cos(pos * inv)
+    return pe
+
+
+class TorchNN(nn.Module):
+    """torch.nn.Transformer with what it leaves to its user: embeddings (scaled by sqrt(d), tied three ways),
+    sinusoidal positions, embedding dropout, the output projection."""
+
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.d = cfg.d_model
+        self.embed = nn.Embedding(cfg.vocab_size, cfg.d_model, padding_idx=PAD_ID)
+        nn.init.normal_(self.embed.weight, std=cfg.d_model**-0.5)
+        self.register_buffer("pe", sinusoids(512, cfg.d_model), persistent=False)
+        self.drop = nn.Dropout(cfg.dropout)
+        self.core = nn.Transformer(cfg.d_model, cfg.n_heads, cfg.n_enc_layers, cfg.n_dec_layers, cfg.d_ff,
+                                   cfg.dropout, batch_first=True)
+
+    def _in(self, ids: torch.Tensor) -> torch.Tensor:
+        return self.drop(self.embed(ids) * math.sqrt(self.d) + self.pe[: ids.shape[1]])
+
+    def forward(self, src: torch.Tensor, tgt_in: torch.Tensor) -> torch.Tensor:
+        causal = nn.Transformer.generate_square_subsequent_mask(tgt_in.shape[1], device=src.device)
+        src_pad, tgt_pad = src.eq(PAD_ID), tgt_in.eq(PAD_ID)
+        h = self.core(self._in(src), self._in(tgt_in), tgt_mask=causal, src_key_padding_mask=src_pad,
+                      tgt_key_padding_mask=tgt_pad, memory_key_padding_mask=src_pad, tgt_is_causal=True)
+        return F.linear(h, self.embed.weight)
+
+
+def marian(cfg: ModelConfig):
+    """transformers' MarianMTModel in the preset's shape (its defaults otherwise)."""
+    from transformers import MarianConfig, MarianMTModel
+
+    mc = MarianConfig(vocab_size=cfg.vocab_size, d_model=cfg.d_model, encoder_layers=cfg.n_enc_layers,
+                      decoder_layers=cfg.n_dec_layers, encoder_attention_heads=cfg.n_heads,
+                      decoder_attention_heads=cfg.n_heads, encoder_ffn_dim=cfg.d_ff, decoder_ffn_dim=cfg.d_ff,
+                      dropout=cfg.dropout, attention_dropout=0.0, activation_dropout=0.0, activation_function="relu",
+                      max_position_embeddings=512, scale_embedding=True, pad_token_id=PAD_ID, eos_token_id=EOS_ID,
+                      bos_token_id=BOS_ID, decoder_start_token_id=BOS_ID, forced_eos_token_id=None,
+                      share_encoder_decoder_embeddings=True, tie_word_embeddings=True)
+    return MarianMTModel(mc)
+
+
+def peer_logits(impl: str, model: nn.Module, src: torch.Tensor, tgt_in: torch.Tensor) -> torch.Tensor:
+    if impl == "hf_marian":
+        return model(input_ids=src, attention_mask=src.ne(PAD_ID), decoder_input_ids=tgt_in,
+                     decoder_attention_mask=tgt_in.ne(PAD_ID)).logits
+    return model(src, tgt_in)
+
+
+def shared_batches(vocab: int, args) -> list[tuple]:
+    """The batches every implementation trains on, warm-up first: one batch again and again (the harness's: sentences
+    of 25-30 tokens), or with --vary-shapes a new shape at every step, as real data gives (lengths from 5 to ~70,
+    the sentence count following), each (src, tgt_in, tgt_out, source lengths, target lengths) on the CPU."""
+    n = args.warmup + args.steps
+    if not args.vary_shapes:
+        return [train_batch(vocab, args.tokens, "cpu")] * n
+    spans = [(5 + (7 * i) % 40, 10 + (7 * i) % 40 + (3 * i) % 20) for i in range(n)]
+    return [train_batch(vocab, args.tokens, "cpu", seed=i, lo=lo, hi=hi) for i, (lo, hi) in enumerate(spans)]
+
+
+def train_cell(impl: str, preset: str, compile_: bool, args, device: torch.device) -> dict:
+    """One implementation's training steps on the shared batches: seconds a step, target tokens/s, TFLOP/s, peak
+    memory. aiayn runs as `aiayn train` does (cuDNN's attention left out on a GPU: aiayn.runtime); the peers with
+    torch's default choice of attention kernels."""
+    bf16 = args.dtype == "bf16"
+    batches = shared_batches(ModelConfig.preset(preset).vocab_size, args)
+    torch.backends.cuda.enable_cudnn_sdp(True)  # torch's default, for the peers
+    if impl.startswith("aiayn"):
+        attention_without_shape_plans(device)
+        cfg, model, objective, opt = training_setup(preset, device, compile_)
+        inputs = []
+        for src, tgt_in, tgt_out, src_l, tgt_l in batches:
+            padded = Batch(src, tgt_in, tgt_out, sum(src_l), sum(tgt_l))
+            inputs.append((pack(padded) if impl == "aiayn packed" else padded).to(device).inputs())
+
+        def loss_fn(i):
+            return objective(*inputs[i])[0]
+    else:
+        torch.manual_seed(0)
+        cfg = ModelConfig.preset(preset)
+        model = (marian(cfg) if impl == "hf_marian" else TorchNN(cfg)).to(device).train()
+        opt = torch.optim.Adam(model.parameters(), lr=1e-4, betas=(0.9, 0.98), eps=1e-9,
+                               **({"fused": True} if device.type == "cuda" else {}))
+        forward = torch.compile(model) if compile_ else model
+        on_device = [(s.to(device), ti.to(device), to.to(device)) for s, ti, to, _, _ in batches]
+
+        def loss_fn(i):
+            s, ti, to = on_device[i]
+            logits = peer_logits(impl, forward, s, ti)
+            return F.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(), to.reshape(-1), ignore_index=PAD_ID,
+                                   label_smoothing=0.1, reduction="sum")
+
+    def step(i):
+        with torch.autocast(device.type, dtype=torch.bfloat16, enabled=bf16):
+            loss = loss_fn(i)
+        (loss / sum(batches[i][4])).backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+
+    t0 = time.perf_counter()
+    for i in range(args.warmup):
+        step(i)
+    sync(device)
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats()
+    t1 = time.perf_counter()
+    for i in range(args.warmup, len(batches)):
+        step(i)
+    sync(device)
+    dt = (time.perf_counter() - t1) / args.steps
+    timed = batches[args.warmup:]
+    n_tokens = sum(sum(b[4]) for b in timed) / args.steps
+    flops = sum(3 * forward_flops(cfg, b[3], b[4]) for b in timed) / args.steps
+    rec = {"what": "train", "impl": impl, "preset": preset, "dtype": args.dtype, "compile": compile_,
+           "shapes": "varied" if args.vary_shapes else "fixed", "batch_tgt_tokens": n_tokens,
+           "sentences": sum(len(b[4]) for b in timed) / args.steps, "params": count_parameters(model), "step_s": dt,
+           "tgt_tok_s": n_tokens / dt, "tflops": flops / dt / 1e12, "wall_s": time.perf_counter() - t0}
+    if device.type == "cuda":
+        rec["peak_mem_gb"] = torch.cuda.max_memory_allocated() / 1e9
+    return rec
+
+
+def hf_decode_cell(preset: str, beam: int, args, device: torch.device) -> dict:
+    """HF generate on the same sources, forced to the same length as aiayn's decode_speed."""
+    torch.manual_seed(0)
+    cfg = ModelConfig.preset(preset)
+    model = marian(cfg).to(device).eval()
+    if args.dtype == "bf16":
+        model = model.to(torch.bfloat16)
+    src = train_batch(cfg.vocab_size, args.sents * 27, device, seed=1, lo=23, hi=27)[0][: args.sents]
+    n = args.n_tokens
+    kw = dict(input_ids=src, attention_mask=src.ne(PAD_ID), num_beams=beam, do_sample=False, min_new_tokens=n,
+              max_new_tokens=n, length_penalty=0.6, early_stopping=False, num_return_sequences=1)
+    with torch.inference_mode():
+        dt = measure(lambda: model.generate(**kw), repeats=1, warmup=1, number=3, sync=lambda: sync(device)).mean
+    return {"what": "decode", "impl": "hf_marian", "preset": preset, "dtype": args.dtype, "beam": beam,
+            "sents": args.sents, "out_tokens": n, "batch_s": dt, "sent_s": args.sents / dt}
+
+
+def profile_step(preset: str, args, device: torch.device, path: str) -> None:
+    """The busiest kernels of aiayn's packed training step, eager, as torch.profiler's table."""
+    from torch.profiler import ProfilerActivity, profile
+
+    cfg, model, objective, opt = training_setup(preset, device, False)
+    src, tgt_in, tgt_out, src_l, tgt_l = train_batch(cfg.vocab_size, args.tokens, "cpu")
+    inputs = pack(Batch(src, tgt_in, tgt_out, sum(src_l), sum(tgt_l))).to(device).inputs()
+
+    def step():
+        with torch.autocast(device.type, dtype=torch.bfloat16, enabled=args.dtype == "bf16"):
+            loss = objective(*inputs)[0]
+        (loss / sum(tgt_l)).backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+
+    for _ in range(args.warmup):
+        step()
+    sync(device)
+    acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
+    with profile(activities=acts) as prof:
+        for _ in range(5):
+            step()
+        sync(device)
+    key = "cuda_time_total" if device.type == "cuda" else "cpu_time_total"
+    with open(path, "w") as f:
+        f.write(f"# aiayn {preset} {args.dtype} packed eager, 5 steps of {sum(tgt_l)} target "
+                f"tokens, sorted by {key}\n")
+        f.write(prof.key_averages().table(sort_by=key, row_limit=30, max_name_column_width=70))
+
+
+def order(impl: str) -> int:
+    """Compiled cells: aiayn packed first (the fastest layout where varlen flash runs), then padded, then peers."""
+    return {"aiayn packed": 0, "aiayn": 1}.get(impl, 2)
+
+
+def fmt(r: dict) -> str:
+    return json.dumps({k: round(v, 4) if isinstance(v, float) else v for k, v in r.items()})
+
+
+def table(recs: list[dict], sheet: float | None) -> str:
+    lines = ["| preset | implementation | compiled | shapes | s/step | target tokens/s | TFLOP/s | MFU (datasheet) | "
+             "peak GPU memory | vs fastest peer |", "|---|---|---|---|---|---|---|---|---|---|"]
+    train = [r for r in recs if r.get("what") == "train"]
+    for preset in dict.fromkeys(r["preset"] for r in train):
+        rows = [r for r in train if r["preset"] == preset]
+        peers = [r["tgt_tok_s"] for r in rows if "error" not in r and not r["impl"].startswith("aiayn")]
+        best = max(peers, default=None)
+        for r in rows:
+            if "error" in r:
+                lines.append(f"| {preset} | {r['impl']} | {r['compile']} | | {r['error'][:90]} | | | | | |")
+                continue
+            mfu = f"{100 * r['tflops'] * 1e12 / sheet:.1f} %" if sheet else ""
+            mem = f"{r['peak_mem_gb']:.1f} GB" if "peak_mem_gb" in r else ""
+            ratio = f"{r['tgt_tok_s'] / best:.2f}x" if best else ""
+            lines.append(f"| {preset} | {r['impl']} | {r['compile']} | {r.get('shapes', 'fixed')} | "
+                         f"{r['step_s']:.4f} | {r['tgt_tok_s']:,.0f} | {r['tflops']:.1f} | {mfu} | {mem} | {ratio} |")
+    dec = [r for r in recs if r.get("what") == "decode"]
+    if dec:
+        lines += ["", "| preset | implementation | beam | sentences | tokens each | sentences/s | vs HF generate |",
+                  "|---|---|---|---|---|---|---|"]
+        for r in dec:
+            if "error" in r:
+                lines.append(f"| {r['preset']} | {r['impl']} | {r['beam']} | {r['error'][:90]} | | | |")
+                continue
+            hf = next((h["sent_s"] for h in dec if h["impl"] == "hf_marian" and h["beam"] == r["beam"]
+                       and "error" not in h), None)
+            ratio = f"{r['sent_s'] / hf:.2f}x" if hf else ""
+            lines.append(f"| {r['preset']} | {r['impl']} | {r['beam']} | {r['sents']} | {r['out_tokens']} | "
+                         f"{r['sent_s']:,.1f} | {ratio} |")
+    return "\n".join(lines)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--cpu", action="store_true", help="smoke mode: CPU, tiny preset, fp32, 2 steps, no compile")
+    ap.add_argument("--device", default="cuda")
+    ap.add_argument("--presets", default="base,big")
+    ap.add_argument("--impls", default="aiayn,aiayn packed,hf_marian,torch_nn")
+    ap.add_argument("--dtype", default="bf16", choices=("bf16", "fp32"))
+    ap.add_argument("--tokens", type=int, default=25_000, help="target tokens per training batch (paper: 25k)")
+    ap.add_argument("--steps", type=int, default=20, help="timed steps per cell")
+    ap.add_argument("--warmup", type=int, default=3, help="untimed steps first")
+    ap.add_argument("--vary-shapes", action="store_true", help="a new batch shape at every step (real data's case)")
+    ap.add_argument("--compile", action="store_true", help="then aiayn compiled (padded and packed)")
+    ap.add_argument("--compile-peers", action="store_true", help="then the peers compiled too")
+    ap.add_argument("--beams", default="1,4", help="decoding cells (empty: none)")
+    ap.add_argument("--sents", type=int, default=64, help="sentences per decoding batch")
+    ap.add_argument("--n-tokens", type=int, default=30, help="forced output length")
+    ap.add_argument("--profile", help="write the profile of aiayn's packed eager step (first preset) here")
+    ap.add_argument("--out", help="append JSON lines here")
+    args = ap.parse_args()
+    if args.cpu:
+        args.device, args.presets, args.dtype, args.tokens, args.steps, args.warmup = "cpu", "tiny", "fp32", 256, 2, 1
+        args.compile = args.compile_peers = False
+        args.sents, args.n_tokens = 4, 5
+    device = torch.device(args.device)
+    name = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
+    bf16 = args.dtype == "bf16"
+    peak = peak_matmul(device, torch.bfloat16 if bf16 else torch.float32, n=8192 if device.type == "cuda" else 512)
+    sheet = next((v for k, v in DATASHEET_BF16.items() if k in name), None) if bf16 else None
+    recs: list[dict] = []
+
+    def emit(rec: dict) -> None:
+        recs.append(rec)
+        print(fmt(rec), flush=True)
+        if args.out:
+            with open(args.out, "a") as f:
+                f.write(json.dumps(rec) + "\n")
+
+    import transformers
+
+    emit({"what": "device", "name": name, "torch": torch.__version__, "transformers": transformers.__version__})
+    emit({"what": f"peak_{args.dtype}_matmul", "tflops": peak / 1e12, "datasheet_tflops": sheet and sheet / 1e12})
+    impls = args.impls.split(",")
+    cells = [(impl, preset, False) for preset in args.presets.split(",") for impl in impls]
+    decodes = [int(b) for b in args.beams.split(",") if b]
+    later = [(impl, preset, True) for preset in args.presets.split(",") for impl in sorted(impls, key=order)
+             if (args.compile and impl.startswith("aiayn")) or (args.compile_peers and not impl.startswith("aiayn"))]
+    for impl, preset, compile_ in cells + [("decode", None, None), ("profile", None, None)] + later:
+        if impl == "profile":
+            if args.profile:  # eager, before the compiled cells (whose compilation may outlast a time limit)
+                try:
+                    profile_step(args.presets.split(",")[0], args, device, args.profile)
+                except Exception as e:  # noqa: BLE001
+                    print(f"profile failed: {type(e).__name__}: {e}", flush=True)
+            continue
+        if impl == "decode":
+            for beam in decodes:
+                for who in ("aiayn", "hf_marian"):
+                    try:
+                        preset_d = args.presets.split(",")[0]
+                        torch.backends.cuda.enable_cudnn_sdp(True)  # torch's default (aiayn's decode_speed: out)
+                        if who == "aiayn":
+                            rec = decode_speed(preset_d, args.dtype, beam, args.sents, args.n_tokens, device)
+                            rec["impl"] = "aiayn"
+                        else:
+                            rec = hf_decode_cell(preset_d, beam, args, device)
+                    except Exception as e:  # noqa: BLE001 (one failing cell is reported, the others still run)
+                        rec = {"what": "decode", "impl": who, "preset": preset_d, "beam": beam,
+                               "error": f"{type(e).__name__}: {str(e)[:300]}"}
+                    emit(rec)
+            continue
+        try:
+            rec = train_cell(impl, preset, compile_, args, device)
+            if sheet:
+                rec["mfu_datasheet"] = rec["tflops"] * 1e12 / sheet
+            rec["mfu_measured_peak"] = rec["tflops"] * 1e12 / peak
+        except Exception as e:  # noqa: BLE001
+            rec = {"what": "train", "impl": impl, "preset": preset, "compile": compile_,
+                   "error": f"{type(e).__name__}: {str(e)[:300]}"}
+        if device.type == "cuda":
+            torch.cuda.empty_cache()
+        emit(rec)
+    print()
+    print(table(recs, sheet), flush=True)
+
+
+if __name__ == "__main__":
+    main()
