@@ -1,4 +1,5 @@
-"""BLEU per wall-clock minute of training: aiayn beside fairseq 0.12.2, the same data, shape, threads and budgets.
+"""BLEU per wall-clock minute of training: aiayn beside fairseq 0.12.2 or HF transformers' Seq2SeqTrainer, the same
+data, shape, threads (or GPU) and budgets.
 
     python -m benchmarks.peers.time_to_bleu                              # budgets 15,30,60,95 min, one after the other
     python -m benchmarks.peers.time_to_bleu --parallel                   # both at once, one thread each (~100 min)
@@ -6,6 +7,8 @@
         --name "IWSLT16 DE-EN" --work runs/ttb-iwslt --plot docs/img/time_to_bleu_iwslt.png   # a second corpus
     python -m benchmarks.peers.time_to_bleu --budgets 1,2 --save-every 20 --average 2 --test-lines 100 \
         --work /tmp/ttb-smoke --plot /tmp/ttb-smoke/plot.png       # a smoke run: the whole pipeline in minutes
+    python -m benchmarks.peers.time_to_bleu --device cuda --systems aiayn,hf --budgets 1,2,3 --save-every 200 \
+        --work runs/ttb-gpu --plot runs/ttb-gpu/plot.png            # on one GPU, one system after the other
 
 What is compared (everything that is not the toolkit is the same):
 - Data: aiayn's prepared corpus (--data, default `data-bin/multi30k`, from the command in configs/multi30k.yaml).
@@ -23,6 +26,12 @@ What is compared (everything that is not the toolkit is the same):
   `init: fairseq`; `--aiayn-set init=xavier` for aiayn's other one). aiayn's `dtype: auto` is fp32 on a CPU
   without native bf16, bf16 where it is native: fairseq has no bf16 CPU training (its --bf16 implies --tpu), so on
   such a machine the comparison includes that difference; --dtype fp32 removes it.
+- HF (the system `hf`, benchmarks/peers/hf_seq2seq.py): MarianMTModel, the same shape, trained by HF's
+  Seq2SeqTrainer with the recipe mapped onto its documented options (inverse-square-root schedule with the same
+  warm-up and peak, label smoothing, no clipping, bf16 on a GPU), batches of sentences (the config's tokens / the
+  mean target length) grouped by length; decoded by `generate` (beam 4, its length penalty 0.6 = score / |Y|^0.6).
+- Device: --device cpu (default) or cuda (aiayn and hf; fairseq here is CPU only); on a GPU the systems train one
+  after the other.
 - Threads: --threads for both (OMP/MKL threads and torch's); --parallel runs both at once, --threads 1 each.
 - Checkpoints: both save every --save-every updates (all kept); the wall time of a checkpoint is its file's time
   since its training process started (start-up and dev evaluations included, for both). At a budget of B minutes
@@ -60,7 +69,7 @@ REPO = Path(__file__).resolve().parents[2]
 
 PEERS = Path(os.environ.get("PEERS", Path.home() / ".cache" / "aiayn-peers"))
 FAIRSEQ_BIN = PEERS / "venv-fairseq" / "bin"
-SYSTEMS = ("aiayn", "fairseq")
+SYSTEMS = ("aiayn", "fairseq", "hf")
 
 FAIRSEQ_AVERAGE = """
 import sys, torch
@@ -147,7 +156,7 @@ def recipe(args) -> dict:
             "heads": m.n_heads, "dropout": m.dropout, "label_smoothing": m.label_smoothing, "warmup": t.warmup,
             "peak_lr": t.lr_factor * m.d_model ** -0.5 * t.warmup ** -0.5,  # the Noam schedule's top
             "max_tokens": t.max_tokens, "adam_betas": f"({t.adam_betas[0]:g}, {t.adam_betas[1]:g})",
-            "adam_eps": t.adam_eps}
+            "adam_betas_pair": list(t.adam_betas), "adam_eps": t.adam_eps}
 
 
 def train_commands(args, bin_dir: Path) -> dict[str, list]:
@@ -156,7 +165,7 @@ def train_commands(args, bin_dir: Path) -> dict[str, list]:
     aiayn = [sys.executable, "-m", "aiayn", "train", "--config", args.config,
              "--data", args.data, "--out", args.work / "aiayn", "--threads", args.threads, "--max-minutes", minutes,
              "--save-every-steps", args.save_every, "--save-every-minutes", 0, "--keep-last", 100_000,
-             "--no-progress"] + (["--dtype", args.dtype] if args.dtype else [])
+             "--no-progress", "--device", args.device] + (["--dtype", args.dtype] if args.dtype else [])
     for kv in args.aiayn_set:
         aiayn += ["--set", kv]
     fairseq = [FAIRSEQ_BIN / "fairseq-train", bin_dir, "--cpu", "--num-workers", 0, "--seed", 1,
@@ -174,7 +183,9 @@ def train_commands(args, bin_dir: Path) -> dict[str, list]:
                "--save-dir", args.work / "fairseq", "--save-interval-updates", args.save_every,
                "--keep-interval-updates", -1, "--no-epoch-checkpoints", "--no-last-checkpoints",
                "--log-format", "simple", "--log-interval", 50, "--no-progress-bar"]
-    return {"aiayn": aiayn, "fairseq": fairseq}
+    hf = [sys.executable, "-m", "benchmarks.peers.hf_seq2seq", "train", "--data", args.data, "--out", args.work / "hf",
+          "--minutes", minutes, "--save-every", args.save_every, "--recipe", json.dumps(r), "--device", args.device]
+    return {"aiayn": aiayn, "fairseq": fairseq, "hf": hf}
 
 
 def train(args, bin_dir: Path) -> None:
@@ -205,6 +216,11 @@ def checkpoints(args, system: str) -> list[tuple[float, int, Path]]:
     start = json.loads((args.work / f"{system}.trained.json").read_text())["start"]
     if system == "aiayn":
         found = [(int(p.stem.split("_")[1]), p) for p in checkpoint_paths(args.work / "aiayn")]
+    elif system == "hf":  # checkpoint-N folders; a folder's time is its weights file's
+        found = [(int(p.name.split("-")[1]), p) for p in (args.work / "hf").glob("checkpoint-*")
+                 if (p / "model.safetensors").exists()]
+        return sorted(((p.stat().st_mtime - start) / 60, step, p) for step, p in
+                      ((step, d / "model.safetensors") for step, d in found))
     else:
         found = [(int(m.group(1)), p) for p in (args.work / "fairseq").glob("checkpoint_*_*.pt")
                  if (m := re.fullmatch(r"checkpoint_\d+_(\d+)\.pt", p.name))]
@@ -225,7 +241,12 @@ def evaluate(args, system: str, budget: float, bin_dir: Path, refs: list[str], s
             state, cfg = average_checkpoints([p for _, _, p in chosen])
             save_weights(avg, state, cfg)
             run([sys.executable, "-m", "aiayn", "translate", "--checkpoint", avg, "--input", src,
-                 "--output", hyp, "--beam", 4, "--alpha", 0.6, "--no-progress"], out / "decode.log", env)
+                 "--output", hyp, "--beam", 4, "--alpha", 0.6, "--no-progress", "--device", args.device],
+                out / "decode.log", env)
+        elif system == "hf":
+            run([sys.executable, "-m", "benchmarks.peers.hf_seq2seq", "decode", "--data", args.data, "--input", src,
+                 "--output", hyp, "--beam", 4, "--lenpen", 0.6, "--device", args.device,
+                 *[p.parent for _, _, p in chosen]], out / "decode.log", env)
         else:
             avg = out / "average.pt"
             run([FAIRSEQ_BIN / "python", "-c", FAIRSEQ_AVERAGE, avg, *[p for _, _, p in chosen]], out / "average.log",
@@ -257,13 +278,13 @@ def plot(rows: list[dict], path: Path, title: str) -> None:
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(6, 4))
-    for system, style in zip(SYSTEMS, ("o-", "s--")):
+    for system, style in zip(SYSTEMS, ("o-", "s--", "^:")):
         got = sorted((r["budget_min"], r["bleu"]) for r in rows if r["system"] == system)
         if got:
             ax.plot(*zip(*got), style, label=system)
     ax.set_xlabel("training wall-clock minutes")
     ax.set_ylabel("test BLEU (sacreBLEU)")
-    ax.set_title(f"{title}, same data, shape, threads")
+    ax.set_title(f"{title}, same data, shape, hardware")
     ax.grid(alpha=0.3)
     ax.legend()
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -284,7 +305,8 @@ def main() -> None:
     ap.add_argument("--save-every", type=int, default=150, help="updates between checkpoints (both systems)")
     ap.add_argument("--average", type=int, default=5, help="checkpoints averaged at each budget")
     ap.add_argument("--dtype", choices=["fp32", "bf16"], help="aiayn's training dtype (default: the config's auto)")
-    ap.add_argument("--systems", default="aiayn,fairseq")
+    ap.add_argument("--systems", default="aiayn,fairseq", help="aiayn and one or both of fairseq, hf")
+    ap.add_argument("--device", default="cpu", help="cpu, or cuda for aiayn and hf")
     ap.add_argument("--aiayn-set", action="append", default=[], metavar="KEY=VALUE",
                     help="a model field for aiayn's run, as `aiayn train --set` (repeatable); e.g. init=fairseq to "
                          "start from fairseq's initialization (docs/model.md)")
@@ -294,6 +316,10 @@ def main() -> None:
     args.budgets = sorted(float(b) for b in args.budgets.split(","))
     args.threads = args.threads or (1 if args.parallel else 2)
     args.systems = [s for s in args.systems.split(",") if s]
+    if args.device != "cpu" and "fairseq" in args.systems:
+        raise SystemExit("fairseq runs on the CPU here; on a GPU compare --systems aiayn,hf")
+    if args.device != "cpu" and args.parallel:
+        raise SystemExit("--parallel shares a CPU's cores; on a GPU the systems train one after the other")
     if "fairseq" in args.systems and not (FAIRSEQ_BIN / "fairseq-train").exists():
         raise SystemExit(f"no fairseq at {FAIRSEQ_BIN}: ROOT={PEERS} bash ../shared/bench/peers/setup_peers.sh")
     args.work.mkdir(parents=True, exist_ok=True)
@@ -309,14 +335,18 @@ def main() -> None:
     with open(args.work / "results.jsonl", "w") as f:
         f.writelines(json.dumps(r, sort_keys=True) + "\n" for r in rows)
     by = {(r["system"], r["budget_min"]): r for r in rows}
-    tests = significance(args, by, refs)
+    peer = next((s for s in args.systems if s != "aiayn"), None)
+    tests = significance(args, by, refs, peer)
     name = args.name or args.data.name
-    print(f"\n{name} test ({len(refs)} lines), {args.threads} thread(s) per system"
-          f"{', both at once' if args.parallel else ''}; average of the last {args.average} checkpoints; p: aiayn "
-          f"against fairseq by paired bootstrap resampling (sacreBLEU's, 1,000 resamples; WORK/significance.txt)\n")
-    print("| minutes | aiayn BLEU | fairseq BLEU | p | aiayn steps | fairseq steps |\n|---|---|---|---|---|---|")
+    where = args.device if args.device != "cpu" else f"{args.threads} thread(s) per system"
+    print(f"\n{name} test ({len(refs)} lines), {where}{', both at once' if args.parallel else ''}; average of the "
+          f"last {args.average} checkpoints; p: aiayn against {peer} by paired bootstrap resampling (sacreBLEU's, "
+          "1,000 resamples; WORK/significance.txt)\n")
+    shown = [s for s in SYSTEMS if s in args.systems]
+    print("| minutes | " + " | ".join(f"{s} BLEU" for s in shown) + " | p | " + " | ".join(f"{s} steps" for s in shown)
+          + " |\n|" + "---|" * (2 + 2 * len(shown)))
     for b in args.budgets:
-        cells = [by.get((s, b)) for s in SYSTEMS]
+        cells = [by.get((s, b)) for s in shown]
         p = f"{tests[b]:.3f}" if b in tests else ""
         print(f"| {b:g} | " + " | ".join(f"{c['bleu']:.2f}" if c else "" for c in cells) + f" | {p} | "
               + " | ".join(f"{c['step']:,}" if c else "" for c in cells) + " |")
@@ -324,22 +354,23 @@ def main() -> None:
     print(f"\nresults: {args.work / 'results.jsonl'}; plot: {args.plot}")
 
 
-def significance(args, by: dict, refs: list[str]) -> dict[float, float]:
-    """Budget -> p-value of aiayn's BLEU against fairseq's (paired bootstrap); the full tables to WORK."""
+def significance(args, by: dict, refs: list[str], peer: str | None) -> dict[float, float]:
+    """Budget -> p-value of aiayn's BLEU against the peer's (paired bootstrap); the full tables to WORK."""
     from aiayn.metrics.significance import format_comparison, paired_significance
 
     p_values, report = {}, []
     for b in args.budgets:
-        if ("aiayn", b) not in by or ("fairseq", b) not in by:
+        if ("aiayn", b) not in by or (peer, b) not in by:
             continue
         systems = {s: (args.work / "eval" / f"{s}-{b:g}" / "test.hyp").read_text(encoding="utf-8").splitlines()
-                   for s in ("fairseq", "aiayn")}
+                   for s in (peer, "aiayn")}
         c = paired_significance(systems, refs, metrics=("bleu", "chrf"))
         p_values[b] = c.scores["bleu"]["aiayn"].p_value
         report += [f"## {b:g} minutes", format_comparison(c)]
     if report:
         (args.work / "significance.txt").write_text("\n".join(report) + "\n", encoding="utf-8")
     return p_values
+
 
 if __name__ == "__main__":
     main()
