@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Everything this project checks on a lent GPU, results under $OUT (or ./gpu-out), in five parts:
+# Everything this project checks on a lent GPU, results under $OUT (or ./gpu-out), in seven parts:
 #   tests     the CUDA tests (tests/test_losses.py, tests/test_runtime.py, tests/test_packed.py)
 #   check     benchmarks/gpu/check.py: training tokens/s and MFU, decoding, which attention kernel runs
 #   packed    benchmarks/gpu/packed.py: padded against packed batches, base and big, bf16, eager and compiled
@@ -11,16 +11,18 @@
 #   peers     benchmarks/gpu/peers.py: aiayn beside HF Marian and torch.nn.Transformer, base and big, bf16, eager, then
 #             aiayn compiled; decoding against HF generate; the profile of aiayn's packed step; then base again with a
 #             new batch shape at every step, as real data gives
-# All take ~22 minutes; where a command may run 10 minutes at most, run them as two commands (say
-# `all.sh tests check multi30k`, then `all.sh packed quickstart`). Run from the repository root:
+#   ttb       time to BLEU on Multi30k: aiayn beside HF transformers' Seq2SeqTrainer at ${TTB_BUDGETS:-1,2,3} minutes
+#             (benchmarks/peers/time_to_bleu.py --device cuda --systems aiayn,hf); needs data-bin/multi30k too
+# All take ~31 minutes; where a command may run 10 minutes at most, run them as several (say `all.sh peers quickstart`
+# with QS_MINUTES=1.5, then `all.sh ttb` with TTB_BUDGETS=1,2, then `all.sh tests check multi30k`). From the root:
 #
-#   bash benchmarks/gpu/all.sh [PART ...]      (no part: all six)
+#   bash benchmarks/gpu/all.sh [PART ...]      (no part: all seven)
 # Where the machine lacks a Python package aiayn needs (sacremoses on some images), put its wheel in .whl/ first.
 set -u -o pipefail
 OUT=${OUT:-gpu-out}; mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD
 PY=${PY:-python3}
-PARTS=" ${*:-tests check packed multi30k quickstart peers} "
+PARTS=" ${*:-tests check packed multi30k quickstart peers ttb} "
 if compgen -G ".whl/*.whl" >/dev/null; then  # wheels carried to a machine without network
     $PY -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site .whl/*.whl && PYTHONPATH=$PYTHONPATH:/tmp/site
 fi
@@ -56,6 +58,12 @@ if want multi30k; then
     else  # the GPU image lacks sacremoses (tokenized BLEU): sacreBLEU alone here, the full evaluate where it is installed
         $PY -m sacrebleu data-bin/multi30k/test.tgt.txt -i "$OUT/test.hyp" -b | tee "$OUT/bleu.txt"
     fi
+fi
+if want ttb; then  # time to BLEU beside HF's Seq2SeqTrainer, one after the other; needs data-bin/multi30k (carry it)
+    T=$(mktemp -d)/ttb
+    timeout ${TTB_TIMEOUT:-560} $PY -m benchmarks.peers.time_to_bleu --device cuda --systems aiayn,hf \
+        --budgets ${TTB_BUDGETS:-1,2,3} --save-every 200 --work "$T" --plot "$OUT/ttb.png" 2>&1 | tee "$OUT/ttb.txt" | tail -9
+    cp "$T/results.jsonl" "$OUT/ttb_results.jsonl" 2>/dev/null
 fi
 if want quickstart; then
     Q=$(mktemp -d)/quickstart
