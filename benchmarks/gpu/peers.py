@@ -32,7 +32,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from aiayn.config import BOS_ID, EOS_ID, PAD_ID, ModelConfig
+from aiayn.config import PAD_ID, ModelConfig
 from aiayn.data.batching import Batch, pack
 from aiayn.model import count_parameters
 from aiayn.runtime import attention_without_shape_plans
@@ -75,17 +75,11 @@ class TorchNN(nn.Module):
 
 
 def marian(cfg: ModelConfig):
-    """transformers' MarianMTModel in the preset's shape (its defaults otherwise)."""
-    from transformers import MarianConfig, MarianMTModel
+    """transformers' MarianMTModel in the preset's shape, as the time-to-BLEU peer builds it."""
+    from benchmarks.peers.hf_seq2seq import marian as build
 
-    mc = MarianConfig(vocab_size=cfg.vocab_size, d_model=cfg.d_model, encoder_layers=cfg.n_enc_layers,
-                      decoder_layers=cfg.n_dec_layers, encoder_attention_heads=cfg.n_heads,
-                      decoder_attention_heads=cfg.n_heads, encoder_ffn_dim=cfg.d_ff, decoder_ffn_dim=cfg.d_ff,
-                      dropout=cfg.dropout, attention_dropout=0.0, activation_dropout=0.0, activation_function="relu",
-                      max_position_embeddings=512, scale_embedding=True, pad_token_id=PAD_ID, eos_token_id=EOS_ID,
-                      bos_token_id=BOS_ID, decoder_start_token_id=BOS_ID, forced_eos_token_id=None,
-                      share_encoder_decoder_embeddings=True, tie_word_embeddings=True)
-    return MarianMTModel(mc)
+    return build({"d_model": cfg.d_model, "enc_layers": cfg.n_enc_layers, "dec_layers": cfg.n_dec_layers,
+                  "heads": cfg.n_heads, "d_ff": cfg.d_ff, "dropout": cfg.dropout}, cfg.vocab_size)
 
 
 def peer_logits(impl: str, model: nn.Module, src: torch.Tensor, tgt_in: torch.Tensor) -> torch.Tensor:
