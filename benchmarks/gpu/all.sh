@@ -41,7 +41,7 @@ if want packed; then
 fi
 if want peers; then
     timeout ${PEERS_TIMEOUT:-330} $PY -m benchmarks.gpu.peers --compile --out "$OUT/gpu_peers.jsonl" \
-        --profile "$OUT/profile-base-packed-eager.txt" 2>&1 | grep -v Warning | tee "$OUT/gpu_peers.txt" | tail -30
+        --profile "$OUT/profile-base-packed-eager.txt" --profile-decode "$OUT/profile-decode-greedy.txt" 2>&1 | grep -v Warning | tee "$OUT/gpu_peers.txt" | tail -30
     timeout ${PEERS_VARIED_TIMEOUT:-120} $PY -m benchmarks.gpu.peers --vary-shapes --presets base --beams "" \
         --out "$OUT/gpu_peers.jsonl" 2>&1 | grep -v Warning | tee "$OUT/gpu_peers_varied.txt" | tail -8
 fi

@@ -81,7 +81,8 @@ def train_speed(preset: str, dtype: str, tokens: int, steps: int, device, compil
     return rec
 
 
-def decode_speed(preset: str, dtype: str, beam: int, sents: int, n_tokens: int, device) -> dict:
+def decoder(preset: str, dtype: str, beam: int, sents: int, n_tokens: int, device):
+    """A call that decodes `sents` random sources of 23-27 tokens, every hypothesis forced to n_tokens words."""
     torch.manual_seed(0)
     cfg = ModelConfig.preset(preset)
     attention_without_shape_plans(device)  # as aiayn.inference.load does
@@ -89,8 +90,13 @@ def decode_speed(preset: str, dtype: str, beam: int, sents: int, n_tokens: int, 
     src = train_batch(cfg.vocab_size, sents * 27, device, seed=1, lo=23, hi=27)[0][:sents]
     search = SearchConfig(beam=beam, max_len_a=0.0, max_len_b=n_tokens, min_len=n_tokens)
     run = greedy_search if beam == 1 else beam_search
+    return lambda: run(model, src, search)
+
+
+def decode_speed(preset: str, dtype: str, beam: int, sents: int, n_tokens: int, device) -> dict:
+    call = decoder(preset, dtype, beam, sents, n_tokens, device)
     with torch.inference_mode():
-        dt = measure(lambda: run(model, src, search), repeats=1, warmup=1, number=3, sync=lambda: sync(device)).mean
+        dt = measure(call, repeats=1, warmup=1, number=3, sync=lambda: sync(device)).mean
     return {"what": "decode", "preset": preset, "dtype": dtype, "beam": beam, "sents": sents, "out_tokens": n_tokens,
             "batch_s": dt, "sent_s": sents / dt}
 

@@ -36,7 +36,7 @@ from aiayn.config import PAD_ID, ModelConfig
 from aiayn.data.batching import Batch, pack
 from aiayn.model import count_parameters
 from aiayn.runtime import attention_without_shape_plans
-from benchmarks.gpu.check import DATASHEET_BF16, decode_speed, peak_matmul, sync, training_setup
+from benchmarks.gpu.check import DATASHEET_BF16, decode_speed, decoder, peak_matmul, sync, training_setup
 from benchmarks.timing import measure
 from benchmarks.workloads import forward_flops, train_batch
 
@@ -162,8 +162,8 @@ def train_cell(impl: str, preset: str, compile_: bool, args, device: torch.devic
     return rec
 
 
-def hf_decode_cell(preset: str, beam: int, args, device: torch.device) -> dict:
-    """HF generate on the same sources, forced to the same length as aiayn's decode_speed."""
+def hf_decoder(preset: str, beam: int, args, device: torch.device):
+    """A call of HF generate on the same sources as aiayn's decoder, forced to the same length."""
     torch.manual_seed(0)
     cfg = ModelConfig.preset(preset)
     model = marian(cfg).to(device).eval()
@@ -173,10 +173,45 @@ def hf_decode_cell(preset: str, beam: int, args, device: torch.device) -> dict:
     n = args.n_tokens
     kw = dict(input_ids=src, attention_mask=src.ne(PAD_ID), num_beams=beam, do_sample=False, min_new_tokens=n,
               max_new_tokens=n, length_penalty=0.6, early_stopping=False, num_return_sequences=1)
+    return lambda: model.generate(**kw)
+
+
+def hf_decode_cell(preset: str, beam: int, args, device: torch.device) -> dict:
+    call = hf_decoder(preset, beam, args, device)
     with torch.inference_mode():
-        dt = measure(lambda: model.generate(**kw), repeats=1, warmup=1, number=3, sync=lambda: sync(device)).mean
+        dt = measure(call, repeats=1, warmup=1, number=3, sync=lambda: sync(device)).mean
     return {"what": "decode", "impl": "hf_marian", "preset": preset, "dtype": args.dtype, "beam": beam,
-            "sents": args.sents, "out_tokens": n, "batch_s": dt, "sent_s": args.sents / dt}
+            "sents": args.sents, "out_tokens": args.n_tokens, "batch_s": dt, "sent_s": args.sents / dt}
+
+
+def profile_decode(preset: str, args, device: torch.device, path: str) -> None:
+    """One greedy batch of aiayn and of HF generate under torch.profiler: kernels launched, GPU busy time against
+    the wall time (a step that waits on the CPU's launches shows a gap), and each one's busiest operators."""
+    from torch.autograd import DeviceType
+    from torch.profiler import ProfilerActivity, profile
+
+    acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
+    key = "cuda_time_total" if device.type == "cuda" else "cpu_time_total"
+    parts = []
+    for who in ("aiayn", "hf_marian"):
+        torch.backends.cuda.enable_cudnn_sdp(True)
+        call = (decoder(preset, args.dtype, 1, args.sents, args.n_tokens, device) if who == "aiayn"
+                else hf_decoder(preset, 1, args, device))
+        with torch.inference_mode():
+            call()
+            sync(device)
+            t0 = time.perf_counter()
+            with profile(activities=acts) as prof:
+                call()
+                sync(device)
+            wall = time.perf_counter() - t0
+        kernels = [e for e in prof.events() if e.device_type == DeviceType.CUDA]
+        busy = sum(e.device_time for e in kernels) / 1e3  # microseconds -> ms
+        parts.append(f"# {who}: greedy, {args.sents} sentences x {args.n_tokens} tokens, {args.dtype}: "
+                     f"{len(kernels)} kernels, {busy:.1f} ms of them, {1e3 * wall:.1f} ms wall (profiled)\n"
+                     + prof.key_averages().table(sort_by=key, row_limit=20, max_name_column_width=60))
+    with open(path, "w") as f:
+        f.write("\n\n".join(parts))
 
 
 def profile_step(preset: str, args, device: torch.device, path: str) -> None:
@@ -268,6 +303,7 @@ def main() -> None:
     ap.add_argument("--sents", type=int, default=64, help="sentences per decoding batch")
     ap.add_argument("--n-tokens", type=int, default=30, help="forced output length")
     ap.add_argument("--profile", help="write the profile of aiayn's packed eager step (first preset) here")
+    ap.add_argument("--profile-decode", help="write the profiles of aiayn's and HF's greedy decoding here")
     ap.add_argument("--out", help="append JSON lines here")
     args = ap.parse_args()
     if args.cpu:
@@ -304,6 +340,11 @@ def main() -> None:
                     profile_step(args.presets.split(",")[0], args, device, args.profile)
                 except Exception as e:  # noqa: BLE001
                     print(f"profile failed: {type(e).__name__}: {e}", flush=True)
+            if args.profile_decode and decodes:
+                try:
+                    profile_decode(args.presets.split(",")[0], args, device, args.profile_decode)
+                except Exception as e:  # noqa: BLE001
+                    print(f"decoding profile failed: {type(e).__name__}: {e}", flush=True)
             continue
         if impl == "decode":
             for beam in decodes:
