@@ -87,10 +87,11 @@ def set_layer_norm_output(model: nn.Module, autocast: bool) -> nn.Module:
 
 def use_matmul_attention(q: Tensor, decoding: bool, need_weights: bool) -> bool:
     """Whether MultiHeadAttention should run eq. 1 as two matmuls (model.scaled_dot_product_attention) rather than
-    torch's fused kernel: when the weights are wanted, for bf16 on CPU (torch's flash kernel is slower there, with
-    or without fp32 casts), and for decoding steps (a few queries per sentence; this also keeps the cache in the
-    autocast dtype). Everywhere else (fp32 training, GPUs) the fused kernel."""
-    return need_weights or decoding or (q.device.type == "cpu" and q.dtype == torch.bfloat16)
+    torch's fused kernel: when the weights are wanted, and on the CPU for bf16 (torch's flash kernel is slower there,
+    with or without fp32 casts) and for decoding steps (a few queries per sentence; this also keeps the cache in the
+    autocast dtype). Everywhere else (fp32 training on CPU; GPUs, where a decoding step is bound by kernel launches
+    and the fused kernel is one launch against the matmul path's six) the fused kernel."""
+    return need_weights or (q.device.type == "cpu" and (decoding or q.dtype == torch.bfloat16))
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -101,9 +102,10 @@ def row_topk(x: Tensor, k: int, block: int = 128) -> tuple[Tensor, Tensor]:
     """torch.topk(x, k, dim=1) for (N, V) rows with V >> k, faster on CPU: the k largest values of a row lie in the
     k blocks of `block` columns with the largest maxima, so take the block maxima (a fast reduction), then top-k
     among those k * block candidates. Same values as torch.topk; among equal values the index chosen may differ
-    (torch.topk does not specify it either)."""
+    (torch.topk does not specify it either). Off the CPU, torch.topk itself: one kernel, where this takes five and a
+    padded copy of the rows."""
     n, v = x.shape
-    if v < 8 * block * k:
+    if v < 8 * block * k or x.device.type != "cpu":
         return x.topk(k, dim=1)
     if v % block:
         x = F.pad(x, (0, block - v % block), value=NEG_INF)
