@@ -1,6 +1,7 @@
 #!/bin/bash
 # Copy what the CPU study's OUT holds into this folder (run from the repository root), then rebuild the report here:
-# the plan, and per finished row its result.json, dev.hyp, training log (run/log.jsonl) and worker.log. Rows still
+# the plan, and per finished row its result.json, dev.hyp, training log (run/log.jsonl) and worker.log; the plot then
+# goes to docs/img/table3_cpu.png. Rows still
 # training are left out (their checkpoints stay in OUT, from where the same `aiayn variations` command resumes them).
 #   bash benchmarks/results/table3-cpu/sync.sh [OUT]     (OUT default: runs/table3-cpu-prenorm)
 set -euo pipefail
@@ -16,4 +17,5 @@ for row in "$OUT"/*/; do
     [ -f "$row/worker.log" ] && cp "$row/worker.log" "$HERE/$name/"
 done
 aiayn variations --out "$HERE" --report > /dev/null
+cp "$HERE/table3.png" docs/img/table3_cpu.png  # the plot the docs show
 echo "synced $(ls -d "$HERE"/*/ 2>/dev/null | wc -l) finished rows into $HERE"
