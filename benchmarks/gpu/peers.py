@@ -34,19 +34,11 @@ from torch import nn
 
 from aiayn.config import PAD_ID, ModelConfig
 from aiayn.data.batching import Batch, pack
-from aiayn.model import count_parameters
+from aiayn.model import count_parameters, sinusoidal_positions
 from aiayn.runtime import attention_without_shape_plans
 from benchmarks.gpu.check import DATASHEET_BF16, decode_speed, decoder, peak_matmul, sync, training_setup
 from benchmarks.timing import measure
 from benchmarks.workloads import forward_flops, train_batch
-
-
-def sinusoids(n: int, d: int) -> torch.Tensor:
-    pos = torch.arange(n, dtype=torch.float32)[:, None]
-    inv = torch.exp(torch.arange(0, d, 2, dtype=torch.float32) * (-math.log(10000.0) / d))
-    pe = torch.zeros(n, d)
-    pe[:, 0::2], pe[:, 1::2] = torch.sin(pos * inv), torch.cos(pos * inv)
-    return pe
 
 
 class TorchNN(nn.Module):
@@ -58,7 +50,7 @@ class TorchNN(nn.Module):
         self.d = cfg.d_model
         self.embed = nn.Embedding(cfg.vocab_size, cfg.d_model, padding_idx=PAD_ID)
         nn.init.normal_(self.embed.weight, std=cfg.d_model**-0.5)
-        self.register_buffer("pe", sinusoids(512, cfg.d_model), persistent=False)
+        self.register_buffer("pe", sinusoidal_positions(512, cfg.d_model), persistent=False)
         self.drop = nn.Dropout(cfg.dropout)
         self.core = nn.Transformer(cfg.d_model, cfg.n_heads, cfg.n_enc_layers, cfg.n_dec_layers, cfg.d_ff,
                                    cfg.dropout, batch_first=True)
