@@ -460,6 +460,22 @@ def test_resolvable_rows_by_hand():
     assert report.resolvable(names, 10.0) == ["big"]
 
 
+def test_without_each_group_by_hand():
+    # paper PPLs: big 4.33, C5 4.66, C3 4.88, base 4.92, A4 5.01, A1 5.29, C1 6.11. Ours in the paper's order except
+    # the (A) rows, which come out swapped and best: removing (A) leaves a perfect ranking.
+    ours = {"big": 1.0, "C5": 2.0, "C3": 3.0, "base": 4.0, "C1": 9.0, "A1": 0.5, "A4": 0.6}
+    results = {n: {"dev_ppl": p, "dev_bleu": -p} for n, p in ours.items()}
+    groups = report.without_each_group(results)
+    assert list(groups) == ["(C)", "(A)"]  # the groups in the order their rows came; base and big are no group
+    assert groups["(A)"]["rows"] == 5 and groups["(A)"]["spearman_ppl"] == pytest.approx(1.0)
+    assert groups["(A)"]["spearman_bleu"] == pytest.approx(report.spearman([26.4, 26.0, 25.5, 25.8, 23.7],
+                                                                           [-1, -2, -3, -4, -9]))
+    assert groups["(C)"]["rows"] == 4  # big, base, A1, A4: A1 and A4 ahead of big and base, and swapped
+    assert groups["(C)"]["spearman_ppl"] == pytest.approx(report.spearman([4.33, 4.92, 5.29, 5.01], [1, 4, .5, .6]))
+    assert groups["(C)"]["spearman_ppl"] < 0
+    assert "without (A): 1.000 (5 rows)" in report.without_text(groups)
+
+
 def test_replica_trains_at_its_seed_and_the_report_gives_the_noise(tiny_table, copy_data, tmp_path):
     out, _, _ = tiny_table
     noisy = tmp_path / "noisy"
