@@ -92,6 +92,18 @@ def shared_batches(vocab: int, args) -> list[tuple]:
     return [train_batch(vocab, args.tokens, "cpu", seed=i, lo=lo, hi=hi) for i, (lo, hi) in enumerate(spans)]
 
 
+def train_step(loss_fn, tgt_tokens: list[int], opt, device: torch.device, bf16: bool):
+    """step(i): one update on batch i, as every implementation takes it: the summed loss (under bf16 autocast) over
+    batch i's target tokens, backward, the optimizer's step."""
+    def step(i: int) -> None:
+        with torch.autocast(device.type, dtype=torch.bfloat16, enabled=bf16):
+            loss = loss_fn(i)
+        (loss / tgt_tokens[i]).backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+    return step
+
+
 def train_cell(impl: str, preset: str, compile_: bool, args, device: torch.device) -> dict:
     """One implementation's training steps on the shared batches: seconds a step, target tokens/s, TFLOP/s, peak
     memory. aiayn runs as `aiayn train` does (cuDNN's attention left out on a GPU: aiayn.runtime); the peers with
@@ -124,13 +136,7 @@ def train_cell(impl: str, preset: str, compile_: bool, args, device: torch.devic
             return F.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(), to.reshape(-1), ignore_index=PAD_ID,
                                    label_smoothing=0.1, reduction="sum")
 
-    def step(i):
-        with torch.autocast(device.type, dtype=torch.bfloat16, enabled=bf16):
-            loss = loss_fn(i)
-        (loss / sum(batches[i][4])).backward()
-        opt.step()
-        opt.zero_grad(set_to_none=True)
-
+    step = train_step(loss_fn, [sum(b[4]) for b in batches], opt, device, bf16)
     t0 = time.perf_counter()
     for i in range(args.warmup):
         step(i)
@@ -214,20 +220,14 @@ def profile_step(preset: str, args, device: torch.device, path: str) -> None:
     src, tgt_in, tgt_out, src_l, tgt_l = train_batch(cfg.vocab_size, args.tokens, "cpu")
     inputs = pack(Batch(src, tgt_in, tgt_out, sum(src_l), sum(tgt_l))).to(device).inputs()
 
-    def step():
-        with torch.autocast(device.type, dtype=torch.bfloat16, enabled=args.dtype == "bf16"):
-            loss = objective(*inputs)[0]
-        (loss / sum(tgt_l)).backward()
-        opt.step()
-        opt.zero_grad(set_to_none=True)
-
+    step = train_step(lambda _: objective(*inputs)[0], [sum(tgt_l)], opt, device, args.dtype == "bf16")
     for _ in range(args.warmup):
-        step()
+        step(0)
     sync(device)
     acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
     with profile(activities=acts) as prof:
         for _ in range(5):
-            step()
+            step(0)
         sync(device)
     key = "cuda_time_total" if device.type == "cuda" else "cpu_time_total"
     with open(path, "w") as f:
@@ -278,6 +278,46 @@ def table(recs: list[dict], sheet: float | None) -> str:
     return "\n".join(lines)
 
 
+def train_record(impl: str, preset: str, compile_: bool, args, device: torch.device, sheet: float | None,
+                 peak: float) -> dict:
+    """train_cell's record with its MFU, or the error that stopped it (one failing cell does not stop the others)."""
+    try:
+        rec = train_cell(impl, preset, compile_, args, device)
+        if sheet:
+            rec["mfu_datasheet"] = rec["tflops"] * 1e12 / sheet
+        rec["mfu_measured_peak"] = rec["tflops"] * 1e12 / peak
+    except Exception as e:  # noqa: BLE001
+        rec = {"what": "train", "impl": impl, "preset": preset, "compile": compile_,
+               "error": f"{type(e).__name__}: {str(e)[:300]}"}
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
+    return rec
+
+
+def decode_record(who: str, preset: str, beam: int, args, device: torch.device) -> dict:
+    """One decoding cell (aiayn or HF generate), or the error that stopped it."""
+    try:
+        torch.backends.cuda.enable_cudnn_sdp(True)  # torch's default (aiayn's decode_speed takes it out)
+        if who == "aiayn":
+            return {**decode_speed(preset, args.dtype, beam, args.sents, args.n_tokens, device), "impl": "aiayn"}
+        return hf_decode_cell(preset, beam, args, device)
+    except Exception as e:  # noqa: BLE001
+        return {"what": "decode", "impl": who, "preset": preset, "beam": beam,
+                "error": f"{type(e).__name__}: {str(e)[:300]}"}
+
+
+def profiles(preset: str, args, device: torch.device, decodes: list[int]) -> None:
+    """The profiles asked for (--profile, --profile-decode); a failing one is reported and the run goes on."""
+    wanted = [(args.profile, profile_step, "profile"),
+              (args.profile_decode if decodes else None, profile_decode, "decoding profile")]
+    for path, write, what in wanted:
+        if path:
+            try:
+                write(preset, args, device, path)
+            except Exception as e:  # noqa: BLE001
+                print(f"{what} failed: {type(e).__name__}: {e}", flush=True)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--cpu", action="store_true", help="smoke mode: CPU, tiny preset, fp32, 2 steps, no compile")
@@ -325,46 +365,14 @@ def main() -> None:
     decodes = [int(b) for b in args.beams.split(",") if b]
     later = [(impl, preset, True) for preset in args.presets.split(",") for impl in sorted(impls, key=order)
              if (args.compile and impl.startswith("aiayn")) or (args.compile_peers and not impl.startswith("aiayn"))]
-    for impl, preset, compile_ in cells + [("decode", None, None), ("profile", None, None)] + later:
-        if impl == "profile":
-            if args.profile:  # eager, before the compiled cells (whose compilation may outlast a time limit)
-                try:
-                    profile_step(args.presets.split(",")[0], args, device, args.profile)
-                except Exception as e:  # noqa: BLE001
-                    print(f"profile failed: {type(e).__name__}: {e}", flush=True)
-            if args.profile_decode and decodes:
-                try:
-                    profile_decode(args.presets.split(",")[0], args, device, args.profile_decode)
-                except Exception as e:  # noqa: BLE001
-                    print(f"decoding profile failed: {type(e).__name__}: {e}", flush=True)
-            continue
-        if impl == "decode":
-            for beam in decodes:
-                for who in ("aiayn", "hf_marian"):
-                    try:
-                        preset_d = args.presets.split(",")[0]
-                        torch.backends.cuda.enable_cudnn_sdp(True)  # torch's default (aiayn's decode_speed: out)
-                        if who == "aiayn":
-                            rec = decode_speed(preset_d, args.dtype, beam, args.sents, args.n_tokens, device)
-                            rec["impl"] = "aiayn"
-                        else:
-                            rec = hf_decode_cell(preset_d, beam, args, device)
-                    except Exception as e:  # noqa: BLE001 (one failing cell is reported, the others still run)
-                        rec = {"what": "decode", "impl": who, "preset": preset_d, "beam": beam,
-                               "error": f"{type(e).__name__}: {str(e)[:300]}"}
-                    emit(rec)
-            continue
-        try:
-            rec = train_cell(impl, preset, compile_, args, device)
-            if sheet:
-                rec["mfu_datasheet"] = rec["tflops"] * 1e12 / sheet
-            rec["mfu_measured_peak"] = rec["tflops"] * 1e12 / peak
-        except Exception as e:  # noqa: BLE001
-            rec = {"what": "train", "impl": impl, "preset": preset, "compile": compile_,
-                   "error": f"{type(e).__name__}: {str(e)[:300]}"}
-        if device.type == "cuda":
-            torch.cuda.empty_cache()
-        emit(rec)
+    for impl, preset, compile_ in cells:
+        emit(train_record(impl, preset, compile_, args, device, sheet, peak))
+    for beam in decodes:
+        for who in ("aiayn", "hf_marian"):
+            emit(decode_record(who, args.presets.split(",")[0], beam, args, device))
+    profiles(args.presets.split(",")[0], args, device, decodes)  # eager, before compiling (which may outlast a limit)
+    for impl, preset, compile_ in later:
+        emit(train_record(impl, preset, compile_, args, device, sheet, peak))
     print()
     print(table(recs, sheet), flush=True)
 
