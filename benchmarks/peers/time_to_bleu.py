@@ -40,10 +40,10 @@ What is compared (everything that is not the toolkit is the same):
 - Decoding: beam 4, length penalty 0.6, the --data test set, --threads threads. The penalties differ by design:
   aiayn's is the paper's GNMT alpha ((5 + |Y|) / 6)^0.6, fairseq's `--lenpen 0.6` divides by |Y|^0.6.
 - Score: the same `sacrebleu.corpus_bleu` (13a tokenization) of the detokenized outputs against the --data test
-  references; at each budget aiayn against fairseq by sacreBLEU's paired bootstrap resampling (the p column).
+  references; at each budget aiayn against each peer by sacreBLEU's paired bootstrap resampling (a p column per peer).
 
-Prints a table (minutes | aiayn BLEU | fairseq BLEU | p | steps), writes JSON lines (WORK/results.jsonl) and a plot
-(--plot, default docs/img/time_to_bleu.png). Resumable: a finished training, average or decode is not redone.
+Prints a table (minutes | BLEU per system | p of aiayn against each peer | steps), writes JSON lines
+(WORK/results.jsonl) and a plot (--plot, default docs/img/time_to_bleu.png). Resumable: a finished training, average or decode is not redone.
 Needs the harness's fairseq venv: ROOT=$PEERS bash ../shared/bench/peers/setup_peers.sh (PEERS default
 ~/.cache/aiayn-peers).
 """
@@ -335,27 +335,28 @@ def main() -> None:
     with open(args.work / "results.jsonl", "w") as f:
         f.writelines(json.dumps(r, sort_keys=True) + "\n" for r in rows)
     by = {(r["system"], r["budget_min"]): r for r in rows}
-    peer = next((s for s in args.systems if s != "aiayn"), None)
-    tests = significance(args, by, refs, peer)
+    peers = [s for s in args.systems if s != "aiayn"]
+    tests = {peer: significance(args, by, refs, peer) for peer in peers}
     name = args.name or args.data.name
     where = args.device if args.device != "cpu" else f"{args.threads} thread(s) per system"
     print(f"\n{name} test ({len(refs)} lines), {where}{', both at once' if args.parallel else ''}; average of the "
-          f"last {args.average} checkpoints; p: aiayn against {peer} by paired bootstrap resampling (sacreBLEU's, "
-          "1,000 resamples; WORK/significance.txt)\n")
+          f"last {args.average} checkpoints; p: aiayn against each peer by paired bootstrap resampling (sacreBLEU's, "
+          "1,000 resamples; WORK/significance-PEER.txt)\n")
     shown = [s for s in SYSTEMS if s in args.systems]
-    print("| minutes | " + " | ".join(f"{s} BLEU" for s in shown) + " | p | " + " | ".join(f"{s} steps" for s in shown)
-          + " |\n|" + "---|" * (2 + 2 * len(shown)))
+    print("| minutes | " + " | ".join(f"{s} BLEU" for s in shown) + "".join(f" | p vs {p}" for p in peers) + " | "
+          + " | ".join(f"{s} steps" for s in shown) + " |\n|" + "---|" * (1 + len(peers) + 2 * len(shown)))
     for b in args.budgets:
         cells = [by.get((s, b)) for s in shown]
-        p = f"{tests[b]:.3f}" if b in tests else ""
-        print(f"| {b:g} | " + " | ".join(f"{c['bleu']:.2f}" if c else "" for c in cells) + f" | {p} | "
+        ps = "".join(f" | {tests[p][b]:.3f}" if b in tests[p] else " | " for p in peers)
+        print(f"| {b:g} | " + " | ".join(f"{c['bleu']:.2f}" if c else "" for c in cells) + f"{ps} | "
               + " | ".join(f"{c['step']:,}" if c else "" for c in cells) + " |")
     plot(rows, args.plot, name)
     print(f"\nresults: {args.work / 'results.jsonl'}; plot: {args.plot}")
 
 
-def significance(args, by: dict, refs: list[str], peer: str | None) -> dict[float, float]:
-    """Budget -> p-value of aiayn's BLEU against the peer's (paired bootstrap); the full tables to WORK."""
+def significance(args, by: dict, refs: list[str], peer: str) -> dict[float, float]:
+    """Budget -> p-value of aiayn's BLEU against the peer's (paired bootstrap); the full tables to
+    WORK/significance-PEER.txt."""
     from aiayn.metrics.significance import format_comparison, paired_significance
 
     p_values, report = {}, []
@@ -368,7 +369,7 @@ def significance(args, by: dict, refs: list[str], peer: str | None) -> dict[floa
         p_values[b] = c.scores["bleu"]["aiayn"].p_value
         report += [f"## {b:g} minutes", format_comparison(c)]
     if report:
-        (args.work / "significance.txt").write_text("\n".join(report) + "\n", encoding="utf-8")
+        (args.work / f"significance-{peer}.txt").write_text("\n".join(report) + "\n", encoding="utf-8")
     return p_values
 
 
