@@ -43,7 +43,8 @@ What is compared (everything that is not the toolkit is the same):
   references; at each budget aiayn against each peer by sacreBLEU's paired bootstrap resampling (a p column per peer).
 
 Prints a table (minutes | BLEU per system | p of aiayn against each peer | steps), writes JSON lines
-(WORK/results.jsonl) and a plot (--plot, default docs/img/time_to_bleu.png). Resumable: a finished training, average or decode is not redone.
+(WORK/results.jsonl) and a plot (--plot, default docs/img/time_to_bleu.png). Resumable: a finished training, average
+or decode is not redone.
 Needs the harness's fairseq venv: ROOT=$PEERS bash ../shared/bench/peers/setup_peers.sh (PEERS default
 ~/.cache/aiayn-peers).
 """
