@@ -6,6 +6,7 @@ import math
 
 import pytest
 import torch
+from helpers import save_run, tiny_model
 
 from aiayn.cli import main
 from aiayn.config import BOS_ID, EOS_ID, PAD_ID
@@ -14,7 +15,6 @@ from aiayn.ensemble import Ensemble, check_same_vocabulary
 from aiayn.errors import UsageError
 from aiayn.search import SearchConfig, beam_search, greedy_search
 from aiayn.translate import Translator
-from helpers import save_run, tiny_model
 
 V = 40
 
