@@ -194,8 +194,9 @@ def warn_if_bf16_slow(device: torch.device, fix: str) -> None:
         if 1 / slowdown >= BF16_GAIN or (not native_bf16(device) and slowdown < 1.5):
             return  # it pays; or the flags miss it (not Linux, say) but it runs at about fp32's speed
         if native_bf16(device):
-            what = (f"this CPU has bf16 instructions, but its bf16 matmuls measure {slowdown:.1f}x slower than fp32 "
-                    "here (a 512^3 matmul)")
+            rate = (f"{slowdown:.1f}x slower than fp32" if slowdown >= 1.05
+                    else f"at {1 / slowdown:.2f}x fp32's speed, short of the {BF16_GAIN}x that pays")
+            what = f"this CPU has bf16 instructions, but its bf16 matmuls measure {rate} here (a 512^3 matmul)"
         else:
             what = (f"bf16 matmuls are emulated on this CPU (no AVX512-BF16 or AMX-BF16): {slowdown:.1f}x slower "
                     "than fp32 here (a 512^3 matmul)")

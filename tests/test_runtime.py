@@ -81,6 +81,18 @@ def test_bf16_decoding_weights_where_emulated_warn_once(emulated_bf16, capsys):
                                  "slower than fp32 here (a 512^3 matmul); decode with --weights fp32 (or int8) here"]
 
 
+@pytest.mark.parametrize("slowdown, rate", [(2.0, "2.0x slower than fp32"),
+                                            (1.0, "at 1.00x fp32's speed, short of the 1.2x that pays")])
+def test_bf16_warning_where_native_but_not_faster(monkeypatch, capsys, slowdown, rate):
+    monkeypatch.setattr(runtime, "_bf16_checked", False)
+    monkeypatch.setattr(runtime, "cpu_flags", lambda: {"avx512_bf16"})
+    monkeypatch.setattr(runtime, "bf16_slowdown", lambda n=512: slowdown)
+    assert runtime.resolve_dtype("auto", torch.device("cpu")) == "fp32"
+    assert runtime.resolve_dtype("bf16", torch.device("cpu")) == "bf16"
+    assert _warnings(capsys) == [f"warning: this CPU has bf16 instructions, but its bf16 matmuls measure {rate} here "
+                                 "(a 512^3 matmul); --dtype auto picks fp32 here"]
+
+
 def test_no_bf16_warning_where_bf16_is_native_or_measured_fast(monkeypatch, capsys):
     monkeypatch.setattr(runtime, "_bf16_checked", False)
     monkeypatch.setattr(runtime, "cpu_flags", lambda: {"avx512_bf16"})
