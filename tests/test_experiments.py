@@ -460,6 +460,16 @@ def test_resolvable_rows_by_hand():
     assert report.resolvable(names, 10.0) == ["big"]
 
 
+def test_resolvable_pairs_by_hand():
+    # paper PPLs: big 4.33, C5 4.66, D3 4.67, C1 6.11. With a 2 % noise, C5-D3 (0.2 % apart) is no pair; the other
+    # five are. Ours put D3 ahead of big and C1 ahead of C5: two of the five reversed.
+    ours = {"big": 2.0, "C5": 4.0, "D3": 1.0, "C1": 3.0}
+    pairs = report.resolvable_pairs({n: {"dev_ppl": p} for n, p in ours.items()}, 0.02)
+    assert pairs == {"pairs": 5, "agree": 3, "reversed": [("big", "D3"), ("C5", "C1")]}
+    assert "5 pairs" in report.pairs_text(pairs) and "3 (60 %)" in report.pairs_text(pairs)
+    assert report.resolvable_pairs({n: {"dev_ppl": p} for n, p in ours.items()}, 10.0)["pairs"] == 0
+
+
 def test_without_each_group_by_hand():
     # paper PPLs: big 4.33, C5 4.66, C3 4.88, base 4.92, A4 5.01, A1 5.29, C1 6.11. Ours in the paper's order except
     # the (A) rows, which come out swapped and best: removing (A) leaves a perfect ranking.

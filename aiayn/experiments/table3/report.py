@@ -94,6 +94,17 @@ def resolvable(names: Sequence[str], relative: float) -> list[str]:
     return [n for n in ROWS if n in kept]
 
 
+def resolvable_pairs(results: dict[str, dict[str, Any]], relative: float) -> dict[str, Any]:
+    """Every pair of finished rows whose paper PPLs differ by more than `relative` (the noise): how many of them our
+    dev PPLs order as the paper does, and the pairs that go the other way (paper's better row first). Unlike
+    `resolvable`, which keeps one chain of rows, this counts every pair the noise can tell apart."""
+    names = sorted(results, key=lambda n: (TABLE3[n].ppl, ROWS.index(n)))
+    pairs = [(a, b) for i, a in enumerate(names) for b in names[i + 1:]
+             if TABLE3[b].ppl > TABLE3[a].ppl * (1 + relative)]
+    reversed_ = [(a, b) for a, b in pairs if results[a]["dev_ppl"] > results[b]["dev_ppl"]]
+    return {"pairs": len(pairs), "agree": len(pairs) - len(reversed_), "reversed": reversed_}
+
+
 def settling(results: dict[str, dict[str, Any]]) -> dict[str, Any] | None:
     """Whether the run went on long enough for its ranking to hold: the curves' step nearest 3/4 of the run; per row,
     the dev PPL's relative change from there to the end (negative = still falling); and Spearman's rho between the
@@ -166,8 +177,9 @@ def report(out: str | Path, plot: bool = True) -> dict[str, Any]:
                "curves_plot": None}
     if noise:
         rho_p, rho_b = rank_correlations(results, resolved)
-        summary.update(spearman_ppl_resolvable=rho_p, spearman_bleu_resolvable=rho_b)
-        text += noise_text(noise, resolved, rho_p, rho_b, replicas)
+        pairs = resolvable_pairs(results, noise["relative"])
+        summary.update(spearman_ppl_resolvable=rho_p, spearman_bleu_resolvable=rho_b, resolvable_pairs=pairs)
+        text += noise_text(noise, resolved, rho_p, rho_b, replicas) + pairs_text(pairs)
     if plot:
         try:
             summary["plot"] = str(plot_ppl(results, out / "table3.png", ppl_rho))
@@ -196,6 +208,15 @@ def noise_text(noise: dict[str, Any], resolved: list[str], rho_p: float, rho_b: 
               f"({100 * noise['relative']:.1f} %; {', '.join(resolved)}): dev PPL rho = {rho_p:.3f}, "
               f"dev BLEU rho = {rho_b:.3f}.", ""]
     return "\n".join(lines)
+
+
+def pairs_text(pairs: dict[str, Any]) -> str:
+    if not pairs["pairs"]:
+        return ""
+    against = ", ".join(f"{a} < {b}" for a, b in pairs["reversed"]) or "none"
+    return (f"Of the {pairs['pairs']} pairs of rows whose paper PPLs differ by more than the noise, {pairs['agree']} "
+            f"({100 * pairs['agree'] / pairs['pairs']:.0f} %) are in the paper's order; the paper's order reversed "
+            f"(paper's better row first): {against}.\n")
 
 
 def settling_text(settled: dict[str, Any] | None) -> str:
