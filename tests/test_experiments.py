@@ -460,6 +460,17 @@ def test_resolvable_rows_by_hand():
     assert report.resolvable(names, 10.0) == ["big"]
 
 
+def test_resolvable_sets_by_hand():
+    # paper PPLs: big 4.33, C5 4.66, D3 4.67, C3 4.88, C1 6.11. With a 2 % noise C5 and D3 cannot be told apart
+    # (4.66 x 1.02 = 4.75 > 4.67); C3 is apart from both (4.67 x 1.02 = 4.76 < 4.88): the largest sets hold 4 rows,
+    # with C5 or with D3.
+    names = ["C1", "C3", "C5", "D3", "big"]
+    assert report.resolvable_sets(names, 0.02) == [["C1", "C3", "C5", "big"], ["C1", "C3", "D3", "big"]]
+    assert report.resolvable(names, 0.02) in report.resolvable_sets(names, 0.02)  # the chain is one of them
+    assert report.resolvable_sets(names, 0.0) == [names]  # all apart: one set, in the paper's order
+    assert sorted(report.resolvable_sets(names, 10.0)) == [[n] for n in sorted(names)]  # none apart: one row each
+
+
 def test_resolvable_pairs_by_hand():
     # paper PPLs: big 4.33, C5 4.66, D3 4.67, C1 6.11. With a 2 % noise, C5-D3 (0.2 % apart) is no pair; the other
     # five are. Ours put D3 ahead of big and C1 ahead of C5: two of the five reversed.
@@ -484,6 +495,9 @@ def test_without_each_group_by_hand():
     assert groups["(C)"]["spearman_ppl"] == pytest.approx(report.spearman([4.33, 4.92, 5.29, 5.01], [1, 4, .5, .6]))
     assert groups["(C)"]["spearman_ppl"] < 0
     assert "without (A): 1.000 (5 rows)" in report.without_text(groups)
+    # with a 2 % noise C3 (4.88) and base (4.92) cannot be told apart: two sets of 4, big C5 C3|base C1, both in order
+    with_noise = report.without_each_group(results, 0.02)["(A)"]["resolvable_sets"]
+    assert with_noise == {"sets": 2, "rows": 4, "min": 1.0, "max": 1.0, "median": 1.0, "at_least_0.8": 2}
 
 
 def test_replica_trains_at_its_seed_and_the_report_gives_the_noise(tiny_table, copy_data, tmp_path):

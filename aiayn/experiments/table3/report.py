@@ -94,6 +94,29 @@ def resolvable(names: Sequence[str], relative: float) -> list[str]:
     return [n for n in ROWS if n in kept]
 
 
+def resolvable_sets(names: Sequence[str], relative: float, limit: int = 100_000) -> list[list[str]]:
+    """Every largest set of rows whose paper PPLs all differ from each other by more than `relative` (each in the
+    paper's order). `resolvable` picks one of them (from the lowest PPL up); where rows sit closer than the noise
+    there are several equally valid ones, and a rho over one of them is only one draw. Stops after `limit` sets."""
+    order = sorted(names, key=lambda n: (TABLE3[n].ppl, ROWS.index(n)))
+    sets: list[list[str]] = []
+
+    def extend(start: int, chain: list[str]) -> None:
+        grown = False
+        for j in range(start, len(order)):
+            if len(sets) >= limit:
+                return
+            if not chain or TABLE3[order[j]].ppl > TABLE3[chain[-1]].ppl * (1 + relative):
+                grown = True
+                extend(j + 1, [*chain, order[j]])
+        if not grown:
+            sets.append(chain)
+
+    extend(0, [])
+    largest = max(map(len, sets))
+    return [[n for n in ROWS if n in c] for c in sets if len(c) == largest]
+
+
 def resolvable_pairs(results: dict[str, dict[str, Any]], relative: float) -> dict[str, Any]:
     """Every pair of finished rows whose paper PPLs differ by more than `relative` (the noise): how many of them our
     dev PPLs order as the paper does, and the pairs that go the other way (paper's better row first). Unlike
@@ -123,9 +146,10 @@ def settling(results: dict[str, dict[str, Any]]) -> dict[str, Any] | None:
             "rank_rho": spearman([curves[n][step] for n in names], [results[n]["dev_ppl"] for n in names])}
 
 
-def without_each_group(results: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+def without_each_group(results: dict[str, dict[str, Any]], relative: float | None = None) -> dict[str, dict[str, Any]]:
     """How much each of the paper's groups of variations, (A) to (E), moves the ranking: per group with a finished
-    row, Spearman's rho of dev PPL (and of BLEU) over the finished rows outside it, and how many those are. A group
+    row, Spearman's rho of dev PPL (and of BLEU) over the finished rows outside it, and how many those are; with the
+    noise (`relative`), also the spread of rho over the largest sets of those rows the noise can tell apart. A group
     whose removal lifts rho far above the full table's is where this run's scale departs from the paper's."""
     out = {}
     for group in dict.fromkeys(GROUPS[n] for n in results if n not in ("base", "big")):
@@ -133,13 +157,30 @@ def without_each_group(results: dict[str, dict[str, Any]]) -> dict[str, dict[str
         if len(rest) >= 2:
             rho_p, rho_b = rank_correlations(results, rest)
             out[group] = {"rows": len(rest), "spearman_ppl": rho_p, "spearman_bleu": rho_b}
+            if relative is not None:
+                out[group]["resolvable_sets"] = set_spread(results, resolvable_sets(rest, relative))
     return out
+
+
+def set_spread(results: dict[str, dict[str, Any]], sets: list[list[str]]) -> dict[str, Any]:
+    """Dev PPL rho over each of `sets`: how many sets, their size, min, median, max, and how many reach 0.8."""
+    rhos = sorted(rank_correlations(results, c)[0] for c in sets)
+    mid = len(rhos) // 2
+    return {"sets": len(sets), "rows": len(sets[0]), "min": rhos[0], "max": rhos[-1],
+            "median": rhos[mid] if len(rhos) % 2 else (rhos[mid - 1] + rhos[mid]) / 2,
+            "at_least_0.8": sum(r >= 0.8 for r in rhos)}
 
 
 def without_text(groups: dict[str, dict[str, Any]]) -> str:
     if not groups:
         return ""
-    parts = [f"without {g}: {v['spearman_ppl']:.3f} ({v['rows']} rows)" for g, v in groups.items()]
+    parts = []
+    for g, v in groups.items():
+        part = f"without {g}: {v['spearman_ppl']:.3f} ({v['rows']} rows"
+        if "resolvable_sets" in v:
+            r = v["resolvable_sets"]
+            part += f"; over the {r['sets']} sets of {r['rows']} the noise tells apart {r['min']:.3f}-{r['max']:.3f}"
+        parts.append(part + ")")
     return "\nLeaving one group of variations out, dev PPL rho " + "; ".join(parts) + ".\n"
 
 
@@ -166,7 +207,7 @@ def report(out: str | Path, plot: bool = True) -> dict[str, Any]:
     noise = seed_noise(results, replicas)
     resolved = resolvable(names, noise["relative"]) if noise else None
     settled = settling(results)
-    groups = without_each_group(results)
+    groups = without_each_group(results, noise["relative"] if noise else None)
     text = markdown(results, ppl_rho, bleu_rho) + without_text(groups) + settling_text(settled)
     any_r = next(iter(results.values()))
     summary = {"rows": names, "spearman_ppl": ppl_rho, "spearman_bleu": bleu_rho, "scale": any_r["scale"],
@@ -178,8 +219,10 @@ def report(out: str | Path, plot: bool = True) -> dict[str, Any]:
     if noise:
         rho_p, rho_b = rank_correlations(results, resolved)
         pairs = resolvable_pairs(results, noise["relative"])
-        summary.update(spearman_ppl_resolvable=rho_p, spearman_bleu_resolvable=rho_b, resolvable_pairs=pairs)
-        text += noise_text(noise, resolved, rho_p, rho_b, replicas) + pairs_text(pairs)
+        spread = set_spread(results, resolvable_sets(names, noise["relative"]))
+        summary.update(spearman_ppl_resolvable=rho_p, spearman_bleu_resolvable=rho_b, resolvable_pairs=pairs,
+                       resolvable_sets=spread)
+        text += noise_text(noise, resolved, rho_p, rho_b, replicas) + sets_text(spread) + pairs_text(pairs)
     if plot:
         try:
             summary["plot"] = str(plot_ppl(results, out / "table3.png", ppl_rho))
@@ -208,6 +251,14 @@ def noise_text(noise: dict[str, Any], resolved: list[str], rho_p: float, rho_b: 
               f"({100 * noise['relative']:.1f} %; {', '.join(resolved)}): dev PPL rho = {rho_p:.3f}, "
               f"dev BLEU rho = {rho_b:.3f}.", ""]
     return "\n".join(lines)
+
+
+def sets_text(spread: dict[str, Any]) -> str:
+    if spread["sets"] < 2:
+        return ""
+    return (f"That set is one of {spread['sets']} sets of {spread['rows']} rows the noise can tell apart; dev PPL rho "
+            f"over each: min {spread['min']:.3f}, median {spread['median']:.3f}, max {spread['max']:.3f} "
+            f"({spread['at_least_0.8']} of {spread['sets']} at 0.8 or more).\n")
 
 
 def pairs_text(pairs: dict[str, Any]) -> str:
