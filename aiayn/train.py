@@ -19,6 +19,7 @@ import contextlib
 import dataclasses
 import math
 import signal
+import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -138,21 +139,28 @@ RESUMABLE_OPTIONS = ("max_steps", "max_minutes")
 
 
 class Progress:
-    """A tqdm bar on the main process (counting minutes for a time budget, else steps), or plain printed lines."""
+    """A tqdm bar on the main process where stderr is a terminal (counting minutes for a time budget, else steps);
+    elsewhere (a log file, nohup, a pipe) one plain line every `plain_every` seconds with the same figures, so a log
+    holds readable lines instead of a bar redrawn thousands of times. `enabled=False` (--no-progress): neither."""
 
-    def __init__(self, tc: TrainConfig, step: int, enabled: bool, silent: bool = False):
+    def __init__(self, tc: TrainConfig, step: int, enabled: bool, silent: bool = False, plain_every: float = 60.0,
+                 terminal: bool | None = None):
         self.by_time, self.silent = tc.max_minutes > 0, silent
-        self.bar = None
-        if enabled and not silent:
-            from tqdm.auto import tqdm
+        self.total = round(tc.max_minutes * 60) if self.by_time else tc.max_steps
+        self.bar, self.plain_every, self.last_plain = None, None, time.time()
+        if not enabled or silent:
+            return
+        if not (sys.stderr.isatty() if terminal is None else terminal):
+            self.plain_every = plain_every
+            return
+        from tqdm.auto import tqdm
 
-            if self.by_time:
-                self.bar = tqdm(total=round(tc.max_minutes * 60), desc="train", unit="s", dynamic_ncols=True,
-                                mininterval=1.0,
-                                bar_format="{l_bar}{bar}| {n:.0f}/{total} s [{elapsed}<{remaining}{postfix}]")
-            else:
-                self.bar = tqdm(total=tc.max_steps, initial=step, desc="train", unit="step", dynamic_ncols=True,
-                                mininterval=1.0)
+        if self.by_time:
+            self.bar = tqdm(total=self.total, desc="train", unit="s", dynamic_ncols=True, mininterval=1.0,
+                            bar_format="{l_bar}{bar}| {n:.0f}/{total} s [{elapsed}<{remaining}{postfix}]")
+        else:
+            self.bar = tqdm(total=self.total, initial=step, desc="train", unit="step", dynamic_ncols=True,
+                            mininterval=1.0)
 
     def write(self, msg: str) -> None:
         if self.silent:
@@ -163,11 +171,18 @@ class Progress:
             print(msg, flush=True)
 
     def update(self, elapsed_s: float, **postfix: Any) -> None:
-        if self.bar is None:
-            return
-        if postfix:
-            self.bar.set_postfix(**postfix, refresh=False)
-        self.bar.update(min(elapsed_s, self.bar.total) - self.bar.n if self.by_time else 1)
+        if self.bar is not None:
+            if postfix:
+                self.bar.set_postfix(**postfix, refresh=False)
+            self.bar.update(min(elapsed_s, self.bar.total) - self.bar.n if self.by_time else 1)
+        elif self.plain_every is not None and postfix and time.time() - self.last_plain >= self.plain_every:
+            self.last_plain = time.time()
+            if self.by_time:
+                done, figures = f"{min(elapsed_s, self.total):.0f}/{self.total} s", postfix
+            else:
+                done = f"{postfix['step']}/{self.total} steps"
+                figures = {k: v for k, v in postfix.items() if k != "step"}
+            print(f"train: {done}, " + ", ".join(f"{k} {v}" for k, v in figures.items()), flush=True)
 
     def close(self) -> None:
         if self.bar is not None:

@@ -17,7 +17,7 @@ from helpers import REPO
 from aiayn import checkpoint as ckpt
 from aiayn import rundir
 from aiayn.config import ModelConfig
-from aiayn.train import TrainConfig, anneal_factor, noam_lr, train
+from aiayn.train import Progress, TrainConfig, anneal_factor, noam_lr, train
 
 
 def test_noam_lr_values():
@@ -55,6 +55,29 @@ def test_anneal_reaches_zero_at_max_steps(copy_data, tmp_path):
         want = noam_lr(step, d_model, 40) * min(1.0, (1 - step / 20) / 0.5)
         assert lrs[step] == pytest.approx(want, rel=1e-9), step
     assert lrs[20] == 0.0 and lrs[10] == pytest.approx(noam_lr(10, d_model, 40))
+
+
+def test_progress_in_a_log_is_plain_lines_every_interval(capsys, monkeypatch):
+    clock = [1000.0]
+    monkeypatch.setattr("aiayn.train.time.time", lambda: clock[0])
+    log = Progress(TrainConfig(max_minutes=12), step=0, enabled=True, plain_every=60, terminal=False)
+    assert log.bar is None
+    for second in range(0, 181, 10):  # a figure every 10 s for 3 minutes: a line once a minute
+        clock[0] = 1000.0 + second
+        log.update(second, step=second, loss="2.500", tok_s="9000")
+    log.update(190)  # no new figures (not a logging step): no line
+    log.close()
+    lines = capsys.readouterr().out.splitlines()
+    assert lines == [f"train: {s}/720 s, step {s}, loss 2.500, tok_s 9000" for s in (60, 120, 180)]
+    by_steps = Progress(TrainConfig(max_steps=500), step=0, enabled=True, plain_every=0, terminal=False)
+    by_steps.update(1.0, step=10, loss="9.000")
+    assert capsys.readouterr().out == "train: 10/500 steps, loss 9.000\n"
+    quiet = Progress(TrainConfig(max_minutes=12), step=0, enabled=False, plain_every=0, terminal=False)
+    quiet.update(5.0, step=1, loss="9.000")  # --no-progress: nothing
+    assert capsys.readouterr().out == ""
+    bar = Progress(TrainConfig(max_minutes=12), step=0, enabled=True, terminal=True)
+    assert bar.bar is not None and bar.plain_every is None  # a terminal gets the bar
+    bar.close()
 
 
 def test_train_config_rejects_unknown_option():

@@ -56,7 +56,7 @@ def add_device_arg(p: argparse.ArgumentParser, default: str = "auto") -> None:
 
 
 def add_progress_arg(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar (in a log: no progress lines)")
 
 
 def add_search_args(p: argparse.ArgumentParser, defaults: SearchConfig = PAPER_SEARCH) -> None:
