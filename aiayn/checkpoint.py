@@ -2,8 +2,8 @@
 
     save_weights / load_weights     model weights as safetensors, the model config in the file's metadata
     read_header / check_shapes      what a checkpoint says about itself, validated before any tensor is allocated
-    save_checkpoint / load_trainer_state   a step checkpoint: trainer state (optimizer, step, data position) beside
-                                    the weights
+    save_checkpoint / load_trainer_state   a step checkpoint: trainer state (optimizer, step, data position, fp16's
+                                    loss scaler) beside the weights
     load_for_inference              a run directory or checkpoint file -> model, vocabulary, config
     average_checkpoints             the paper's averaging of the last checkpoints
 
@@ -129,11 +129,13 @@ def load_trainer_state(weights_path: Path) -> dict:
           and isinstance(trainer.get("sampler"), dict)
           and all(isinstance(trainer["sampler"].get(k), int) for k in ("epoch", "position"))
           and isinstance(trainer.get("step"), int) and trainer["step"] >= 0
-          and isinstance(trainer.get("best_dev_loss"), float) and isinstance(trainer.get("train_seconds"), float))
+          and isinstance(trainer.get("best_dev_loss"), float) and isinstance(trainer.get("train_seconds"), float)
+          # the loss scaler (empty unless fp16) and its skip count: absent from checkpoints older than fp16
+          and isinstance(trainer.get("scaler", {}), dict) and isinstance(trainer.get("overflow_skips", 0), int))
     if not ok:
         raise CheckpointError(f"trainer state {path} lacks the optimizer, sampler, step, best_dev_loss or "
-                              f"train_seconds entry (or one has the wrong type); delete {weights_path.name} and this "
-                              "file to resume from the previous checkpoint")
+                              f"train_seconds entry (or one, or the scaler, has the wrong type); delete "
+                              f"{weights_path.name} and this file to resume from the previous checkpoint")
     return trainer
 
 

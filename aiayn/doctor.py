@@ -90,8 +90,9 @@ def _gpus() -> list[dict[str, Any]]:
     gpus = []
     for i in range(torch.cuda.device_count()):
         p = torch.cuda.get_device_properties(i)
-        gpus.append({"name": p.name, "memory_gib": round(p.total_memory / 2**30, 1),
-                     "bf16": runtime.native_bf16(torch.device("cuda", i))})
+        bf16 = runtime.native_bf16(torch.device("cuda", i))
+        gpus.append({"name": p.name, "memory_gib": round(p.total_memory / 2**30, 1), "bf16": bf16,
+                     "dtype_auto": runtime.auto_dtype("cuda", bf16)})
     return gpus
 
 
@@ -139,7 +140,8 @@ def format_report(r: dict[str, Any]) -> str:
         missing = [name for name, ok in isa.items() if not ok]
         isa_text += f"  (missing: {', '.join(missing)})" if missing else ""
     t = r["torch"]
-    gpus = "; ".join(f"{g['name']}, {g['memory_gib']} GiB, bf16 {'yes' if g['bf16'] else 'no'}" for g in r["gpus"])
+    gpus = "; ".join(f"{g['name']}, {g['memory_gib']} GiB, bf16 {'yes' if g['bf16'] else 'no'}, --dtype auto "
+                     f"{g['dtype_auto']}" for g in r["gpus"])
     rows = [
         ("aiayn", f"{r['aiayn'] or 'not installed'} (Python {r['python']}, {r['platform']})"),
         ("cpu", r["cpu"]["model"]),

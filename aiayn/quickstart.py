@@ -117,7 +117,8 @@ def quickstart(out: Path, minutes: float = 12.0, preset: str = DEFAULT_PRESET, v
     state, cfg = ckpt.average_checkpoints(paths)
     ckpt.save_weights(run / rundir.AVERAGED, state, cfg)
 
-    translator = Translator.load(run, search, weights=dtype, device=where)  # decode in the dtype it trained in
+    # Decode in the dtype it trained in; fp16 (auto's pick on a GPU without bf16) has no decoding weights: fp32.
+    translator = Translator.load(run, search, weights="fp32" if dtype == "fp16" else dtype, device=where)
     scores = _translate_test(translator, data_dir, run, beam, progress)
     print("[5/5] example translations (English -> Spanish):")
     for en, hyp in zip(EXAMPLES, translator.translate(EXAMPLES)):

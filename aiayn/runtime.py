@@ -1,4 +1,4 @@
-"""Where and how the maths runs: device, dtype (bf16 autocast), CPU threads, and processes (torchrun/DDP), from
+"""Where and how the maths runs: device, dtype (bf16 or fp16 autocast), CPU threads, and processes (torchrun/DDP), from
 the process group's start (setup_runtime) to its end (`with runtime:`). Decided here only; the trainer, the dev
 evaluation and the benchmarks take a `Runtime`."""
 
@@ -18,7 +18,8 @@ import torch.distributed as dist
 from aiayn.errors import UsageError
 from aiayn.fast import bound_kernel_cache
 
-DTYPES = ("fp32", "bf16", "auto")  # auto: bf16 where the device multiplies bf16 natively, else fp32
+DTYPES = ("fp32", "bf16", "fp16", "auto")  # auto: auto_dtype()
+FP16_DEVICES = ("cuda", "cpu")  # where fp16 autocast and torch's GradScaler run (a CPU slowly: for tests)
 
 
 @dataclass
@@ -29,8 +30,9 @@ class Runtime:
     device: torch.device
     rank: int = 0
     world_size: int = 1
-    dtype: str = "fp32"  # "fp32", or "bf16": autocast around forward passes (fp32 master weights)
+    dtype: str = "fp32"  # "fp32"; "bf16" or "fp16": autocast around forward passes (fp32 master weights)
     owns_group: bool = False  # this Runtime started the process group (and so ends it)
+    why_dtype: str = ""  # why this dtype, where --dtype auto picked it
 
     def __enter__(self) -> Runtime:
         return self
@@ -49,9 +51,13 @@ class Runtime:
         return self.rank == 0
 
     def autocast(self):
-        if self.dtype == "bf16":
-            return torch.autocast(self.device.type, dtype=torch.bfloat16)
+        if self.dtype in ("bf16", "fp16"):
+            return torch.autocast(self.device.type, dtype=torch.bfloat16 if self.dtype == "bf16" else torch.float16)
         return contextlib.nullcontext()
+
+    def grad_scaler(self) -> torch.amp.GradScaler:
+        """Dynamic loss scaling for fp16 (fp16 gradients underflow without it); a pass-through for fp32 and bf16."""
+        return torch.amp.GradScaler(self.device.type, enabled=self.dtype == "fp16")
 
     def all_reduce(self, values: list[float]) -> list[float]:
         """Sums over processes (the values themselves in a single process)."""
@@ -133,14 +139,27 @@ def cpu_model() -> str:
     return platform.processor() or "unknown"
 
 
+def auto_dtype(device_type: str, bf16: bool) -> str:
+    """What --dtype auto trains in: bf16 where it pays (`bf16`: fast_bf16); else fp16 on a CUDA GPU (V100, T4, P100:
+    tensor cores in fp16, none in bf16), fp32 elsewhere."""
+    if bf16:
+        return "bf16"
+    return "fp16" if device_type == "cuda" else "fp32"
+
+
 def resolve_dtype(dtype: str, device: torch.device) -> str:
-    """"fp32" or "bf16" as given; "auto" -> bf16 where fast_bf16(device), else fp32."""
+    """"fp32", "bf16" or "fp16" as given; "auto" -> auto_dtype(). fp16 on a device in FP16_DEVICES only."""
     if dtype not in DTYPES:
         raise UsageError(f"dtype must be one of {', '.join(DTYPES)}, not {dtype!r}")
     if dtype == "auto":
-        return "bf16" if fast_bf16(device) else "fp32"
+        return auto_dtype(device.type, fast_bf16(device))
     if dtype == "bf16":
-        warn_if_bf16_slow(device, "--dtype auto picks fp32 here")
+        warn_if_bf16_slow(device, f"--dtype auto picks {auto_dtype(device.type, False)} here")
+    if dtype == "fp16" and device.type not in FP16_DEVICES:
+        raise UsageError(f"--dtype fp16 (loss-scaled) runs on CUDA GPUs, not on {device.type}; use --dtype fp32")
+    if dtype == "fp16" and device.type == "cpu" and os.environ.get("RANK", "0") == "0":
+        print("warning: fp16 on a CPU runs slower than fp32 (it is meant for GPUs without bf16); use --dtype fp32 or "
+              "auto here", file=sys.stderr, flush=True)
     return dtype
 
 
@@ -251,7 +270,8 @@ def setup_runtime(device: str = "auto", dtype: str = "fp32", threads: int = 0) -
         torch.set_num_threads(free_cores())
     rank = int(os.environ.get("RANK", "0"))
     dev = resolve_device(device, int(os.environ.get("LOCAL_RANK", "0")))
-    dtype = resolve_dtype(dtype, dev)
+    asked, dtype = dtype, resolve_dtype(dtype, dev)
+    why = "--dtype auto: no native bf16 on this GPU" if asked == "auto" and dtype == "fp16" else ""
     if dev.type == "cuda":
         torch.cuda.set_device(dev)
         torch.backends.cuda.matmul.allow_tf32 = dtype == "fp32"
@@ -259,4 +279,4 @@ def setup_runtime(device: str = "auto", dtype: str = "fp32", threads: int = 0) -
     owns = world > 1 and not dist.is_initialized()
     if owns:
         dist.init_process_group("nccl" if dev.type == "cuda" else "gloo")
-    return Runtime(dev, rank, world, dtype, owns_group=owns)
+    return Runtime(dev, rank, world, dtype, owns_group=owns, why_dtype=why)

@@ -91,8 +91,10 @@ class TrainConfig:
     save_every_minutes: float = _opt(10.0, "save a checkpoint every N minutes (paper: 10)", low=0)
     keep_last: int = _opt(20, "step checkpoints kept (paper: averages the last 5 base / 20 big)", low=1)
     log_every: int = _opt(10, "log training loss every N steps", low=1)
-    dtype: str = _opt("fp32", "fp32; bf16 (autocast; fp32 master weights and optimizer state); auto: bf16 where "
-                              "the device multiplies bf16 natively, else fp32 (the resolved one is saved)")
+    dtype: str = _opt("fp32", "fp32; bf16 (autocast; fp32 master weights and optimizer state); fp16 (the same, with "
+                              "dynamic loss scaling; an update whose gradients overflow is skipped and not counted); "
+                              "auto: bf16 where the device multiplies bf16 natively, else fp16 on a CUDA GPU, else "
+                              "fp32 (the resolved one is saved)")
     device: str = _opt("auto", "auto (CUDA if present), cpu, cuda, cuda:N")
     compile: bool = _opt(False, "torch.compile the model and loss")
     packed: bool = _opt(False, "packed batches: each batch's sentences one after another without padding, attention "
@@ -217,7 +219,9 @@ class TrainState:
     model: Transformer
     optimizer: torch.optim.Optimizer
     sampler: TokenBatchSampler
-    step: int = 0
+    scaler: torch.amp.GradScaler  # fp16's loss scale (a pass-through otherwise)
+    step: int = 0  # updates applied: an fp16 update skipped on overflow does not count
+    overflow_skips: int = 0  # fp16 updates skipped because a gradient overflowed (inf or NaN)
     best_dev_loss: float = math.inf
     train_seconds: float = 0.0  # training time of the run and its resumptions, to the last checkpoint
 
@@ -242,6 +246,12 @@ class TrainState:
             raise CheckpointError(f"{rundir.state_path(path)}: its optimizer state does not fit the model ({e}); "
                                   f"delete both {path.name} files to resume from the previous checkpoint") from None
         self.sampler.load_state_dict(trainer["sampler"])
+        if self.scaler.is_enabled():
+            if not trainer.get("scaler"):
+                raise CheckpointError(f"{rundir.state_path(path)} has no loss-scaler state, which an fp16 run saves; "
+                                      "it does not belong to this run")
+            self.scaler.load_state_dict(trainer["scaler"])
+        self.overflow_skips = trainer.get("overflow_skips", 0)
         self.step, self.best_dev_loss = trainer["step"], trainer["best_dev_loss"]
         self.train_seconds = trainer["train_seconds"]
 
@@ -257,7 +267,8 @@ def save(state: TrainState, run_dir: Path, tc: TrainConfig, rt: Runtime, valid, 
         cfg, weights = state.model.cfg, state.model.state_dict()
         trainer = {"optimizer": state.optimizer.state_dict(), "sampler": state.sampler.state_dict(),
                    "step": state.step, "best_dev_loss": min(state.best_dev_loss, dev_loss),
-                   "train_seconds": state.train_seconds}
+                   "train_seconds": state.train_seconds, "scaler": state.scaler.state_dict(),
+                   "overflow_skips": state.overflow_skips}
         path = ckpt.save_checkpoint(run_dir, weights, cfg, state.step, trainer, tc.keep_last)
         msg += f": saved {path.name}"
         if dev:
@@ -346,7 +357,7 @@ def _setup(splits: dict[str, PreparedSplit], cfg: ModelConfig, tc: TrainConfig, 
     torch.manual_seed(tc.seed)
     model = Transformer(cfg).to(rt.device)
     optimizer = make_optimizer(model, tc.adam_betas, tc.adam_eps)
-    return TrainState(model, optimizer, sampler), train_set, splits.get("valid")
+    return TrainState(model, optimizer, sampler, rt.grad_scaler()), train_set, splits.get("valid")
 
 
 def make_optimizer(model: torch.nn.Module, betas: tuple[float, float], eps: float) -> torch.optim.Adam:
@@ -369,9 +380,11 @@ def _endless(sampler: TokenBatchSampler):
 
 
 def _update(state: TrainState, objective: torch.nn.Module, micro: list, rt: Runtime, tc: TrainConfig,
-            t_start: float) -> tuple[float, float, float]:
-    """One update: forward and backward of every micro-batch, then an Adam step at the schedule's rate. Returns
-    (summed loss, summed NLL, learning rate)."""
+            t_start: float) -> tuple[float, float, float, bool]:
+    """One update: forward and backward of every micro-batch, then an Adam step at the schedule's rate. In fp16 the
+    loss is scaled before backward and the gradients unscaled before clipping and Adam; where they overflowed the
+    scaler skips Adam's step and halves the scale, and the step counter stays (as fairseq: the schedule counts
+    applied updates only; the batches are consumed). Returns (summed loss, summed NLL, learning rate, applied)."""
     local_tokens = sum(b.n_tgt_tokens for b in micro)
     # The elapsed time goes through the same all-reduce so that every process anneals by the same clock.
     total_tokens, elapsed = rt.all_reduce([float(local_tokens), time.time() - t_start])
@@ -384,18 +397,25 @@ def _update(state: TrainState, objective: torch.nn.Module, micro: list, rt: Runt
         with contextlib.nullcontext() if last else getattr(objective, "_orig_mod", objective).no_sync():
             with rt.autocast():
                 loss, nll = objective(*b.inputs())
-            (loss * scale).backward()
+            state.scaler.scale(loss * scale).backward()
         loss_sum, nll_sum = loss_sum + loss.item(), nll_sum + nll.item()
     if tc.clip_norm > 0:
+        state.scaler.unscale_(state.optimizer)
         torch.nn.utils.clip_grad_norm_(state.model.parameters(), tc.clip_norm)
     lr = noam_lr(state.step + 1, state.model.cfg.d_model, tc.warmup, tc.lr_factor) * anneal_factor(
         state.step + 1, elapsed / rt.world_size, tc)
     for group in state.optimizer.param_groups:
         group["lr"] = lr
-    state.optimizer.step()
+    loss_scale = state.scaler.get_scale()
+    state.scaler.step(state.optimizer)
+    state.scaler.update()  # lowers the scale only where a gradient overflowed (found inf or NaN): the step was skipped
     state.optimizer.zero_grad(set_to_none=True)
-    state.step += 1
-    return loss_sum, nll_sum, lr
+    applied = state.scaler.get_scale() >= loss_scale
+    if applied:
+        state.step += 1
+    else:
+        state.overflow_skips += 1
+    return loss_sum, nll_sum, lr, applied
 
 
 class _Window:
@@ -421,7 +441,8 @@ def _loop(state: TrainState, train_set: PreparedSplit, valid: PreparedSplit | No
     logger = Logger(run_dir, rt.is_main)
     bar = Progress(tc, state.step, enabled=progress, silent=not rt.is_main)
     bar.write(f"model: {count_parameters(model) / 1e6:.2f}M parameters, {cfg.n_enc_layers}+{cfg.n_dec_layers} "
-              f"layers, d_model {cfg.d_model}; device {rt.device}, {tc.dtype}, {rt.world_size} process(es); "
+              f"layers, d_model {cfg.d_model}; device {rt.device}, {tc.dtype}"
+              f"{f' ({rt.why_dtype})' if rt.why_dtype else ''}, {rt.world_size} process(es); "
               f"{len(train_set):,} training pairs, {len(state.sampler):,} batches/epoch/process")
     batches = _endless(state.sampler)
     t_start = t_save = time.time()
@@ -433,19 +454,23 @@ def _loop(state: TrainState, train_set: PreparedSplit, valid: PreparedSplit | No
             torch.manual_seed(tc.seed * 1_000_003 + state.step * 1009 + rt.rank)
             micro = [collate([train_set[i] for i in next(batches)]) for _ in range(tc.update_freq)]
             micro = [(pack(b) if tc.packed else b).to(rt.device) for b in micro]
-            loss_sum, nll_sum, lr = _update(state, objective, micro, rt, tc, t_start)
-            window.add(loss_sum, nll_sum, sum(b.n_tgt_tokens for b in micro))
+            loss_sum, nll_sum, lr, applied = _update(state, objective, micro, rt, tc, t_start)
             postfix = {}
-            if state.step % tc.log_every == 0 or state.step == tc.max_steps:
+            if applied:  # a skipped fp16 update's loss (maybe inf) is left out of the figures
+                window.add(loss_sum, nll_sum, sum(b.n_tgt_tokens for b in micro))
+            if applied and (state.step % tc.log_every == 0 or state.step == tc.max_steps):
                 rec = window.record(rt, lr, t_start)
-                logger.log("train", state.step, **rec)
                 postfix = {"step": state.step, "loss": f"{rec['loss']:.3f}", "lr": f"{lr:.2e}",
                            "tok_s": f"{rec['tokens_per_s']:.0f}"}
+                if state.scaler.is_enabled():
+                    rec |= {"loss_scale": state.scaler.get_scale(), "overflow_skips": state.overflow_skips}
+                    postfix |= {"scale": f"{rec['loss_scale']:g}", "skips": state.overflow_skips}
+                logger.log("train", state.step, **rec)
                 window = _Window()
             bar.update(time.time() - t_start, **postfix)
 
             out_of_time = rt.any(tc.max_minutes > 0 and (time.time() - t_start) / 60 >= tc.max_minutes)
-            due = rt.any(bool(tc.save_every_steps and state.step % tc.save_every_steps == 0) or
+            due = rt.any(bool(applied and tc.save_every_steps and state.step % tc.save_every_steps == 0) or
                          (tc.save_every_minutes > 0 and (time.time() - t_save) / 60 >= tc.save_every_minutes))
             if due or out_of_time:
                 state.train_seconds = seconds_before + time.time() - t_start

@@ -105,3 +105,16 @@ def test_instruction_set_caps_in_the_environment_are_named(monkeypatch, capsys):
     line = next(x for x in capsys.readouterr().out.splitlines() if x.startswith("torch kernels"))
     assert line.endswith("; instruction sets capped by MKL_ENABLE_INSTRUCTIONS=AVX2 ONEDNN_MAX_CPU_ISA=AVX2")
     assert torch.backends.cpu.get_cpu_capability() in line
+
+
+def test_each_gpu_says_what_auto_trains_in(monkeypatch):
+    from types import SimpleNamespace
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    names = ["NVIDIA H100", "Tesla T4"]
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda i: SimpleNamespace(name=names[i],
+                                                                                       total_memory=16 * 2**30))
+    monkeypatch.setattr(runtime, "native_bf16", lambda device: device.index == 0)
+    gpus = doctor._gpus()
+    assert [(g["bf16"], g["dtype_auto"]) for g in gpus] == [(True, "bf16"), (False, "fp16")]

@@ -22,7 +22,38 @@ def test_auto_dtype_follows_the_cpu_flags_and_a_measured_gain(monkeypatch):
     assert runtime.resolve_dtype("auto", cpu) == "fp32"
     assert runtime.resolve_dtype("fp32", cpu) == "fp32" and runtime.resolve_dtype("bf16", cpu) == "bf16"
     with pytest.raises(UsageError, match="dtype must be one of"):
-        runtime.resolve_dtype("fp16", cpu)
+        runtime.resolve_dtype("fp8", cpu)
+
+
+@pytest.mark.parametrize("device_type, bf16, want", [("cuda", True, "bf16"), ("cuda", False, "fp16"),
+                                                      ("cpu", True, "bf16"), ("cpu", False, "fp32"),
+                                                      ("mps", False, "fp32")])
+def test_auto_dtype_takes_fp16_on_a_gpu_without_bf16_only(device_type, bf16, want):
+    assert runtime.auto_dtype(device_type, bf16) == want
+
+
+def test_fp16_autocasts_matmuls_and_scales_the_loss_while_bf16_and_fp32_do_not():
+    cpu = torch.device("cpu")
+    a = torch.randn(4, 4)
+    for dtype, want, scaled in (("fp16", torch.float16, True), ("bf16", torch.bfloat16, False),
+                                ("fp32", torch.float32, False)):
+        rt = runtime.Runtime(cpu, dtype=dtype)
+        with rt.autocast():
+            assert (a @ a).dtype == want
+        assert rt.grad_scaler().is_enabled() is scaled
+
+
+def test_auto_picking_fp16_says_so_in_the_start_line(copy_data, tmp_path, monkeypatch, capsys):
+    from aiayn.config import ModelConfig
+    from aiayn.train import TrainConfig, train
+
+    monkeypatch.setattr(runtime, "auto_dtype", lambda device_type, bf16: "fp16")  # as on a T4 or V100
+    tc = TrainConfig(max_steps=1, max_tokens=400, save_every_minutes=0, threads=1, dtype="auto")
+    train(copy_data, tmp_path / "run", ModelConfig.preset("tiny"), tc, progress=False)
+    assert "; device cpu, fp16 (--dtype auto: no native bf16 on this GPU), 1 process(es)" in capsys.readouterr().out
+    from aiayn import rundir
+
+    assert rundir.read_config(tmp_path / "run")["train"]["dtype"] == "fp16"  # a resumed run keeps it
 
 
 def test_devices():

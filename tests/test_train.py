@@ -1,6 +1,7 @@
 """Training: the schedule by hand, exact resume after SIGKILL,
 DDP (2 processes) equals one process with update-freq 2, and a tiny model learns the task."""
 
+import dataclasses
 import json
 import math
 import os
@@ -164,3 +165,89 @@ def test_tiny_model_learns_and_run_dir_is_self_contained(copy_data, tmp_path):
     from aiayn.viz.curves import plot_run
 
     assert plot_run(run).stat().st_size > 1000
+
+
+# ---------------------------------------------------------------------------------------------------------
+# fp16: autocast with dynamic loss scaling (CPU autocast runs float16 matmuls, so all of it is tested here).
+
+
+def _train_records(run: Path) -> list[dict]:
+    return [r for r in map(json.loads, (run / "log.jsonl").read_text().splitlines()) if r["kind"] == "train"]
+
+
+def test_fp16_tiny_model_learns_the_copy_task(copy_data, tmp_path):
+    tc = TrainConfig(max_steps=100, max_tokens=400, warmup=40, lr_factor=0.5, save_every_minutes=0, log_every=10,
+                     threads=1, dtype="fp16")
+    train(copy_data, tmp_path / "run", ModelConfig.preset("tiny", dropout=0.0), tc, progress=False)
+    recs = _train_records(tmp_path / "run")
+    assert recs[-1]["step"] == 100 and recs[-1]["loss"] < 0.5 * recs[0]["loss"]
+    assert all(r["loss_scale"] == 65536.0 and r["overflow_skips"] == 0 for r in recs)  # torch's initial scale kept
+
+
+class _OverflowAt:
+    """TrainingObjective whose loss is made inf at chosen forward calls (1-based); it keeps a copy of the weights
+    each call saw, so that a skipped update can be seen to leave them alone."""
+
+    def __init__(self, monkeypatch, at: set[int]):
+        import aiayn.train
+        from aiayn.losses import TrainingObjective
+
+        self.calls, self.seen = 0, []
+        hook = self
+
+        class Objective(TrainingObjective):
+            def forward(self, *a, **k):
+                hook.calls += 1
+                hook.seen.append({n: p.detach().clone() for n, p in self.model.named_parameters()})
+                loss, nll = super().forward(*a, **k)
+                return (loss * math.inf if hook.calls in at else loss), nll
+
+        monkeypatch.setattr(aiayn.train, "TrainingObjective", Objective)
+
+
+def test_fp16_overflow_is_skipped_counted_and_does_not_advance_the_schedule(copy_data, tmp_path, monkeypatch):
+    hook = _OverflowAt(monkeypatch, at={4})
+    d_model, warmup = ModelConfig.preset("tiny").d_model, 40
+    tc = TrainConfig(max_steps=8, max_tokens=400, warmup=warmup, save_every_minutes=0, log_every=1, threads=1,
+                     dtype="fp16")
+    summary = train(copy_data, tmp_path / "run", ModelConfig.preset("tiny"), tc, progress=False)
+    assert summary["step"] == 8 and hook.calls == 9  # 8 updates applied, one skipped
+    before, after = hook.seen[3], hook.seen[4]  # the weights the 4th (overflowed) call saw, and the 5th
+    assert all(torch.equal(before[n], after[n]) for n in before)
+    assert not all(torch.equal(hook.seen[2][n], before[n]) for n in before)  # an applied update does change them
+    recs = _train_records(tmp_path / "run")
+    assert [r["step"] for r in recs] == list(range(1, 9))  # no step logged twice, none missing
+    assert [r["overflow_skips"] for r in recs] == [0, 0, 0] + [1] * 5
+    assert [r["loss_scale"] for r in recs] == [65536.0] * 3 + [32768.0] * 5
+    for r in recs:  # the schedule counts applied updates: step 4's rate is the one the skipped update would have had
+        assert r["lr"] == noam_lr(r["step"], d_model, warmup) and math.isfinite(r["loss"])
+
+
+def test_fp16_resume_equals_the_uninterrupted_run(copy_data, tmp_path, monkeypatch):
+    from aiayn.train import resume
+
+    cfg = ModelConfig.preset("tiny")
+    tc = TrainConfig(max_steps=12, max_tokens=400, warmup=40, save_every_steps=6, save_every_minutes=0, log_every=3,
+                     threads=1, dtype="fp16")
+    _OverflowAt(monkeypatch, at={3})  # a scale that is not the initial one must survive the resume
+    train(copy_data, tmp_path / "ref", cfg, tc, progress=False)
+    _OverflowAt(monkeypatch, at={3})
+    train(copy_data, tmp_path / "run", cfg, dataclasses.replace(tc, max_steps=6), progress=False)
+    _OverflowAt(monkeypatch, at=set())
+    assert resume(tmp_path / "run", progress=False, max_steps=12)["step"] == 12
+
+    path_ref = rundir.step_checkpoint_path(tmp_path / "ref", 12)
+    path = rundir.step_checkpoint_path(tmp_path / "run", 12)
+    ref, got = _weights(path_ref), _weights(path)
+    assert all(torch.equal(ref[k], got[k]) for k in ref)
+    scaler_ref, scaler = ckpt.load_trainer_state(path_ref)["scaler"], ckpt.load_trainer_state(path)["scaler"]
+    assert scaler == scaler_ref and scaler["scale"] == 32768.0 and scaler["_growth_tracker"] == 10
+    assert _train_records(tmp_path / "run")[-1]["overflow_skips"] == 1
+
+
+def test_fp16_on_a_device_without_it_is_one_usage_error():
+    from aiayn.errors import UsageError
+    from aiayn.runtime import resolve_dtype
+
+    with pytest.raises(UsageError, match="--dtype fp16 .* runs on CUDA GPUs, not on mps; use --dtype fp32"):
+        resolve_dtype("fp16", torch.device("mps"))

@@ -13,7 +13,11 @@ tokens), the same loss (label smoothing 0.1, summed over real tokens) and the sa
 aiayn runs as `aiayn train` does: padded batches, and packed ones (`--packed`: attention by varlen flash where the
 GPU has it), eager, and compiled with --compile. FLOPs are the harness's model FLOPs of the real tokens, the same for
 every implementation (benchmarks/workloads.py: forward_flops; training = 3x forward); MFU is against the datasheet's
-dense bf16 peak (H100/H200: 989 TFLOP/s) and the peak of a large bf16 matmul measured in the same run. Decoding is
+dense bf16 peak (H100/H200: 989 TFLOP/s) and the peak of a large bf16 matmul measured in the same run. --dtype fp16
+trains every implementation as HF's Trainer does with fp16=True: float16 autocast and torch's GradScaler (dynamic loss
+scaling), MFU against the same datasheet figure (fp16's dense tensor-core rate equals bf16's on H100/H200) and a
+measured fp16 matmul; it has no decoding cells (aiayn decodes in fp32, bf16 or int8). --dtype fp32 reports MFU
+against the measured fp32 matmul peak only (tf32 as torch's default leaves it: off). Decoding is
 at a forced length (every hypothesis exactly --n-tokens steps, EOS banned before), so every implementation does the
 same work. --vary-shapes gives every step a batch of a new shape, as real data does (the synthetic batch of one
 shape hides what a kernel pays per new shape: cuDNN's attention builds a plan for each, which aiayn leaves out on
@@ -92,14 +96,20 @@ def shared_batches(vocab: int, args) -> list[tuple]:
     return [train_batch(vocab, args.tokens, "cpu", seed=i, lo=lo, hi=hi) for i, (lo, hi) in enumerate(spans)]
 
 
-def train_step(loss_fn, tgt_tokens: list[int], opt, device: torch.device, bf16: bool):
-    """step(i): one update on batch i, as every implementation takes it: the summed loss (under bf16 autocast) over
-    batch i's target tokens, backward, the optimizer's step."""
+AUTOCAST = {"bf16": torch.bfloat16, "fp16": torch.float16}
+
+
+def train_step(loss_fn, tgt_tokens: list[int], opt, device: torch.device, dtype: str):
+    """step(i): one update on batch i, as every implementation takes it: the summed loss (under bf16 or fp16
+    autocast) over batch i's target tokens, backward, the optimizer's step; in fp16 through a GradScaler."""
+    scaler = torch.amp.GradScaler(device.type, enabled=dtype == "fp16")
+
     def step(i: int) -> None:
-        with torch.autocast(device.type, dtype=torch.bfloat16, enabled=bf16):
+        with torch.autocast(device.type, dtype=AUTOCAST.get(dtype, torch.bfloat16), enabled=dtype in AUTOCAST):
             loss = loss_fn(i)
-        (loss / tgt_tokens[i]).backward()
-        opt.step()
+        scaler.scale(loss / tgt_tokens[i]).backward()
+        scaler.step(opt)
+        scaler.update()
         opt.zero_grad(set_to_none=True)
     return step
 
@@ -108,7 +118,6 @@ def train_cell(impl: str, preset: str, compile_: bool, args, device: torch.devic
     """One implementation's training steps on the shared batches: seconds a step, target tokens/s, TFLOP/s, peak
     memory. aiayn runs as `aiayn train` does (cuDNN's attention left out on a GPU: aiayn.runtime); the peers with
     torch's default choice of attention kernels."""
-    bf16 = args.dtype == "bf16"
     batches = shared_batches(ModelConfig.preset(preset).vocab_size, args)
     torch.backends.cuda.enable_cudnn_sdp(True)  # torch's default, for the peers
     if impl.startswith("aiayn"):
@@ -136,7 +145,7 @@ def train_cell(impl: str, preset: str, compile_: bool, args, device: torch.devic
             return F.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(), to.reshape(-1), ignore_index=PAD_ID,
                                    label_smoothing=0.1, reduction="sum")
 
-    step = train_step(loss_fn, [sum(b[4]) for b in batches], opt, device, bf16)
+    step = train_step(loss_fn, [sum(b[4]) for b in batches], opt, device, args.dtype)
     t0 = time.perf_counter()
     for i in range(args.warmup):
         step(i)
@@ -220,7 +229,7 @@ def profile_step(preset: str, args, device: torch.device, path: str) -> None:
     src, tgt_in, tgt_out, src_l, tgt_l = train_batch(cfg.vocab_size, args.tokens, "cpu")
     inputs = pack(Batch(src, tgt_in, tgt_out, sum(src_l), sum(tgt_l))).to(device).inputs()
 
-    step = train_step(lambda _: objective(*inputs)[0], [sum(tgt_l)], opt, device, args.dtype == "bf16")
+    step = train_step(lambda _: objective(*inputs)[0], [sum(tgt_l)], opt, device, args.dtype)
     for _ in range(args.warmup):
         step(0)
     sync(device)
@@ -245,8 +254,11 @@ def fmt(r: dict) -> str:
     return json.dumps({k: round(v, 4) if isinstance(v, float) else v for k, v in r.items()})
 
 
-def table(recs: list[dict], sheet: float | None) -> str:
-    lines = ["| preset | implementation | compiled | shapes | s/step | target tokens/s | TFLOP/s | MFU (datasheet) | "
+def table(recs: list[dict], sheet: float | None, peak: float) -> str:
+    """Markdown tables of the cells; MFU against the datasheet where there is one (bf16, fp16), else against the
+    measured matmul peak (fp32)."""
+    lines = ["| preset | implementation | compiled | shapes | s/step | target tokens/s | TFLOP/s | "
+             f"MFU ({'datasheet' if sheet else 'measured matmul peak'}) | "
              "peak GPU memory | vs fastest peer |", "|---|---|---|---|---|---|---|---|---|---|"]
     train = [r for r in recs if r.get("what") == "train"]
     for preset in dict.fromkeys(r["preset"] for r in train):
@@ -257,7 +269,7 @@ def table(recs: list[dict], sheet: float | None) -> str:
             if "error" in r:
                 lines.append(f"| {preset} | {r['impl']} | {r['compile']} | | {r['error'][:90]} | | | | | |")
                 continue
-            mfu = f"{100 * r['tflops'] * 1e12 / sheet:.1f} %" if sheet else ""
+            mfu = f"{100 * r['tflops'] * 1e12 / (sheet or peak):.1f} %"
             mem = f"{r['peak_mem_gb']:.1f} GB" if "peak_mem_gb" in r else ""
             ratio = f"{r['tgt_tok_s'] / best:.2f}x" if best else ""
             lines.append(f"| {preset} | {r['impl']} | {r['compile']} | {r.get('shapes', 'fixed')} | "
@@ -324,7 +336,8 @@ def main() -> None:
     ap.add_argument("--device", default="cuda")
     ap.add_argument("--presets", default="base,big")
     ap.add_argument("--impls", default="aiayn,aiayn packed,hf_marian,torch_nn")
-    ap.add_argument("--dtype", default="bf16", choices=("bf16", "fp32"))
+    ap.add_argument("--dtype", default="bf16", choices=("bf16", "fp16", "fp32"),
+                    help="fp16: float16 autocast with a GradScaler (HF Trainer's fp16=True); no decoding cells")
     ap.add_argument("--tokens", type=int, default=25_000, help="target tokens per training batch (paper: 25k)")
     ap.add_argument("--steps", type=int, default=20, help="timed steps per cell")
     ap.add_argument("--warmup", type=int, default=3, help="untimed steps first")
@@ -344,9 +357,9 @@ def main() -> None:
         args.sents, args.n_tokens = 4, 5
     device = torch.device(args.device)
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
-    bf16 = args.dtype == "bf16"
-    peak = peak_matmul(device, torch.bfloat16 if bf16 else torch.float32, n=8192 if device.type == "cuda" else 512)
-    sheet = next((v for k, v in DATASHEET_BF16.items() if k in name), None) if bf16 else None
+    peak = peak_matmul(device, AUTOCAST.get(args.dtype, torch.float32), n=8192 if device.type == "cuda" else 512)
+    # fp16's dense tensor-core rate is bf16's on the GPUs of the datasheet table; fp32 has no datasheet MFU
+    sheet = next((v for k, v in DATASHEET_BF16.items() if k in name), None) if args.dtype in AUTOCAST else None
     recs: list[dict] = []
 
     def emit(rec: dict) -> None:
@@ -362,7 +375,7 @@ def main() -> None:
     emit({"what": f"peak_{args.dtype}_matmul", "tflops": peak / 1e12, "datasheet_tflops": sheet and sheet / 1e12})
     impls = args.impls.split(",")
     cells = [(impl, preset, False) for preset in args.presets.split(",") for impl in impls]
-    decodes = [int(b) for b in args.beams.split(",") if b]
+    decodes = [int(b) for b in args.beams.split(",") if b] if args.dtype != "fp16" else []
     later = [(impl, preset, True) for preset in args.presets.split(",") for impl in sorted(impls, key=order)
              if (args.compile and impl.startswith("aiayn")) or (args.compile_peers and not impl.startswith("aiayn"))]
     for impl, preset, compile_ in cells:
@@ -374,7 +387,7 @@ def main() -> None:
     for impl, preset, compile_ in later:
         emit(train_record(impl, preset, compile_, args, device, sheet, peak))
     print()
-    print(table(recs, sheet), flush=True)
+    print(table(recs, sheet, peak), flush=True)
 
 
 if __name__ == "__main__":
