@@ -23,6 +23,7 @@ from aiayn.losses import TrainingObjective
 from aiayn.model import Transformer, count_parameters
 from aiayn.runtime import attention_without_shape_plans
 from aiayn.search import SearchConfig, beam_search, greedy_search
+from aiayn.static_search import StaticDecoder
 from aiayn.train import make_optimizer
 from benchmarks.timing import measure
 from benchmarks.workloads import forward_flops, train_batch
@@ -81,24 +82,29 @@ def train_speed(preset: str, dtype: str, tokens: int, steps: int, device, compil
     return rec
 
 
-def decoder(preset: str, dtype: str, beam: int, sents: int, n_tokens: int, device):
-    """A call that decodes `sents` random sources of 23-27 tokens, every hypothesis forced to n_tokens words."""
+def decoder(preset: str, dtype: str, beam: int, sents: int, n_tokens: int, device, graphed: bool = False):
+    """A call that decodes `sents` random sources of 23-27 tokens, every hypothesis forced to n_tokens words.
+    graphed: by aiayn.static_search's fixed-shape steps (on CUDA one captured graph replayed per step), not
+    aiayn.search's."""
     torch.manual_seed(0)
     cfg = ModelConfig.preset(preset)
     attention_without_shape_plans(device)  # as aiayn.inference.load does
     model = decoding_copy(Transformer(cfg).to(device), dtype)
     src = train_batch(cfg.vocab_size, sents * 27, device, seed=1, lo=23, hi=27)[0][:sents]
     search = SearchConfig(beam=beam, max_len_a=0.0, max_len_b=n_tokens, min_len=n_tokens)
+    if graphed:
+        static = StaticDecoder(model, max_len=n_tokens)
+        return lambda: static.search(src, search)
     run = greedy_search if beam == 1 else beam_search
     return lambda: run(model, src, search)
 
 
-def decode_speed(preset: str, dtype: str, beam: int, sents: int, n_tokens: int, device) -> dict:
-    call = decoder(preset, dtype, beam, sents, n_tokens, device)
+def decode_speed(preset: str, dtype: str, beam: int, sents: int, n_tokens: int, device, graphed: bool = False) -> dict:
+    call = decoder(preset, dtype, beam, sents, n_tokens, device, graphed)
     with torch.inference_mode():
         dt = measure(call, repeats=1, warmup=1, number=3, sync=lambda: sync(device)).mean
     return {"what": "decode", "preset": preset, "dtype": dtype, "beam": beam, "sents": sents, "out_tokens": n_tokens,
-            "batch_s": dt, "sent_s": sents / dt}
+            "graphed": graphed, "batch_s": dt, "sent_s": sents / dt}
 
 
 def attention_kernel(device) -> dict:
