@@ -13,10 +13,18 @@
 #             new batch shape at every step, as real data gives
 #   ttb       time to BLEU on Multi30k: aiayn beside HF transformers' Seq2SeqTrainer at ${TTB_BUDGETS:-1,2,3} minutes
 #             (benchmarks/peers/time_to_bleu.py --device cuda --systems aiayn,hf); needs data-bin/multi30k too
+#   decode    benchmarks/gpu/decode.py: aiayn eager and graphed beside HF generate and CTranslate2, greedy and beam 4,
+#             64 and 512 sentences, on the quickstart's model (run the quickstart part first in the same call) and
+#             on a random `base` forced to 30 words
+#   train     benchmarks/gpu/peers.py's training cells in one short list: base and big in bf16, fp16 and fp32,
+#             packed and padded, beside HF Marian and torch.nn.Transformer; one shape and a new shape every step;
+#             base packed compiled
 # All take ~31 minutes; where a command may run 10 minutes at most, run them as several (say `all.sh peers quickstart`
-# with QS_MINUTES=1.5, then `all.sh ttb` with TTB_BUDGETS=1,2, then `all.sh tests check multi30k`). From the root:
+# with QS_MINUTES=1.5, then `all.sh ttb` with TTB_BUDGETS=1,2, then `all.sh tests check multi30k`). A lease of about
+# a quarter of an hour: `QS_MINUTES=2 bash benchmarks/gpu/all.sh quickstart decode train` (~8 minutes), then
+# `TTB_BUDGETS=1 bash benchmarks/gpu/all.sh ttb` if time is left. From the root:
 #
-#   bash benchmarks/gpu/all.sh [PART ...]      (no part: all seven)
+#   bash benchmarks/gpu/all.sh [PART ...]      (no part: the first seven)
 # Where the machine lacks a Python package aiayn needs (sacremoses on some images), put its wheel in .whl/ first.
 set -u -o pipefail
 OUT=${OUT:-gpu-out}; mkdir -p "$OUT"
@@ -27,7 +35,8 @@ if compgen -G ".whl/*.whl" >/dev/null; then  # wheels carried to a machine witho
     $PY -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site .whl/*.whl && PYTHONPATH=$PYTHONPATH:/tmp/site
 fi
 want() { [[ "$PARTS" == *" $1 "* ]]; }
-nvidia-smi --query-gpu=name,driver_version,clocks.sm,temperature.gpu --format=csv | tee "$OUT/gpu.txt"
+SMOKE_FLAG=""; [ -n "${SMOKE:-}" ] && SMOKE_FLAG="--cpu"  # SMOKE=1: the decode and train parts on the CPU, tiny
+[ -z "$SMOKE_FLAG" ] && nvidia-smi --query-gpu=name,driver_version,clocks.sm,temperature.gpu --format=csv | tee "$OUT/gpu.txt"
 if want tests; then
     timeout 150 $PY -m pytest -q -x tests/test_losses.py tests/test_runtime.py tests/test_packed.py \
         2>&1 | tail -5 | tee "$OUT/tests.txt"
@@ -65,11 +74,32 @@ if want ttb; then  # time to BLEU beside HF's Seq2SeqTrainer, one after the othe
         --budgets ${TTB_BUDGETS:-1,2,3} --save-every 200 --work "$T" --plot "$OUT/ttb.png" 2>&1 | tee "$OUT/ttb.txt" | tail -9
     cp "$T/results.jsonl" "$OUT/ttb_results.jsonl" 2>/dev/null
 fi
+Q=${QS_DIR:-$(mktemp -d)/quickstart}
 if want quickstart; then
-    Q=$(mktemp -d)/quickstart
     { echo "# aiayn quickstart --out $Q --minutes ${QS_MINUTES:-3} --no-progress  (device auto, dtype auto)"
       TIME=""; [ -x /usr/bin/time ] && TIME="/usr/bin/time -v"  # peak host memory, where GNU time is installed
       timeout ${QS_TIMEOUT:-400} $TIME $PY -m aiayn quickstart --out "$Q" --minutes "${QS_MINUTES:-3}" --no-progress
     } > "$OUT/quickstart.log" 2>&1
     grep -E "^\[|BLEU|sentences/s|steps at|done in|Maximum resident" "$OUT/quickstart.log"
+    cp "$Q/run/log.jsonl" "$OUT/quickstart-log.jsonl" 2>/dev/null
+fi
+if want decode; then  # the quickstart's model (where the quickstart part ran), then a random base
+    if [ -d "$Q/run" ] && [ -z "$SMOKE_FLAG" ]; then
+        timeout ${DECODE_TIMEOUT:-150} $PY -m benchmarks.gpu.decode --checkpoint "$Q/run" --data "$Q/data" \
+            --out "$OUT/gpu_decode.jsonl" 2>&1 | grep -v Warning | tail -20
+    fi
+    timeout ${DECODE_BASE_TIMEOUT:-100} $PY -m benchmarks.gpu.decode $SMOKE_FLAG --preset base --engines "aiayn,aiayn graphed,hf" \
+        --out "$OUT/gpu_decode.jsonl" 2>&1 | grep -v Warning | tail -14
+fi
+if want train; then  # eager cells first (seconds each), the one compiled cell last
+    run_cells() {
+        local limit=$1; shift
+        timeout "$limit" $PY -m benchmarks.gpu.peers $SMOKE_FLAG --beams "" --steps ${TRAIN_STEPS:-10} \
+            --out "$OUT/gpu_train.jsonl" "$@" 2>&1 | grep -v Warning | tail -14
+    }
+    run_cells 80 --presets base,big --dtype bf16 --impls "aiayn packed,aiayn,hf_marian,torch_nn"
+    run_cells 70 --presets base,big --dtype fp16 --impls "aiayn packed,hf_marian,torch_nn"
+    run_cells 40 --presets base --dtype fp32 --impls "aiayn packed,hf_marian,torch_nn"
+    run_cells 50 --presets base --dtype bf16 --vary-shapes --impls "aiayn packed,aiayn,hf_marian"
+    run_cells 90 --presets base --dtype bf16 --compile --impls "aiayn packed"
 fi

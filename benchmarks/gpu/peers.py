@@ -352,7 +352,8 @@ def main() -> None:
     ap.add_argument("--out", help="append JSON lines here")
     args = ap.parse_args()
     if args.cpu:
-        args.device, args.presets, args.dtype, args.tokens, args.steps, args.warmup = "cpu", "tiny", "fp32", 256, 2, 1
+        args.device, args.presets, args.tokens, args.steps, args.warmup = "cpu", "tiny", 256, 2, 1
+        args.dtype = "fp16" if args.dtype == "fp16" else "fp32"  # CPU autocast has fp16; bf16 is emulated on many CPUs
         args.compile = args.compile_peers = False
         args.sents, args.n_tokens = 4, 5
     device = torch.device(args.device)

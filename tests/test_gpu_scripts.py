@@ -1,0 +1,44 @@
+"""The GPU scripts in their CPU smoke mode: what a lent GPU runs must run in one go, so its parts are run here first
+on tiny shapes (benchmarks/gpu/all.sh with SMOKE=1, benchmarks/gpu/decode.py --cpu)."""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from helpers import REPO
+
+
+def records(path):
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def test_decode_benchmark_cpu_smoke(tmp_path):
+    """decode.py --cpu: every engine decodes the same forced-length batches; aiayn eager and graphed give the same
+    words (HF where transformers is installed), and every cell has its speed."""
+    pytest.importorskip("transformers")
+    out = tmp_path / "decode.jsonl"
+    subprocess.run([sys.executable, "-m", "benchmarks.gpu.decode", "--cpu", "--out", str(out)], cwd=REPO, check=True,
+                   capture_output=True, text=True, timeout=300)
+    cells = [r for r in records(out) if r["what"] == "decode"]
+    assert {(r["engine"], r["beam"], r["sents"]) for r in cells} == {
+        (e, b, n) for e in ("aiayn", "aiayn graphed", "hf") for b in (1, 4) for n in (2, 4)}
+    assert all("error" not in r and r["sent_s"] > 0 and r["out_tokens"] == 5 for r in cells)
+    graphed = [r for r in cells if r["engine"] == "aiayn graphed"]
+    assert all(r["same_as_aiayn"] == r["sents"] for r in graphed)
+
+
+def test_gpu_sitting_script_cpu_smoke(tmp_path):
+    """all.sh's decode and train parts with SMOKE=1: each command of the lease's script runs and writes its records
+    (a flag one of them does not know would leave its file without train records)."""
+    pytest.importorskip("transformers")
+    env = {**os.environ, "SMOKE": "1", "OUT": str(tmp_path), "PY": sys.executable, "TRAIN_STEPS": "1"}
+    subprocess.run(["bash", "benchmarks/gpu/all.sh", "decode", "train"], cwd=REPO, env=env, check=True,
+                   capture_output=True, text=True, timeout=600)
+    decode = [r for r in records(tmp_path / "gpu_decode.jsonl") if r["what"] == "decode"]
+    assert decode and all("error" not in r for r in decode)
+    train = [r for r in records(tmp_path / "gpu_train.jsonl") if r["what"] == "train"]
+    calls = [r for r in records(tmp_path / "gpu_train.jsonl") if r["what"] == "device"]
+    assert len(calls) == 5 and len(train) >= 5 and all("error" not in r for r in train)
