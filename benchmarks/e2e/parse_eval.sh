@@ -1,8 +1,11 @@
 #!/bin/bash
-# Parser levers on the 200 dev trees: each run's average of its last 5 checkpoints, its last checkpoint, and the
+# The parser's levers on the dev trees: each run's average of its last 5 checkpoints, its last checkpoint, and the
 # two averages decoded as one ensemble; beam 21 (alpha 0.3, the paper's) unless said. One thread.
+#   R=runs/parse-seeds P=../shared/data/ptb-sample D=data-bin/ptbw2k bash benchmarks/e2e/parse_eval.sh
+# R: the folder with the two runs s1/ and s2/ (configs/ptb-parse.yaml, seeds 1 and 2); P: the treebank sample (its
+# dev.trees is the reference); D: the prepared data (aiayn prepare-parse --leaves words).
 set -euo pipefail
-R=${R:-runs/parse-seeds}; P=../shared/data/ptb-sample; D=data-bin/ptbw2k
+R=${R:-runs/parse-seeds}; P=${P:-../shared/data/ptb-sample}; D=${D:-data-bin/ptbw2k}
 export OMP_NUM_THREADS=1
 for s in 1 2; do
   [ -f $R/s$s/avg5.safetensors ] || aiayn average --run $R/s$s --last 5 --out $R/s$s/avg5.safetensors

@@ -1,15 +1,14 @@
 """The server's decoding without HTTP: a Batcher of the quickstart's model fed by 16 in-process clients (one sentence,
 or 2-8 one time in five), printing the process's RSS every 20 s with the batches decoded so far.
 
-    LRU_CACHE_CAPACITY=8 ONEDNN_PRIMITIVE_CACHE_CAPACITY=8 python benchmarks/results/2026-11-25-serving/memvar.py \
-        SECONDS packed|unpacked
-
-Checkpoint and sentences: runs/serve-bench (the quickstart run's averaged checkpoint and its test.src.txt).
+    LRU_CACHE_CAPACITY=8 ONEDNN_PRIMITIVE_CACHE_CAPACITY=8 python -m benchmarks.e2e.serve_memory \
+        --checkpoint runs/serve-bench/averaged.safetensors --src runs/serve-bench/test.src.txt \
+        --seconds 600 [--unpacked]
 """
 
+import argparse
 import asyncio
 import random
-import sys
 import time
 
 import torch
@@ -26,10 +25,10 @@ def rss_mb() -> float:
     return float("nan")
 
 
-async def main(seconds: float, packed: bool) -> None:
+async def run(checkpoint: str, src: str, seconds: float, packed: bool) -> None:
     torch.set_num_threads(1)
-    translator = Translator.load("runs/serve-bench/averaged.safetensors", SearchConfig(), packed=packed)
-    lines = [line for line in open("runs/serve-bench/test.src.txt").read().splitlines() if line.strip()][:300]
+    translator = Translator.load(checkpoint, SearchConfig(), packed=packed)
+    lines = [line for line in open(src).read().splitlines() if line.strip()][:300]
     batcher, rng, start = Batcher(translator, BatchConfig(max_wait_ms=2)), random.Random(0), time.monotonic()
 
     async def client() -> None:
@@ -45,5 +44,15 @@ async def main(seconds: float, packed: bool) -> None:
     await batcher.close()
 
 
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--checkpoint", required=True)
+    ap.add_argument("--src", required=True, help="source sentences, one a line (the first 300 are used)")
+    ap.add_argument("--seconds", type=float, default=600)
+    ap.add_argument("--unpacked", action="store_true", help="Translator(..., packed=False)")
+    args = ap.parse_args()
+    asyncio.run(run(args.checkpoint, args.src, args.seconds, not args.unpacked))
+
+
 if __name__ == "__main__":
-    asyncio.run(main(float(sys.argv[1]), sys.argv[2] == "packed"))
+    main()
