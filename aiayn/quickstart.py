@@ -34,7 +34,7 @@ MODEL_DEFAULTS = {"dropout": 0.0, "init": "fairseq"}
 # The recipe by the dtype training runs in, each chosen by a measured search of quickstart trials
 # (benchmarks/e2e/quickstart_search.py). bf16 (CPUs that multiply bf16 natively, GPUs): `small` with 8,000 pieces,
 # 2k-token batches. fp32 (every other CPU, e.g. AVX2-only ones: half the steps in the time): a cheaper step does
-# more in 12 minutes than a bigger model (benchmarks/results/2026-11-25-quickstart-avx2-shapes/NOTES.md): 4,000
+# more in 12 minutes than a bigger model (benchmarks/results/quickstart-search-avx2/NOTES.md): 4,000
 # pieces, 2+2 layers of width 192 (d_ff 768, 4 heads of 48), 1k-token batches. `shape` applies to the default preset
 # only; flags and --set override all of it.
 RECIPES = {
