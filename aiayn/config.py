@@ -1,6 +1,6 @@
 """Model configuration: one frozen dataclass and the paper's presets by name.
 
-Every preset is a row of PAPER.md (section 3, Table 3, section 6.3) or a small CPU size. The config is
+Every preset is a row of the paper (section 3, Table 3, section 6.3; docs/paper.md) or a small CPU size. The config is
 saved inside every checkpoint (as JSON), so a checkpoint describes itself. The paper's published results (Table 3's
 PPL, BLEU and parameter columns) live in aiayn.experiments.paper.
 """
@@ -23,7 +23,7 @@ PAPER_VOCAB = 37_000
 
 @dataclass(frozen=True)
 class ModelConfig:
-    """Hyper-parameters of one Transformer (names as in PAPER.md / Table 3)."""
+    """Hyper-parameters of one Transformer (names as in the paper's Table 3; docs/paper.md)."""
 
     vocab_size: int = PAPER_VOCAB
     n_enc_layers: int = 6  # N (encoder)

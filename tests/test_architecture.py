@@ -77,7 +77,7 @@ def test_core_modules_import_only_from_floors_below():
 
 
 def test_sizes_stay_readable_in_one_sitting():
-    """No module over 500 lines, no function over 80 (STYLE.md: each module readable in one sitting)."""
+    """No module over 500 lines, no function over 80 (docs/architecture.md: each module readable in one sitting)."""
     long_modules, long_functions = [], []
     for f in sorted(PACKAGE.rglob("*.py")):
         text = f.read_text(encoding="utf-8")

@@ -73,7 +73,7 @@ def test_quickstart_on_a_missing_gpu_says_so_before_writing_anything(tmp_path):
 
 def test_the_recipe_follows_the_dtype_and_gives_way_to_what_is_asked():
     """fp32 (CPUs without native bf16) trains a cheaper step than bf16: 4,000 pieces, 2+2 layers at width 192 and
-    1k-token batches against 8,000, 3+3 at 256 and 2k (benchmarks/results/2026-11-25-quickstart-avx2-shapes)."""
+    1k-token batches against 8,000, 3+3 at 256 and 2k (benchmarks/results/quickstart-search-avx2)."""
     from aiayn.quickstart import recipe
 
     cfg, vocab, tokens = recipe("fp32")

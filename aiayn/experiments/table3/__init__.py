@@ -14,7 +14,7 @@ paper's way, set beside the paper's numbers. `aiayn variations` runs it.
                                            plot of our PPL against the paper's, Spearman's rank correlation; with
                                            replicas, the seed noise and rho over the rows it can resolve
 
-The protocol (PAPER.md, Table 3): EN-DE newstest2013 dev, perplexity per subword token, BLEU with beam search
+The protocol (the paper's Table 3): EN-DE newstest2013 dev, perplexity per subword token, BLEU with beam search
 (beam 4, alpha 0.6), no checkpoint averaging. Here every row trains the same number of steps (the paper's 100K for
 all but big, 300K for big: we give big the same steps as the others) on the data given, from the same seed; the
 last checkpoint is scored: dev perplexity exp(NLL per target token, EOS included) in fp32, and sacreBLEU of the
