@@ -192,10 +192,11 @@ def remove_stale_temps(*folders: Path) -> list[Path]:
 # Reading text, hashing.
 
 
-def decode_lines(raw_lines: Iterable[bytes], name: str) -> Iterator[str]:
+def decode_lines(raw_lines: Iterable[bytes], name: str, first: int = 1) -> Iterator[str]:
     """Strict UTF-8 lines without their newline, from the byte lines of a file or stdin (`name` says which, for the
-    error). The one decoding rule of every text input: bad bytes name the input and the line."""
-    for n, raw in enumerate(raw_lines, 1):
+    error; `first`: the number of the first line given). The one decoding rule of every text input: bad bytes name
+    the input and the line."""
+    for n, raw in enumerate(raw_lines, first):
         try:
             yield raw.rstrip(b"\r\n").decode("utf-8")
         except UnicodeDecodeError as e:
@@ -220,6 +221,35 @@ def read_lines(path: str | Path | None) -> list[str]:
             return [line.rstrip("\r\n") for line in sys.stdin]
         return list(decode_lines(stdin, "stdin"))
     return list(iter_lines(path))
+
+
+def line_buffers(path: str | Path | None, most: int | None = None) -> Iterator[list[str]]:
+    """The lines of a file, or of stdin for None or "-", in buffers of at most `most` lines (None: a file at once;
+    stdin as its lines arrive: every complete line a read returns, so a line typed into a pipe is answered before
+    the next one comes, and a file piped in still arrives in large buffers)."""
+    stdin = path is None or str(path) == "-"
+    fd = _fileno(sys.stdin.buffer if hasattr(sys.stdin, "buffer") else sys.stdin) if stdin else None
+    if fd is None:  # a file, or a text stream put in place of stdin (tests): all its lines, then cut to size
+        lines = read_lines(path)
+        step = most or len(lines) or 1
+        yield from (lines[i: i + step] for i in range(0, len(lines), step))
+        return
+    done, pending = 0, b""
+    while chunk := os.read(fd, 1 << 16):  # blocks only until something arrives, then returns what there is
+        *complete, pending = (pending + chunk).split(b"\n")
+        step = most or len(complete) or 1
+        for i in range(0, len(complete), step):
+            yield list(decode_lines(complete[i: i + step], "stdin", done + 1))
+            done += len(complete[i: i + step])
+    if pending:  # a last line without its newline
+        yield list(decode_lines([pending], "stdin", done + 1))
+
+
+def _fileno(stream) -> int | None:
+    try:
+        return stream.fileno()
+    except (AttributeError, OSError, ValueError):  # io.UnsupportedOperation is an OSError
+        return None
 
 
 def count_lines(path: str | Path) -> int:

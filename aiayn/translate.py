@@ -45,11 +45,18 @@ def encode_sources(vocab, lines: Sequence[str], max_input_len: int) -> list[list
 
 
 class Translation(NamedTuple):
-    """One hypothesis for one input line: detokenized text, normalized score, subword ids (no BOS/EOS)."""
+    """One hypothesis for one input line: detokenized text, normalized score, subword ids (no BOS/EOS), and the
+    log-prob of each token, EOS last (where the engine gives them)."""
 
     text: str
     score: float
     tokens: list[int]
+    positional_scores: Sequence[float] = ()
+
+
+def translation_of(vocab, hyp: Hypothesis) -> Translation:
+    """A search's hypothesis as text, with its scores."""
+    return Translation(vocab.decode(hyp.tokens), hyp.score, hyp.tokens, hyp.positional_scores)
 
 
 class Translator:
@@ -117,7 +124,7 @@ class Translator:
     def translate_nbest(self, lines: Sequence[str], progress: bool = False) -> list[list[Translation]]:
         """Up to search.nbest translations per line, best first."""
         hyps = self.search_ids(self.encode(lines), progress)
-        return [[Translation(self.vocab.decode(h.tokens), h.score, h.tokens) for h in hs] for hs in hyps]
+        return [[translation_of(self.vocab, h) for h in hs] for hs in hyps]
 
     def translate(self, lines: Sequence[str], progress: bool = False) -> list[str]:
         """The best translation of each line."""

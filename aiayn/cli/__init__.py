@@ -24,6 +24,7 @@ COMMANDS = [
     "aiayn.cli.train",
     "aiayn.cli.average",
     "aiayn.cli.translate",
+    "aiayn.cli.score",
     "aiayn.cli.attention",
     "aiayn.cli.serve",
     "aiayn.cli.export",

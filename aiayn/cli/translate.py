@@ -16,8 +16,9 @@ from aiayn.cli.common import (
 )
 from aiayn.errors import UsageError
 from aiayn.extras import require
-from aiayn.files import atomic_text_output, check_output_path, read_lines
+from aiayn.files import atomic_text_output, check_output_path, line_buffers
 from aiayn.runtime import resolve_device
+from aiayn.scoring import SCORE_KINDS, score_columns, token_scores
 from aiayn.translate import Translator
 
 
@@ -33,33 +34,54 @@ def run(args: argparse.Namespace) -> int:
         require("aiayn translate --engine ct2", "export", ("ctranslate2",))
     if args.output not in (None, "-"):
         check_output_path(args.output)  # before the work, not after it
-    if args.engine == "aiayn":
-        translator = Translator.load(args.checkpoint, search, args.weights, device=resolve_device(args.device),
-                                     batch_size=args.batch_size, max_input_len=args.max_input_len)
-    lines = read_lines(args.input)  # a bad byte names the file (or stdin) and the line
+    if args.print_scores == "tokens" and args.engine == "ct2":
+        raise UsageError("--print-scores tokens needs --engine aiayn (CTranslate2 gives sentence scores only)")
+    translate = _translate_function(args, search)
+    with atomic_text_output(args.output) as out:  # a file appears complete or not at all
+        done = 0  # lines answered so far: the n-best format numbers lines across buffers
+        for lines in line_buffers(args.input, args.buffer_size):  # stdin: as lines arrive (a bad byte names the line)
+            nbests, tails = translate(lines)
+            for n, hyps in enumerate(nbests, done):
+                out.writelines(_output_lines(n, hyps, tails and tails[n - done], search.nbest, args.print_scores))
+            out.flush()  # a line typed into a pipe is answered now, not when stdin closes
+            done += len(lines)
+    return 0
+
+
+def _translate_function(args: argparse.Namespace, search):
+    """lines -> (n-best translations per line, per hypothesis what follows its text or None), by the engine and
+    options asked for."""
     progress = args.input not in (None, "-") and not args.no_progress
-    tails = None  # per hypothesis, what follows its text: " ||| alignment" with --print-alignment
     if args.engine == "ct2":  # an exported CTranslate2 folder; the search flags map as aiayn.export.ct2 says
         from aiayn.export.ct2 import CT2Translator
 
         ct2 = CT2Translator(args.checkpoint[0], device=resolve_device(args.device).type,
                             compute_type=CT2Translator.COMPUTE_TYPES[args.weights])
-        nbests = ct2.translate_nbest(lines, search, batch_size=args.batch_size, max_input_len=args.max_input_len)
-    elif args.print_alignment:  # word alignments from cross-attention, Marian/OpenNMT style: text ||| 0-0 1-2 ...
+        return lambda lines: (ct2.translate_nbest(lines, search, batch_size=args.batch_size,
+                                                  max_input_len=args.max_input_len), None)
+    translator = Translator.load(args.checkpoint, search, args.weights, device=resolve_device(args.device),
+                                 batch_size=args.batch_size, max_input_len=args.max_input_len)
+    if args.print_alignment:  # word alignments from cross-attention, Marian/OpenNMT style: text ||| 0-0 1-2 ...
         from aiayn.viz.alignment import format_alignment, translate_with_alignment
 
-        nbests, alignments = translate_with_alignment(translator, lines, args.alignment_layer, progress=progress)
-        tails = [[" ||| " + format_alignment(pairs) for pairs in line] for line in alignments]
-    else:
-        nbests = translator.translate_nbest(lines, progress=progress)
-    with atomic_text_output(args.output) as out:  # a file appears complete or not at all
-        for n, hyps in enumerate(nbests):
-            tail = tails[n] if tails else [""] * len(hyps)
-            if search.nbest == 1:
-                out.write(hyps[0].text + tail[0] + "\n")
-            else:  # Moses n-best format: input line number (from 0) ||| text ||| score [||| alignment]
-                out.writelines(f"{n} ||| {h.text} ||| {h.score:.4f}{t}\n" for h, t in zip(hyps, tail))
-    return 0
+        def aligned(lines):
+            nbests, alignments = translate_with_alignment(translator, lines, args.alignment_layer, progress=progress)
+            return nbests, [[" ||| " + format_alignment(pairs) for pairs in line] for line in alignments]
+        return aligned
+    return lambda lines: (translator.translate_nbest(lines, progress=progress), None)
+
+
+def _output_lines(n: int, hyps, tails: list[str] | None, nbest: int, print_scores: str | None) -> list[str]:
+    """The output lines of input line n (from 0): the best text, or Moses n-best lines 'n ||| text ||| score', each
+    followed by its tail (alignment) and the --print-scores columns."""
+    tails = tails or [""] * len(hyps)
+    if nbest == 1:
+        h = hyps[0]
+        return [h.text + tails[0] + (score_columns(h, print_scores) if print_scores else "") + "\n"]
+    # the n-best line has its sentence score already; --print-scores tokens adds ' ||| token log-probs'
+    tokens = [token_scores(h) if print_scores == "tokens" else None for h in hyps]
+    return [f"{n} ||| {h.text} ||| {h.score:.4f}{t}" + (f" ||| {p}" if p is not None else "") + "\n"
+            for h, t, p in zip(hyps, tails, tokens)]
 
 
 def register(sub) -> None:
@@ -77,6 +99,14 @@ def register(sub) -> None:
     p.add_argument("--input", help="input file (default: stdin); a progress bar is shown for files")
     p.add_argument("--output", help="output file (default: stdout); written whole or not at all")
     p.add_argument("--batch-size", type=positive_int, default=64, help="sentences per batch (default 64)")
+    p.add_argument("--buffer-size", type=positive_int, default=None,
+                   help="translate, write and flush at most N lines at a time (default: a file at once; stdin as its "
+                        "lines arrive, so a line written into a pipe is answered before the next; 1 = fairseq-"
+                        "interactive's line by line)")
+    p.add_argument("--print-scores", nargs="?", const="sentence", choices=SCORE_KINDS, default=None,
+                   help="append TAB the sentence score (sum of token log-probs / length penalty: what the search "
+                        "ranked by); 'tokens': also TAB each token's log-prob, EOS last (with --nbest > 1: ' ||| "
+                        "token log-probs' after the Moses score); docs/decoding.md")
     p.add_argument("--max-input-len", type=number(int, low=2), default=None,
                    help="longer inputs (subword tokens + EOS) are cut, with a warning (default: the model's "
                         "max_positions)")

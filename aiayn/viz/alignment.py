@@ -30,7 +30,7 @@ from torch import Tensor, nn
 
 from aiayn.config import BOS_ID, EOS_ID, PAD_ID
 from aiayn.errors import UsageError
-from aiayn.translate import Translation
+from aiayn.translate import Translation, translation_of
 from aiayn.viz.attention import record
 
 WORD_START = "\u2581"  # SentencePiece's word-boundary mark, "▁"
@@ -111,7 +111,7 @@ def translate_with_alignment(translator, lines: Sequence[str], layer: int | None
     alignments[line][k] are the (source word, target word) pairs of nbests[line][k]."""
     sources = translator.encode(lines)
     hyps = translator.search_ids(sources, progress)
-    nbests = [[Translation(translator.vocab.decode(h.tokens), h.score, h.tokens) for h in hs] for hs in hyps]
+    nbests = [[translation_of(translator.vocab, h) for h in hs] for hs in hyps]
     rows = [(n, k) for n, hs in enumerate(hyps) for k in range(len(hs))]  # every hypothesis, one list
     pairs = align(translator.model, translator.vocab, [sources[n] for n, _ in rows],
                   [hyps[n][k].tokens for n, k in rows], layer)
