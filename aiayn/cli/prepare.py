@@ -11,6 +11,8 @@ from aiayn.errors import UsageError
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.byte_fallback and args.vocab:
+        raise UsageError("--byte-fallback applies to a vocabulary trained here, not to a reused --vocab")
     held_out = {}
     for split in ("valid", "test"):
         src, tgt = getattr(args, f"{split}_src"), getattr(args, f"{split}_tgt")
@@ -19,7 +21,8 @@ def run(args: argparse.Namespace) -> int:
         held_out[split] = (src, tgt) if src else None
     prepare(args.src, args.tgt, args.out, vocab_size=args.vocab_size, max_len=args.max_len,
             max_ratio=args.max_ratio, seed=args.seed, tsv=args.tsv, vocab=args.vocab,
-            vocab_sample=args.vocab_sample, **held_out)
+            vocab_sample=args.vocab_sample, byte_fallback=args.byte_fallback,
+            languages=(args.src_lang, args.tgt_lang) if args.src_lang or args.tgt_lang else None, **held_out)
     return 0
 
 
@@ -36,6 +39,13 @@ def register(sub) -> None:
     p.add_argument("--vocab-size", type=number(int, low=5), default=PAPER_VOCAB,
                    help="BPE pieces (default: %(default)s, the paper's; small corpora need fewer)")
     p.add_argument("--vocab", help="reuse this vocabulary (.model file, prepared-data or run directory)")
+    p.add_argument("--byte-fallback", action="store_true",
+                   help="spell characters outside the vocabulary as their UTF-8 bytes instead of <unk>, so that a "
+                        "rare character or emoji can come out unchanged (default off; docs/data.md)")
+    p.add_argument("--src-lang", help="ISO 639 code of the source language, e.g. en; recorded for serve and export "
+                                      "(default: the --src file's two-letter suffix, train.en)")
+    p.add_argument("--tgt-lang", help="ISO 639 code of the target language, e.g. es (default: the --tgt file's "
+                                      "suffix)")
     for split in ("valid", "test"):
         p.add_argument(f"--{split}-src", help=f"{split} source text")
         p.add_argument(f"--{split}-tgt", help=f"{split} target text")

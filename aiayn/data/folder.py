@@ -70,6 +70,24 @@ def read_meta(data_dir: str | Path) -> dict[str, Any]:
 
 
 
+def run_languages(checkpoint: str | Path) -> tuple[str, str] | None:
+    """(source, target) codes recorded for a checkpoint's run (aiayn.languages): in its config.json, else in the
+    meta.json of the prepared data its config.json names; None where nothing records them (data prepared without
+    languages, or moved away)."""
+    start = Path(checkpoint).resolve()
+    for folder in [start if start.is_dir() else start.parent, *start.parents][:3]:  # RUN, RUN/checkpoints/x
+        if (folder / RUN_CONFIG).is_file():
+            try:
+                config = json.loads((folder / RUN_CONFIG).read_text(encoding="utf-8"))
+                data = Path(config["data"])
+                pair = config.get("languages") or (read_meta(data).get("languages") if (data / META_FILE).is_file()
+                                                   else None)
+                return (pair["source"], pair["target"]) if pair else None
+            except (OSError, ValueError, KeyError, TypeError, AttributeError, DataError):
+                return None
+    return None
+
+
 def write_meta(folder: Path, meta: dict[str, Any]) -> dict[str, Any]:
     """Record every file of `folder` (sizes, SHA-256, their digest) in `meta` and write it as DIR/meta.json, last."""
     records = file_records(folder)

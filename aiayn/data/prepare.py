@@ -7,6 +7,7 @@ tokenize), so memory holds per-pair lengths, never the corpus. The layout it wri
 
 from __future__ import annotations
 
+import copy
 import itertools
 import shutil
 import time
@@ -21,7 +22,8 @@ from aiayn.config import PAPER_VOCAB, UNK_ID
 from aiayn.data.folder import META_FILE, PARTIAL_MARK, read_meta, write_meta
 from aiayn.data.vocab import Vocab
 from aiayn.errors import DataError
-from aiayn.files import commit_folder, count_lines, iter_lines, sha256_file, waiting_lock
+from aiayn.files import commit_folder, count_lines, iter_lines, sha256_file, waiting_lock, write_json
+from aiayn.languages import pair_record
 
 CHUNK = 20_000  # pairs tokenized per SentencePiece call
 
@@ -193,7 +195,8 @@ def _existing(out: Path, fingerprint: dict[str, Any]) -> dict[str, Any] | None:
         raise DataError(f"{out} exists and is not a prepared-data directory (no {META_FILE}); "
                         "choose another --out or empty it")
     meta = read_meta(out)
-    old = meta.get("fingerprint", {})
+    old = copy.deepcopy(meta.get("fingerprint", {}))
+    old.get("options", {}).setdefault("byte_fallback", False)  # prepared before the option: prepared without it
     if old == fingerprint:
         return meta
     differ = [f"{k}.{kk}" for k in fingerprint for kk in {**old.get(k, {}), **fingerprint[k]}
@@ -213,8 +216,12 @@ def _print_summary(meta: dict[str, Any], out: Path) -> None:
               + (f": {why}" if why else ""))
         print(f"{split}: {s['src_tokens']:,} source tokens (unk {100 * s['src_unk']:.3f}%), "
               f"{s['tgt_tokens']:,} target tokens (unk {100 * s['tgt_unk']:.3f}%)")
+    pair = meta.get("languages")
+    print(f"languages: {pair['source']} -> {pair['target']}" if pair else
+          "languages: not recorded (give --src-lang and --tgt-lang, or name the files train.en/train.de)")
     took = ", ".join(f"{name} {sec:.1f} s" for name, sec in meta["seconds"].items())
-    print(f"vocabulary: {meta['vocab_size']:,} pieces; prepared data in {out} ({took})")
+    fallback = ", byte fallback" if meta["options"].get("byte_fallback") else ""
+    print(f"vocabulary: {meta['vocab_size']:,} pieces{fallback}; prepared data in {out} ({took})")
 
 
 def _build(part: Path, inputs: dict[str, tuple[Path, ...]], vocab: Vocab | None, options: dict[str, Any]
@@ -231,7 +238,7 @@ def _build(part: Path, inputs: dict[str, tuple[Path, ...]], vocab: Vocab | None,
         print(f"prepare: training a {options['vocab_size']:,}-piece BPE vocabulary on both sides of "
               f"{min(n_sentences // 2, verdicts['train'].count(KEEP)):,} training pairs")
         sample = _vocab_sentences(inputs["train"], verdicts["train"], n_sentences, options["seed"])
-        vocab = Vocab.train(sample, part, options["vocab_size"])
+        vocab = Vocab.train(sample, part, options["vocab_size"], byte_fallback=options["byte_fallback"])
     else:
         vocab.copy_to(part)
     seconds["vocab"], start = time.perf_counter() - start, time.perf_counter()
@@ -256,6 +263,8 @@ def prepare(
     tsv: str | Path | None = None,
     vocab: Vocab | str | Path | None = None,
     vocab_sample: int = 1_000_000,
+    byte_fallback: bool = False,
+    languages: tuple[str, str] | None = None,
 ) -> dict[str, Any]:
     """Clean, build the shared vocabulary and cache token ids; returns the summary (also in meta.json).
 
@@ -264,7 +273,9 @@ def prepare(
     than `max_ratio` times the words of the other; valid/test pairs only when a side is empty, so
     references stay as published. The vocabulary is trained on both sides of `vocab_sample` sentences
     drawn with `seed` from the kept training pairs, unless `vocab` (a Vocab, model file or directory)
-    is given. Writes into out_dir:
+    is given; with `byte_fallback`, characters outside it are spelled as UTF-8 bytes, not UNK. `languages`:
+    (source, target) ISO 639 codes, else read from two-letter suffixes of src_path/tgt_path (train.en, train.es);
+    recorded in meta.json ("languages") for serve and export (aiayn.languages). Writes into out_dir:
 
         meta.json                       options, input fingerprint, counts, the summary, and the size and
                                         SHA-256 of every file below (checked when the data are opened)
@@ -288,8 +299,13 @@ def prepare(
             inputs[split] = _input(*pair)
     if vocab is not None and not isinstance(vocab, Vocab):
         vocab = Vocab.load(vocab)
+    try:
+        pair = pair_record(*(languages or (None, None)), src_path, tgt_path)
+    except ValueError as e:
+        raise DataError(str(e)) from None
     options = {"vocab_size": vocab_size if vocab is None else len(vocab), "max_len": max_len,
-               "max_ratio": max_ratio, "seed": seed, "vocab_sample": vocab_sample}
+               "max_ratio": max_ratio, "seed": seed, "vocab_sample": vocab_sample,
+               "byte_fallback": byte_fallback and vocab is None}
     fingerprint = {
         "inputs": {split: [_stamp(p) for p in paths] for split, paths in inputs.items()},
         "options": {**options, "vocab": None if vocab is None else sha256_file(vocab.model_path)},
@@ -298,13 +314,17 @@ def prepare(
     out.parent.mkdir(parents=True, exist_ok=True)
     # Two processes preparing one folder at once (two quickstarts into one --out) take turns; the second reuses it.
     with waiting_lock(out.with_name(out.name + ".lock"), f"prepare: another process is preparing {out}"):
-        return _prepare_locked(out, inputs, vocab, options, fingerprint)
+        return _prepare_locked(out, inputs, vocab, options, fingerprint, pair)
 
 
-def _prepare_locked(out: Path, inputs: dict, vocab: Vocab | None, options: dict, fingerprint: dict) -> dict:
+def _prepare_locked(out: Path, inputs: dict, vocab: Vocab | None, options: dict, fingerprint: dict,
+                    languages: dict[str, str] | None) -> dict:
     meta = _existing(out, fingerprint)
     if meta is not None:
         print(f"prepare: {out} already holds these inputs prepared with these options; reusing it")
+        if languages is not None and meta.get("languages") != languages:  # a label, not content: no new digest
+            meta = {**meta, "languages": languages}
+            write_json(out / META_FILE, meta)
         _print_summary(meta, out)
         return {**meta, "reused": True}
 
@@ -317,7 +337,8 @@ def _prepare_locked(out: Path, inputs: dict, vocab: Vocab | None, options: dict,
     (part / PARTIAL_MARK).touch()
     try:
         # Every file hashed once here, into meta.json; opening the data checks sizes always, hashes where cheap.
-        meta = write_meta(part, {**_build(part, inputs, vocab, options), "fingerprint": fingerprint})
+        meta = write_meta(part, {**_build(part, inputs, vocab, options), "fingerprint": fingerprint,
+                                 "languages": languages})
     except BaseException:
         shutil.rmtree(part)
         raise

@@ -55,12 +55,14 @@ class Vocab:
 
     @classmethod
     def train(cls, sentences: Iterable[str], out_dir: str | Path, vocab_size: int,
-              symbols: Sequence[str] = ()) -> Vocab:
+              symbols: Sequence[str] = (), byte_fallback: bool = False) -> Vocab:
         """Train BPE on `sentences` (both languages mixed) and write vocab.model/.vocab into out_dir.
 
         BPE training reads no random numbers, so equal sentences give equal vocabularies; the sample
         of sentences is drawn (with a seed) by the caller. `symbols` become single pieces, matched longest first
         wherever they occur, and no word-boundary piece is put before a sentence (parsing's structure tokens).
+        byte_fallback: a character outside the vocabulary is spelled as its UTF-8 bytes (256 pieces <0x00>..<0xFF>)
+        instead of becoming UNK, so a model can copy it through unchanged (SentencePiece's byte_fallback).
         """
         extra = {"user_defined_symbols": list(symbols), "add_dummy_prefix": False} if symbols else {}
         out_dir = Path(out_dir)
@@ -76,6 +78,7 @@ class Vocab:
                     pad_piece="<pad>", unk_piece="<unk>", bos_piece="<s>", eos_piece="</s>",
                     num_threads=num_threads(),
                     minloglevel=2,
+                    byte_fallback=byte_fallback,
                     **extra,
                 )
             except RuntimeError as e:  # e.g. "Vocabulary size is too high (37000). Please set it to <= 5123."
