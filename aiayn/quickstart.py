@@ -88,7 +88,8 @@ def quickstart(out: Path, minutes: float = 12.0, preset: str = DEFAULT_PRESET, v
     print(f"[1/5] preparing the built-in English-Spanish Bible in {out / 'data'}", flush=True)
     raw = builtin_corpus(out / "raw")
     data_dir = out / "data"
-    prepare(*raw["train"], data_dir, vocab_size=vocab_size, valid=raw["valid"], test=raw["test"])
+    prepare(*raw["train"], data_dir, vocab_size=vocab_size, valid=raw["valid"], test=raw["test"],
+            languages=("en", "es"))  # serve and export find them: LibreTranslate's clients ask for en -> es
 
     run = out / "run"
     summary = None

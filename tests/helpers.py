@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import shutil
 from pathlib import Path
 
@@ -32,4 +33,18 @@ def save_run(model: Transformer, vocab_model: Path, run: Path, step: int = 10) -
     """A run directory holding `model` as its only step checkpoint, and the vocabulary: what `--checkpoint` takes."""
     ckpt.save_weights(rundir.step_checkpoint_path(run, step), model.state_dict(), model.cfg, step)
     shutil.copyfile(vocab_model, run / "vocab.model")
+    return run
+
+
+def labelled_run(model: Transformer, copy_data: Path, folder: Path, languages: tuple[str, str]) -> Path:
+    """A run of `model` whose config.json names prepared data recording `languages` (the copy task's test pairs,
+    prepared again with the copy task's vocabulary): what `aiayn train --data` leaves."""
+    from aiayn.data import prepare
+
+    pair = (copy_data / "test.src.txt", copy_data / "test.tgt.txt")
+    data = folder / "data"
+    prepare(*pair, data, vocab=copy_data / "vocab.model", languages=languages)
+    run = save_run(model, data / "vocab.model", folder / "run")
+    record = rundir.run_record(model.cfg.to_dict(), {}, data, data / "vocab.model")
+    (run / rundir.CONFIG).write_text(json.dumps(record))
     return run

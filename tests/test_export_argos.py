@@ -16,7 +16,7 @@ import zipfile
 
 import pytest
 import spacy
-from helpers import save_run, tiny_model
+from helpers import labelled_run, save_run, tiny_model
 from test_export import train_tiny
 
 from aiayn.cli import main
@@ -161,6 +161,15 @@ def test_cli_export_argos(model, vocab, copy_data, tmp_path, capsys):
     assert "--source-lang and --target-lang" in capsys.readouterr().err
     assert main([*argv[:6], "--source-lang", "en", "--target-lang", "de", "--to", "ct2"]) == 2
     assert "--to argos only" in capsys.readouterr().err
+
+
+def test_cli_export_argos_takes_the_languages_recorded_by_prepare(model, copy_data, tmp_path):
+    run = labelled_run(model, copy_data, tmp_path, ("en", "es"))
+    out = tmp_path / "translate-en_es-1_0.argosmodel"
+    assert main(["export", "--checkpoint", str(run), "--to", "argos", str(out)]) == 0
+    with zipfile.ZipFile(out) as zf:
+        meta = json.loads(zf.read("translate-en_es-1_0/metadata.json"))
+    assert (meta["from_code"], meta["to_code"], meta["to_name"]) == ("en", "es", "Spanish")
 
 
 @pytest.mark.parametrize("name, source, target, message", [

@@ -60,7 +60,7 @@ def test_translate_shapes_and_nbest(setup):
     (b'{"q": ["alpha", ""]}', 422, "q[1] is empty"),
     (b'{"q": []}', 422, "empty list"),
     (b'{"q": "\\ud800x"}', 422, "lone surrogate"),
-    (b'{"q": "alpha", "format": "html"}', 422, "format"),
+    (b'{"q": "alpha", "format": "xml"}', 422, "format"),
     (b'{"q": "alpha", "alternatives": -1}', 422, "alternatives"),
     (b'{"q": "alpha", "alternatives": 4}', 422, "at most 3"),  # beam 4: the best + 3 alternatives
     (b'{"q": "' + b"a" * 21 + b'"}', 413, "max_chars 20"),

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import html
 import json
 import re
 import urllib.error
@@ -12,6 +13,7 @@ import pytest
 pytest.importorskip("fastapi")
 httpx = pytest.importorskip("httpx")
 
+from helpers import labelled_run  # noqa: E402
 from serving import Send, ServerThread, browser, call, copy_translator, serve_process  # noqa: E402
 
 from aiayn.search import SearchConfig  # noqa: E402
@@ -81,7 +83,7 @@ def test_languages_detect_and_pairs_not_served(setup):
     (Send(data={"q": "alpha", "alternatives": "two"}), 422, "alternatives: Input should be a valid integer"),
     (Send(data={"q": ["alpha", ""]}), 422, "q[1] is empty"),
     (Send(data={"q": "alpha", "source": ["en", "en"]}), 422, "source: Input should be a valid string"),
-    (Send(data={"q": "alpha", "format": "html"}), 422, "format"),
+    (Send(data={"q": "alpha", "format": "xml"}), 422, "format"),
     (Send(data={"q": "a" * 21}), 413, "max_chars 20"),
     (Send(files={"q": ("q.txt", b"alpha")}), 400, "Too many files"),
     (Send(content=b"--nope\r\n", headers={"Content-Type": "multipart/form-data; boundary=x"}), 400, "multipart"),
@@ -111,6 +113,39 @@ def test_libretranslate_client_against_aiayn_serve(setup, copy_data, tmp_path):
         with pytest.raises(urllib.error.HTTPError) as refused:
             client.translate(lines[0], "en", "de")
         assert refused.value.code == 400 and "target 'de' is not served" in json.load(refused.value)["error"]
+
+
+def test_libretranslate_client_gets_the_languages_of_the_prepared_data(setup, copy_data, tmp_path):
+    """A run whose data were prepared as en -> es is served as en -> es without flags (the pair `aiayn serve` picks:
+    serve_languages; LibreTranslate's clients ask for en -> es); a text of several lines comes back line for line;
+    format=html keeps its tags. In a uvicorn thread: a process start takes over a minute on a busy machine."""
+    from libretranslatepy import LibreTranslateAPI
+
+    from aiayn.cli.serve import serve_languages
+
+    translator, lines = setup
+    a, b = translator.translate(lines[:2])
+    run = labelled_run(translator.model, copy_data, tmp_path, ("en", "es"))
+    pair, _ = serve_languages(str(run), None, None)
+    with ServerThread(create_app(translator, pair=pair)) as base:
+        client = LibreTranslateAPI(base + "/")
+        assert client.languages() == [{"code": "en", "name": "English", "targets": ["es"]},
+                                      {"code": "es", "name": "Spanish", "targets": []}]
+        assert client.translate(f"{lines[0]}\n\n{lines[1]}", "en", "es") == f"{a}\n\n{b}"
+        tagged = httpx.post(base + "/translate", data={"q": f"<p>{lines[0]}</p>", "source": "en", "target": "es",
+                                                       "format": "html"})
+        assert tagged.json()["translatedText"] == f"<p>{html.escape(a, quote=False)}</p>"
+
+
+def test_serve_languages_come_from_flags_then_the_data_then_the_paper(setup, copy_data, tmp_path):
+    from aiayn.cli.serve import serve_languages
+
+    translator, _ = setup
+    run = labelled_run(translator.model, copy_data, tmp_path, ("en", "es"))
+    assert serve_languages(str(run), None, None)[0] == LanguagePair("en", "es")
+    assert serve_languages(str(run), None, "fr")[0] == LanguagePair("en", "fr")
+    assert serve_languages(str(run), "de", "fr") == (LanguagePair("de", "fr"), "--source-lang/--target-lang")
+    assert serve_languages(str(tmp_path / "elsewhere"), None, None)[0] == LanguagePair("en", "de")
 
 
 def test_serve_language_flags(tmp_path, capsys):

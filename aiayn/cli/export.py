@@ -17,11 +17,17 @@ def run(args: argparse.Namespace) -> int:
 
     if args.to == "hf" and args.quantization:
         raise UsageError("--quantization applies to --to ct2 and argos only (an HF export keeps float32 weights)")
+    from aiayn.data.folder import run_languages
+
     languages = (args.source_lang, args.target_lang)
     if args.to == "argos" and None in languages:
-        raise UsageError("--to argos needs --source-lang and --target-lang (ISO 639 codes such as en, de): a package "
-                         "names its language pair, and nothing in a run records it")
-    if args.to != "argos" and languages != (None, None):
+        recorded = run_languages(args.checkpoint) or (None, None)
+        languages = tuple(given or found for given, found in zip(languages, recorded))
+        if None in languages:
+            raise UsageError("--to argos needs --source-lang and --target-lang (ISO 639 codes such as en, de): a "
+                             "package names its language pair, and the run's prepared data record none (aiayn "
+                             "prepare --src-lang/--tgt-lang records them)")
+    elif args.to != "argos" and languages != (None, None):
         raise UsageError("--source-lang and --target-lang apply to --to argos only")
     modules = {"hf": ("transformers",), "ct2": ("ctranslate2",), "argos": ("ctranslate2", "spacy")}[args.to]
     require(f"aiayn export --to {args.to}", "export", modules)
@@ -35,7 +41,7 @@ def run(args: argparse.Namespace) -> int:
     elif args.to == "argos":
         from aiayn.export.argos import export_argos
 
-        export_argos(model, vocab, args.out, args.source_lang, args.target_lang, args.quantization, prov)
+        export_argos(model, vocab, args.out, *languages, args.quantization, prov)
     else:
         from aiayn.export.ct2 import export_ct2
 
@@ -63,8 +69,10 @@ def register(sub) -> None:
                                           "NAME.argosmodel file, e.g. translate-en_de-1_0.argosmodel")
     p.add_argument("--quantization", choices=QUANTIZATIONS, default=None,
                    help="CTranslate2 weight type, ct2 and argos (default: float32)")
-    p.add_argument("--source-lang", help="argos: ISO 639 code of the source language, e.g. en")
-    p.add_argument("--target-lang", help="argos: ISO 639 code of the target language, e.g. de")
+    p.add_argument("--source-lang", help="argos: ISO 639 code of the source language, e.g. en (default: the one "
+                                         "`aiayn prepare` recorded for the run's data)")
+    p.add_argument("--target-lang", help="argos: ISO 639 code of the target language, e.g. de (default: the "
+                                         "recorded one)")
     p.add_argument("--bleu", help="a measured score to quote in the model card, e.g. '38.1 sacreBLEU, Multi30k "
                                   "test2016'")
     p.set_defaults(func=run)

@@ -26,7 +26,7 @@ def run(args: argparse.Namespace) -> int:
     require("aiayn serve", "serve")
     from aiayn.rundir import inference_checkpoint
     from aiayn.runtime import resolve_device
-    from aiayn.serve import BatchConfig, LanguagePair, Limits
+    from aiayn.serve import BatchConfig, Limits
     from aiayn.serve.observe import metrics_shared_by_workers
     from aiayn.serve.reload import ModelSource, read_admin_key
     from aiayn.serve.workers import ServeSpec, auto_workers, serve, usable_cores
@@ -37,7 +37,7 @@ def run(args: argparse.Namespace) -> int:
         batching = BatchConfig(max_batch_tokens=args.max_batch_tokens, max_wait_ms=args.max_wait_ms,
                                max_queue=args.max_queue, timeout_s=args.timeout, enabled=not args.no_batching)
         limits = Limits(max_chars=args.max_chars, max_texts=args.max_texts)
-        pair = LanguagePair(args.source_lang, args.target_lang)
+        pair, said = serve_languages(args.checkpoint, args.source_lang, args.target_lang)
         admin_key = read_admin_key(args.admin_key) if args.admin_key else None
     except ValueError as e:
         raise UsageError(str(e)) from None
@@ -50,12 +50,27 @@ def run(args: argparse.Namespace) -> int:
                      host=args.host, port=args.port, threads=threads, log_level=args.log_level,
                      read_timeout_s=args.read_timeout, max_connections=args.max_connections, admin_key=admin_key,
                      app_options={"pair": pair, **access_options(args)})
-    banner = (f"serving {checkpoint}, {pair} (--source-lang/--target-lang), at http://{args.host}:{args.port}/ (API "
+    banner = (f"serving {checkpoint}, {pair} ({said}), at http://{args.host}:{args.port}/ (API "
               "docs: /docs)")
     # Ctrl-C or SIGTERM: uvicorn stops accepting, lets the requests in flight finish, then the app's lifespan drains
     # the batcher (in every worker); SIGHUP: every worker loads the checkpoint again (aiayn.serve.reload)
     with metrics_shared_by_workers() if workers > 1 else contextlib.nullcontext():  # any /metrics answers for all
         return serve(spec, workers, banner)
+
+
+def serve_languages(checkpoint: str, source: str | None, target: str | None):
+    """(LanguagePair, where it comes from): the flags given, else the languages the run's prepared data record
+    (aiayn.languages), else the paper's en -> de. ValueError for a code that is not one."""
+    from aiayn.data.folder import run_languages
+    from aiayn.serve import LanguagePair
+
+    recorded = run_languages(checkpoint)
+    default = recorded or ("en", "de")
+    pair = LanguagePair(source or default[0], target or default[1])
+    if source and target:
+        return pair, "--source-lang/--target-lang"
+    return pair, ("recorded by aiayn prepare" if recorded else
+                  "not recorded by the run's data: the default; --source-lang/--target-lang name others")
 
 
 def access_options(args: argparse.Namespace) -> dict:
@@ -134,11 +149,12 @@ def register(sub) -> None:
     p.add_argument("--host", default="127.0.0.1",
                    help="address to bind (default 127.0.0.1: this machine only; 0.0.0.0 exposes it to the network)")
     p.add_argument("--port", type=number(int, low=0, below=65536), default=8000, help="port (default 8000)")
-    p.add_argument("--source-lang", default="en",
-                   help="the model's source language, as LibreTranslate clients name it (GET /languages, source); "
-                        "checkpoints do not record it (default en)")
-    p.add_argument("--target-lang", default="de",
-                   help="the model's target language (default de: the paper's English-German)")
+    p.add_argument("--source-lang",
+                   help="the model's source language, as LibreTranslate clients name it (GET /languages, source) "
+                        "(default: the one `aiayn prepare` recorded for the run's data, else en)")
+    p.add_argument("--target-lang",
+                   help="the model's target language (default: the one recorded for the run's data, else de: the "
+                        "paper's English-German)")
     g = p.add_argument_group("batching and limits")
     g.add_argument("--max-batch-tokens", type=positive_int, default=2048,
                    help="source tokens per decoding batch, padding counted (default 2048)")

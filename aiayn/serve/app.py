@@ -36,6 +36,7 @@ from starlette.exceptions import HTTPException
 
 import aiayn
 from aiayn.model import expected_parameters
+from aiayn.serve import segments
 from aiayn.serve.access import AccessConfig, install_access
 from aiayn.serve.batcher import BatchConfig, Batcher, QueueFull, RequestTimeout
 from aiayn.serve.bodies import ApiError, body_schema, check_text, read_body, validate
@@ -53,7 +54,7 @@ from aiayn.serve.libre import (
 )
 from aiayn.serve.observe import ObserveConfig, install_observability
 from aiayn.serve.reload import Reloader
-from aiayn.translate import Translator
+from aiayn.translate import Translation, Translator
 
 
 @dataclass(frozen=True)
@@ -133,16 +134,29 @@ async def translate(request: Request) -> TranslateResponse:
         raise ApiError(422, f"alternatives {req.alternatives} is more than this server's beam "
                             f"{server.translator.search.beam} allows (at most {most})", limit="max_alternatives",
                        max=most)
-    nbests = await server.batcher.submit(texts, nbest=req.alternatives + 1)
-    best = [hs[0].text for hs in nbests]
-    alts = [[h.text for h in hs[1:]] for hs in nbests] if req.alternatives else None
-    scores = [[h.score for h in hs] for hs in nbests]
+    split = [segments.pieces(text, req.format) for text in texts]  # lines and sentences (and HTML text nodes)
+    sentences = [p.text for parts in split for p in parts if p.translate]
+    nbests = iter(await server.batcher.submit(sentences, nbest=req.alternatives + 1) if sentences else [])
+    answers = [_joined(parts, [next(nbests) for p in parts if p.translate], req.alternatives + 1, req.format)
+               for parts in split]
+    best = [texts_[0] for texts_, _ in answers]
+    alts = [texts_[1:] for texts_, _ in answers] if req.alternatives else None
+    scores = [scores_ for _, scores_ in answers]
     detected = DetectedLanguage(**server.pair.detection()) if req.source == "auto" else None
     if isinstance(req.q, str):
         return TranslateResponse(translatedText=best[0], alternatives=alts and alts[0], scores=scores[0],
                                  detectedLanguage=detected)
     return TranslateResponse(translatedText=best, alternatives=alts, scores=scores,
                              detectedLanguage=detected and [detected] * len(texts))
+
+
+def _joined(parts: list[segments.Piece], nbests: list[list[Translation]], n: int, format: str
+            ) -> tuple[list[str], list[float]]:
+    """A text's n answers put back together from its sentences' n-best lists (answer k: each sentence's k-th
+    translation, its best where it has fewer), and their scores (the mean of the sentences'; 0 if none)."""
+    ranks = range(min(n, min((len(hs) for hs in nbests), default=1)))
+    texts = [segments.join(parts, [hs[k].text for hs in nbests], escape=format == "html") for k in ranks]
+    return texts, [sum(hs[k].score for hs in nbests) / max(1, len(nbests)) for k in ranks]
 
 
 @router.post("/detect", response_model=list[DetectedLanguage], openapi_extra=body_schema(DetectRequest),

@@ -6,18 +6,20 @@ or "auto", `target` its target code (or absent), and anything else is a 400 nami
 detection: the model reads one language, so the answer's `detectedLanguage` is always that language, and
 `POST /detect` answers it for any text (docs/serving.md, "LibreTranslate compatibility").
 
-Nothing records a checkpoint's languages (prepared data keep texts, not codes), so `aiayn serve --source-lang
---target-lang` name them; `LanguagePair` holds them here.
+The pair comes from the run's prepared data (`aiayn prepare --src-lang --tgt-lang`, or train.en/train.es:
+aiayn.languages), or from `aiayn serve --source-lang --target-lang`; `LanguagePair` holds it here. A text is
+translated line by line and sentence by sentence, an HTML one text node by text node (aiayn.serve.segments), as
+LibreTranslate does.
 """
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from aiayn.languages import check_code
 from aiayn.serve.bodies import ApiError
 
 # English names of the codes LibreTranslate's language list uses most (ISO 639-1); any other code is its own name.
@@ -32,17 +34,6 @@ LANGUAGE_NAMES = {
     "tr": "Turkish", "uk": "Ukrainian", "ur": "Urdu", "vi": "Vietnamese", "zh": "Chinese",
 }
 
-# A language code as LibreTranslate and Argos write them: "en", "pt-BR", "zh_Hant"; "auto" is a request's word.
-CODE = re.compile(r"[A-Za-z]{2,3}([-_][A-Za-z0-9]{2,8})*")
-
-
-def check_language_code(code: str, side: str) -> None:
-    """ValueError unless `code` reads as a language code; side: "source" or "target"."""
-    if code == "auto" or not CODE.fullmatch(code):
-        raise ValueError(f"the {side} language {code!r} is not a language code: give an ISO 639 code such as en, de "
-                         "or pt-BR")
-
-
 @dataclass(frozen=True)
 class LanguagePair:
     """The one translation direction a model serves (default: the paper's English -> German)."""
@@ -51,8 +42,8 @@ class LanguagePair:
     target: str = "de"
 
     def __post_init__(self) -> None:
-        check_language_code(self.source, "source")
-        check_language_code(self.target, "target")
+        check_code(self.source, "source")
+        check_code(self.target, "target")
         if self.source == self.target:
             raise ValueError(f"the source and target languages are both {self.source!r}; a model translates "
                              "between two")
@@ -96,7 +87,10 @@ class TranslateRequest(BaseModel):
     source: str | None = Field(None, description='the source language code, or "auto" (the answer then carries '
                                                  "detectedLanguage); GET /languages lists the one pair served")
     target: str | None = Field(None, description="the target language code; absent: the model's target")
-    format: Literal["text"] = Field("text", description="only plain text")
+    format: Literal["text", "html"] = Field("text", description="text: each line and sentence translated, line breaks "
+                                                                "and blank lines kept; html: the text of an HTML "
+                                                                "fragment translated, its tags kept (not inside "
+                                                                "script, style, code, pre)")
     alternatives: int = Field(0, ge=0, description="n-best: this many further translations, best first (< beam)")
     api_key: str | None = Field(None, description="LibreTranslate's API key field (docs/serving.md)")
 
