@@ -43,6 +43,7 @@ RECIPES = {
              "shape": {"n_enc_layers": 2, "n_dec_layers": 2, "d_model": 192, "d_ff": 768, "d_k": 48, "d_v": 48}},
 }
 DEFAULT_PRESET = "small"
+PAIR = ("en", "es")  # recorded with the data: serve and export find it (LibreTranslate's clients ask for en -> es)
 
 EXAMPLES = [
     "In the beginning was the Word.",
@@ -88,8 +89,7 @@ def quickstart(out: Path, minutes: float = 12.0, preset: str = DEFAULT_PRESET, v
     print(f"[1/5] preparing the built-in English-Spanish Bible in {out / 'data'}", flush=True)
     raw = builtin_corpus(out / "raw")
     data_dir = out / "data"
-    prepare(*raw["train"], data_dir, vocab_size=vocab_size, valid=raw["valid"], test=raw["test"],
-            languages=("en", "es"))  # serve and export find them: LibreTranslate's clients ask for en -> es
+    prepare(*raw["train"], data_dir, vocab_size=vocab_size, valid=raw["valid"], test=raw["test"], languages=PAIR)
 
     run = out / "run"
     summary = None

@@ -3,6 +3,7 @@
 import json
 
 from aiayn import rundir
+from aiayn.data.folder import run_languages
 from aiayn.quickstart import quickstart
 
 
@@ -20,6 +21,7 @@ def test_quickstart_end_to_end_and_rerun_reuses(tmp_path, capsys):
     n_test = len((out / "data" / "test.tgt.txt").read_text(encoding="utf-8").splitlines())
     assert len((run / "test.hyp").read_text(encoding="utf-8").splitlines()) == n_test
     checkpoints = rundir.checkpoint_paths(run)
+    assert run_languages(run) == ("en", "es")  # serve and export answer for the Bible's pair
     # Running it again reuses the prepared data and the trained run.
     quickstart(out, minutes=0.1, preset="tiny", vocab_size=1000, beam=1, progress=False)
     again = capsys.readouterr().out
