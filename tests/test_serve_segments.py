@@ -50,6 +50,8 @@ def test_html_keeps_tags_attributes_and_untranslated_elements():
         '<p class="intro" title="A. B.">[Hello] <b>[world]</b>[.]</p><br/>[A &amp; B]<!-- note -->'
         '<script>var s = "<b>x</b>";</script><style>p { color: red }</style><code>x &lt; y</code>'
         "<pre>keep\n me</pre>")
+    odd = "<!DOCTYPE html><![CDATA[x < y]]><![if IE]>old<![endif]><?php x ?></p junk>"
+    assert _marked(html_pieces(odd)) == "<!DOCTYPE html><![CDATA[x < y]]><![if IE]>[old]<![endif]><?php x ?></p>"
     parts = html_pieces("<i>a &lt; b</i>")
     assert [p.text for p in parts if p.translate] == ["a < b"]  # the model reads text, not entities
     assert join(parts, ["x < y & z"], escape=True) == "<i>x &lt; y &amp; z</i>"  # and its answer is escaped

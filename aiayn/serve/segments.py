@@ -98,6 +98,9 @@ class _Fragment(HTMLParser):
     def handle_decl(self, decl):
         self.pieces.append(Piece(f"<!{decl}>", False))
 
+    def unknown_decl(self, data):  # <![CDATA[...]]> (data "CDATA[..."), <![if ...]>
+        self.pieces.append(Piece(f"<![{data}]]>" if data.startswith("CDATA[") else f"<![{data}]>", False))
+
     def handle_pi(self, data):
         self.pieces.append(Piece(f"<?{data}>", False))
 
