@@ -32,6 +32,7 @@ from aiayn import rundir
 from aiayn.config import ModelConfig, check_fields, check_types
 from aiayn.data import PreparedSplit, TokenBatchSampler, Vocab, collate, open_prepared, pack
 from aiayn.errors import CheckpointError, DataError, UsageError
+from aiayn.fast import set_layer_norm_output
 from aiayn.losses import TrainingObjective
 from aiayn.metrics.perplexity import perplexity
 from aiayn.model import Transformer, count_parameters
@@ -101,11 +102,15 @@ class TrainConfig:
                                "within each sentence (flash's variable-length kernel on GPUs; same loss as padded)")
     threads: int = _opt(0, "CPU threads for torch (0 = the cores not busy with other processes, measured at start)",
                         low=0)
+    layer_norm: str = _opt("16-bit", "LayerNorm output under CPU autocast: 16-bit (the autocast dtype, faster) or fp32 "
+                                     "(torch's nn.LayerNorm; the other arm of benchmarks/ab/layer_norm.py)")
 
     def __post_init__(self) -> None:
         check_types(self)
         if self.dtype not in DTYPES:
             raise UsageError(f"dtype must be one of {', '.join(DTYPES)}, not {self.dtype!r}")
+        if self.layer_norm not in ("16-bit", "fp32"):
+            raise UsageError(f"layer_norm must be 16-bit or fp32, not {self.layer_norm!r}")
         betas = self.adam_betas
         if not (isinstance(betas, tuple) and len(betas) == 2 and all(
                 isinstance(b, (int, float)) and not isinstance(b, bool) for b in betas)):
@@ -355,7 +360,7 @@ def _setup(splits: dict[str, PreparedSplit], cfg: ModelConfig, tc: TrainConfig, 
     sampler = TokenBatchSampler(train_set.src_lengths, train_set.tgt_lengths, max_tokens=tc.max_tokens,
                                 shuffle=True, seed=tc.seed, rank=rt.rank, world_size=rt.world_size)
     torch.manual_seed(tc.seed)
-    model = Transformer(cfg).to(rt.device)
+    model = set_layer_norm_output(Transformer(cfg).to(rt.device), autocast=tc.layer_norm == "16-bit")
     optimizer = make_optimizer(model, tc.adam_betas, tc.adam_eps)
     return TrainState(model, optimizer, sampler, rt.grad_scaler()), train_set, splits.get("valid")
 

@@ -10,6 +10,7 @@ input order. Rules for awkward input (docs/decoding.md):
 from __future__ import annotations
 
 import sys
+import warnings
 from collections.abc import Sequence
 from functools import partial
 from pathlib import Path
@@ -26,6 +27,15 @@ from aiayn.search import PAPER_SEARCH, Constraint, Hypothesis, SearchConfig, bea
 
 def _warn(msg: str) -> None:
     print(f"warning: {msg}", file=sys.stderr)
+
+
+def _prepack(prepack: bool | None, packed: bool | None) -> bool | None:
+    """Translator's `prepack` (oneDNN's prepacked weights: aiayn.inference), or its deprecated old name `packed`."""
+    if packed is None:
+        return prepack
+    warnings.warn("Translator(packed=...) is deprecated: use prepack=... (packed now means only unpadded training "
+                  "batches)", DeprecationWarning, stacklevel=3)
+    return packed if prepack is None else prepack
 
 
 def encode_sources(vocab, lines: Sequence[str], max_input_len: int) -> list[list[int] | None]:
@@ -62,9 +72,10 @@ class Translator:
 
     def __init__(self, model, vocab, search: SearchConfig = PAPER_SEARCH, weights: str = "fp32",
                  device: str | torch.device = "cpu", batch_size: int = 64, max_input_len: int | None = None,
-                 packed: bool | None = None):
+                 prepack: bool | None = None, packed: bool | None = None):
         self.vocab, self.search, self.device = vocab, search, torch.device(device)
-        members = [inference.decoding_copy(m.to(self.device), weights, packed)  # aiayn.inference: the formats
+        prepack = _prepack(prepack, packed)
+        members = [inference.decoding_copy(m.to(self.device), weights, prepack)  # aiayn.inference: the formats
                    for m in (model if isinstance(model, (list, tuple)) else [model])]
         self.model = members[0] if len(members) == 1 else Ensemble(members)
         self.cfg = self.model.cfg
@@ -73,15 +84,16 @@ class Translator:
 
     @classmethod
     def load(cls, checkpoint: str | Path | Sequence[str | Path], search: SearchConfig = PAPER_SEARCH,
-             weights: str = "fp32", device: str | torch.device = "cpu", packed: bool | None = None,
-             **kw) -> Translator:
+             weights: str = "fp32", device: str | torch.device = "cpu", prepack: bool | None = None,
+             packed: bool | None = None, **kw) -> Translator:
         """From a run directory (its averaged, else best, else newest checkpoint) or a checkpoint file; from several,
         an ensemble of them (one vocabulary)."""
+        prepack = _prepack(prepack, packed)
         paths = [checkpoint] if isinstance(checkpoint, (str, Path)) else list(checkpoint)
-        loaded = [inference.load(path, weights, device, packed) for path in paths]
+        loaded = [inference.load(path, weights, device, prepack) for path in paths]
         if len(loaded) > 1:
             check_same_vocabulary([vocab for _, vocab in loaded], [str(path) for path in paths])
-        return cls([model for model, _ in loaded], loaded[0][1], search, weights, device=device, packed=packed, **kw)
+        return cls([model for model, _ in loaded], loaded[0][1], search, weights, device=device, prepack=prepack, **kw)
 
     def encode(self, lines: Sequence[str]) -> list[list[int] | None]:
         return encode_sources(self.vocab, lines, self.max_input_len)

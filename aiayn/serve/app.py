@@ -25,7 +25,6 @@ from __future__ import annotations
 import copy
 import dataclasses
 from contextlib import asynccontextmanager
-from dataclasses import dataclass
 from importlib import resources
 
 from fastapi import APIRouter, FastAPI, Request
@@ -35,7 +34,6 @@ from fastapi_offline import FastAPIOffline
 from starlette.exceptions import HTTPException
 
 import aiayn
-from aiayn.model import expected_parameters
 from aiayn.serve.access import AccessConfig, install_access
 from aiayn.serve.batcher import BatchConfig, Batcher, QueueFull, RequestTimeout
 from aiayn.serve.bodies import ApiError, body_schema, check_text, read_body, validate
@@ -53,46 +51,12 @@ from aiayn.serve.libre import (
 )
 from aiayn.serve.observe import ObserveConfig, install_observability
 from aiayn.serve.reload import Reloader
+from aiayn.serve.state import Limits, Server, model_info
 from aiayn.translate import Translator
-
-
-@dataclass(frozen=True)
-class Limits:
-    """How much one request may ask for (larger -> 413 naming the limit)."""
-
-    max_chars: int = 1000  # characters per text
-    max_texts: int = 64  # texts per request
-
-    def __post_init__(self) -> None:
-        if self.max_chars < 1 or self.max_texts < 1:
-            raise ValueError(f"limits must be >= 1: {self}")
-
-    @property
-    def max_body_bytes(self) -> int:
-        """Room for max_texts texts of max_chars characters in their widest encoding: 12 bytes a character (a 4-byte
-        UTF-8 character percent-encoded in a form, %XX x 4, or a surrogate pair escaped in JSON, \\uXXXX x 2)."""
-        return 12 * self.max_chars * self.max_texts + 4096
 
 
 def _error(status: int, message: str, headers: dict[str, str] | None = None, **extra) -> JSONResponse:
     return JSONResponse({"error": message, **extra}, status_code=status, headers=headers)
-
-
-@dataclass
-class Server:
-    """What the routes share (app.state.server): the translator, its batcher, the limits, the languages, the static
-    answers."""
-
-    translator: Translator
-    batcher: Batcher
-    limits: Limits
-    pair: LanguagePair
-    info: dict
-    page: str
-
-    @property
-    def max_alternatives(self) -> int:
-        return self.translator.search.beam - 1
 
 
 def _server(request: Request) -> Server:
@@ -219,13 +183,6 @@ async def _http_error(request: Request, e: HTTPException) -> JSONResponse:  # 40
 
 async def _invalid(request: Request, e: RequestValidationError) -> JSONResponse:
     return _error(422, "; ".join(f"{'.'.join(map(str, err['loc']))}: {err['msg']}" for err in e.errors()))
-
-
-def model_info(translator: Translator, checkpoint: str | None) -> dict:
-    """What /info says about the model served (a reload replaces it)."""
-    return {"checkpoint": checkpoint, "model": translator.cfg.to_dict(),
-            "parameters": expected_parameters(translator.cfg), "vocab_size": len(translator.vocab),
-            "device": str(translator.device)}
 
 
 def create_app(translator: Translator, batching: BatchConfig | None = None, limits: Limits | None = None,
