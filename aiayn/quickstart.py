@@ -111,12 +111,7 @@ def quickstart(out: Path, minutes: float = 12.0, preset: str = DEFAULT_PRESET, v
               "same command again to finish it", flush=True)
         return {"interrupted_by": summary["interrupted_by"]}
 
-    paths = rundir.checkpoint_paths(run)[-average_last:]
-    what = "the last checkpoint" if len(paths) == 1 else f"the last {len(paths)} checkpoints"
-    print(f"[3/5] averaging {what} -> {run / rundir.AVERAGED}", flush=True)
-    state, cfg = ckpt.average_checkpoints(paths)
-    ckpt.save_weights(run / rundir.AVERAGED, state, cfg)
-
+    _average(run, average_last)
     # Decode in the dtype it trained in; fp16 (auto's pick on a GPU without bf16) has no decoding weights: fp32.
     translator = Translator.load(run, search, weights="fp32" if dtype == "fp16" else dtype, device=where)
     scores = _translate_test(translator, data_dir, run, beam, progress)
@@ -145,6 +140,15 @@ def recipe(dtype: str, preset: str = DEFAULT_PRESET, model: dict | None = None, 
     cfg = ModelConfig.preset(preset, **{**MODEL_DEFAULTS, **shape, **(model or {})})
     return (cfg, chosen["vocab_size"] if vocab_size is None else vocab_size,
             chosen["max_tokens"] if max_tokens is None else max_tokens)
+
+
+def _average(run: Path, last: int) -> None:
+    """Average the run's last `last` step checkpoints into its averaged checkpoint (what translate then loads)."""
+    paths = rundir.checkpoint_paths(run)[-last:]
+    what = "the last checkpoint" if len(paths) == 1 else f"the last {len(paths)} checkpoints"
+    print(f"[3/5] averaging {what} -> {run / rundir.AVERAGED}", flush=True)
+    state, cfg = ckpt.average_checkpoints(paths)
+    ckpt.save_weights(run / rundir.AVERAGED, state, cfg)
 
 
 def _translate_test(translator: Translator, data_dir: Path, run: Path, beam: int, progress: bool) -> dict:

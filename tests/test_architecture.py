@@ -50,7 +50,7 @@ FLOORS = [
     ["errors", "fast", "packed", "cache"],
     ["files", "config", "extras", "metrics.bleu", "metrics.evalb", "ensemble"],
     ["data.folder", "data.vocab", "data.batching", "model", "runtime", "search", "metrics.significance"],
-    ["data.prepare", "data.corpora", "rundir", "losses", "doctor"],
+    ["data.prepare", "data.corpora", "rundir", "losses", "doctor", "static_search"],
     ["data"],
     ["checkpoint", "metrics.perplexity"],
     ["metrics", "inference"],
