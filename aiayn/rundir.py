@@ -28,11 +28,12 @@ from pathlib import Path
 from typing import Any
 
 from aiayn import files
-from aiayn.data.folder import META_FILE, prepared_sha256
+from aiayn.data.folder import META_FILE, RUN_CONFIG, prepared_sha256
+from aiayn.data.vocab import MODEL_FILE
 from aiayn.errors import CheckpointError, DataError, UsageError
 
-CONFIG = "config.json"
-VOCAB = "vocab.model"
+CONFIG = RUN_CONFIG
+VOCAB = MODEL_FILE
 CHECKPOINT_DIR = "checkpoints"
 BEST = "checkpoint_best.safetensors"
 AVERAGED = "averaged.safetensors"

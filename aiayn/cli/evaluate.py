@@ -11,6 +11,7 @@ from pathlib import Path
 from aiayn.checkpoint import load_for_inference
 from aiayn.cli.common import add_device_arg, positive_int
 from aiayn.data import load_split
+from aiayn.data.vocab import MODEL_FILE
 from aiayn.errors import DataError, UsageError
 from aiayn.files import read_lines, sha256_file
 from aiayn.metrics import chrf, corpus_bleu, perplexity, tokenized_bleu
@@ -117,7 +118,7 @@ def run(args: argparse.Namespace) -> int:
             raise UsageError("--checkpoint needs --data DIR (a prepared-data directory)")
         pairs = load_split(args.data, args.split)
         model, vocab, _ = load_for_inference(args.checkpoint, device=resolve_device(args.device))
-        if sha256_file(vocab.model_path) != sha256_file(Path(args.data) / "vocab.model"):
+        if sha256_file(vocab.model_path) != sha256_file(Path(args.data) / MODEL_FILE):
             raise DataError(f"{args.data} was prepared with another vocabulary than the model's ({vocab.model_path}): "
                             "its token ids mean other pieces, so the perplexity would be meaningless; prepare the "
                             "text with `aiayn prepare ... --vocab RUN`")

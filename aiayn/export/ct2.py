@@ -30,6 +30,7 @@ import numpy as np
 import torch
 
 from aiayn.config import BOS_ID, EOS_ID, PAD_ID, UNK_ID, ModelConfig
+from aiayn.data.vocab import MODEL_FILE
 from aiayn.errors import UsageError, UserError
 from aiayn.export.card import Provenance, fresh_folder, write_card
 from aiayn.export.names import POSITIONS, parameter_map
@@ -159,7 +160,7 @@ def export_ct2(model: Transformer, vocab, out: Path, quantization: str | None = 
 
     with fresh_folder(out) as tmp:
         _Given().convert(str(tmp), quantization=quantization, force=True)
-        shutil.copyfile(vocab.model_path, tmp / "vocab.model")
+        shutil.copyfile(vocab.model_path, tmp / MODEL_FILE)
         (tmp / AIAYN_FILE).write_text(json.dumps({"model": model.cfg.to_dict(), "quantization": quantization},
                                                  indent=2) + "\n")
         write_card(tmp, model.cfg, prov or Provenance(), "ct2", _USAGE.format(path=Path(out).name), DECODING_NOTES,
@@ -210,7 +211,7 @@ class CT2Translator:
         if not (model_dir / "model.bin").is_file() or not (model_dir / AIAYN_FILE).is_file():
             raise UserError(f"{model_dir} is not a CTranslate2 folder written by `aiayn export --to ct2`")
         self.cfg = ModelConfig.from_dict(json.loads((model_dir / AIAYN_FILE).read_text())["model"])
-        self.vocab = Vocab.load(model_dir / "vocab.model")
+        self.vocab = Vocab.load(model_dir / MODEL_FILE)
         self.translator = ctranslate2.Translator(str(model_dir), device=device, compute_type=compute_type,
                                                  intra_threads=threads or torch.get_num_threads())
 
