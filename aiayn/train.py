@@ -28,7 +28,7 @@ from typing import Any
 import torch
 
 from aiayn import checkpoint as ckpt
-from aiayn import rundir
+from aiayn import progress, rundir
 from aiayn.config import ModelConfig, check_fields, check_types
 from aiayn.data import PreparedSplit, TokenBatchSampler, Vocab, collate, open_prepared, pack
 from aiayn.errors import CheckpointError, DataError, UsageError
@@ -145,55 +145,31 @@ RESUMABLE_OPTIONS = ("max_steps", "max_minutes")
 # What a run shows: a progress bar or plain lines; and how it stops on a signal.
 
 
-class Progress:
-    """A tqdm bar on the main process where stderr is a terminal (counting minutes for a time budget, else steps);
-    elsewhere (a log file, nohup, a pipe) one plain line every `plain_every` seconds with the same figures, so a log
-    holds readable lines instead of a bar redrawn thousands of times. `enabled=False` (--no-progress): neither."""
+class Progress(progress.Progress):
+    """Training's progress (aiayn.progress): counting seconds for a time budget, else steps, on standard output;
+    the figures of each logged step beside the count (a plain line only on those steps). silent: not the main
+    process (nothing shown)."""
 
     def __init__(self, tc: TrainConfig, step: int, enabled: bool, silent: bool = False, plain_every: float = 60.0,
                  terminal: bool | None = None):
         self.by_time, self.silent = tc.max_minutes > 0, silent
-        self.total = round(tc.max_minutes * 60) if self.by_time else tc.max_steps
-        self.bar, self.plain_every, self.last_plain = None, None, time.time()
-        if not enabled or silent:
-            return
-        if not (sys.stderr.isatty() if terminal is None else terminal):
-            self.plain_every = plain_every
-            return
-        from tqdm.auto import tqdm
-
-        if self.by_time:
-            self.bar = tqdm(total=self.total, desc="train", unit="s", dynamic_ncols=True, mininterval=1.0,
-                            bar_format="{l_bar}{bar}| {n:.0f}/{total} s [{elapsed}<{remaining}{postfix}]")
-        else:
-            self.bar = tqdm(total=self.total, initial=step, desc="train", unit="step", dynamic_ncols=True,
-                            mininterval=1.0)
+        total = round(tc.max_minutes * 60) if self.by_time else tc.max_steps
+        fmt = "{l_bar}{bar}| {n:.0f}/{total} s [{elapsed}<{remaining}{postfix}]" if self.by_time else None
+        super().__init__("train", total, "s" if self.by_time else "steps", enabled and not silent,
+                         initial=0 if self.by_time else step, plain_every=plain_every, terminal=terminal,
+                         stream=sys.stdout, bar_format=fmt)
 
     def write(self, msg: str) -> None:
-        if self.silent:
-            return
-        if self.bar is not None:
-            self.bar.write(msg)
-        else:
-            print(msg, flush=True)
+        if not self.silent:
+            super().write(msg)
 
     def update(self, elapsed_s: float, **postfix: Any) -> None:
-        if self.bar is not None:
-            if postfix:
-                self.bar.set_postfix(**postfix, refresh=False)
-            self.bar.update(min(elapsed_s, self.bar.total) - self.bar.n if self.by_time else 1)
-        elif self.plain_every is not None and postfix and time.time() - self.last_plain >= self.plain_every:
-            self.last_plain = time.time()
-            if self.by_time:
-                done, figures = f"{min(elapsed_s, self.total):.0f}/{self.total} s", postfix
-            else:
-                done = f"{postfix['step']}/{self.total} steps"
-                figures = {k: v for k, v in postfix.items() if k != "step"}
-            print(f"train: {done}, " + ", ".join(f"{k} {v}" for k, v in figures.items()), flush=True)
-
-    def close(self) -> None:
-        if self.bar is not None:
-            self.bar.close()
+        """One update done, `elapsed_s` into the run; postfix: the figures of a logged step (its step among them)."""
+        if self.by_time:
+            super().update(to=min(elapsed_s, self.total), line=bool(postfix), **postfix)
+        else:
+            figures = {k: v for k, v in postfix.items() if k != "step"}
+            super().update(to=postfix.get("step", self.n + 1), line=bool(postfix), **figures)
 
 
 class StopOnSignal:

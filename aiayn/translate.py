@@ -17,11 +17,11 @@ from pathlib import Path
 from typing import NamedTuple
 
 import torch
-from tqdm import tqdm
 
 from aiayn import inference
 from aiayn.config import EOS_ID, PAD_ID
 from aiayn.ensemble import Ensemble, check_same_vocabulary
+from aiayn.progress import Progress
 from aiayn.search import PAPER_SEARCH, Constraint, Hypothesis, SearchConfig, beam_search, greedy_search
 
 
@@ -108,7 +108,7 @@ class Translator:
         results: list[list[Hypothesis]] = [[Hypothesis([], 0.0, [])] for _ in sources]
         order = sorted((i for i, s in enumerate(sources) if s is not None), key=lambda i: -len(sources[i]))
         decode = greedy_search if search.beam == 1 else beam_search
-        bar = tqdm(total=len(order), unit=" sent", disable=not progress, file=sys.stderr)
+        bar = Progress("translate", len(order), "sentences", enabled=progress)
         with torch.inference_mode():
             for start in range(0, len(order), self.batch_size):
                 idx = order[start: start + self.batch_size]
