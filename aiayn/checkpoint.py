@@ -3,7 +3,7 @@
     save_weights / load_weights     model weights as safetensors, the model config in the file's metadata
     read_header / check_shapes      what a checkpoint says about itself, validated before any tensor is allocated
     save_checkpoint / load_trainer_state   a step checkpoint: trainer state (optimizer, step, data position, fp16's
-                                    loss scaler) beside the weights
+                                    loss scaler, the best dev evaluation) beside the weights
     load_for_inference              a run directory or checkpoint file -> model, vocabulary, config
     average_checkpoints             the paper's averaging of the last checkpoints
 
@@ -131,7 +131,11 @@ def load_trainer_state(weights_path: Path) -> dict:
           and isinstance(trainer.get("step"), int) and trainer["step"] >= 0
           and isinstance(trainer.get("best_dev_loss"), float) and isinstance(trainer.get("train_seconds"), float)
           # the loss scaler (empty unless fp16) and its skip count: absent from checkpoints older than fp16
-          and isinstance(trainer.get("scaler", {}), dict) and isinstance(trainer.get("overflow_skips", 0), int))
+          and isinstance(trainer.get("scaler", {}), dict) and isinstance(trainer.get("overflow_skips", 0), int)
+          # the best dev evaluation and the evaluations since (absent from checkpoints older than early stopping)
+          and isinstance(trainer.get("early_stopping", {}), dict)
+          and set(trainer.get("early_stopping") or ("best", "best_step", "evals_since_best")) == {
+              "best", "best_step", "evals_since_best"})
     if not ok:
         raise CheckpointError(f"trainer state {path} lacks the optimizer, sampler, step, best_dev_loss or "
                               f"train_seconds entry (or one, or the scaler, has the wrong type); delete "

@@ -62,11 +62,15 @@ def anneal_factor(step: int, elapsed_s: float, tc: TrainConfig) -> float:
 
 
 def _opt(default: Any, help: str, low: float | None = None, above: float | None = None, below: float | None = None,
-         **kw: Any) -> Any:
+         choices: tuple[str, ...] | None = None, **kw: Any) -> Any:
     """A TrainConfig field: its default, its --help, and its allowed range (value >= low, > above, < below; each
-    element of a tuple): the one place a training option's range is written; the CLI checks flags against it at parse
-    time (aiayn.cli.common.add_dataclass_args)."""
-    return field(default=default, metadata={"help": help, "low": low, "above": above, "below": below}, **kw)
+    element of a tuple) or values (choices): the one place a training option's range is written; the CLI checks flags
+    against it at parse time (aiayn.cli.common.add_dataclass_args)."""
+    return field(default=default, metadata={"help": help, "low": low, "above": above, "below": below,
+                                            "choices": choices}, **kw)
+
+
+BEST_METRICS = ("loss", "bleu", "chrf")  # dev loss: lower is better; BLEU and chrF: higher
 
 
 @dataclass(frozen=True)
@@ -91,6 +95,14 @@ class TrainConfig:
     save_every_minutes: float = _opt(10.0, "save a checkpoint every N minutes (paper: 10)", low=0)
     keep_last: int = _opt(20, "step checkpoints kept (paper: averages the last 5 base / 20 big)", low=1)
     log_every: int = _opt(10, "log training loss every N steps", low=1)
+    eval_bleu_lines: int = _opt(0, "at each checkpoint also translate the first N dev sentences and log their BLEU and "
+                                   "chrF (sacreBLEU on detokenized text; N >= the dev set's size: all of it; 0 = dev "
+                                   "loss only)", low=0)
+    eval_beam: int = _opt(1, "beam size of that translation (1 = greedy; otherwise the paper's alpha 0.6)", low=1)
+    best_metric: str = _opt("loss", "what checkpoint_best keeps and --patience watches: the lowest dev loss, or the "
+                                    "highest dev bleu or chrf (those need --eval-bleu-lines)", choices=BEST_METRICS)
+    patience: int = _opt(0, "stop after N dev evaluations in a row without a better --best-metric (0 = never stop "
+                            "early)", low=0)
     dtype: str = _opt("fp32", "fp32; bf16 (autocast; fp32 master weights and optimizer state); fp16 (the same, with "
                               "dynamic loss scaling; an update whose gradients overflow is skipped and not counted); "
                               "auto: bf16 where the device multiplies bf16 natively, else fp16 on a CUDA GPU, else "
@@ -106,6 +118,11 @@ class TrainConfig:
         check_types(self)
         if self.dtype not in DTYPES:
             raise UsageError(f"dtype must be one of {', '.join(DTYPES)}, not {self.dtype!r}")
+        if self.best_metric not in BEST_METRICS:
+            raise UsageError(f"best_metric must be one of {', '.join(BEST_METRICS)}, not {self.best_metric!r}")
+        if self.best_metric != "loss" and self.eval_bleu_lines == 0:
+            raise UsageError(f"--best-metric {self.best_metric} needs --eval-bleu-lines N: the dev sentences "
+                             "translated and scored at each checkpoint")
         betas = self.adam_betas
         if not (isinstance(betas, tuple) and len(betas) == 2 and all(
                 isinstance(b, (int, float)) and not isinstance(b, bool) for b in betas)):
@@ -215,6 +232,38 @@ class StopOnSignal:
 
 
 @dataclass
+class EarlyStopping:
+    """Which dev evaluation was best so far by `metric` (BEST_METRICS), and how many evaluations in a row have not
+    beaten it: what checkpoint_best keeps and when `patience` stops the run. Saved in every step checkpoint, so a
+    resumed run decides as the uninterrupted one."""
+
+    metric: str = "loss"
+    patience: int = 0  # 0: never stop
+    best: float | None = None
+    best_step: int = 0
+    evals_since_best: int = 0
+
+    def update(self, value: float, step: int) -> bool:
+        """Count one evaluation; True if it is strictly better than every earlier one."""
+        better = self.best is None or (value < self.best if self.metric == "loss" else value > self.best)
+        if better:
+            self.best, self.best_step, self.evals_since_best = value, step, 0
+        else:
+            self.evals_since_best += 1
+        return better
+
+    @property
+    def stop(self) -> bool:
+        return 0 < self.patience <= self.evals_since_best
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"best": self.best, "best_step": self.best_step, "evals_since_best": self.evals_since_best}
+
+    def load_state_dict(self, d: dict[str, Any]) -> None:
+        self.best, self.best_step, self.evals_since_best = d["best"], d["best_step"], d["evals_since_best"]
+
+
+@dataclass
 class TrainState:
     model: Transformer
     optimizer: torch.optim.Optimizer
@@ -224,6 +273,7 @@ class TrainState:
     overflow_skips: int = 0  # fp16 updates skipped because a gradient overflowed (inf or NaN)
     best_dev_loss: float = math.inf
     train_seconds: float = 0.0  # training time of the run and its resumptions, to the last checkpoint
+    early: EarlyStopping = field(default_factory=EarlyStopping)
 
     def restore(self, path: Path) -> None:
         """Weights, optimizer, batch order and counters from a step checkpoint (and its trainer state), each checked
@@ -254,30 +304,80 @@ class TrainState:
         self.overflow_skips = trainer.get("overflow_skips", 0)
         self.step, self.best_dev_loss = trainer["step"], trainer["best_dev_loss"]
         self.train_seconds = trainer["train_seconds"]
+        if "early_stopping" in trainer:
+            self.early.load_state_dict(trainer["early_stopping"])
+        elif self.early.metric == "loss" and math.isfinite(self.best_dev_loss):  # a checkpoint older than the field
+            self.early.best = self.best_dev_loss
+
+
+def load_parent(model: Transformer, path: Path) -> None:
+    """The weights of a fine-tuning run's parent checkpoint into `model` (checked against its shapes first)."""
+    _, _, shapes = ckpt.read_header(path)
+    ckpt.check_shapes(path, model.cfg, shapes)
+    model.load_state_dict(ckpt.load_weights(path)[0])
+
+
+def dev_translation_scores(model: Transformer, valid: PreparedSplit, tc: TrainConfig) -> dict[str, float]:
+    """BLEU and chrF (sacreBLEU, on detokenized text, as `aiayn evaluate`) of the model's translations of the first
+    tc.eval_bleu_lines dev sentences, searched with beam tc.eval_beam (1: greedy)."""
+    from aiayn.files import read_lines
+    from aiayn.metrics import chrf, corpus_bleu
+    from aiayn.search import PAPER_SEARCH
+    from aiayn.translate import Translator
+
+    if valid.text_paths is None:
+        raise DataError(f"{valid.data_dir} has no dev text (valid.src.txt, valid.tgt.txt) to score translations "
+                        "against; prepare it again with aiayn prepare")
+    src, ref = (read_lines(p)[:tc.eval_bleu_lines] for p in valid.text_paths)
+    device = next(model.parameters()).device
+    search = dataclasses.replace(PAPER_SEARCH, beam=tc.eval_beam)
+    hyps = Translator(model, Vocab.load(valid.data_dir), search, device=device).translate(src)
+    return {"bleu": corpus_bleu(hyps, ref).score, "chrf": chrf(hyps, ref).score}
+
+
+def evaluate(model: Transformer, valid: PreparedSplit, tc: TrainConfig, rt: Runtime) -> dict[str, float]:
+    """The dev figures of a checkpoint: loss, NLL and perplexity (every process scores its share), BLEU and chrF with
+    --eval-bleu-lines (the main process translates; the others wait), and the seconds all that took."""
+    t0 = time.time()
+    dev = perplexity(model, valid, tc.max_tokens, model.cfg.label_smoothing, rt)
+    scores = {"loss": dev.loss / dev.tokens, "nll": dev.nll / dev.tokens, "ppl": dev.ppl}
+    if tc.eval_bleu_lines:
+        found = dev_translation_scores(model, valid, tc) if rt.is_main else {"bleu": 0.0, "chrf": 0.0}
+        scores["bleu"], scores["chrf"] = rt.all_reduce([found["bleu"], found["chrf"]])  # every process decides alike
+    scores["eval_seconds"] = time.time() - t0
+    return scores
 
 
 def save(state: TrainState, run_dir: Path, tc: TrainConfig, rt: Runtime, valid, logger: Logger) -> str:
-    """Dev perplexity (if there is a dev split and `valid` is given), then a step checkpoint (and the best one so
-    far). Returns a line to print. The dev split needs no check against max_tokens: perplexity() raises its batch
-    limit to the longest pair."""
-    dev = perplexity(state.model, valid, tc.max_tokens, state.model.cfg.label_smoothing, rt) if valid else None
-    dev_loss = dev.loss / dev.tokens if dev else math.inf
+    """Dev evaluation (if there is a dev split and `valid` is given; it counts towards early stopping), then a step
+    checkpoint, and checkpoint_best where the evaluation beat every earlier one by --best-metric. Returns a line to
+    print. The dev split needs no check against max_tokens: perplexity() raises its batch limit to the longest pair."""
+    scores = evaluate(state.model, valid, tc, rt) if valid else None
+    improved = False
+    if scores:
+        state.best_dev_loss = min(state.best_dev_loss, scores["loss"])
+        improved = state.early.update(scores[tc.best_metric], state.step)
     msg = f"step {state.step}"
     if rt.is_main:
         cfg, weights = state.model.cfg, state.model.state_dict()
+        if improved:  # before the step checkpoint: resuming from the previous one writes it again, the same
+            ckpt.save_weights(run_dir / rundir.BEST, weights, cfg, state.step)
         trainer = {"optimizer": state.optimizer.state_dict(), "sampler": state.sampler.state_dict(),
-                   "step": state.step, "best_dev_loss": min(state.best_dev_loss, dev_loss),
+                   "step": state.step, "best_dev_loss": state.best_dev_loss,
                    "train_seconds": state.train_seconds, "scaler": state.scaler.state_dict(),
-                   "overflow_skips": state.overflow_skips}
+                   "overflow_skips": state.overflow_skips, "early_stopping": state.early.state_dict()}
         path = ckpt.save_checkpoint(run_dir, weights, cfg, state.step, trainer, tc.keep_last)
         msg += f": saved {path.name}"
-        if dev:
-            nll = dev.nll / dev.tokens
-            logger.log("valid", state.step, loss=dev_loss, nll=nll, ppl=dev.ppl)
-            msg += f"; dev loss {dev_loss:.3f} nll {nll:.3f} ppl {dev.ppl:.2f}"
-            if dev_loss < state.best_dev_loss:
-                ckpt.save_weights(run_dir / rundir.BEST, weights, cfg, state.step)
-    state.best_dev_loss = min(state.best_dev_loss, dev_loss)
+        if scores:
+            logger.log("valid", state.step, **scores, improved=improved, evals_since_best=state.early.evals_since_best)
+            msg += f"; dev loss {scores['loss']:.3f} nll {scores['nll']:.3f} ppl {scores['ppl']:.2f}"
+            if "bleu" in scores:
+                msg += f" BLEU {scores['bleu']:.2f} chrF {scores['chrf']:.2f}"
+            msg += f" ({scores['eval_seconds']:.1f} s)"
+            if improved:
+                msg += f"; best {tc.best_metric} so far -> {rundir.BEST}"
+            elif tc.patience:
+                msg += f"; no better {tc.best_metric} for {state.early.evals_since_best}/{tc.patience} evaluations"
     rt.barrier()  # nobody runs ahead (or exits) while the main process writes: the checkpoint exists for all after
     return msg
 
@@ -286,21 +386,47 @@ def save(state: TrainState, run_dir: Path, tc: TrainConfig, rt: Runtime, valid, 
 # Starting and resuming.
 
 
-def train(data_dir: Path, run_dir: Path, cfg: ModelConfig, tc: TrainConfig, progress: bool = True) -> dict[str, Any]:
+# What a fine-tuning run (--init-from) may change in its parent's model config: training settings, not weights.
+FINE_TUNE_FIELDS = ("dropout", "label_smoothing")
+
+
+def parent_checkpoint(init_from: Path) -> tuple[Path, ModelConfig]:
+    """--init-from RUN|CHECKPOINT -> (the checkpoint file: for a run its averaged, else best, else newest checkpoint,
+    as translate picks; its model config)."""
+    init_from = Path(init_from)
+    if not init_from.exists():
+        raise CheckpointError(f"--init-from {init_from}: no such run directory or checkpoint file")
+    path = rundir.inference_checkpoint(init_from)
+    return path, ckpt.read_header(path)[1]
+
+
+def train(data_dir: Path, run_dir: Path, cfg: ModelConfig, tc: TrainConfig, progress: bool = True,
+          init_from: Path | None = None) -> dict[str, Any]:
     """Train a new run into run_dir: a new or empty folder, or one whose start was interrupted before its config.json
     was written. Everything that can fail (data, vocabulary, device, batch limit, model) is checked before run_dir
-    is touched, so a failed start leaves nothing behind. Returns a summary."""
+    is touched, so a failed start leaves nothing behind. With init_from (a run or checkpoint: parent_checkpoint) the
+    model starts from its weights, with a fresh optimizer and schedule: fine-tuning; `cfg` must then be the parent's
+    but for FINE_TUNE_FIELDS, and the data's vocabulary the parent's. Returns a summary."""
     data_dir, run_dir = Path(data_dir), Path(run_dir)
     splits = open_prepared(data_dir)
     vocab = Vocab.load(data_dir)
+    parent = None
+    if init_from is not None:
+        parent, parent_cfg = parent_checkpoint(init_from)
+        rundir.check_parent_vocab(parent, vocab.model_path)
+        changed = [k for k, v in cfg.to_dict().items() if v != getattr(parent_cfg, k) and k not in FINE_TUNE_FIELDS]
+        if changed:
+            raise UsageError(f"--init-from keeps the model of {parent}, so {', '.join(changed)} cannot change (only "
+                             f"{', '.join(FINE_TUNE_FIELDS)} may, with --set)")
     if len(vocab) != cfg.vocab_size:
         cfg = cfg.replace(vocab_size=len(vocab))  # the model always matches the prepared vocabulary
     with setup_runtime(tc.device, tc.dtype, tc.threads) as rt:
         tc = dataclasses.replace(tc, dtype=rt.dtype)  # "auto" resolved: a resumed run keeps the dtype it started with
         if rt.is_main:
             rundir.check_new(run_dir)
-        state, train_set, valid = _setup(splits, cfg, tc, rt)
-        record = rundir.run_record(cfg.to_dict(), dataclasses.asdict(tc), data_dir, vocab.model_path)
+        state, train_set, valid = _setup(splits, cfg, tc, rt, parent)
+        record = rundir.run_record(cfg.to_dict(), dataclasses.asdict(tc), data_dir, vocab.model_path,
+                                   rundir.parent_record(parent) if parent else None)
         if rt.is_main:
             run_dir.mkdir(parents=True, exist_ok=True)
         with rundir.RunLock(run_dir) if rt.is_main else contextlib.nullcontext():
@@ -336,28 +462,40 @@ def resume(run_dir: Path, progress: bool = True, **stopping: Any) -> dict[str, A
     with setup_runtime(tc.device, tc.dtype, tc.threads) as rt, (
             rundir.RunLock(run_dir) if rt.is_main else contextlib.nullcontext()):
         data_dir = rundir.check_same_data(run_dir, saved)
-        state, train_set, valid = _setup(open_prepared(data_dir), cfg, tc, rt)
+        last = rundir.latest_checkpoint(run_dir, resumable=True)
+        # A fine-tuning run stopped before its first checkpoint starts again from its parent, as it first did.
+        parent = rundir.check_parent(run_dir, saved) if last is None else None
+        state, train_set, valid = _setup(open_prepared(data_dir), cfg, tc, rt, parent)
         if rt.is_main:
             _remove_stale_temps(run_dir)
-        last = rundir.latest_checkpoint(run_dir, resumable=True)
         if last is not None:
             state.restore(last)
         return _loop(state, train_set, valid, run_dir, tc, rt, progress)
 
 
-def _setup(splits: dict[str, PreparedSplit], cfg: ModelConfig, tc: TrainConfig, rt: Runtime
-           ) -> tuple[TrainState, PreparedSplit, PreparedSplit | None]:
-    """The model, optimizer and batch order of a run at step 0, and its train and dev splits. The sampler refuses a
-    training pair longer than max_tokens here, before anything is written."""
+def _setup(splits: dict[str, PreparedSplit], cfg: ModelConfig, tc: TrainConfig, rt: Runtime,
+           parent: Path | None = None) -> tuple[TrainState, PreparedSplit, PreparedSplit | None]:
+    """The model (a fresh one, or the parent's weights), optimizer and batch order of a run at step 0, and its train
+    and dev splits. The sampler refuses a training pair longer than max_tokens here, before anything is written."""
     if "train" not in splits:
         raise DataError("the prepared data have no train split")
     train_set = splits["train"]
+    if "valid" not in splits:
+        need = [flag for flag, given in (("--eval-bleu-lines", tc.eval_bleu_lines), ("--patience", tc.patience),
+                                         (f"--best-metric {tc.best_metric}", tc.best_metric != "loss")) if given]
+        if need:
+            raise UsageError(f"{' and '.join(need)} need(s) a dev set, and {train_set.data_dir} has none: prepare "
+                             "the data with --valid-src and --valid-tgt")
     sampler = TokenBatchSampler(train_set.src_lengths, train_set.tgt_lengths, max_tokens=tc.max_tokens,
                                 shuffle=True, seed=tc.seed, rank=rt.rank, world_size=rt.world_size)
     torch.manual_seed(tc.seed)
-    model = Transformer(cfg).to(rt.device)
+    model = Transformer(cfg)
+    if parent is not None:
+        load_parent(model, parent)
+    model = model.to(rt.device)
     optimizer = make_optimizer(model, tc.adam_betas, tc.adam_eps)
-    return TrainState(model, optimizer, sampler, rt.grad_scaler()), train_set, splits.get("valid")
+    early = EarlyStopping(tc.best_metric, tc.patience)
+    return TrainState(model, optimizer, sampler, rt.grad_scaler(), early=early), train_set, splits.get("valid")
 
 
 def make_optimizer(model: torch.nn.Module, betas: tuple[float, float], eps: float) -> torch.optim.Adam:
@@ -449,7 +587,9 @@ def _loop(state: TrainState, train_set: PreparedSplit, valid: PreparedSplit | No
     seconds_before, last_saved, window = state.train_seconds, state.step, _Window()
     model.train()
     with StopOnSignal(enabled=rt.world_size == 1) as stop:
-        while state.step < tc.max_steps and stop.signal is None:
+        if state.early.stop:
+            bar.write(f"this run stopped early at step {state.step}: {_early_stop_reason(state, tc)}")
+        while state.step < tc.max_steps and stop.signal is None and not state.early.stop:
             # Dropout masks are a function of (seed, step, rank): an interrupted run resumes exactly.
             torch.manual_seed(tc.seed * 1_000_003 + state.step * 1009 + rt.rank)
             micro = [collate([train_set[i] for i in next(batches)]) for _ in range(tc.update_freq)]
@@ -476,6 +616,9 @@ def _loop(state: TrainState, train_set: PreparedSplit, valid: PreparedSplit | No
                 state.train_seconds = seconds_before + time.time() - t_start
                 bar.write(save(state, run_dir, tc, rt, valid, logger))
                 last_saved, t_save = state.step, time.time()
+            if state.early.stop:
+                bar.write(f"early stop at step {state.step}: {_early_stop_reason(state, tc)}")
+                break
             if out_of_time:
                 bar.write(f"time limit of {tc.max_minutes:g} minutes reached at step {state.step}")
                 break
@@ -490,4 +633,11 @@ def _loop(state: TrainState, train_set: PreparedSplit, valid: PreparedSplit | No
     bar.close()
     logger.close()
     return {"step": state.step, "run_dir": str(run_dir), "best_dev_loss": state.best_dev_loss,
-            "elapsed_s": time.time() - t_start, "train_seconds": state.train_seconds, "interrupted_by": stop.signal}
+            "best": {"metric": tc.best_metric, "value": state.early.best, "step": state.early.best_step},
+            "stopped_early": state.early.stop, "elapsed_s": time.time() - t_start,
+            "train_seconds": state.train_seconds, "interrupted_by": stop.signal}
+
+
+def _early_stop_reason(state: TrainState, tc: TrainConfig) -> str:
+    return (f"dev {tc.best_metric} has not improved for {tc.patience} evaluations (best {state.early.best:.3f} at "
+            f"step {state.early.best_step}, in {rundir.BEST})")
