@@ -414,12 +414,13 @@ def train(data_dir: Path, run_dir: Path, cfg: ModelConfig, tc: TrainConfig, prog
     if init_from is not None:
         parent, parent_cfg = parent_checkpoint(init_from)
         rundir.check_parent_vocab(parent, vocab.model_path)
+    if len(vocab) != cfg.vocab_size:
+        cfg = cfg.replace(vocab_size=len(vocab))  # the model always matches the prepared vocabulary
+    if parent is not None:
         changed = [k for k, v in cfg.to_dict().items() if v != getattr(parent_cfg, k) and k not in FINE_TUNE_FIELDS]
         if changed:
             raise UsageError(f"--init-from keeps the model of {parent}, so {', '.join(changed)} cannot change (only "
                              f"{', '.join(FINE_TUNE_FIELDS)} may, with --set)")
-    if len(vocab) != cfg.vocab_size:
-        cfg = cfg.replace(vocab_size=len(vocab))  # the model always matches the prepared vocabulary
     with setup_runtime(tc.device, tc.dtype, tc.threads) as rt:
         tc = dataclasses.replace(tc, dtype=rt.dtype)  # "auto" resolved: a resumed run keeps the dtype it started with
         if rt.is_main:
