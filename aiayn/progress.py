@@ -64,3 +64,30 @@ class Progress:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+class TrainingProgress(Progress):
+    """Training's progress (`tc`: aiayn.train's TrainConfig): counting seconds for a time budget, else steps, on
+    standard output; the figures of each logged step beside the count (a plain line only on those steps). silent:
+    not the main process (nothing shown)."""
+
+    def __init__(self, tc, step: int, enabled: bool, silent: bool = False, plain_every: float = 60.0,
+                 terminal: bool | None = None):
+        self.by_time, self.silent = tc.max_minutes > 0, silent
+        total = round(tc.max_minutes * 60) if self.by_time else tc.max_steps
+        fmt = "{l_bar}{bar}| {n:.0f}/{total} s [{elapsed}<{remaining}{postfix}]" if self.by_time else None
+        super().__init__("train", total, "s" if self.by_time else "steps", enabled and not silent,
+                         initial=0 if self.by_time else step, plain_every=plain_every, terminal=terminal,
+                         stream=sys.stdout, bar_format=fmt)
+
+    def write(self, msg: str) -> None:
+        if not self.silent:
+            super().write(msg)
+
+    def update(self, elapsed_s: float, **postfix: Any) -> None:
+        """One update done, `elapsed_s` into the run; postfix: the figures of a logged step (its step among them)."""
+        if self.by_time:
+            super().update(to=min(elapsed_s, self.total), line=bool(postfix), **postfix)
+        else:
+            figures = {k: v for k, v in postfix.items() if k != "step"}
+            super().update(to=postfix.get("step", self.n + 1), line=bool(postfix), **figures)

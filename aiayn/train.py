@@ -19,7 +19,6 @@ import contextlib
 import dataclasses
 import math
 import signal
-import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -28,16 +27,16 @@ from typing import Any
 import torch
 
 from aiayn import checkpoint as ckpt
-from aiayn import progress, rundir
+from aiayn import rundir
 from aiayn.config import ModelConfig, check_fields, check_types
 from aiayn.data import PreparedSplit, TokenBatchSampler, Vocab, collate, open_prepared, pack
 from aiayn.errors import CheckpointError, DataError, UsageError
 from aiayn.fast import set_layer_norm_output
 from aiayn.losses import TrainingObjective
-from aiayn.metrics.perplexity import perplexity
 from aiayn.model import Transformer, count_parameters
 from aiayn.rundir import Logger
 from aiayn.runtime import DTYPES, Runtime, setup_runtime
+from aiayn.selection import BEST_METRICS, EarlyStopping, save
 
 
 def noam_lr(step: int, d_model: int, warmup: int = 4000, factor: float = 1.0) -> float:
@@ -63,11 +62,14 @@ def anneal_factor(step: int, elapsed_s: float, tc: TrainConfig) -> float:
 
 
 def _opt(default: Any, help: str, low: float | None = None, above: float | None = None, below: float | None = None,
-         **kw: Any) -> Any:
+         choices: tuple[str, ...] | None = None, **kw: Any) -> Any:
     """A TrainConfig field: its default, its --help, and its allowed range (value >= low, > above, < below; each
-    element of a tuple): the one place a training option's range is written; the CLI checks flags against it at parse
-    time (aiayn.cli.common.add_dataclass_args)."""
-    return field(default=default, metadata={"help": help, "low": low, "above": above, "below": below}, **kw)
+    element of a tuple) or values (choices): the one place a training option's range is written; the CLI checks flags
+    against it at parse time (aiayn.cli.common.add_dataclass_args)."""
+    return field(default=default, metadata={"help": help, "low": low, "above": above, "below": below,
+                                            "choices": choices}, **kw)
+
+
 
 
 @dataclass(frozen=True)
@@ -92,6 +94,14 @@ class TrainConfig:
     save_every_minutes: float = _opt(10.0, "save a checkpoint every N minutes (paper: 10)", low=0)
     keep_last: int = _opt(20, "step checkpoints kept (paper: averages the last 5 base / 20 big)", low=1)
     log_every: int = _opt(10, "log training loss every N steps", low=1)
+    eval_bleu_lines: int = _opt(0, "at each checkpoint also translate the first N dev sentences and log their BLEU and "
+                                   "chrF (sacreBLEU on detokenized text; N >= the dev set's size: all of it; 0 = dev "
+                                   "loss only)", low=0)
+    eval_beam: int = _opt(1, "beam size of that translation (1 = greedy; otherwise the paper's alpha 0.6)", low=1)
+    best_metric: str = _opt("loss", "what checkpoint_best keeps and --patience watches: the lowest dev loss, or the "
+                                    "highest dev bleu or chrf (those need --eval-bleu-lines)", choices=BEST_METRICS)
+    patience: int = _opt(0, "stop after N dev evaluations in a row without a better --best-metric (0 = never stop "
+                            "early)", low=0)
     dtype: str = _opt("fp32", "fp32; bf16 (autocast; fp32 master weights and optimizer state); fp16 (the same, with "
                               "dynamic loss scaling; an update whose gradients overflow is skipped and not counted); "
                               "auto: bf16 where the device multiplies bf16 natively, else fp16 on a CUDA GPU, else "
@@ -111,6 +121,11 @@ class TrainConfig:
             raise UsageError(f"dtype must be one of {', '.join(DTYPES)}, not {self.dtype!r}")
         if self.layer_norm not in ("16-bit", "fp32"):
             raise UsageError(f"layer_norm must be 16-bit or fp32, not {self.layer_norm!r}")
+        if self.best_metric not in BEST_METRICS:
+            raise UsageError(f"best_metric must be one of {', '.join(BEST_METRICS)}, not {self.best_metric!r}")
+        if self.best_metric != "loss" and self.eval_bleu_lines == 0:
+            raise UsageError(f"--best-metric {self.best_metric} needs --eval-bleu-lines N: the dev sentences "
+                             "translated and scored at each checkpoint")
         betas = self.adam_betas
         if not (isinstance(betas, tuple) and len(betas) == 2 and all(
                 isinstance(b, (int, float)) and not isinstance(b, bool) for b in betas)):
@@ -143,33 +158,6 @@ RESUMABLE_OPTIONS = ("max_steps", "max_minutes")
 
 # ---------------------------------------------------------------------------------------------------------
 # What a run shows: a progress bar or plain lines; and how it stops on a signal.
-
-
-class Progress(progress.Progress):
-    """Training's progress (aiayn.progress): counting seconds for a time budget, else steps, on standard output;
-    the figures of each logged step beside the count (a plain line only on those steps). silent: not the main
-    process (nothing shown)."""
-
-    def __init__(self, tc: TrainConfig, step: int, enabled: bool, silent: bool = False, plain_every: float = 60.0,
-                 terminal: bool | None = None):
-        self.by_time, self.silent = tc.max_minutes > 0, silent
-        total = round(tc.max_minutes * 60) if self.by_time else tc.max_steps
-        fmt = "{l_bar}{bar}| {n:.0f}/{total} s [{elapsed}<{remaining}{postfix}]" if self.by_time else None
-        super().__init__("train", total, "s" if self.by_time else "steps", enabled and not silent,
-                         initial=0 if self.by_time else step, plain_every=plain_every, terminal=terminal,
-                         stream=sys.stdout, bar_format=fmt)
-
-    def write(self, msg: str) -> None:
-        if not self.silent:
-            super().write(msg)
-
-    def update(self, elapsed_s: float, **postfix: Any) -> None:
-        """One update done, `elapsed_s` into the run; postfix: the figures of a logged step (its step among them)."""
-        if self.by_time:
-            super().update(to=min(elapsed_s, self.total), line=bool(postfix), **postfix)
-        else:
-            figures = {k: v for k, v in postfix.items() if k != "step"}
-            super().update(to=postfix.get("step", self.n + 1), line=bool(postfix), **figures)
 
 
 class StopOnSignal:
@@ -205,6 +193,7 @@ class TrainState:
     overflow_skips: int = 0  # fp16 updates skipped because a gradient overflowed (inf or NaN)
     best_dev_loss: float = math.inf
     train_seconds: float = 0.0  # training time of the run and its resumptions, to the last checkpoint
+    early: EarlyStopping = field(default_factory=EarlyStopping)
 
     def restore(self, path: Path) -> None:
         """Weights, optimizer, batch order and counters from a step checkpoint (and its trainer state), each checked
@@ -235,53 +224,45 @@ class TrainState:
         self.overflow_skips = trainer.get("overflow_skips", 0)
         self.step, self.best_dev_loss = trainer["step"], trainer["best_dev_loss"]
         self.train_seconds = trainer["train_seconds"]
-
-
-def save(state: TrainState, run_dir: Path, tc: TrainConfig, rt: Runtime, valid, logger: Logger) -> str:
-    """Dev perplexity (if there is a dev split and `valid` is given), then a step checkpoint (and the best one so
-    far). Returns a line to print. The dev split needs no check against max_tokens: perplexity() raises its batch
-    limit to the longest pair."""
-    dev = perplexity(state.model, valid, tc.max_tokens, state.model.cfg.label_smoothing, rt) if valid else None
-    dev_loss = dev.loss / dev.tokens if dev else math.inf
-    msg = f"step {state.step}"
-    if rt.is_main:
-        cfg, weights = state.model.cfg, state.model.state_dict()
-        trainer = {"optimizer": state.optimizer.state_dict(), "sampler": state.sampler.state_dict(),
-                   "step": state.step, "best_dev_loss": min(state.best_dev_loss, dev_loss),
-                   "train_seconds": state.train_seconds, "scaler": state.scaler.state_dict(),
-                   "overflow_skips": state.overflow_skips}
-        path = ckpt.save_checkpoint(run_dir, weights, cfg, state.step, trainer, tc.keep_last)
-        msg += f": saved {path.name}"
-        if dev:
-            nll = dev.nll / dev.tokens
-            logger.log("valid", state.step, loss=dev_loss, nll=nll, ppl=dev.ppl)
-            msg += f"; dev loss {dev_loss:.3f} nll {nll:.3f} ppl {dev.ppl:.2f}"
-            if dev_loss < state.best_dev_loss:
-                ckpt.save_weights(run_dir / rundir.BEST, weights, cfg, state.step)
-    state.best_dev_loss = min(state.best_dev_loss, dev_loss)
-    rt.barrier()  # nobody runs ahead (or exits) while the main process writes: the checkpoint exists for all after
-    return msg
+        if "early_stopping" in trainer:
+            self.early.load_state_dict(trainer["early_stopping"])
+        elif self.early.metric == "loss" and math.isfinite(self.best_dev_loss):  # a checkpoint older than the field
+            self.early.best = self.best_dev_loss
 
 
 # ---------------------------------------------------------------------------------------------------------
 # Starting and resuming.
 
 
-def train(data_dir: Path, run_dir: Path, cfg: ModelConfig, tc: TrainConfig, progress: bool = True) -> dict[str, Any]:
+def train(data_dir: Path, run_dir: Path, cfg: ModelConfig, tc: TrainConfig, progress: bool = True,
+          init_from: Path | None = None) -> dict[str, Any]:
     """Train a new run into run_dir: a new or empty folder, or one whose start was interrupted before its config.json
     was written. Everything that can fail (data, vocabulary, device, batch limit, model) is checked before run_dir
-    is touched, so a failed start leaves nothing behind. Returns a summary."""
+    is touched, so a failed start leaves nothing behind. With init_from (a run or checkpoint: parent_checkpoint) the
+    model starts from its weights, with a fresh optimizer and schedule: fine-tuning; `cfg` must then be the parent's
+    but for FINE_TUNE_FIELDS, and the data's vocabulary the parent's. Returns a summary."""
     data_dir, run_dir = Path(data_dir), Path(run_dir)
     splits = open_prepared(data_dir)
     vocab = Vocab.load(data_dir)
+    parent = None
+    if init_from is not None:
+        parent, parent_cfg = ckpt.parent_checkpoint(init_from)
+        ckpt.check_parent_vocab(parent, vocab.model_path)
     if len(vocab) != cfg.vocab_size:
         cfg = cfg.replace(vocab_size=len(vocab))  # the model always matches the prepared vocabulary
+    if parent is not None:
+        fixed = [k for k in cfg.to_dict() if k not in ckpt.FINE_TUNE_FIELDS]
+        changed = [k for k in fixed if getattr(cfg, k) != getattr(parent_cfg, k)]
+        if changed:
+            raise UsageError(f"--init-from keeps the model of {parent}, so {', '.join(changed)} cannot change (only "
+                             f"{', '.join(ckpt.FINE_TUNE_FIELDS)} may, with --set)")
     with setup_runtime(tc.device, tc.dtype, tc.threads) as rt:
         tc = dataclasses.replace(tc, dtype=rt.dtype)  # "auto" resolved: a resumed run keeps the dtype it started with
         if rt.is_main:
             rundir.check_new(run_dir)
-        state, train_set, valid = _setup(splits, cfg, tc, rt)
-        record = rundir.run_record(cfg.to_dict(), dataclasses.asdict(tc), data_dir, vocab.model_path)
+        state, train_set, valid = _setup(splits, cfg, tc, rt, parent)
+        record = rundir.run_record(cfg.to_dict(), dataclasses.asdict(tc), data_dir, vocab.model_path,
+                                   ckpt.parent_record(parent) if parent else None)
         if rt.is_main:
             run_dir.mkdir(parents=True, exist_ok=True)
         with rundir.RunLock(run_dir) if rt.is_main else contextlib.nullcontext():
@@ -317,28 +298,40 @@ def resume(run_dir: Path, progress: bool = True, **stopping: Any) -> dict[str, A
     with setup_runtime(tc.device, tc.dtype, tc.threads) as rt, (
             rundir.RunLock(run_dir) if rt.is_main else contextlib.nullcontext()):
         data_dir = rundir.check_same_data(run_dir, saved)
-        state, train_set, valid = _setup(open_prepared(data_dir), cfg, tc, rt)
+        last = rundir.latest_checkpoint(run_dir, resumable=True)
+        # A fine-tuning run stopped before its first checkpoint starts again from its parent, as it first did.
+        parent = rundir.check_parent(run_dir, saved) if last is None else None
+        state, train_set, valid = _setup(open_prepared(data_dir), cfg, tc, rt, parent)
         if rt.is_main:
             _remove_stale_temps(run_dir)
-        last = rundir.latest_checkpoint(run_dir, resumable=True)
         if last is not None:
             state.restore(last)
         return _loop(state, train_set, valid, run_dir, tc, rt, progress)
 
 
-def _setup(splits: dict[str, PreparedSplit], cfg: ModelConfig, tc: TrainConfig, rt: Runtime
-           ) -> tuple[TrainState, PreparedSplit, PreparedSplit | None]:
-    """The model, optimizer and batch order of a run at step 0, and its train and dev splits. The sampler refuses a
-    training pair longer than max_tokens here, before anything is written."""
+def _setup(splits: dict[str, PreparedSplit], cfg: ModelConfig, tc: TrainConfig, rt: Runtime,
+           parent: Path | None = None) -> tuple[TrainState, PreparedSplit, PreparedSplit | None]:
+    """The model (a fresh one, or the parent's weights), optimizer and batch order of a run at step 0, and its train
+    and dev splits. The sampler refuses a training pair longer than max_tokens here, before anything is written."""
     if "train" not in splits:
         raise DataError("the prepared data have no train split")
     train_set = splits["train"]
+    if "valid" not in splits:
+        need = [flag for flag, given in (("--eval-bleu-lines", tc.eval_bleu_lines), ("--patience", tc.patience),
+                                         (f"--best-metric {tc.best_metric}", tc.best_metric != "loss")) if given]
+        if need:
+            raise UsageError(f"{' and '.join(need)} need(s) a dev set, and {train_set.data_dir} has none: prepare "
+                             "the data with --valid-src and --valid-tgt")
     sampler = TokenBatchSampler(train_set.src_lengths, train_set.tgt_lengths, max_tokens=tc.max_tokens,
                                 shuffle=True, seed=tc.seed, rank=rt.rank, world_size=rt.world_size)
     torch.manual_seed(tc.seed)
-    model = set_layer_norm_output(Transformer(cfg).to(rt.device), autocast=tc.layer_norm == "16-bit")
+    model = Transformer(cfg)
+    if parent is not None:
+        ckpt.load_parent(model, parent)
+    model = set_layer_norm_output(model.to(rt.device), autocast=tc.layer_norm == "16-bit")
     optimizer = make_optimizer(model, tc.adam_betas, tc.adam_eps)
-    return TrainState(model, optimizer, sampler, rt.grad_scaler()), train_set, splits.get("valid")
+    early = EarlyStopping(tc.best_metric, tc.patience)
+    return TrainState(model, optimizer, sampler, rt.grad_scaler(), early=early), train_set, splits.get("valid")
 
 
 def make_optimizer(model: torch.nn.Module, betas: tuple[float, float], eps: float) -> torch.optim.Adam:
@@ -420,7 +413,7 @@ def _loop(state: TrainState, train_set: PreparedSplit, valid: PreparedSplit | No
     model, cfg = state.model, state.model.cfg
     objective = rt.wrap(TrainingObjective(model), tc.compile)
     logger = Logger(run_dir, rt.is_main)
-    bar = Progress(tc, state.step, enabled=progress, silent=not rt.is_main)
+    bar = progress.TrainingProgress(tc, state.step, enabled=progress, silent=not rt.is_main)
     bar.write(f"model: {count_parameters(model) / 1e6:.2f}M parameters, {cfg.n_enc_layers}+{cfg.n_dec_layers} "
               f"layers, d_model {cfg.d_model}; device {rt.device}, {tc.dtype}"
               f"{f' ({rt.why_dtype})' if rt.why_dtype else ''}, {rt.world_size} process(es); "
@@ -430,7 +423,9 @@ def _loop(state: TrainState, train_set: PreparedSplit, valid: PreparedSplit | No
     seconds_before, last_saved, window = state.train_seconds, state.step, _Window()
     model.train()
     with StopOnSignal(enabled=rt.world_size == 1) as stop:
-        while state.step < tc.max_steps and stop.signal is None:
+        if state.early.stop:
+            bar.write(f"this run stopped early at step {state.step}: {_early_stop_reason(state, tc)}")
+        while state.step < tc.max_steps and stop.signal is None and not state.early.stop:
             # Dropout masks are a function of (seed, step, rank): an interrupted run resumes exactly.
             torch.manual_seed(tc.seed * 1_000_003 + state.step * 1009 + rt.rank)
             micro = [collate([train_set[i] for i in next(batches)]) for _ in range(tc.update_freq)]
@@ -457,6 +452,9 @@ def _loop(state: TrainState, train_set: PreparedSplit, valid: PreparedSplit | No
                 state.train_seconds = seconds_before + time.time() - t_start
                 bar.write(save(state, run_dir, tc, rt, valid, logger))
                 last_saved, t_save = state.step, time.time()
+            if state.early.stop:
+                bar.write(f"early stop at step {state.step}: {_early_stop_reason(state, tc)}")
+                break
             if out_of_time:
                 bar.write(f"time limit of {tc.max_minutes:g} minutes reached at step {state.step}")
                 break
@@ -471,4 +469,11 @@ def _loop(state: TrainState, train_set: PreparedSplit, valid: PreparedSplit | No
     bar.close()
     logger.close()
     return {"step": state.step, "run_dir": str(run_dir), "best_dev_loss": state.best_dev_loss,
-            "elapsed_s": time.time() - t_start, "train_seconds": state.train_seconds, "interrupted_by": stop.signal}
+            "best": {"metric": tc.best_metric, "value": state.early.best, "step": state.early.best_step},
+            "stopped_early": state.early.stop, "elapsed_s": time.time() - t_start,
+            "train_seconds": state.train_seconds, "interrupted_by": stop.signal}
+
+
+def _early_stop_reason(state: TrainState, tc: TrainConfig) -> str:
+    return (f"dev {tc.best_metric} has not improved for {tc.patience} evaluations (best {state.early.best:.3f} at "
+            f"step {state.early.best_step}, in {rundir.BEST})")

@@ -54,7 +54,9 @@ FLOORS = [
     ["data"],
     ["checkpoint", "metrics.perplexity"],
     ["metrics", "inference"],
-    ["train", "translate"],
+    ["translate"],
+    ["selection"],
+    ["train"],
     ["quickstart"],
 ]
 

@@ -102,14 +102,19 @@ def add_dataclass_args(p: argparse.ArgumentParser | Any, cls: type, skip: tuple[
             continue
         flag, help_ = "--" + f.name.replace("_", "-"), f.metadata.get("help", "")
         ranged = {k: f.metadata[k] for k in ("low", "above", "below") if f.metadata.get(k) is not None}
-        if f.type == "bool":
+        # The range in --help as the error for a value outside it words it.
+        bounds = " and ".join(f"{op} {ranged[k]}" for k, op in (("low", ">="), ("above", ">"), ("below", "<"))
+                              if k in ranged)
+        if f.metadata.get("choices"):
+            p.add_argument(flag, choices=f.metadata["choices"], default=None, help=f"{help_} (default {f.default})")
+        elif f.type == "bool":
             p.add_argument(flag, action="store_true", default=None, help=help_)
         elif f.type.startswith("tuple"):
             p.add_argument(flag, type=number(float, **ranged), nargs=2, default=None, metavar=("B1", "B2"),
-                           help=help_)
+                           help=f"{help_} (each {bounds})")
         elif f.type in ("int", "float") and ranged:
             p.add_argument(flag, type=number(_TYPES[f.type], **ranged), default=None,
-                           help=f"{help_} (default {f.default})")
+                           help=f"{help_} ({bounds}; default {f.default})")
         else:
             p.add_argument(flag, type=_TYPES[f.type], default=None, help=f"{help_} (default {f.default})")
 
