@@ -34,6 +34,7 @@ from aiayn.errors import CheckpointError, DataError, UsageError
 from aiayn.fast import set_layer_norm_output
 from aiayn.losses import TrainingObjective
 from aiayn.model import Transformer, count_parameters
+from aiayn.progress import TrainingProgress
 from aiayn.rundir import Logger
 from aiayn.runtime import DTYPES, Runtime, setup_runtime
 from aiayn.selection import BEST_METRICS, EarlyStopping, save
@@ -413,7 +414,7 @@ def _loop(state: TrainState, train_set: PreparedSplit, valid: PreparedSplit | No
     model, cfg = state.model, state.model.cfg
     objective = rt.wrap(TrainingObjective(model), tc.compile)
     logger = Logger(run_dir, rt.is_main)
-    bar = progress.TrainingProgress(tc, state.step, enabled=progress, silent=not rt.is_main)
+    bar = TrainingProgress(tc, state.step, enabled=progress, silent=not rt.is_main)
     bar.write(f"model: {count_parameters(model) / 1e6:.2f}M parameters, {cfg.n_enc_layers}+{cfg.n_dec_layers} "
               f"layers, d_model {cfg.d_model}; device {rt.device}, {tc.dtype}"
               f"{f' ({rt.why_dtype})' if rt.why_dtype else ''}, {rt.world_size} process(es); "
