@@ -345,6 +345,41 @@ def resume(run_dir: Path, progress: bool = True, **stopping: Any) -> dict[str, A
         return _loop(state, train_set, valid, run_dir, tc, rt, progress)
 
 
+def train_or_resume(data_dir: Path, run_dir: Path, cfg: ModelConfig, tc: TrainConfig, progress: bool = True
+                    ) -> dict[str, Any]:
+    """`--resume-if-exists`: resume run_dir where it is a run already, else start it; the one command a job runs
+    again when it is relaunched (torchrun --max-restarts, a preempted job). Refused when the run was started with
+    other options than these: only RESUMABLE_OPTIONS may differ. Under torchrun every process decides on its own,
+    before the process group forms; rank 0 writes config.json only after it has formed, so all decide the same."""
+    run_dir = Path(run_dir)
+    if not rundir.is_run(run_dir):
+        return train(data_dir, run_dir, cfg, tc, progress)
+    saved = rundir.read_config(run_dir)
+    try:
+        run_cfg, run_tc = ModelConfig.from_dict(saved["model"]), TrainConfig.from_dict(saved["train"])
+    except UsageError as e:
+        raise CheckpointError(f"{run_dir / rundir.CONFIG}: {e}; it was damaged outside aiayn") from None
+    # As train() would: the vocabulary's size, and "auto" resolved as when the run started.
+    ours = _as_flags(cfg.replace(vocab_size=run_cfg.vocab_size),
+                     dataclasses.replace(tc, **({"dtype": run_tc.dtype} if tc.dtype == "auto" else {})), data_dir)
+    theirs = _as_flags(run_cfg, run_tc, saved["data"])
+    differ = [f"{k} {v} (the run has {theirs[k]})" for k, v in ours.items()
+              if v != theirs[k] and k.removeprefix("--").replace("-", "_") not in RESUMABLE_OPTIONS]
+    if differ:
+        may = ", ".join("--" + k.replace("_", "-") for k in RESUMABLE_OPTIONS)
+        raise UsageError(f"{run_dir} is a run started with other options; --resume-if-exists continues it only with "
+                         f"the same ones (all but {may}): {'; '.join(differ)}. Give the options in its config.json, "
+                         "or a new --out")
+    return resume(run_dir, progress, **{k: getattr(tc, k) for k in RESUMABLE_OPTIONS})
+
+
+def _as_flags(cfg: ModelConfig, tc: TrainConfig, data_dir: Path | str) -> dict[str, Any]:
+    """A run's options as the flags that give them: {"--set dropout": 0.1, "--max-tokens": 25000, "--data": DIR}."""
+    return {**{f"--set {k}": v for k, v in cfg.to_dict().items()},
+            **{"--" + k.replace("_", "-"): v for k, v in dataclasses.asdict(tc).items()},
+            "--data": str(Path(data_dir).resolve())}
+
+
 def _setup(splits: dict[str, PreparedSplit], cfg: ModelConfig, tc: TrainConfig, rt: Runtime
            ) -> tuple[TrainState, PreparedSplit, PreparedSplit | None]:
     """The model, optimizer and batch order of a run at step 0, and its train and dev splits. The sampler refuses a
