@@ -8,6 +8,7 @@ import contextlib
 import functools
 import os
 import platform
+import signal
 import sys
 import time
 from dataclasses import dataclass
@@ -279,3 +280,22 @@ def setup_runtime(device: str = "auto", dtype: str = "fp32", threads: int = 0) -
     if owns:
         dist.init_process_group("nccl" if dev.type == "cuda" else "gloo")
     return Runtime(dev, rank, world, dtype, owns_group=owns, why_dtype=why)
+
+
+class StopOnSignal:
+    """Turns SIGINT/SIGTERM into a request to stop after the current update (so a checkpoint can be written)."""
+
+    def __init__(self, enabled: bool):
+        self.enabled, self.signal, self._old = enabled, None, {}
+
+    def __enter__(self) -> StopOnSignal:
+        if self.enabled:
+            self._old = {s: signal.signal(s, self._on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
+        return self
+
+    def _on_signal(self, signum, _frame) -> None:
+        self.signal = signum
+
+    def __exit__(self, *exc) -> None:
+        for s, h in self._old.items():
+            signal.signal(s, h)

@@ -18,7 +18,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import math
-import signal
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -36,7 +35,7 @@ from aiayn.losses import TrainingObjective
 from aiayn.model import Transformer, count_parameters
 from aiayn.progress import TrainingProgress
 from aiayn.rundir import Logger
-from aiayn.runtime import DTYPES, Runtime, setup_runtime
+from aiayn.runtime import DTYPES, Runtime, StopOnSignal, setup_runtime
 from aiayn.selection import BEST_METRICS, EarlyStopping, save
 
 
@@ -155,29 +154,6 @@ class TrainConfig:
 # Options that may change when a run is resumed (the stopping criteria); any other would break exactness, so
 # `aiayn train --resume RUN` refuses every other training flag rather than ignore it.
 RESUMABLE_OPTIONS = ("max_steps", "max_minutes")
-
-
-# ---------------------------------------------------------------------------------------------------------
-# What a run shows: a progress bar or plain lines; and how it stops on a signal.
-
-
-class StopOnSignal:
-    """Turns SIGINT/SIGTERM into a request to stop after the current update (so a checkpoint can be written)."""
-
-    def __init__(self, enabled: bool):
-        self.enabled, self.signal, self._old = enabled, None, {}
-
-    def __enter__(self) -> StopOnSignal:
-        if self.enabled:
-            self._old = {s: signal.signal(s, self._on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
-        return self
-
-    def _on_signal(self, signum, _frame) -> None:
-        self.signal = signum
-
-    def __exit__(self, *exc) -> None:
-        for s, h in self._old.items():
-            signal.signal(s, h)
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -308,6 +284,42 @@ def resume(run_dir: Path, progress: bool = True, **stopping: Any) -> dict[str, A
         if last is not None:
             state.restore(last)
         return _loop(state, train_set, valid, run_dir, tc, rt, progress)
+
+
+def train_or_resume(data_dir: Path, run_dir: Path, cfg: ModelConfig, tc: TrainConfig, progress: bool = True,
+                    init_from: Path | None = None) -> dict[str, Any]:
+    """`--resume-if-exists`: resume run_dir where it is a run already, else start it; the one command a job runs
+    again when it is relaunched (torchrun --max-restarts, a preempted job). Refused when the run was started with
+    other options than these: only RESUMABLE_OPTIONS may differ (a fine-tuning run resumes from its own checkpoints,
+    not init_from again). Under torchrun every process decides on its own,
+    before the process group forms; rank 0 writes config.json only after it has formed, so all decide the same."""
+    run_dir = Path(run_dir)
+    if not rundir.is_run(run_dir):
+        return train(data_dir, run_dir, cfg, tc, progress, init_from=init_from)
+    saved = rundir.read_config(run_dir)
+    try:
+        run_cfg, run_tc = ModelConfig.from_dict(saved["model"]), TrainConfig.from_dict(saved["train"])
+    except UsageError as e:
+        raise CheckpointError(f"{run_dir / rundir.CONFIG}: {e}; it was damaged outside aiayn") from None
+    # As train() would: the vocabulary's size, and "auto" resolved as when the run started.
+    ours = _as_flags(cfg.replace(vocab_size=run_cfg.vocab_size),
+                     dataclasses.replace(tc, **({"dtype": run_tc.dtype} if tc.dtype == "auto" else {})), data_dir)
+    theirs = _as_flags(run_cfg, run_tc, saved["data"])
+    differ = [f"{k} {v} (the run has {theirs[k]})" for k, v in ours.items()
+              if v != theirs[k] and k.removeprefix("--").replace("-", "_") not in RESUMABLE_OPTIONS]
+    if differ:
+        may = ", ".join("--" + k.replace("_", "-") for k in RESUMABLE_OPTIONS)
+        raise UsageError(f"{run_dir} is a run started with other options; --resume-if-exists continues it only with "
+                         f"the same ones (all but {may}): {'; '.join(differ)}. Give the options in its config.json, "
+                         "or a new --out")
+    return resume(run_dir, progress, **{k: getattr(tc, k) for k in RESUMABLE_OPTIONS})
+
+
+def _as_flags(cfg: ModelConfig, tc: TrainConfig, data_dir: Path | str) -> dict[str, Any]:
+    """A run's options as the flags that give them: {"--set dropout": 0.1, "--max-tokens": 25000, "--data": DIR}."""
+    return {**{f"--set {k}": v for k, v in cfg.to_dict().items()},
+            **{"--" + k.replace("_", "-"): v for k, v in dataclasses.asdict(tc).items()},
+            "--data": str(Path(data_dir).resolve())}
 
 
 def _setup(splits: dict[str, PreparedSplit], cfg: ModelConfig, tc: TrainConfig, rt: Runtime,

@@ -13,7 +13,7 @@ from aiayn.cli.common import add_dataclass_args, add_progress_arg, given_fields,
 from aiayn.config import PRESETS, ModelConfig
 from aiayn.errors import UsageError
 from aiayn.extras import require
-from aiayn.train import TrainConfig, resume, train
+from aiayn.train import TrainConfig, resume, train, train_or_resume
 
 
 def load_config_file(path: Path) -> dict[str, Any]:
@@ -49,6 +49,9 @@ def load_config_file(path: Path) -> dict[str, Any]:
 
 def run(args: argparse.Namespace) -> int:
     flags = given_fields(args, TrainConfig)  # every training flag given, so that resume refuses what it cannot honour
+    if args.resume and args.resume_if_exists:
+        raise UsageError("--resume-if-exists goes with the command that starts a run (--data, --out, ...) and "
+                         "resumes it when it exists; --resume RUN continues an existing run: give one of them")
     if args.resume:
         given = [f for f in ("data", "out", "preset", "config", "set", "init_from") if getattr(args, f)]
         if given:
@@ -69,7 +72,8 @@ def run(args: argparse.Namespace) -> int:
         else:
             cfg = ModelConfig.preset(args.preset or file_cfg.get("preset", "base"), **model_over)
         tc = TrainConfig.from_dict({**file_cfg.get("train", {}), **flags})
-        summary = train(Path(data), Path(args.out), cfg, tc, progress=not args.no_progress,
+        start = train_or_resume if args.resume_if_exists else train
+        summary = start(Path(data), Path(args.out), cfg, tc, progress=not args.no_progress,
                         init_from=Path(args.init_from) if args.init_from else None)
     if int(os.environ.get("RANK", "0")) == 0:
         print(f"{'stopped' if summary['interrupted_by'] else 'done'}: step {summary['step']} in "
@@ -105,6 +109,10 @@ def register(sub) -> None:
                         "or this checkpoint file's, with a fresh optimizer and learning-rate schedule; --data must be "
                         "prepared with the parent's vocabulary (aiayn prepare --vocab RUN/vocab.model); the model is "
                         f"the parent's ({', '.join(FINE_TUNE_FIELDS)} may change with --set)")
+    p.add_argument("--resume-if-exists", action="store_true",
+                   help="with --data/--out: if --out is a run already, resume it instead of refusing (refused if it "
+                        "was started with other options; only --max-steps and --max-minutes may change); else start "
+                        "it. The one command to relaunch after a failure (torchrun --max-restarts, a preempted job)")
     p.add_argument("--preset", choices=list(PRESETS), help="model preset (default base)")
     p.add_argument("--config", help="YAML/JSON file with preset, model, train and data sections")
     p.add_argument("--set", action="append", metavar="FIELD=VALUE", help="override a model field, e.g. dropout=0.3")
