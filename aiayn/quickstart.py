@@ -56,13 +56,17 @@ EXAMPLES = [
 def quickstart(out: Path, minutes: float = 12.0, preset: str = DEFAULT_PRESET, vocab_size: int | None = None,
                dtype: str = "auto", average_last: int = 1, beam: int = 4, progress: bool = True,
                model: dict | None = None, max_tokens: int | None = None, warmup: int = 400, lr_factor: float = 0.45,
-               alpha: float = 0.6, anneal: float = 0.3, max_steps: int = 0, device: str = "auto") -> dict:
+               alpha: float = 0.6, anneal: float = 0.3, max_steps: int = 0, device: str = "auto",
+               test_sentences: int | None = None, data: Path | None = None) -> dict:
     """Run the whole job into `out`; returns test BLEU, chrF, the sacreBLEU signature and the minutes taken (or
     {"interrupted_by": signal} if Ctrl-C/SIGTERM stopped the training). model: overrides of the preset's fields
     (e.g. {"dropout": 0.1}) on top of MODEL_DEFAULTS and the dtype's RECIPES shape; vocab_size, max_tokens (None: the
     dtype's RECIPES), warmup, lr_factor, anneal: the recipe (the recipe search varies them). max_steps > 0 trains
     for that many steps instead of `minutes`: the same model on any machine, however busy (the recipe search's
-    step-budgeted trials). device: where it trains and translates ("auto": a CUDA GPU when there is one)."""
+    step-budgeted trials). device: where it trains and translates ("auto": a CUDA GPU when there is one).
+    test_sentences: score the first N held-out verses only (None: all; a smoke run's untrained model would spend
+    minutes translating them all to the length limit). data: a prepared-data folder with train, valid and test
+    splits (e.g. Multi30k from `aiayn prepare`) instead of the built-in corpus (vocab_size then does not apply)."""
     out = Path(out)
     where = resolve_device(device)  # a clear error for a GPU that is not there, before anything is written
     dtype = resolve_dtype(dtype, where)  # bf16 only where this machine multiplies it natively
@@ -85,10 +89,14 @@ def quickstart(out: Path, minutes: float = 12.0, preset: str = DEFAULT_PRESET, v
     budget = f"{max_steps} steps" if by_steps else f"{minutes:g} minutes"
     search = SearchConfig(beam=beam, alpha=alpha)
     t0 = time.time()
-    print(f"[1/5] preparing the built-in English-Spanish Bible in {out / 'data'}", flush=True)
-    raw = builtin_corpus(out / "raw")
-    data_dir = out / "data"
-    prepare(*raw["train"], data_dir, vocab_size=vocab_size, valid=raw["valid"], test=raw["test"])
+    if data is None:
+        print(f"[1/5] preparing the built-in English-Spanish Bible in {out / 'data'}", flush=True)
+        raw = builtin_corpus(out / "raw")
+        data_dir = out / "data"
+        prepare(*raw["train"], data_dir, vocab_size=vocab_size, valid=raw["valid"], test=raw["test"])
+    else:
+        data_dir = Path(data)
+        print(f"[1/5] using the prepared data in {data_dir}", flush=True)
 
     run = out / "run"
     summary = None
@@ -118,7 +126,7 @@ def quickstart(out: Path, minutes: float = 12.0, preset: str = DEFAULT_PRESET, v
     ckpt.save_weights(run / rundir.AVERAGED, state, cfg)
 
     translator = Translator.load(run, search, weights=dtype, device=where)  # decode in the dtype it trained in
-    scores = _translate_test(translator, data_dir, run, beam, progress)
+    scores = _translate_test(translator, data_dir, run, beam, progress, test_sentences)
     print("[5/5] example translations (English -> Spanish):")
     for en, hyp in zip(EXAMPLES, translator.translate(EXAMPLES)):
         print(f"      {en}\n   -> {hyp}")
@@ -146,11 +154,13 @@ def recipe(dtype: str, preset: str = DEFAULT_PRESET, model: dict | None = None, 
             chosen["max_tokens"] if max_tokens is None else max_tokens)
 
 
-def _translate_test(translator: Translator, data_dir: Path, run: Path, beam: int, progress: bool) -> dict:
-    """Step 4: translate the held-out book into run/test.hyp and score it; prints the scores and the speed."""
-    src_lines = (data_dir / "test.src.txt").read_text(encoding="utf-8").splitlines()
-    refs = (data_dir / "test.tgt.txt").read_text(encoding="utf-8").splitlines()
-    print(f"[4/5] translating the held-out Gospel of John ({len(src_lines)} verses, beam {beam})", flush=True)
+def _translate_test(translator: Translator, data_dir: Path, run: Path, beam: int, progress: bool,
+                    n: int | None = None) -> dict:
+    """Step 4: translate the held-out book (its first n verses) into run/test.hyp and score it; prints the scores
+    and the speed."""
+    src_lines = (data_dir / "test.src.txt").read_text(encoding="utf-8").splitlines()[:n]
+    refs = (data_dir / "test.tgt.txt").read_text(encoding="utf-8").splitlines()[:n]
+    print(f"[4/5] translating {data_dir}'s test split ({len(src_lines)} sentences, beam {beam})", flush=True)
     t0 = time.time()
     hyps = translator.translate(src_lines, progress=progress)
     seconds = time.time() - t0
@@ -159,7 +169,7 @@ def _translate_test(translator: Translator, data_dir: Path, run: Path, beam: int
     bleu, chrf_score = corpus_bleu(hyps, refs), chrf(hyps, refs)
     print(f"      test BLEU {bleu.score:.1f}   chrF {chrf_score.score:.1f}\n      sacreBLEU {bleu.signature}\n"
           f"      {len(src_lines)} verses in {seconds:.0f} s ({len(src_lines) / seconds:.1f} sentences/s)")
-    return {"bleu": bleu.score, "chrf": chrf_score.score, "signature": bleu.signature,
+    return {"bleu": bleu.score, "chrf": chrf_score.score, "signature": bleu.signature, "test_sentences": len(refs),
             "translate_sentences_per_s": len(src_lines) / seconds}
 
 
