@@ -33,7 +33,7 @@ def markdown(header: dict[str, Any], sections: list[dict[str, Any]]) -> str:
         out += [f"Budget: {header['about']}.", ""]
     out += [f"Made {header['date']} by `{header['command']}` on {header['hardware']}.", ""]
     for s in sections:
-        out += [f"## {s['title']}", "", f"**Paper.** {s['paper']}", "", "**Ours.**", "", s["ours"], ""]
+        out += [f"## {s['title']}", "", "**Paper.**", "", s["paper"], "", "**Ours.**", "", s["ours"], ""]
         out += [f"![{img['alt']}]({img['file']})" for img in s["images"]]
         out += ["", f"**What agrees, what does not.** {s['verdict']}", "", f"<sub>{_meta(s)}</sub>", ""]
     return "\n".join(out)

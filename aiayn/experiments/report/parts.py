@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from aiayn import files, rundir
-from aiayn.errors import DataError
+from aiayn.errors import UserError
 from aiayn.experiments import paper
 from aiayn.experiments.report.budgets import Budget
 from aiayn.experiments.report.sources import parser_runs, parser_systems, training_pairs
@@ -135,8 +135,23 @@ def table1(ctx: Context) -> dict[str, Any]:
                        f"{e['recurrent']:.2f} (paper: 1), the convolution {e['convolutional']:.2f} (1), restricted "
                        f"{e['restricted']:.2f} (1). Self-attention becomes slower than the LSTM "
                        + (f"from n = {cross:.0f}" if cross else f"at no n up to {res['ns'][-1]}")
-                       + f" (the paper: n = d = {res['d']}); the sequential-operation and path-length columns agree "
-                       "with the paper's orders (table above)."}
+                       + f" (the paper: n = d = {res['d']}). " + _orders(res)}
+
+
+def _orders(res: dict[str, Any]) -> str:
+    """Which layers' sequential operations and path lengths stay flat in n, and which grow (the paper: O(1) for
+    self-attention and convolution, O(n) for recurrence; paths O(1), O(log_k n) or O(n/k), O(n), O(n/r))."""
+    def grows(values: list[int]) -> bool:
+        return values[-1] > values[0]
+
+    flat_ops = [k for k, v in res["depth"].items() if not grows(v)]
+    growing_ops = [k for k, v in res["depth"].items() if grows(v)]
+    flat_path = [k for k, v in res["path"].items() if not grows(v)]
+    growing_path = [k for k, v in res["path"].items() if grows(v)]
+    return (f"From n = {res['depth_ns'][0]} to {res['depth_ns'][-1]}, sequential operations stay flat for "
+            f"{', '.join(flat_ops) or 'none'} and grow for {', '.join(growing_ops) or 'none'}; from n = "
+            f"{res['path_ns'][0]} to {res['path_ns'][-1]}, the path length stays flat for "
+            f"{', '.join(flat_path) or 'none'} and grows for {', '.join(growing_path) or 'none'}.")
 
 
 def _flags(options: dict[str, Any]) -> list[str]:
@@ -177,7 +192,7 @@ def translation(ctx: Context) -> dict[str, Any]:
             "paper": "Table 2, newstest2014 BLEU: base " + ", ".join(f"{k} {v}" for k, v in paper.TABLE2_BLEU["base"]
                                                                      .items())
                      + "; big " + ", ".join(f"{k} {v}" for k, v in paper.TABLE2_BLEU["big"].items()) + ".",
-            "ours": f"Test BLEU {bleu} on {scores.get('test_sentences', '?')} sentences of {data.name}'s test split "
+            "ours": f"Test BLEU {bleu} on {scores.get('test_sentences', '?')} sentences of {data}'s test split "
                     f"(sacreBLEU {scores.get('signature', '')}); run {run}.",
             "verdict": "Not comparable with the paper's BLEU: another corpus, language pair and test set, and a model "
                        "trained minutes, not 12 hours on 8 GPUs; WMT14 is listed under 'not run here' below."}
@@ -366,7 +381,7 @@ def table2(ctx: Context, runs: list[Path]) -> dict[str, Any]:
     for run in runs:
         try:
             c = run_cost(run, 1, ctx.tflops)
-        except (DataError, OSError, KeyError):  # no log lines, or no config.json: a run that cannot be costed
+        except (UserError, OSError, KeyError):  # no log, or no config.json: a run that cannot be costed
             continue
         rows.append({"run": str(run), **c})
     base = paper.TABLE2_HOURS["base"]
@@ -378,9 +393,9 @@ def table2(ctx: Context, runs: list[Path]) -> dict[str, Any]:
                       f"{r['model_flops']:.2g} | {100 * r['utilisation']:.0f} % |" for r in rows)
     fastest = max(rows, key=lambda r: r["tokens_per_s"], default=None)
     return {"title": "Table 2: training cost", "rows": rows, "paper": paper_md,
-            "command": "aiayn table2 RUN --gpus 1 --tflops " + f"{ctx.tflops:g}",
+            "command": f"aiayn table2 RUN --gpus 1 --tflops {ctx.tflops:.3g}",
             "ours": f"Per run, the paper's base schedule (100K steps x 25,000 target tokens) at the run's median "
-                    f"speed, on one device of {ctx.tflops:g} sustained TFLOPS:\n\n| run | target tokens/s | hours | "
+                    f"speed, on one device of {ctx.tflops:.3g} sustained TFLOPS:\n\n| run | target tokens/s | hours | "
                     f"cost the paper's way (FLOPs) | model FLOPs | utilisation |\n|---|---|---|---|---|---|\n{table}"
             if rows else "No run with a training log to cost.",
             "verdict": (f"At the fastest run's speed ({fastest['tokens_per_s']:,.0f} tokens/s) the paper's base "
