@@ -30,7 +30,7 @@ BUDGETS: dict[str, Budget] = {
         table1={"quick": True, "d": 64, "r": 16, "max_n": 128, "fit_from": 64},
         translation={"max_steps": 40, "vocab_size": 1000, "test_sentences": 40, "beam": 2, "warmup": 20,
                      "max_tokens": 1024, "dtype": "fp32", "model": _TINY},
-        table3={"rows": "base,A1,C1", "scale": 16, "steps": 20, "dev_sentences": 4,
+        table3={"rows": "base,C1,C2", "scale": 16, "steps": 20, "dev_sentences": 4, "threads": 1,
                 "train": {"max_tokens": 1024, "warmup": 20, "dtype": "fp32"}},
         attention_beam=1, smoke=True),
     "cpu": Budget(

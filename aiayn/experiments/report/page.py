@@ -9,6 +9,8 @@ import re
 from pathlib import Path
 from typing import Any
 
+from aiayn.viz.attention import offline_page
+
 # Nothing may leave the page: no default source, images only inline, styles only inline.
 CSP = "default-src 'none'; img-src data:; style-src 'unsafe-inline'"
 
@@ -57,20 +59,7 @@ def html_page(header: dict[str, Any], sections: list[dict[str, Any]], root: Path
             body.append(f'<p><img src="data:image/png;base64,{data}" alt="{html.escape(img["alt"])}"></p>')
         body += [f'<p class="verdict"><b>What agrees, what does not.</b> {_inline(s["verdict"])}</p>',
                  f'<p class="meta">{_inline(_meta(s))}</p></section>']
-    return f"""<!doctype html>
-<html lang="en">
-<head>
-<meta charset="utf-8">
-<meta http-equiv="Content-Security-Policy" content="{CSP}">
-<meta name="viewport" content="width=device-width, initial-scale=1">
-<title>{html.escape(title)}</title>
-<style>{STYLE}</style>
-</head>
-<body>
-{chr(10).join(body)}
-</body>
-</html>
-"""
+    return offline_page(title, CSP, f"<style>{STYLE}</style>", "\n".join(body) + "\n")
 
 
 def _inline(text: str) -> str:

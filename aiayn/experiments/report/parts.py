@@ -117,7 +117,14 @@ def table1(ctx: Context) -> dict[str, Any]:
         res, extra = json.loads(given.read_text(encoding="utf-8")), _reused(given, "not recorded in table1.json")
         command = f"aiayn table1 --json {given.name} (its output, reused)"
     else:
-        res = run_table1(**ctx.budget.table1, say=ctx.say)
+        import torch
+
+        threads = torch.get_num_threads()
+        torch.set_num_threads(1)  # as `aiayn table1` measures by default: a shared machine's second core is noise
+        try:
+            res = run_table1(**ctx.budget.table1, say=ctx.say)
+        finally:
+            torch.set_num_threads(threads)
         files.write_json(ctx.part_dir("table1") / "table1.json", res)
         extra = {}
         command = "aiayn table1 " + " ".join(_flags(ctx.budget.table1))
@@ -383,20 +390,25 @@ def table2(ctx: Context, runs: list[Path]) -> dict[str, Any]:
             c = run_cost(run, 1, ctx.tflops)
         except (UserError, OSError, KeyError):  # no log, or no config.json: a run that cannot be costed
             continue
-        rows.append({"run": str(run), **c})
+        here = Path(run).resolve().is_relative_to(ctx.out.resolve())
+        rows.append({"run": str(run), "trained": "here" if here else "elsewhere", **c})
     base = paper.TABLE2_HOURS["base"]
     paper_md = (f"Training cost = time x GPUs x sustained TFLOPS: base {base:g} h x {paper.TABLE2_GPUS} P100 x "
                 f"{paper.P100_TFLOPS} = {paper.TABLE2_COST['base']:.1e} FLOPs; big "
                 f"{paper.TABLE2_HOURS['big']:g} h x {paper.TABLE2_GPUS} x {paper.P100_TFLOPS} = "
                 f"{paper.TABLE2_COST['big']:.1e} FLOPs (100K and 300K steps of ~25,000 target tokens).")
-    table = "\n".join(f"| {r['run']} | {r['tokens_per_s']:,.0f} | {r['hours']:,.0f} | {r['paper_way_flops']:.2g} | "
-                      f"{r['model_flops']:.2g} | {100 * r['utilisation']:.0f} % |" for r in rows)
+    table = "\n".join(f"| {r['run']} | {r['trained']} | {r['tokens_per_s']:,.0f} | {r['hours']:,.0f} | "
+                      f"{r['paper_way_flops']:.2g} | {r['model_flops']:.2g} | {100 * r['utilisation']:.0f} % |"
+                      for r in rows)
     fastest = max(rows, key=lambda r: r["tokens_per_s"], default=None)
     return {"title": "Table 2: training cost", "rows": rows, "paper": paper_md,
             "command": f"aiayn table2 RUN --gpus 1 --tflops {ctx.tflops:.3g}",
             "ours": f"Per run, the paper's base schedule (100K steps x 25,000 target tokens) at the run's median "
-                    f"speed, on one device of {ctx.tflops:.3g} sustained TFLOPS:\n\n| run | target tokens/s | hours | "
-                    f"cost the paper's way (FLOPs) | model FLOPs | utilisation |\n|---|---|---|---|---|---|\n{table}"
+                    f"speed, on one device of {ctx.tflops:.3g} sustained TFLOPS (this machine's; a run trained "
+                    "elsewhere keeps the speed logged there, so its utilisation may read above 100 %):\n\n"
+                    "| run | trained | target tokens/s | hours | cost the paper's way (FLOPs) | model FLOPs | "
+                    "utilisation |\n"
+                    f"|---|---|---|---|---|---|---|\n{table}"
             if rows else "No run with a training log to cost.",
             "verdict": (f"At the fastest run's speed ({fastest['tokens_per_s']:,.0f} tokens/s) the paper's base "
                         f"schedule would take {fastest['hours']:,.0f} hours here, against {base:g} h on 8 P100s; the "
