@@ -27,6 +27,8 @@ P100_TFLOPS = 9.5  # the paper's figure for the P100; K80 2.8, K40 3.7, M40 6.0
 TABLE2_GPUS = 8  # P100s (section 5.2)
 TABLE2_HOURS = {"base": 12.0, "big": 3.5 * 24}  # 100K steps and 300K steps (section 5.2)
 TABLE2_COST = {"base": 3.3e18, "big": 2.3e19}  # FLOPs, as Table 2 prints them
+TABLE2_STEPS = {"base": 100_000, "big": 300_000}  # training steps (section 5.2)
+TABLE2_TOKENS_PER_STEP = 25_000  # target tokens per batch (section 5.1)
 TABLE2_BLEU = {"base": {"EN-DE": 27.3, "EN-FR": 38.1}, "big": {"EN-DE": 28.4, "EN-FR": 41.8}}  # newstest2014
 
 
@@ -59,7 +61,8 @@ TABLE4: list[tuple[str, str, float]] = [
 ]
 TABLE4_TRAIN_SENTENCES = {"WSJ only, discriminative": 40_000, "semi-supervised": 17_000_000}  # ~, section 6.3
 
-# The appendix's attention figures (encoder self-attention, layer 5 of 6), with the sentences they show.
+# The appendix's attention figures, with the sentences they show: encoder self-attention in layer 5 of 6.
+FIGURES_LAYER = (5, 6)
 FIGURES: dict[str, tuple[str, str, str]] = {  # name: (sentence, word whose attention is drawn, what the paper shows)
     "figure3": ("It is in this spirit that a majority of American governments have passed new laws since 2009 making "
                 "the registration or voting process more difficult .", "making",

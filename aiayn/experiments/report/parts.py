@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from aiayn import files, rundir
+from aiayn.config import PAPER_VOCAB
 from aiayn.errors import UserError
 from aiayn.experiments import paper
 from aiayn.experiments.report.budgets import Budget
@@ -105,7 +106,7 @@ def params(ctx: Context) -> dict[str, Any]:
             "ours": format_table(rows), "rows": rows,
             "verdict": f"{close} of {len(compared)} rows within 5 % of the paper's count; the largest difference is "
                        f"{worst[0]} ({100 * worst[1]:+.1f} %). The paper does not give the exact vocabulary behind "
-                       "its column; ours counts a shared vocabulary of 37,000 pieces."}
+                       f"its column; ours counts a shared vocabulary of {PAPER_VOCAB:,} pieces."}
 
 
 def table1(ctx: Context) -> dict[str, Any]:
@@ -202,7 +203,8 @@ def translation(ctx: Context) -> dict[str, Any]:
             "ours": f"Test BLEU {bleu} on {scores.get('test_sentences', '?')} sentences of {data}'s test split "
                     f"(sacreBLEU {scores.get('signature', '')}); run {run}.",
             "verdict": "Not comparable with the paper's BLEU: another corpus, language pair and test set, and a model "
-                       "trained minutes, not 12 hours on 8 GPUs; WMT14 is listed under 'not run here' below."}
+                       f"trained minutes, not {paper.TABLE2_HOURS['base']:g} hours on {paper.TABLE2_GPUS} GPUs; WMT14 "
+                       "is listed under 'not run here' below."}
 
 
 def _score_run(run: Path, n: int | None) -> dict[str, Any]:
@@ -227,7 +229,7 @@ def _score_run(run: Path, n: int | None) -> dict[str, Any]:
 
 def attention(ctx: Context, translation_section: dict[str, Any]) -> dict[str, Any]:
     """The appendix's figures 3-5 from the translation model: encoder self-attention of the second layer from the
-    top (the paper's layer 5 of 6), drawn by aiayn.viz.attention as `aiayn attention` draws them."""
+    top (the paper's layer 5 of 6: FIGURES_LAYER), drawn by aiayn.viz.attention as `aiayn attention` draws them."""
     from aiayn.runtime import resolve_device
     from aiayn.search import SearchConfig
     from aiayn.translate import Translator
@@ -268,7 +270,7 @@ def attention(ctx: Context, translation_section: dict[str, Any]) -> dict[str, An
                        "aiayn.viz.attention.plot_lines with query)",
             "paper": "\n".join(f"- {n[:-1].capitalize()} {n[-1]}: {s} ('{t}')"
                                 for n, (t, _, s) in paper.FIGURES.items())
-                     + "\n\nEncoder self-attention in layer 5 of 6.",
+                     + "\n\nEncoder self-attention in layer {} of {}.".format(*paper.FIGURES_LAYER),
             "ours": "\n".join(lines) + f"\n\nEncoder self-attention in layer {layer} (from 0) of {n_layers}, "
                     f"model {run}. The interactive viewer of each sentence (every layer and head) is beside the "
                     "images: img/figure3-viewer.html, img/figure4-viewer.html.",
@@ -307,7 +309,7 @@ def table3(ctx: Context, translation_section: dict[str, Any]) -> dict[str, Any]:
             images.append({"file": f"img/{name}", "alt": f"Table 3: {name}"})
     return {**extra, "title": "Table 3: variations on the Transformer architecture", "command": command,
             "images": images, "summary": {k: v for k, v in summary.items() if k != "text"},
-            "paper": "Table 3 (EN-DE newstest2013 dev, full size, 100K steps; PPL per word-piece): the paper's PPL, "
+            "paper": "Table 3 (EN-DE newstest2013 dev, full size, the paper's steps; PPL per word-piece): its PPL, "
                      "BLEU and params sit beside ours in the table below.",
             "ours": summary["text"], "verdict": table3_verdict(summary)}
 
@@ -387,7 +389,7 @@ def table2(ctx: Context, runs: list[Path]) -> dict[str, Any]:
     rows = []
     for run in runs:
         try:
-            c = run_cost(run, 1, ctx.tflops)
+            c = run_cost(run, 1, ctx.tflops, paper.TABLE2_STEPS["base"], paper.TABLE2_TOKENS_PER_STEP)
         except (UserError, OSError, KeyError):  # no log, or no config.json: a run that cannot be costed
             continue
         here = Path(run).resolve().is_relative_to(ctx.out.resolve())
@@ -396,14 +398,16 @@ def table2(ctx: Context, runs: list[Path]) -> dict[str, Any]:
     paper_md = (f"Training cost = time x GPUs x sustained TFLOPS: base {base:g} h x {paper.TABLE2_GPUS} P100 x "
                 f"{paper.P100_TFLOPS} = {paper.TABLE2_COST['base']:.1e} FLOPs; big "
                 f"{paper.TABLE2_HOURS['big']:g} h x {paper.TABLE2_GPUS} x {paper.P100_TFLOPS} = "
-                f"{paper.TABLE2_COST['big']:.1e} FLOPs (100K and 300K steps of ~25,000 target tokens).")
+                f"{paper.TABLE2_COST['big']:.1e} FLOPs ({paper.TABLE2_STEPS['base']:,} and "
+                f"{paper.TABLE2_STEPS['big']:,} steps of ~{paper.TABLE2_TOKENS_PER_STEP:,} target tokens).")
     table = "\n".join(f"| {r['run']} | {r['trained']} | {r['tokens_per_s']:,.0f} | {r['hours']:,.0f} | "
                       f"{r['paper_way_flops']:.2g} | {r['model_flops']:.2g} | {100 * r['utilisation']:.0f} % |"
                       for r in rows)
     fastest = max(rows, key=lambda r: r["tokens_per_s"], default=None)
     return {"title": "Table 2: training cost", "rows": rows, "paper": paper_md,
             "command": f"aiayn table2 RUN --gpus 1 --tflops {ctx.tflops:.3g}",
-            "ours": f"Per run, the paper's base schedule (100K steps x 25,000 target tokens) at the run's median "
+            "ours": f"Per run, the paper's base schedule ({paper.TABLE2_STEPS['base']:,} steps x "
+                    f"{paper.TABLE2_TOKENS_PER_STEP:,} target tokens) at the run's median "
                     f"speed, on one device of {ctx.tflops:.3g} sustained TFLOPS (this machine's; a run trained "
                     "elsewhere keeps the speed logged there, so its utilisation may read above 100 %):\n\n"
                     "| run | trained | target tokens/s | hours | cost the paper's way (FLOPs) | model FLOPs | "
@@ -411,7 +415,8 @@ def table2(ctx: Context, runs: list[Path]) -> dict[str, Any]:
                     f"|---|---|---|---|---|---|---|\n{table}"
             if rows else "No run with a training log to cost.",
             "verdict": (f"At the fastest run's speed ({fastest['tokens_per_s']:,.0f} tokens/s) the paper's base "
-                        f"schedule would take {fastest['hours']:,.0f} hours here, against {base:g} h on 8 P100s; the "
+                        f"schedule would take {fastest['hours']:,.0f} hours at that speed, against {base:g} h on "
+                        f"{paper.TABLE2_GPUS} P100s; the "
                         "costs differ as much as the hardware, and the models costed are smaller than base.")
             if fastest else "Nothing to compare."}
 
@@ -420,8 +425,9 @@ def not_run(ctx: Context) -> dict[str, Any]:
     """What no budget runs here: the paper's WMT14 models and its full-size tables, with the commands."""
     return {"title": "Not run here: the paper's full-size experiments", "source": "commands only",
             "command": "docs/reproduce.md",
-            "paper": "WMT14 EN-DE / EN-FR, base (12 h) and big (3.5 days) on 8 P100 GPUs; Table 3 at full size, "
-                     "100K steps per row; the parser at 4 x 1024 on the full WSJ training set.",
+            "paper": f"WMT14 EN-DE / EN-FR, base ({paper.TABLE2_HOURS['base']:g} h) and big "
+                     f"({paper.TABLE2_HOURS['big']:g} h) on {paper.TABLE2_GPUS} P100 GPUs; Table 3 at full size; the "
+                     "parser (the `parse` preset) on the full WSJ training set.",
             "ours": "\n".join([
                 "On a machine with 8 GPUs and the WMT14 data (docs/reproduce.md has the data preparation):", "",
                 "- `torchrun --nproc_per_node 8 -m aiayn train --config configs/wmt14-ende-base.yaml --out "
