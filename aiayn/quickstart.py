@@ -64,9 +64,8 @@ def quickstart(out: Path, minutes: float = 12.0, preset: str = DEFAULT_PRESET, v
     dtype's RECIPES), warmup, lr_factor, anneal: the recipe (the recipe search varies them). max_steps > 0 trains
     for that many steps instead of `minutes`: the same model on any machine, however busy (the recipe search's
     step-budgeted trials). device: where it trains and translates ("auto": a CUDA GPU when there is one).
-    test_sentences: score the first N held-out verses only (None: all; a smoke run's untrained model would spend
-    minutes translating them all to the length limit). data: a prepared-data folder with train, valid and test
-    splits (e.g. Multi30k from `aiayn prepare`) instead of the built-in corpus (vocab_size then does not apply)."""
+    test_sentences: score the first N test sentences only (None: all). data: a prepared-data folder (train, valid,
+    test; e.g. Multi30k) instead of the built-in corpus, whose vocabulary then replaces vocab_size's."""
     out = Path(out)
     where = resolve_device(device)  # a clear error for a GPU that is not there, before anything is written
     dtype = resolve_dtype(dtype, where)  # bf16 only where this machine multiplies it natively
@@ -89,14 +88,7 @@ def quickstart(out: Path, minutes: float = 12.0, preset: str = DEFAULT_PRESET, v
     budget = f"{max_steps} steps" if by_steps else f"{minutes:g} minutes"
     search = SearchConfig(beam=beam, alpha=alpha)
     t0 = time.time()
-    if data is None:
-        print(f"[1/5] preparing the built-in English-Spanish Bible in {out / 'data'}", flush=True)
-        raw = builtin_corpus(out / "raw")
-        data_dir = out / "data"
-        prepare(*raw["train"], data_dir, vocab_size=vocab_size, valid=raw["valid"], test=raw["test"])
-    else:
-        data_dir = Path(data)
-        print(f"[1/5] using the prepared data in {data_dir}", flush=True)
+    data_dir = _prepared(out, data, vocab_size)
 
     run = out / "run"
     summary = None
@@ -141,6 +133,17 @@ done in {minutes_total:.1f} minutes. Everything is in {out}/. Next:
   aiayn average --run {run} --last {average_last}
   aiayn plot {run}                                   # training curves -> {run / 'curves.png'}""")
     return {**scores, **speed, "minutes": minutes_total, "interrupted_by": None}
+
+
+def _prepared(out: Path, data: Path | None, vocab_size: int) -> Path:
+    """Step 1: the built-in corpus prepared into OUT/data (reused if there), or the prepared-data folder given."""
+    if data is not None:
+        print(f"[1/5] using the prepared data in {data}", flush=True)
+        return Path(data)
+    print(f"[1/5] preparing the built-in English-Spanish Bible in {out / 'data'}", flush=True)
+    raw = builtin_corpus(out / "raw")
+    prepare(*raw["train"], out / "data", vocab_size=vocab_size, valid=raw["valid"], test=raw["test"])
+    return out / "data"
 
 
 def recipe(dtype: str, preset: str = DEFAULT_PRESET, model: dict | None = None, vocab_size: int | None = None,
