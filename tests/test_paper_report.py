@@ -120,7 +120,9 @@ def test_bad_input_is_one_line(tmp_path, capsys):
     for flags, says in [(["--budget", "huge"], "--budget 'huge': the budgets are smoke, cpu, gpu"),
                         (["--budget", "smoke", "--from", str(tmp_path / "nope")], "no such file or folder"),
                         (["--budget", "smoke", "--from", str(tmp_path / "empty")], "not a result folder"),
-                        (["--budget", "smoke", "--from", str(study), "--from", str(study)], "a second table3")]:
+                        (["--budget", "smoke", "--from", str(study), "--from", str(study)], "a second table3"),
+                        (["--budget", "smoke", "--treebank", str(tmp_path / "empty")],
+                         "no train.trees or dev.trees there")]:
         assert main(["paper", "--out", str(tmp_path / "r"), *flags]) == 2
         err = capsys.readouterr().err
         assert err.startswith("error: ") and says in err and err.count("\n") == 1
@@ -130,7 +132,7 @@ def test_bad_input_is_one_line(tmp_path, capsys):
 def test_help_has_a_line_per_option(capsys):
     assert main(["paper", "--help"]) == 0
     text = capsys.readouterr().out
-    for option in ("--budget", "--out", "--from", "--data", "--tflops", "--device"):
+    for option in ("--budget", "--out", "--from", "--data", "--treebank", "--tflops", "--device"):
         assert re.search(rf"^\s+{option}\b.*\S", text, re.M), option
 
 
@@ -192,3 +194,27 @@ def test_every_budget_names_options_the_experiments_take():
         inspect.signature(quickstart).bind_partial("out", **b.translation)
         inspect.signature(run_variations).bind_partial("data", "out", **b.table3)
         TrainConfig.from_dict(b.table3["train"])  # raises on a field it does not have or a bad value
+
+
+def test_table4_trains_the_parser_on_a_treebank(tmp_path):
+    from test_parsing import _toy_treebank
+
+    from aiayn.metrics.evalb import score_parses
+    from aiayn.parsing.trees import parse_tree
+
+    bank = tmp_path / "bank"
+    bank.mkdir()
+    _toy_treebank(bank / "train.trees", 300, 1)
+    gold = _toy_treebank(bank / "dev.trees", 25, 2).read_text().splitlines()
+    ctx = parts.Context(tmp_path / "report", BUDGETS["smoke"], {}, None, "cpu", "test machine", 1.0,
+                        say=lambda s: None, treebank=bank)
+    section = parts.table4(ctx)
+    folder = ctx.part_dir("table4")
+    trees = (folder / "dev.trees").read_text().splitlines()
+    assert len(trees) == 20  # the smoke budget's dev sentences, each a tree of the sentence's words
+    assert all(parse_tree(t).words() == parse_tree(g).words() for t, g in zip(trees, gold))
+    (system,) = section["systems"]
+    assert system["name"] == "tiny-avg1" and system["command"].startswith(f"aiayn parse --checkpoint {folder / 'run'}")
+    assert system["f1"] == round(score_parses(trees, gold[:20]).all.f1, 2)
+    assert f"reaches F1 {system['f1']:.1f}" in section["verdict"] and "our 300-tree sample" in section["verdict"]
+    assert section.get("source") is None and "hardware" not in section  # made here: run_part adds both

@@ -16,8 +16,9 @@ def run(args: argparse.Namespace) -> int:
     require("aiayn paper", "viz")  # every table's plot and the attention figures
     argv = ["--budget", args.budget, "--out", str(args.out)] + [a for p in args.sources for a in ("--from", p)]
     argv += (["--data", args.data] if args.data else []) + (["--tflops", str(args.tflops)] if args.tflops else [])
+    argv += ["--treebank", args.treebank] if args.treebank else []
     made = make_report(args.out, args.budget, args.sources, args.data, args.device, args.tflops, argv,
-                       say=lambda s: print(s, file=sys.stderr, flush=True))
+                       say=lambda s: print(s, file=sys.stderr, flush=True), treebank=args.treebank)
     print(f"wrote {made['html']} (one offline page) and {made['markdown']}")
     return 0
 
@@ -43,6 +44,8 @@ def register(sub) -> None:
                         "results folder with eval.log, a translation run or quickstart folder, a table1.json")
     p.add_argument("--data", help="prepared-data folder (train/valid/test, e.g. data-bin/multi30k) for the "
                                   "translation model and Table 3 (default: the built-in English-Spanish Bible)")
+    p.add_argument("--treebank", help="folder with train.trees and dev.trees (e.g. ../shared/data/ptb-sample) to train "
+                                      "Table 4's parser on, at the budget's size (default: --from a parser folder)")
     p.add_argument("--tflops", type=positive_float,
                    help="sustained TFLOPS per device for Table 2's cost (default on a CPU: its measured fp32 matmul "
                         "rate; needed on a GPU)")

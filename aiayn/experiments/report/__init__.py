@@ -7,7 +7,8 @@ Reading guide (paper -> part -> the code that makes it; each part's section is O
     a translation model              translation  aiayn.quickstart (the built-in corpus, or --data), or --from a run
     Appendix, figures 3-5            attention    aiayn.viz.attention, on the translation model
     Table 3 (variations)             table3       aiayn.experiments.table3 (aiayn variations; its report), or --from
-    Table 4 (parsing)                table4       a parser results folder (eval.log) given with --from
+    Table 4 (parsing)                table4       trained on --treebank (aiayn.parsing, configs/ptb-parse.yaml's
+                                                  recipe), or a parser results folder (eval.log) given with --from
     Table 2 (training cost)          table2       aiayn.experiments.table2 (aiayn table2), for every run with a log
     what needs GPUs and days         not_run      the commands that would run it
 
@@ -58,12 +59,18 @@ def hardware(device: str, tflops: float | None) -> tuple[str, float]:
 
 def make_report(out: str | Path, budget: str, sources: Sequence[str | Path] = (), data: str | Path | None = None,
                 device: str = "auto", tflops: float | None = None, argv: Sequence[str] | None = None,
-                say=print) -> dict[str, Any]:
+                say=print, treebank: str | Path | None = None) -> dict[str, Any]:
     """Run or reuse every part into OUT, then write OUT/report.md and OUT/report.html; returns their paths and
     the sections. Parts already done in OUT are skipped."""
     out = Path(out)
     b = get_budget(budget)
     found = recognise_all(list(sources))  # every --from checked before anything runs
+    if treebank is not None:
+        missing = [n for n in ("train.trees", "dev.trees") if not (Path(treebank) / n).is_file()]
+        if missing:
+            raise UsageError(f"--treebank {treebank}: no {' or '.join(missing)} there (one bracketed tree per line)")
+        if "parser" in found:
+            raise UsageError("give --treebank (train a parser) or --from a parser results folder, not both")
     out.mkdir(parents=True, exist_ok=True)
     saved = out / "parts" / "hardware.json"
     if saved.is_file():
@@ -73,7 +80,7 @@ def make_report(out: str | Path, budget: str, sources: Sequence[str | Path] = ()
         machine = {"hardware": words, "tflops": rate, "date": parts._now()}
         files.write_json(saved, machine)
     ctx = parts.Context(out, b, found, Path(data) if data else None, device, machine["hardware"],
-                        tflops or machine["tflops"], say)
+                        tflops or machine["tflops"], say, Path(treebank) if treebank else None)
     done = {}
     for name in PARTS:
         make = {"attention": lambda c: parts.attention(c, done["translation"]),
@@ -92,6 +99,7 @@ def cost_runs(ctx: parts.Context, done: dict[str, dict[str, Any]]) -> list[Path]
     """The runs Table 2 costs: the translation model, Table 3's rows trained here, the parser's runs."""
     runs = [Path(done["translation"]["run"])]
     runs += sorted(p.parent for p in (ctx.part_dir("table3") / "study").glob("*/run/config.json"))
-    if "parser" in ctx.sources:
-        runs += parser_runs(ctx.sources["parser"])
+    for folder in (ctx.sources.get("parser"), ctx.part_dir("table4")):
+        if folder and folder.is_dir():
+            runs += parser_runs(folder)
     return runs

@@ -38,6 +38,7 @@ class Context:
     hardware: str  # what the parts made here run on, in words
     tflops: float  # sustained TFLOPS per device for Table 2's cost
     say: Say = print
+    treebank: Path | None = None  # a folder with train.trees and dev.trees to train the parser on
 
     def part_dir(self, name: str) -> Path:
         return self.out / "parts" / name
@@ -345,12 +346,13 @@ def table4(ctx: Context) -> dict[str, Any]:
     ref = "\n".join(f"| {who} | {data} | {f1} |" for who, data, f1 in paper.TABLE4)
     paper_md = f"WSJ section 23 F1:\n\n| parser | training | F1 |\n|---|---|---|\n{ref}"
     wsj, semi = (f1 for who, data, f1 in paper.TABLE4 if who.startswith("Transformer"))
-    given = ctx.sources.get("parser")
+    given = ctx.sources.get("parser") or (train_parser(ctx) if ctx.treebank else None)
     if not given:
         return {"title": "Table 4: English constituency parsing", "paper": paper_md, "not_run": True,
                 "command": "aiayn train --config configs/ptb-parse.yaml --out runs/ptb; aiayn parse ...; aiayn "
                            "evaluate --task parse (configs/ptb-parse.yaml has every step)",
-                "ours": "Not run by this report: give --from a parser results folder (its eval.log).",
+                "ours": "Not run by this report: give --treebank (train.trees, dev.trees) to train one, or --from a "
+                        "parser results folder (its eval.log).",
                 "verdict": f"No parser result to compare with the paper's {wsj} (WSJ only) and {semi} "
                            "(semi-supervised)."}
     systems = parser_systems(given)
@@ -363,7 +365,8 @@ def table4(ctx: Context) -> dict[str, Any]:
                      f"{s.get('precision', float('nan')):.2f} | `{s['command']}` |" for s in systems)
     ratio = (f" ({paper.TABLE4_TRAIN_SENTENCES['WSJ only, discriminative'] / max(sizes):.0f}x fewer than the "
              "paper's ~40K)") if sizes else ""
-    return {**_reused(given, "not recorded in eval.log (see the folder's notes)"),
+    made = given == ctx.part_dir("table4")
+    return {**({} if made else _reused(given, "not recorded in eval.log (see the folder's notes)")),
             "title": "Table 4: English constituency parsing", "paper": paper_md, "systems": systems,
             "command": "aiayn parse ... then aiayn evaluate --task parse (each system's command below; "
                        f"{given}/eval.log)",
@@ -374,6 +377,46 @@ def table4(ctx: Context) -> dict[str, Any]:
                        f"{wsj - best['f1']:.1f} below the paper's WSJ-only {wsj} and {semi - best['f1']:.1f} below its "
                        f"semi-supervised {semi}, trained on our {trees}-tree sample{ratio} with a smaller model "
                        "(configs/ptb-parse.yaml); the dev trees are not section 23, so the gap is indicative only."}
+
+
+def train_parser(ctx: Context) -> Path:
+    """The parser trained on --treebank as configs/ptb-parse.yaml trains it (at the budget's size): prepare-parse,
+    train (resumed if interrupted), average, parse the dev sentences, score them; into OUT/parts/table4/ laid out
+    as a parser results folder (eval.log as benchmarks' eval scripts write it, the run beside it)."""
+    from aiayn import checkpoint as ckpt
+    from aiayn.config import ModelConfig
+    from aiayn.metrics.evalb import parse_report, score_parses
+    from aiayn.parsing.parse import Parser
+    from aiayn.parsing.prepare import prepare_parse
+    from aiayn.parsing.trees import iter_tree_strings
+    from aiayn.search import SearchConfig
+    from aiayn.train import TrainConfig, resume, train
+    from aiayn.translate import Translator
+
+    o, folder = ctx.budget.parser, ctx.part_dir("table4")
+    data, run = folder / "data", folder / "run"
+    prepare_parse(ctx.treebank / "train.trees", data, ctx.treebank / "dev.trees", vocab_size=o["vocab_size"],
+                  leaves="words")
+    if rundir.is_run(run):
+        summary = resume(run, progress=False)
+    else:
+        tc = TrainConfig.from_dict({**o["train"], "device": ctx.device})
+        summary = train(data, run, ModelConfig.preset(o["preset"], **o["model"]), tc, progress=False)
+    if summary["interrupted_by"] is not None:
+        raise KeyboardInterrupt
+    paths = rundir.checkpoint_paths(run)[-o["average_last"]:]
+    ckpt.save_weights(run / rundir.AVERAGED, *ckpt.average_checkpoints(paths))
+    sentences = files.read_lines(data / "valid.src.txt")[:o["dev_sentences"]]
+    gold = list(iter_tree_strings(files.iter_lines(ctx.treebank / "dev.trees")))[:len(sentences)]
+    t0 = time.time()
+    search = SearchConfig(beam=o["beam"], alpha=o["alpha"], max_len_a=1.0, max_len_b=300)
+    trees = [t[0][0] if t else "" for t in Parser(Translator.load(run, search)).parse_nbest(sentences)]
+    seconds = time.time() - t0
+    files.write_text(folder / "dev.trees", "\n".join(trees) + "\n")
+    command = f"aiayn parse --checkpoint {run} --beam {o['beam']} --alpha {o['alpha']}"
+    files.write_text(folder / "eval.log", f"== {o['preset']}-avg{len(paths)} ({seconds:.0f} s to decode): {command}\n"
+                     + parse_report(score_parses(trees, gold)))
+    return folder
 
 
 def _dev_trees(folder: Path) -> str:

@@ -6,7 +6,8 @@ import re
 from pathlib import Path
 
 from aiayn import rundir
-from aiayn.errors import DataError, UsageError
+from aiayn.data.folder import read_meta
+from aiayn.errors import DataError, UsageError, UserError
 from aiayn.experiments.table3.plan import PLAN, RESULT
 from aiayn.experiments.table3.rows import ROWS
 
@@ -79,11 +80,15 @@ def parser_runs(folder: Path) -> list[Path]:
 
 
 def training_pairs(run: Path) -> int | None:
-    """The training-set size a run's output reports ("3,500 training pairs"), None if it kept no such line."""
+    """The training-set size a run's output reports ("3,500 training pairs"), else its prepared data's; None if
+    neither is there."""
     for name in ("train.log", "worker.log"):
         if (run / name).is_file():
             with open(run / name, encoding="utf-8", errors="replace") as f:
                 for line in f:
                     if m := re.search(r"([\d,]+) training pairs", line):
                         return int(m[1].replace(",", ""))
-    return None
+    try:  # else the prepared data's count, if the data are still where the run was trained
+        return read_meta(rundir.read_config(run)["data"])["splits"]["train"]["kept"]
+    except (UserError, OSError, KeyError):
+        return None
