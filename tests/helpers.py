@@ -5,6 +5,7 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
+import pytest
 import torch
 
 from aiayn import checkpoint as ckpt
@@ -33,3 +34,21 @@ def save_run(model: Transformer, vocab_model: Path, run: Path, step: int = 10) -
     ckpt.save_weights(rundir.step_checkpoint_path(run, step), model.state_dict(), model.cfg, step)
     shutil.copyfile(vocab_model, run / "vocab.model")
     return run
+
+
+CHROMIUM, CHROMEDRIVER = Path("/usr/bin/chromium"), Path("/usr/bin/chromedriver")
+
+
+def browser():
+    """Headless Chromium driven by Selenium (skips where they are not installed)."""
+    if not CHROMIUM.exists() or not CHROMEDRIVER.exists():
+        pytest.skip("chromium / chromedriver not installed (apt-get install chromium chromium-driver)")
+    webdriver = pytest.importorskip("selenium.webdriver")
+    from selenium.webdriver.chrome.service import Service
+
+    options = webdriver.ChromeOptions()
+    options.binary_location = str(CHROMIUM)
+    for arg in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+                "--window-size=1200,1400"):
+        options.add_argument(arg)
+    return webdriver.Chrome(service=Service(str(CHROMEDRIVER)), options=options)

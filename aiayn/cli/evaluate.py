@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import re
 from pathlib import Path
 
 from aiayn.checkpoint import load_for_inference
@@ -26,20 +25,17 @@ def _guess_lang(ref: str) -> str:
 
 
 def _evaluate_parse(args: argparse.Namespace) -> int:
-    from aiayn.metrics.evalb import COLLINS, evalb, with_gold_tags
+    from aiayn.metrics.evalb import parse_report, score_parses
 
     if not (args.hyp and args.ref) or len(args.hyp) > 1:
         raise UsageError("--task parse needs one --hyp TREES and --ref GOLD_TREES (one bracketed tree per line)")
     refs = read_lines(args.ref)
     hyps = _aligned(args.hyp[0], refs, args.ref)
-    # PTB's outer empty bracket "( (S ...) )" is TOP, which COLLINS.prm deletes
-    hyps, refs = ([re.sub(r"^\s*\(\s*\(", "(TOP (", line) for line in lines] for lines in (hyps, refs))
     try:
-        result = evalb(refs, [with_gold_tags(h, r) for h, r in zip(hyps, refs)], COLLINS)
+        result = score_parses(hyps, refs)
     except ValueError as e:
         raise DataError(f"{args.hyp} / {args.ref}: {e}") from None
-    print(f"parse F1        {result.all.f1:6.2f}  (labelled brackets, EVALB COLLINS.prm; POS tags taken from --ref)")
-    print(result.summary(), end="")
+    print(parse_report(result), end="")
     return 0
 
 

@@ -310,23 +310,30 @@ def render_html(data: dict) -> str:
     """One self-contained page (inline CSS, JS and data; no network) showing `data`."""
     # Inside <script>, "</" would end the element early (tokens include "</s>"): JSON's \u003c escape avoids it.
     payload = json.dumps(data, ensure_ascii=False, separators=(",", ":")).replace("<", "\\u003c")
-    return f"""<!doctype html>
-<html lang="en">
-<head>
-<meta charset="utf-8">
-<meta http-equiv="Content-Security-Policy" content="{CSP}">
-<meta name="viewport" content="width=device-width, initial-scale=1">
-<title>Attention: {html.escape(data["src"])}</title>
-{view_template()}
-</head>
-<body>
-<div id="attention"></div>
+    body = f"""<div id="attention"></div>
 <script type="application/json" id="attention-data">{payload}</script>
 <script>
 renderAttention(document.getElementById("attention"),
                 JSON.parse(document.getElementById("attention-data").textContent));
 </script>
-</body>
+"""
+    return offline_page(f"Attention: {data['src']}", CSP, view_template(), body)
+
+
+def offline_page(title: str, csp: str, head: str, body: str) -> str:
+    """An HTML page whose Content-Security-Policy `csp` says what it may load (here: nothing from the network);
+    `head` and `body` are inserted as they are, the title escaped."""
+    return f"""<!doctype html>
+<html lang="en">
+<head>
+<meta charset="utf-8">
+<meta http-equiv="Content-Security-Policy" content="{csp}">
+<meta name="viewport" content="width=device-width, initial-scale=1">
+<title>{html.escape(title)}</title>
+{head}
+</head>
+<body>
+{body}</body>
 </html>
 """
 
