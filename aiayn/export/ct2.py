@@ -54,8 +54,10 @@ DECODING_NOTES = """\
   can still win in aiayn. patience 1 (CTranslate2's default, fastest) can miss a longer, better hypothesis that
   aiayn finds; a large patience searches as long as aiayn does (to the length limit).
 * A target prefix is CTranslate2's `target_prefix` (the pieces, no EOS), and `no_repeat_ngram_size` its option of
-  that name. Sampling does not map: aiayn draws from a generator per input line (the same samples in any batch),
-  CTranslate2 from one per process."""
+  that name. Greedy outputs are the same; CTranslate2 leaves the prefix's log-probs out of a score (aiayn counts
+  them), so its scores differ and its beam search can rank, and so choose, differently.
+* Sampling does not map: aiayn draws from a generator per input line (the same samples in any batch), CTranslate2
+  from one per process."""
 
 
 def head_dim(cfg: ModelConfig) -> int:
