@@ -25,7 +25,7 @@ from aiayn import inference
 from aiayn.config import EOS_ID, PAD_ID, UNK_ID
 from aiayn.ensemble import Ensemble, check_same_vocabulary
 from aiayn.errors import UsageError
-from aiayn.search import PAPER_SEARCH, Constraint, Hypothesis, SearchConfig, search_function
+from aiayn.search import PAPER_SEARCH, Constraint, Hypothesis, SearchConfig, max_output_lengths, search_function
 
 
 def _warn(msg: str) -> None:
@@ -138,12 +138,13 @@ class Translator:
         return encode_sources(self.vocab, lines, self.max_input_len)
 
     def search_ids(self, sources: Sequence[list[int] | None], progress: bool = False,
-                   constraint: Constraint | None = None, prefixes: Sequence[list[int]] | None = None
-                   ) -> list[list[Hypothesis]]:
+                   constraint: Constraint | None = None, prefixes: Sequence[list[int]] | None = None,
+                   line_numbers: Sequence[int] | None = None) -> list[list[Hypothesis]]:
         """Search every source (ids with EOS; None = blank) in length-sorted batches; answers in input order.
         A blank source gets one empty hypothesis of score 0. `constraint` (see aiayn.search.Constraint, called with
         input line numbers) restricts what the search may generate. prefixes: per source, the word ids its
-        translations start with ([]: none). Sampling seeds each line by its input line number."""
+        translations start with ([]: none). Sampling seeds each source by its input line number: line_numbers[i]
+        (from 0; default i)."""
         cfg, search = self.cfg, self.search
         max_len = cfg.max_positions - 1 if cfg.positional == "learned" else None  # BOS + words < table size
         results: list[list[Hypothesis]] = [[Hypothesis([], 0.0, [])] for _ in sources]
@@ -166,7 +167,7 @@ class Translator:
                 on_lines = None
                 if constraint is not None:  # the constraint sees input line numbers, not batch rows
                     on_lines = partial(_on_lines, constraint, torch.tensor(idx, device=self.device))
-                lines = torch.tensor(idx)
+                lines = torch.tensor(idx if line_numbers is None else [line_numbers[i] for i in idx])
                 hyps = decode(self.model, src.to(self.device), search, max_len, on_lines,
                               prefixes=prefixes and [prefixes[i] for i in idx], lines=lines)
                 for i, h in zip(idx, hyps):  # empty only if the model gave EOS probability 0 at the limit
@@ -174,6 +175,20 @@ class Translator:
                 bar.update(len(idx))
         bar.close()
         return results
+
+    def check_prefixes(self, sources: Sequence[list[int] | None], prefixes: Sequence[list[int]]) -> None:
+        """A UsageError naming the first line whose prefix is longer than its translation may be (before searching:
+        the server checks a request before queuing it)."""
+        for n, (source, words) in enumerate(zip(sources, prefixes), 1):
+            if source is None or not words:
+                continue
+            most = int(max_output_lengths(torch.tensor([source]), self.search.max_len_a, self.search.max_len_b,
+                                          self.search.min_len))
+            if self.cfg.positional == "learned":
+                most = min(most, self.cfg.max_positions - 1)
+            if len(words) > most:
+                raise UsageError(f"input line {n}: its prefix has {len(words)} words, more than the {most} its "
+                                 "translation may have (--max-len-a, --max-len-b)")
 
     def translate_nbest(self, lines: Sequence[str], progress: bool = False,
                         prefixes: Sequence[str] | None = None) -> list[list[Translation]]:
