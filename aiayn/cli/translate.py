@@ -18,7 +18,7 @@ from aiayn.errors import UsageError
 from aiayn.extras import require
 from aiayn.files import atomic_text_output, check_output_path, read_lines
 from aiayn.runtime import resolve_device
-from aiayn.translate import Translator
+from aiayn.translate import Translator, split_prefixes
 
 
 def run(args: argparse.Namespace) -> int:
@@ -37,6 +37,9 @@ def run(args: argparse.Namespace) -> int:
         translator = Translator.load(args.checkpoint, search, args.weights, device=resolve_device(args.device),
                                      batch_size=args.batch_size, max_input_len=args.max_input_len)
     lines = read_lines(args.input)  # a bad byte names the file (or stdin) and the line
+    lines, prefixes = split_prefixes(lines, read_lines(args.prefix) if args.prefix else None)  # source<TAB>prefix
+    if prefixes is not None and args.print_alignment:
+        raise UsageError("target prefixes (a tab-separated column or --prefix) do not work with --print-alignment")
     progress = args.input not in (None, "-") and not args.no_progress
     tails = None  # per hypothesis, what follows its text: " ||| alignment" with --print-alignment
     if args.engine == "ct2":  # an exported CTranslate2 folder; the search flags map as aiayn.export.ct2 says
@@ -44,14 +47,15 @@ def run(args: argparse.Namespace) -> int:
 
         ct2 = CT2Translator(args.checkpoint[0], device=resolve_device(args.device).type,
                             compute_type=CT2Translator.COMPUTE_TYPES[args.weights])
-        nbests = ct2.translate_nbest(lines, search, batch_size=args.batch_size, max_input_len=args.max_input_len)
+        nbests = ct2.translate_nbest(lines, search, batch_size=args.batch_size, max_input_len=args.max_input_len,
+                                     prefixes=prefixes)
     elif args.print_alignment:  # word alignments from cross-attention, Marian/OpenNMT style: text ||| 0-0 1-2 ...
         from aiayn.viz.alignment import format_alignment, translate_with_alignment
 
         nbests, alignments = translate_with_alignment(translator, lines, args.alignment_layer, progress=progress)
         tails = [[" ||| " + format_alignment(pairs) for pairs in line] for line in alignments]
     else:
-        nbests = translator.translate_nbest(lines, progress=progress)
+        nbests = translator.translate_nbest(lines, progress=progress, prefixes=prefixes)
     with atomic_text_output(args.output) as out:  # a file appears complete or not at all
         for n, hyps in enumerate(nbests):
             tail = tails[n] if tails else [""] * len(hyps)
@@ -87,7 +91,10 @@ def register(sub) -> None:
     p.add_argument("--alignment-layer", type=non_negative_int, default=None,
                    help="decoder layer whose cross-attention gives the alignment, from 0 (default: the top one, the "
                         "best on our Multi30k model; docs/attention.md)")
-    add_search_args(p)
+    p.add_argument("--prefix", help="target prefixes, one per input line (an empty line: none): each translation "
+                                    "starts with its line's pieces and the search goes on from there; or give "
+                                    "them as a second input column, source<TAB>prefix")
+    add_search_args(p, sampling=True)
     add_weights_arg(p)
     add_device_arg(p, default="cpu")
     add_progress_arg(p)

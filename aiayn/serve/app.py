@@ -34,6 +34,7 @@ from fastapi_offline import FastAPIOffline
 from starlette.exceptions import HTTPException
 
 import aiayn
+from aiayn.errors import UsageError
 from aiayn.serve.access import AccessConfig, install_access
 from aiayn.serve.batcher import BatchConfig, Batcher, QueueFull, RequestTimeout
 from aiayn.serve.bodies import ApiError, body_schema, check_text, read_body, validate
@@ -97,7 +98,15 @@ async def translate(request: Request) -> TranslateResponse:
         raise ApiError(422, f"alternatives {req.alternatives} is more than this server's beam "
                             f"{server.translator.search.beam} allows (at most {most})", limit="max_alternatives",
                        max=most)
-    nbests = await server.batcher.submit(texts, nbest=req.alternatives + 1)
+    prefixes = None if req.prefix is None else [req.prefix] if isinstance(req.prefix, str) else req.prefix
+    if prefixes is not None and (isinstance(req.prefix, str) != isinstance(req.q, str) or len(prefixes) != len(texts)):
+        raise ApiError(422, f"prefix must be like q: a string for a string q, a list of {len(texts)} for a list of "
+                            f"{len(texts)}")
+    try:
+        nbests = await server.batcher.submit(texts, nbest=req.alternatives + 1, options=req.search_options(),
+                                             prefixes=prefixes)
+    except UsageError as e:  # a search option that does not fit (top_k without sampling), a prefix too long or UNK
+        raise ApiError(422, str(e)) from None
     best = [hs[0].text for hs in nbests]
     alts = [[h.text for h in hs[1:]] for hs in nbests] if req.alternatives else None
     scores = [[h.score for h in hs] for hs in nbests]
@@ -245,7 +254,8 @@ def _openapi(app: FastAPI, server: Server):
     narrow = {"q": {"maxLength": limits.max_chars, "minLength": 1, "maxItems": limits.max_texts, "minItems": 1},
               "translation": {"maxLength": limits.max_chars, "minLength": 1},
               "source": {"enum": ["auto", pair.source]}, "target": {"enum": [pair.target]},
-              "alternatives": {"maximum": server.max_alternatives}}
+              "alternatives": {"maximum": server.max_alternatives},
+              "prefix": {"maxLength": limits.max_chars, "maxItems": limits.max_texts}}
 
     def openapi() -> dict:
         if app.openapi_schema is None:
