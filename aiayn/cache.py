@@ -1,8 +1,10 @@
 """The decoder's incremental state (section 3.2.3's masked self-attention, decoded one position at a time): what
 step t needs from steps < t, so that a step costs one position's work instead of the whole prefix's.
 
-    LayerCache     one decoder layer's self-attention keys/values (two layouts, below) and cross-attention keys/values
+    LayerCache     one decoder layer's self-attention keys/values (two layouts, below) and cross-attention keys/values;
+                   `attend` runs a step of that layer's MultiHeadAttention on them
     DecoderCache   every layer's, and the position reached; `reorder` follows beam search's choices
+    by_sentence    cross-attention of g decoder rows (beams) per source sentence against its keys kept once
 
 Incremental decoding equals full decoding of the same prefixes (tests/test_model.py, tests/test_cache.py).
 """
@@ -36,6 +38,22 @@ class LayerCache:
     time_major: bool | None = None  # None: chosen at the first step as above
     cross_k: Tensor | None = None  # (B, h, S, dk)
     cross_v: Tensor | None = None  # (B, h, S, dv)
+
+    def attend(self, attention, q: Tensor, source: Tensor, mask: Tensor | None, is_causal: bool) -> Tensor:
+        """One decoding step of `attention`, this layer's self- or cross-attention (a model.MultiHeadAttention): its
+        queries q (N, h, n, dk) over the keys/values of source and the earlier steps -> heads (N, h, n, dv).
+        Self-attention: source (N, n, D) holds the new positions, appended to the cached ones. Cross-attention: the
+        keys/values of the memory source (B, S, D) are computed at the first step only, and the N = B * g rows
+        attend to them g per sentence (`by_sentence`)."""
+        decoding = not attention.training
+        if attention.self_attention:
+            k, v = self.append(*attention.keys_values(source))  # (N, h, t+n, dk), (N, h, t+n, dv)
+            mask, is_causal = _last_positions(q, k, mask, is_causal)
+            return attention.attention(q, k, v, mask, is_causal, decoding)
+        if self.cross_k is None:  # made contiguous once: otherwise every step's matmul copies them again
+            k, v = attention.keys_values(source)
+            self.cross_k, self.cross_v = k.contiguous(), v.contiguous()
+        return by_sentence(attention.attention, q, self.cross_k, self.cross_v, mask, is_causal, decoding)
 
     def append(self, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
         """Add this step's keys k (N, h, n, dk) and values v (N, h, n, dv); return those of all `length` positions
@@ -74,6 +92,34 @@ class LayerCache:
         if sentences is not None and self.cross_k is not None:
             self.cross_k = self.cross_k.index_select(0, sentences)
             self.cross_v = self.cross_v.index_select(0, sentences)
+
+
+def _last_positions(q: Tensor, k: Tensor, mask: Tensor | None, is_causal: bool) -> tuple[Tensor | None, bool]:
+    """(mask, is_causal) for queries q (N, h, n, dk) that are the last n of the m positions of keys k (N, h, m, dk):
+    a causal step of several new positions gets an explicit mask, since torch's fused kernel aligns is_causal to the
+    first positions; a single new position sees every cached one and needs none."""
+    n, m = q.size(2), k.size(2)
+    if not is_causal or n == m:
+        return mask, is_causal
+    if n == 1:
+        return mask, False
+    return torch.ones(n, m, dtype=torch.bool, device=q.device).tril(m - n), False  # (n, m): query i sees <= m-n+i
+
+
+def by_sentence(attention, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, is_causal: bool,
+                decoding: bool) -> Tensor:
+    """attention(q, k, v, ...) for q (B*g, h, n, dk) holding g decoder rows (beams) per source sentence of keys
+    k (B, h, S, dk) and values v (B, h, S, dv), sentence-major: the g*n queries of a sentence attend to its keys
+    together, so the keys are neither copied per row nor read once per row. -> (B*g, h, n, dv)."""
+    b, group = k.size(0), q.size(0) // k.size(0)
+    if group * b != q.size(0):
+        raise ValueError(f"{q.size(0)} decoder rows do not group evenly over {b} source sentences")
+    if group == 1:
+        return attention(q, k, v, mask, is_causal, decoding)
+    _, h, n, dk = q.shape
+    q = q.view(b, group, h, n, dk).transpose(1, 2).reshape(b, h, group * n, dk)  # (B*g, h, n) -> (B, h, g*n)
+    out = attention(q, k, v, mask, is_causal, decoding)  # (B, h, g*n, dv)
+    return out.view(b, h, group, n, -1).transpose(1, 2).reshape(b * group, h, n, -1)  # (B*g, h, n, dv)
 
 
 def _rows_into(buf: Tensor, rows: Tensor, length: int, spares: dict) -> Tensor:

@@ -3,7 +3,7 @@
     save_weights / load_weights     model weights as safetensors, the model config in the file's metadata
     read_header / check_shapes      what a checkpoint says about itself, validated before any tensor is allocated
     save_checkpoint / load_trainer_state   a step checkpoint: trainer state (optimizer, step, data position, fp16's
-                                    loss scaler) beside the weights
+                                    loss scaler, the best dev evaluation) beside the weights
     load_for_inference              a run directory or checkpoint file -> model, vocabulary, config
     average_checkpoints             the paper's averaging of the last checkpoints
 
@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import torch
 from safetensors import SafetensorError
@@ -23,8 +24,8 @@ from safetensors.torch import load_file, safe_open, save_file
 
 from aiayn import rundir
 from aiayn.config import ModelConfig
-from aiayn.errors import CheckpointError, UserError
-from aiayn.files import atomic_write
+from aiayn.errors import CheckpointError, DataError, UserError
+from aiayn.files import atomic_write, sha256_file
 
 # ---------------------------------------------------------------------------------------------------------
 # Weights.
@@ -131,7 +132,11 @@ def load_trainer_state(weights_path: Path) -> dict:
           and isinstance(trainer.get("step"), int) and trainer["step"] >= 0
           and isinstance(trainer.get("best_dev_loss"), float) and isinstance(trainer.get("train_seconds"), float)
           # the loss scaler (empty unless fp16) and its skip count: absent from checkpoints older than fp16
-          and isinstance(trainer.get("scaler", {}), dict) and isinstance(trainer.get("overflow_skips", 0), int))
+          and isinstance(trainer.get("scaler", {}), dict) and isinstance(trainer.get("overflow_skips", 0), int)
+          # the best dev evaluation and the evaluations since (absent from checkpoints older than early stopping)
+          and isinstance(trainer.get("early_stopping", {}), dict)
+          and set(trainer.get("early_stopping") or ("best", "best_step", "evals_since_best")) == {
+              "best", "best_step", "evals_since_best"})
     if not ok:
         raise CheckpointError(f"trainer state {path} lacks the optimizer, sampler, step, best_dev_loss or "
                               f"train_seconds entry (or one, or the scaler, has the wrong type); delete "
@@ -176,3 +181,46 @@ def average_checkpoints(paths: list[Path]) -> tuple[dict[str, torch.Tensor], Mod
         for k, v in state.items():
             total[k] = total[k] + v.double() if k in total else v.double()
     return {k: (v / len(paths)).to(torch.float32) for k, v in total.items()}, cfg0
+
+
+# ---------------------------------------------------------------------------------------------------------
+# A fine-tuning run's parent (--init-from).
+
+
+# What a fine-tuning run (--init-from) may change in its parent's model config: training settings, not weights.
+FINE_TUNE_FIELDS = ("dropout", "label_smoothing")
+
+
+def parent_checkpoint(init_from: Path) -> tuple[Path, ModelConfig]:
+    """--init-from RUN|CHECKPOINT -> (the checkpoint file: for a run its averaged, else best, else newest checkpoint,
+    as translate picks; its model config)."""
+    init_from = Path(init_from)
+    if not init_from.exists():
+        raise CheckpointError(f"--init-from {init_from}: no such run directory or checkpoint file")
+    path = rundir.inference_checkpoint(init_from)
+    return path, read_header(path)[1]
+
+
+def load_parent(model: torch.nn.Module, path: Path) -> None:
+    """The weights of a fine-tuning run's parent checkpoint into `model` (checked against its shapes first)."""
+    _, _, shapes = read_header(path)
+    check_shapes(path, model.cfg, shapes)
+    model.load_state_dict(load_weights(path)[0])
+
+
+def parent_record(checkpoint: Path) -> dict[str, Any]:
+    """What a fine-tuning run remembers of the checkpoint it started from: path, step (None for an average) and
+    SHA-256."""
+    step = read_header(checkpoint)[0].get("step")
+    return {"checkpoint": str(Path(checkpoint).resolve()), "step": None if step is None else int(step),
+            "sha256": sha256_file(checkpoint)}
+
+
+def check_parent_vocab(checkpoint: Path, data_vocab: Path) -> None:
+    """Refuse to fine-tune a checkpoint on data prepared with another vocabulary: its token ids mean other pieces."""
+    parent_vocab = rundir.find_vocab(checkpoint)
+    ours, theirs = sha256_file(parent_vocab)[:12], sha256_file(data_vocab)[:12]
+    if ours != theirs:
+        raise DataError(f"the data's vocabulary {data_vocab} (sha256 {theirs}) is not the one {checkpoint} was "
+                        f"trained with, {parent_vocab} (sha256 {ours}); a fine-tuned model keeps its parent's token "
+                        f"ids: prepare the new data with `aiayn prepare --vocab {parent_vocab} ...`")

@@ -13,7 +13,7 @@ reference it is tested against (tests/test_fast.py). Why each was kept, with its
     bound_kernel_cache                 oneDNN's and ideep's per-shape caches of 1,024 entries (memory only, no numerics)
 
 The fused label-smoothed loss is a fast path too; it lives in aiayn/losses.py beside its reference formula. The
-weight formats of decoding (bf16, int8, packed weights) live in aiayn/inference.py, beside the model they equal.
+weight formats of decoding (bf16, int8, prepacked weights) live in aiayn/inference.py, beside the model they equal.
 """
 
 from __future__ import annotations
@@ -57,10 +57,12 @@ class LayerNorm(nn.LayerNorm):
     inside, returning bf16 (as fairseq's and Megatron's 16-bit training do). Training learns alike and runs faster
     on CPU. On GPUs it is nn.LayerNorm: there it helped large eager steps but slowed launch-bound ones (two more
     kernels a call) and compiled ones. Measurements: docs/speed.md.
-    Outside autocast: nn.LayerNorm. `autocast_output = False` (set_layer_norm_output) makes it nn.LayerNorm
-    everywhere: the other side of an A/B measurement."""
+    Outside autocast: nn.LayerNorm. autocast_output=False (or set_layer_norm_output on a model; `aiayn train
+    --layer-norm fp32`) makes it nn.LayerNorm everywhere: the other side of an A/B measurement."""
 
-    autocast_output: bool = True
+    def __init__(self, *args, autocast_output: bool = True, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.autocast_output = autocast_output
 
     def forward(self, x: Tensor) -> Tensor:
         device = x.device.type
@@ -85,13 +87,13 @@ def set_layer_norm_output(model: nn.Module, autocast: bool) -> nn.Module:
 # Attention kernel choice.
 
 
-def use_matmul_attention(q: Tensor, decoding: bool, need_weights: bool) -> bool:
-    """Whether MultiHeadAttention should run eq. 1 as two matmuls (model.scaled_dot_product_attention) rather than
-    torch's fused kernel: when the weights are wanted, and on the CPU for bf16 (torch's flash kernel is slower there,
-    with or without fp32 casts) and for decoding steps (a few queries per sentence; this also keeps the cache in the
-    autocast dtype). Everywhere else (fp32 training on CPU; GPUs, where a decoding step is bound by kernel launches
-    and the fused kernel is one launch against the matmul path's six) the fused kernel."""
-    return need_weights or (q.device.type == "cpu" and (decoding or q.dtype == torch.bfloat16))
+def use_matmul_attention(q: Tensor, decoding: bool) -> bool:
+    """Whether eq. 1 should run as two matmuls (model.scaled_dot_product_attention) rather than torch's fused kernel
+    (model.attention asks): on the CPU for bf16 (torch's flash kernel is slower there, with or without fp32 casts)
+    and for decoding steps (a few queries per sentence; this also keeps the cache in the autocast dtype). Everywhere
+    else (fp32 training on CPU; GPUs, where a decoding step is bound by kernel launches and the fused kernel is one
+    launch against the matmul path's six) the fused kernel."""
+    return q.device.type == "cpu" and (decoding or q.dtype == torch.bfloat16)
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -162,12 +164,10 @@ def bound_kernel_cache(capacity: int = KERNEL_CACHE) -> bool:
 
     Token-based batches give the projections a new (rows x columns) shape at almost every training step, and beam
     search at almost every decoding step; each cached kernel or plan holds memory, so with the default capacities
-    a process grew for as long as it ran: a bf16 training of the quickstart's model reached 3.1 GB after 400 steps
-    with neither bounded, 1.7 GB with oneDNN's bounded, and 0.7 GB flat with both (1.3 GB and rising with ideep's
-    alone unbounded, after 120 steps); a serving worker grew 17-30 % in ten minutes. The bound cost no measurable
-    speed in training and ~4 % in decoding small groups (docs/speed.md, docs/serving.md). Both libraries read the
-    setting once, when they first need it, so call this before any kernel runs; returns False if a cache keeps
-    another capacity (a value the user set, or one set too late to tell)."""
+    a process (training, a serving worker) grew for as long as it ran, and bounding both keeps it flat; what that
+    saves and costs is measured in docs/speed.md and docs/serving.md. Both libraries read the setting once, when
+    they first need it, so call this before any kernel runs; returns False if a cache keeps another capacity (a
+    value the user set, or one set too late to tell)."""
     for name in KERNEL_CACHES:
         os.environ.setdefault(name, str(capacity))
     return all(os.environ[name] == str(capacity) for name in KERNEL_CACHES)

@@ -3,12 +3,12 @@
     WEIGHTS                     "fp32" (the model's own weights), "bf16" (a copy converted once: autocast would cast
                                 the weights again at every step), "int8" (every projection dynamically quantized:
                                 int8 weights, one scale per output channel, the input quantized per batch; CPU)
-    DecodingTransformer         a Transformer in one of those formats, `packed` or not; the same modules and maths
+    DecodingTransformer         a Transformer in one of those formats, `prepacked` or not; the same modules and maths
     decoding_copy(model, ...)   the trained model -> a DecodingTransformer (the model passed in is left as it was,
                                 unless `consume`: then its tensors move into the copy or are freed as it is made)
     load(path, weights, ...)    a run directory or checkpoint -> (DecodingTransformer, vocabulary), converted with
                                 no second copy of the weights in memory at any time
-    PackedLinear                nn.Linear with its weight packed once for oneDNN's GEMM (CPU decoding)
+    PrepackedLinear             nn.Linear with its weight packed once for oneDNN's GEMM (CPU decoding)
 
 Each format equals the model it came from up to its arithmetic (tests/test_inference.py): LayerNorm, softmax and
 the log-softmax stay in fp32 (bf16: they accumulate in fp32); what each is worth in time: docs/speed.md.
@@ -43,11 +43,11 @@ def check_weights(weights: str) -> str:
 
 class DecodingTransformer(Transformer):
     """A Transformer as decoding runs it: its weights converted once to `weights` (fp32, bf16, int8), its projections
-    `packed` for oneDNN or not, and its tied output projection replaced by an equal one in the same format
+    `prepacked` for oneDNN or not, and its tied output projection replaced by an equal one in the same format
     (`output_projection`, a plain callable: it owns no state of its own, so the state dict is the model's)."""
 
     weights: str = "fp32"
-    packed: bool = False
+    prepacked: bool = False
     output_projection: Callable[[Tensor], Tensor] | None = None
 
     def output_logits(self, hidden: Tensor) -> Tensor:
@@ -56,10 +56,10 @@ class DecodingTransformer(Transformer):
         return super().output_logits(hidden)
 
 
-def _mark(q: nn.Module, weights: str, packed: bool) -> DecodingTransformer:
+def _mark(q: nn.Module, weights: str, prepacked: bool) -> DecodingTransformer:
     """Make `q`, a copy of a Transformer that is the caller's own, the DecodingTransformer it now is."""
     q.__class__ = DecodingTransformer  # a subclass with no state of nn.Module's own: the copy becomes one as it is
-    q.weights, q.packed = weights, packed
+    q.weights, q.prepacked = weights, prepacked
     return q.eval()
 
 
@@ -75,21 +75,21 @@ def _copy(model: nn.Module, tensors: str, linear: str = "kept") -> nn.Module:
     return copy.deepcopy(model, memo)
 
 
-def decoding_copy(model: Transformer, weights: str = "fp32", packed: bool | None = None,
+def decoding_copy(model: Transformer, weights: str = "fp32", prepack: bool | None = None,
                   consume: bool = False) -> DecodingTransformer:
-    """The model to decode with, in eval mode, its weights in `weights` (WEIGHTS). packed (fp32 and bf16 on CPU;
-    None: wherever oneDNN runs them): every projection, the tied output projection included, becomes a PackedLinear.
+    """The model to decode with, in eval mode, its weights in `weights` (WEIGHTS). prepack (fp32 and bf16 on CPU;
+    None: wherever oneDNN runs them): every projection, the tied output projection included, becomes a PrepackedLinear.
     A DecodingTransformer already in that format is returned as it is. The model passed in is left as it was (fp32
-    unpacked shares its tensors), unless `consume` (its caller needs it no more): then the copy takes over its
+    not prepacked shares its tensors), unless `consume` (its caller needs it no more): then the copy takes over its
     tensors where they fit and frees each projection's weight as soon as it is converted, so that the process never
-    holds the weights twice (a model of 60M parameters: ~240 MB less peak memory in fp32)."""
-    q = _decoding_copy(model, check_weights(weights), packed, consume)
+    holds the weights twice."""
+    q = _decoding_copy(model, check_weights(weights), prepack, consume)
     if consume:
         release_freed_memory()  # the weights the conversion freed, which `keep_freed_memory` would keep
     return q
 
 
-def _decoding_copy(model: Transformer, weights: str, packed: bool | None, consume: bool) -> DecodingTransformer:
+def _decoding_copy(model: Transformer, weights: str, prepack: bool | None, consume: bool) -> DecodingTransformer:
     first = next(model.parameters())
     if weights == "bf16":
         warn_if_bf16_slow(first.device, "decode with --weights fp32 (or int8) here")
@@ -98,19 +98,19 @@ def _decoding_copy(model: Transformer, weights: str, packed: bool | None, consum
             return model
         return _int8_copy(model, consume)
     target = _DTYPE[weights]
-    if packed is None:
-        packed = first.device.type == "cpu" and _packing_works(target)
-    if isinstance(model, DecodingTransformer) and (model.weights, model.packed) == (weights, packed):
+    if prepack is None:
+        prepack = first.device.type == "cpu" and _prepacking_works(target)
+    if isinstance(model, DecodingTransformer) and (model.weights, model.prepacked) == (weights, prepack):
         return model
-    if packed:
-        return _packed_copy(model, weights, consume)
+    if prepack:
+        return _prepacked_copy(model, weights, consume)
     if first.dtype == target or consume:
-        return _mark(_copy(model, "shared").to(target), weights, packed=False)
-    return _mark(_copy(model, "copied").to(target), weights, packed=False)
+        return _mark(_copy(model, "shared").to(target), weights, prepacked=False)
+    return _mark(_copy(model, "copied").to(target), weights, prepacked=False)
 
 
 def load(path: str | Path, weights: str = "fp32", device: str | torch.device = "cpu",
-         packed: bool | None = None) -> tuple[DecodingTransformer, object]:
+         prepack: bool | None = None) -> tuple[DecodingTransformer, object]:
     """(decoding model, vocabulary) from a run directory (its averaged, else best, else newest checkpoint) or a
     checkpoint file. bf16 is converted in place first: the fp32 weights are not needed again."""
     from aiayn.checkpoint import load_for_inference
@@ -119,16 +119,16 @@ def load(path: str | Path, weights: str = "fp32", device: str | torch.device = "
     attention_without_shape_plans(torch.device(device))  # decoding meets a new shape at every step
     if check_weights(weights) == "bf16":
         model.to(torch.bfloat16)
-    return decoding_copy(model, weights, packed, consume=True), vocab
+    return decoding_copy(model, weights, prepack, consume=True), vocab
 
 
 # ---------------------------------------------------------------------------------------------------------
-# Packed weights (CPU): oneDNN's GEMM on a weight reordered once.
+# Prepacked weights (CPU): oneDNN's GEMM on a weight reordered once.
 
 
 @functools.cache
-def _packing_works(dtype: torch.dtype) -> bool:
-    """Whether this torch build and CPU run a PackedLinear in `dtype` (oneDNN's bf16 kernels, for one, need AVX-512
+def _prepacking_works(dtype: torch.dtype) -> bool:
+    """Whether this torch build and CPU run a PrepackedLinear in `dtype` (oneDNN's bf16 kernels, for one, need AVX-512
     or newer; builds for other architectures may lack the ops): tried once on a 2 x 2 layer."""
     if not torch.backends.mkldnn.is_available():
         return False
@@ -136,7 +136,7 @@ def _packing_works(dtype: torch.dtype) -> bool:
         layer = nn.Linear(2, 2).to(dtype)
         with torch.no_grad():
             x = torch.ones(1, 2, dtype=dtype)
-            return torch.allclose(PackedLinear(layer.weight, layer.bias)(x).float(), layer(x).float(), atol=1e-2)
+            return torch.allclose(PrepackedLinear(layer.weight, layer.bias)(x).float(), layer(x).float(), atol=1e-2)
     except (RuntimeError, NotImplementedError):
         return False
 
@@ -144,7 +144,7 @@ def _packing_works(dtype: torch.dtype) -> bool:
 ROWS_HINT = 256  # rows a decoder step multiplies (64 sentences x 4 beams): oneDNN picks its kernel for this
 
 
-class PackedLinear(nn.Module):
+class PrepackedLinear(nn.Module):
     """y = x W^T + b (nn.Linear) for decoding on CPU, with W packed once into oneDNN's blocked layout.
 
     `F.linear` hands the plain weight to the GEMM, which reorders it at every call: at a decoder step's few rows
@@ -164,7 +164,7 @@ class PackedLinear(nn.Module):
     def extra_repr(self) -> str:
         return f"in_features={self.in_features}, out_features={self.out_features}, bias={self.bias is not None}"
 
-    # The state dict holds nn.Linear's plain tensors, so a packed copy saves and loads as the model it came from.
+    # The state dict holds nn.Linear's plain tensors, so a prepacked copy saves and loads as the model it came from.
     def _save_to_state_dict(self, destination, prefix, keep_vars):
         destination[prefix + "weight"] = self.weight.to_dense()
         if self.bias is not None:
@@ -182,7 +182,7 @@ class PackedLinear(nn.Module):
             self.bias = state_dict[prefix + "bias"].to(self.bias.dtype).clone()
 
 
-class _PackedTiedProjection:
+class _PrepackedTiedProjection:
     """hidden -> logits with a packed copy of the (tied) embedding matrix; `pack` packs it again (after a
     load_state_dict)."""
 
@@ -191,27 +191,27 @@ class _PackedTiedProjection:
         self.pack()
 
     def pack(self) -> None:
-        self.linear = PackedLinear(self.embedding.weight, None)
+        self.linear = PrepackedLinear(self.embedding.weight, None)
 
     def __call__(self, hidden: Tensor) -> Tensor:
         return self.linear(hidden)
 
 
-def _packed_copy(model: nn.Module, weights: str, consume: bool = False) -> DecodingTransformer:
-    """A copy of `model` in `weights` whose nn.Linear layers, and tied output projection, are PackedLinear;
+def _prepacked_copy(model: nn.Module, weights: str, consume: bool = False) -> DecodingTransformer:
+    """A copy of `model` in `weights` whose nn.Linear layers, and tied output projection, are PrepackedLinear;
     consume: the other tensors are shared with `model` and its projections' weights freed one by one as they are
     packed (each freed block is then reused for the next packed weight)."""
     target = _DTYPE[weights]
     linears = [(name, m) for name, m in model.named_modules() if isinstance(m, nn.Linear)]
     q = _copy(model, "shared" if consume else "copied", linear="dropped").to(target)  # projections packed below
-    q = _mark(q, weights, packed=True)
+    q = _mark(q, weights, prepacked=True)
     for name, m in linears:
         parent, _, attr = name.rpartition(".")
         bias = None if m.bias is None else m.bias.to(target)
-        setattr(q.get_submodule(parent) if parent else q, attr, PackedLinear(m.weight.to(target), bias))
+        setattr(q.get_submodule(parent) if parent else q, attr, PrepackedLinear(m.weight.to(target), bias))
         if consume:
             m.weight = m.bias = None
-    q.output_projection = _PackedTiedProjection(q.embedding)
+    q.output_projection = _PrepackedTiedProjection(q.embedding)
     q.register_load_state_dict_post_hook(lambda module, _: module.output_projection.pack())
     return q
 
@@ -248,6 +248,6 @@ def _int8_copy(model: nn.Module, consume: bool = False) -> DecodingTransformer:
         warnings.simplefilter("ignore")
         q = quantize_dynamic(q, {nn.Linear: per_channel_dynamic_qconfig}, dtype=torch.qint8, inplace=True)
         projection = _Int8TiedProjection(q.embedding.weight)
-    q = _mark(q, "int8", packed=False)
+    q = _mark(q, "int8", prepacked=False)
     q.output_projection = projection
     return q

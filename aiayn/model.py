@@ -7,7 +7,7 @@ Notation (batch first everywhere):
     Ns, Nt  tokens of all source / target sentences of a packed batch (aiayn.packed: no padding)
 
 Reading guide, paper -> code:
-    3.2.1 scaled dot-product attention   -> `scaled_dot_product_attention` (or torch's fused kernel: aiayn.fast)
+    3.2.1 scaled dot-product attention   -> `scaled_dot_product_attention` (`attention`: it or torch's fused kernel)
     3.2.2 multi-head attention           -> `MultiHeadAttention`
     3.3   position-wise feed-forward     -> `FeedForward`
     3.1   encoder / decoder stacks       -> `EncoderLayer`, `DecoderLayer`, `Encoder`, `Decoder`
@@ -15,6 +15,7 @@ Reading guide, paper -> code:
     3.5   positional encoding            -> `sinusoidal_positions`
     5.4   residual dropout, post-norm    -> `SublayerConnection`
     packed batches (not in the paper)    -> `Transformer.encode_packed/decode_hidden_packed`, aiayn.packed
+    decoding a step at a time            -> `Transformer.decode` with a cache: aiayn.cache (keys/values, beam rows)
 
 Initialization (documented in docs/model.md): embeddings N(0, D^-0.5) with the pad row zeroed (as fairseq,
 so that embedding * sqrt(D) has unit scale and the tied output projection starts with unit-variance logits);
@@ -24,6 +25,7 @@ every projection (W^Q, W^K, W^V, W^O, W1, W2) Xavier-uniform, biases zero; Layer
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
@@ -32,7 +34,7 @@ from torch import Tensor, nn
 from aiayn.cache import DecoderCache, LayerCache
 from aiayn.config import PAD_ID, ModelConfig
 from aiayn.fast import Dropout, LayerNorm, use_matmul_attention
-from aiayn.packed import PackedMask, Sentences, use_varlen_attention, varlen_attention
+from aiayn.packed import PackedMask, Sentences, packed_attention
 
 # ---------------------------------------------------------------------------------------------------------
 # Pure functions: the paper's equations.
@@ -73,6 +75,20 @@ def causal_mask(n: int, device: torch.device | None = None) -> Tensor:
     return torch.ones(n, n, dtype=torch.bool, device=device).tril()
 
 
+# How MultiHeadAttention computes eq. 1: (q, k, v, mask, is_causal, decoding) -> (..., n, dv), `attention` below unless
+# something else is installed (aiayn.viz: a recorder of the weights). decoding: a step of incremental decoding.
+Attention = Callable[..., Tensor]
+
+
+def attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = None, is_causal: bool = False,
+              decoding: bool = False) -> Tensor:
+    """Eq. 1 by the kernel aiayn.fast.use_matmul_attention chooses for these inputs: `scaled_dot_product_attention`
+    (two matmuls, fp32 softmax) or torch's fused F.scaled_dot_product_attention (the same equation)."""
+    if use_matmul_attention(q, decoding):
+        return scaled_dot_product_attention(q, k, v, mask, is_causal)[0]
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=is_causal)
+
+
 # ---------------------------------------------------------------------------------------------------------
 # Modules.
 
@@ -81,7 +97,8 @@ class MultiHeadAttention(nn.Module):
     """MultiHead(Q, K, V) = Concat(head_1..head_h) W^O, head_i = Attention(Q W_i^Q, K W_i^K, V W_i^V).
 
     The h per-head projections of a role are one matrix (columns of head i at i*dk:(i+1)*dk). W^Q, W^K, W^V
-    are kept separate: one fused (D, 3D) projection was no faster (docs/speed.md).
+    are kept separate: one fused (D, 3D) projection was no faster (docs/speed.md). `attention` computes eq. 1 for
+    every head at once: `attention` below by default; aiayn.viz swaps in one that keeps the weights.
     """
 
     def __init__(self, d_model: int, n_heads: int, d_k: int, d_v: int, self_attention: bool):
@@ -92,90 +109,36 @@ class MultiHeadAttention(nn.Module):
         self.w_k = nn.Linear(d_model, n_heads * d_k)
         self.w_v = nn.Linear(d_model, n_heads * d_v)
         self.w_o = nn.Linear(n_heads * d_v, d_model)
-        self.record_attention = False  # set True to keep `last_attention` (B, h, n, m) for visualization
-        self.last_attention: Tensor | None = None
+        self.attention: Attention = attention
 
     def _split_heads(self, x: Tensor, width: int) -> Tensor:
         b, n, _ = x.shape
         return x.view(b, n, self.h, width).transpose(1, 2)  # (B, n, h*w) -> (B, h, n, w)
 
-    def _keys_values(self, source: Tensor) -> tuple[Tensor, Tensor]:
+    def keys_values(self, source: Tensor) -> tuple[Tensor, Tensor]:
+        """K W_i^K and V W_i^V of every head i: source (B, m, D) -> (B, h, m, dk), (B, h, m, dv)."""
         return self._split_heads(self.w_k(source), self.d_k), self._split_heads(self.w_v(source), self.d_v)
 
-    def forward(self, x: Tensor, memory: Tensor | None = None, mask: Tensor | None = None,
+    def forward(self, x: Tensor, memory: Tensor | None = None, mask: Tensor | PackedMask | None = None,
                 is_causal: bool = False, cache: LayerCache | None = None) -> Tensor:
-        """x (B, n, D) gives the queries; keys/values come from x (self) or memory (cross).
+        """x (B, n, D) gives the queries; keys/values come from x (self-attention) or memory (B, m, D) (cross).
 
-        mask: bool, broadcastable to (B, h, n, m), True = may attend. is_causal: self-attention over a full
-        target. cache: self-attention appends this step's keys/values; cross-attention computes them once.
-        In cross-attention x may hold g rows per memory sentence (N = B * g, sentence-major; see DecoderCache).
-        A PackedMask as mask: x (Nq, D) and memory (Nk, D) are packed sentences (`_forward_packed`).
-        """
+        mask: bool, broadcastable to (B, h, n, m), True = may attend. is_causal: no query sees a later position.
+        cache: decoding, a step at a time; it holds the earlier steps' keys/values (aiayn.cache).
+        A PackedMask as mask: x (Nq, D) and memory (Nk, D) are packed sentences (aiayn.packed)."""
+        source = x if self.self_attention else memory
         if isinstance(mask, PackedMask):
-            return self._forward_packed(x, x if memory is None else memory, mask, is_causal)
-        q = self._split_heads(self.w_q(x), self.d_k)  # (B, h, n, dk)
-        if self.self_attention:
-            k, v = self._keys_values(x)  # (B, h, n, dk), (B, h, n, dv)
-            if cache is not None:
-                if cache.length:  # a step of n > 1 new positions still may not see its own future
-                    is_causal = False if x.size(1) == 1 else is_causal
-                k, v = cache.append(k, v)  # (B, h, t+n, dk), (B, h, t+n, dv)
-        elif cache is not None and cache.cross_k is not None:
-            k, v = cache.cross_k, cache.cross_v
+            q, k, v = self.w_q(x), self.w_k(source), self.w_v(source)  # (Nq, h*dk), (Nk, h*dk), (Nk, h*dv)
+            return self.w_o(packed_attention(q, k, v, self.h, mask, is_causal, self.attention))  # (Nq, D)
+        q = self._split_heads(self.w_q(x), self.d_k)  # Q W_i^Q of every head i: (B, h, n, dk)
+        if cache is not None:
+            heads = cache.attend(self, q, source, mask, is_causal)  # (B, h, n, dv)
         else:
-            k, v = self._keys_values(memory)  # (B, h, S, dk), (B, h, S, dv)
-            if cache is not None:  # made contiguous once: otherwise every step's matmul copies them again
-                k, v = k.contiguous(), v.contiguous()
-                cache.cross_k, cache.cross_v = k, v
-        group = q.size(0) // k.size(0)  # decoder rows (beams) per source sentence, in cross-attention
-        if group * k.size(0) != q.size(0):
-            raise ValueError(f"{q.size(0)} decoder rows do not group evenly over {k.size(0)} source sentences")
-        if group > 1:  # the g queries of a sentence's rows attend to its keys together: (B*g, h, n) -> (B, h, g*n)
-            b, h, n, dk = q.shape
-            q = q.view(k.size(0), group, h, n, dk).transpose(1, 2).reshape(k.size(0), h, group * n, dk)
-        if is_causal and k.size(2) != q.size(2):  # queries are the last n of m positions
-            n, m = q.size(2), k.size(2)
-            mask = causal_mask(m, x.device)[m - n:]
-            is_causal = False
-
-        decoding = cache is not None and not self.training
-        if use_matmul_attention(q, decoding=decoding, need_weights=self.record_attention):
-            out, weights = scaled_dot_product_attention(q, k, v, mask, is_causal)
-            if self.record_attention:
-                self.last_attention = _ungroup(weights.detach(), group)
-        else:
-            out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=is_causal)
-        out = _ungroup(out, group)
-        b, h, n, dv = out.shape
-        out = out.transpose(1, 2).reshape(b, n, h * dv)  # (B, h, n, dv) -> (B, n, h*dv)
-        return self.w_o(out)
-
-    def _forward_packed(self, x: Tensor, source: Tensor, mask: PackedMask, is_causal: bool) -> Tensor:
-        """Queries from x (Nq, D), keys/values from source (Nk, D), each query within its own sentence: by the
-        variable-length flash kernel where it runs, else through the padded layout (aiayn.packed). Training only:
-        no cache, no recorded weights."""
-        q = self.w_q(x).view(-1, self.h, self.d_k)  # (Nq, D) -> (Nq, h, dk)
-        k = self.w_k(source).view(-1, self.h, self.d_k)  # (Nk, h, dk)
-        v = self.w_v(source).view(-1, self.h, self.d_v)  # (Nk, h, dv)
-        if use_varlen_attention(q, v):
-            out = varlen_attention(q, k, v, mask, is_causal)  # (Nq, h, dv)
-        else:
-            queries, keys = mask.queries, mask.keys
-            q, k, v = queries.pad(q), keys.pad(k), keys.pad(v)  # (B, h, Lq, dk), (B, h, Lk, dk), (B, h, Lk, dv)
-            key_mask = None if is_causal else keys.key_mask  # causal: no real query sees a later pad
-            if use_matmul_attention(q, decoding=False, need_weights=False):
-                out = queries.unpad(scaled_dot_product_attention(q, k, v, key_mask, is_causal)[0])  # (Nq, h, dv)
-            else:
-                out = queries.unpad(F.scaled_dot_product_attention(q, k, v, attn_mask=key_mask, is_causal=is_causal))
-        return self.w_o(out.reshape(-1, self.h * self.d_v))  # (Nq, h, dv) -> (Nq, h*dv) -> (Nq, D)
-
-
-def _ungroup(x: Tensor, group: int) -> Tensor:
-    """(B, h, g*n, w) -> (B*g, h, n, w): undo MultiHeadAttention's grouping of rows by source sentence."""
-    if group == 1:
-        return x
-    b, h, gn, w = x.shape
-    return x.view(b, h, group, gn // group, w).transpose(1, 2).reshape(b * group, h, gn // group, w)
+            k, v = self.keys_values(source)  # (B, h, m, dk), (B, h, m, dv)
+            heads = self.attention(q, k, v, mask, is_causal)  # head_i = Attention(Q W_i^Q, K W_i^K, V W_i^V)
+        b, h, n, dv = heads.shape
+        concat = heads.transpose(1, 2).reshape(b, n, h * dv)  # Concat(head_1..head_h): (B, h, n, dv) -> (B, n, h*dv)
+        return self.w_o(concat)  # (B, n, D)
 
 
 class FeedForward(nn.Module):

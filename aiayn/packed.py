@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import functools
 import inspect
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import torch
@@ -128,3 +128,25 @@ def varlen_attention(q: Tensor, k: Tensor, v: Tensor, mask: PackedMask, is_causa
     causal = {} if not is_causal else {"window_size": (-1, 0)} if _varlen_takes_window() else {"is_causal": True}
     return varlen_attn(q, k, v, mask.queries.cu_seqlens, mask.keys.cu_seqlens, mask.queries.max_len,
                        mask.keys.max_len, **causal)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# MultiHeadAttention over packed sentences.
+
+
+def packed_attention(q: Tensor, k: Tensor, v: Tensor, heads: int, mask: PackedMask, is_causal: bool,
+                     attention: Callable[..., Tensor]) -> Tensor:
+    """Every head's eq. 1 with each query within its own sentence: projected queries q (Nq, h*dk), keys k (Nk, h*dk),
+    values v (Nk, h*dv) -> (Nq, h*dv). By the variable-length flash kernel where it runs, else through the padded
+    layout with `attention` (MultiHeadAttention's padded eq. 1). Training only: no cache."""
+    q = q.view(-1, heads, q.size(-1) // heads)  # (Nq, h*dk) -> (Nq, h, dk)
+    k = k.view(-1, heads, k.size(-1) // heads)  # (Nk, h, dk)
+    v = v.view(-1, heads, v.size(-1) // heads)  # (Nk, h, dv)
+    if use_varlen_attention(q, v):
+        out = varlen_attention(q, k, v, mask, is_causal)  # (Nq, h, dv)
+    else:
+        queries, keys = mask.queries, mask.keys
+        q, k, v = queries.pad(q), keys.pad(k), keys.pad(v)  # (B, h, Lq, dk), (B, h, Lk, dk), (B, h, Lk, dv)
+        key_mask = None if is_causal else keys.key_mask  # causal: no real query sees a later pad
+        out = queries.unpad(attention(q, k, v, key_mask, is_causal))  # (Nq, h, dv)
+    return out.reshape(-1, heads * v.size(-1))  # (Nq, h, dv) -> (Nq, h*dv)

@@ -57,13 +57,16 @@ EXAMPLES = [
 def quickstart(out: Path, minutes: float = 12.0, preset: str = DEFAULT_PRESET, vocab_size: int | None = None,
                dtype: str = "auto", average_last: int = 1, beam: int = 4, progress: bool = True,
                model: dict | None = None, max_tokens: int | None = None, warmup: int = 400, lr_factor: float = 0.45,
-               alpha: float = 0.6, anneal: float = 0.3, max_steps: int = 0, device: str = "auto") -> dict:
+               alpha: float = 0.6, anneal: float = 0.3, max_steps: int = 0, device: str = "auto",
+               test_sentences: int | None = None, data: Path | None = None) -> dict:
     """Run the whole job into `out`; returns test BLEU, chrF, the sacreBLEU signature and the minutes taken (or
     {"interrupted_by": signal} if Ctrl-C/SIGTERM stopped the training). model: overrides of the preset's fields
     (e.g. {"dropout": 0.1}) on top of MODEL_DEFAULTS and the dtype's RECIPES shape; vocab_size, max_tokens (None: the
     dtype's RECIPES), warmup, lr_factor, anneal: the recipe (the recipe search varies them). max_steps > 0 trains
     for that many steps instead of `minutes`: the same model on any machine, however busy (the recipe search's
-    step-budgeted trials). device: where it trains and translates ("auto": a CUDA GPU when there is one)."""
+    step-budgeted trials). device: where it trains and translates ("auto": a CUDA GPU when there is one).
+    test_sentences: score the first N test sentences only (None: all). data: a prepared-data folder (train, valid,
+    test; e.g. Multi30k) instead of the built-in corpus, whose vocabulary then replaces vocab_size's."""
     out = Path(out)
     where = resolve_device(device)  # a clear error for a GPU that is not there, before anything is written
     dtype = resolve_dtype(dtype, where)  # bf16 only where this machine multiplies it natively
@@ -86,14 +89,11 @@ def quickstart(out: Path, minutes: float = 12.0, preset: str = DEFAULT_PRESET, v
     budget = f"{max_steps} steps" if by_steps else f"{minutes:g} minutes"
     search = SearchConfig(beam=beam, alpha=alpha)
     t0 = time.time()
-    print(f"[1/5] preparing the built-in English-Spanish Bible in {out / 'data'}", flush=True)
-    raw = builtin_corpus(out / "raw")
-    data_dir = out / "data"
-    prepare(*raw["train"], data_dir, vocab_size=vocab_size, valid=raw["valid"], test=raw["test"], languages=PAIR)
+    data_dir = _prepared(out, data, vocab_size)
 
     run = out / "run"
     summary = None
-    if not (run / "config.json").is_file():  # a new run (or one whose start was interrupted: train reuses it)
+    if not (run / rundir.CONFIG).is_file():  # a new run (or one whose start was interrupted: train reuses it)
         shape = (f"{cfg.n_enc_layers}+{cfg.n_dec_layers} layers, d_model {cfg.d_model}, d_ff {cfg.d_ff}, "
                  f"{cfg.n_heads} heads, {vocab_size:,} pieces, {max_tokens:,}-token batches")
         print(f"[2/5] training in {dtype} on {where}: {shape}; for {budget} into {run}", flush=True)
@@ -112,15 +112,10 @@ def quickstart(out: Path, minutes: float = 12.0, preset: str = DEFAULT_PRESET, v
               "same command again to finish it", flush=True)
         return {"interrupted_by": summary["interrupted_by"]}
 
-    paths = rundir.checkpoint_paths(run)[-average_last:]
-    what = "the last checkpoint" if len(paths) == 1 else f"the last {len(paths)} checkpoints"
-    print(f"[3/5] averaging {what} -> {run / rundir.AVERAGED}", flush=True)
-    state, cfg = ckpt.average_checkpoints(paths)
-    ckpt.save_weights(run / rundir.AVERAGED, state, cfg)
-
+    _average(run, average_last)
     # Decode in the dtype it trained in; fp16 (auto's pick on a GPU without bf16) has no decoding weights: fp32.
     translator = Translator.load(run, search, weights="fp32" if dtype == "fp16" else dtype, device=where)
-    scores = _translate_test(translator, data_dir, run, beam, progress)
+    scores = _translate_test(translator, data_dir, run, beam, progress, test_sentences)
     print("[5/5] example translations (English -> Spanish):")
     for en, hyp in zip(EXAMPLES, translator.translate(EXAMPLES)):
         print(f"      {en}\n   -> {hyp}")
@@ -137,6 +132,17 @@ done in {minutes_total:.1f} minutes. Everything is in {out}/. Next:
     return {**scores, **speed, "minutes": minutes_total, "interrupted_by": None}
 
 
+def _prepared(out: Path, data: Path | None, vocab_size: int) -> Path:
+    """Step 1: the built-in corpus prepared into OUT/data (reused if there), or the prepared-data folder given."""
+    if data is not None:
+        print(f"[1/5] using the prepared data in {data}", flush=True)
+        return Path(data)
+    print(f"[1/5] preparing the built-in English-Spanish Bible in {out / 'data'}", flush=True)
+    raw = builtin_corpus(out / "raw")
+    prepare(*raw["train"], out / "data", vocab_size=vocab_size, valid=raw["valid"], test=raw["test"], languages=PAIR)
+    return out / "data"
+
+
 def recipe(dtype: str, preset: str = DEFAULT_PRESET, model: dict | None = None, vocab_size: int | None = None,
            max_tokens: int | None = None) -> tuple[ModelConfig, int, int]:
     """The model config, vocabulary size and batch size the quickstart trains with in `dtype` (bf16 or fp32): the
@@ -148,11 +154,22 @@ def recipe(dtype: str, preset: str = DEFAULT_PRESET, model: dict | None = None, 
             chosen["max_tokens"] if max_tokens is None else max_tokens)
 
 
-def _translate_test(translator: Translator, data_dir: Path, run: Path, beam: int, progress: bool) -> dict:
-    """Step 4: translate the held-out book into run/test.hyp and score it; prints the scores and the speed."""
-    src_lines = (data_dir / "test.src.txt").read_text(encoding="utf-8").splitlines()
-    refs = (data_dir / "test.tgt.txt").read_text(encoding="utf-8").splitlines()
-    print(f"[4/5] translating the held-out Gospel of John ({len(src_lines)} verses, beam {beam})", flush=True)
+def _average(run: Path, last: int) -> None:
+    """Average the run's last `last` step checkpoints into its averaged checkpoint (what translate then loads)."""
+    paths = rundir.checkpoint_paths(run)[-last:]
+    what = "the last checkpoint" if len(paths) == 1 else f"the last {len(paths)} checkpoints"
+    print(f"[3/5] averaging {what} -> {run / rundir.AVERAGED}", flush=True)
+    state, cfg = ckpt.average_checkpoints(paths)
+    ckpt.save_weights(run / rundir.AVERAGED, state, cfg)
+
+
+def _translate_test(translator: Translator, data_dir: Path, run: Path, beam: int, progress: bool,
+                    n: int | None = None) -> dict:
+    """Step 4: translate the held-out book (its first n verses) into run/test.hyp and score it; prints the scores
+    and the speed."""
+    src_lines = (data_dir / "test.src.txt").read_text(encoding="utf-8").splitlines()[:n]
+    refs = (data_dir / "test.tgt.txt").read_text(encoding="utf-8").splitlines()[:n]
+    print(f"[4/5] translating {data_dir}'s test split ({len(src_lines)} sentences, beam {beam})", flush=True)
     t0 = time.time()
     hyps = translator.translate(src_lines, progress=progress)
     seconds = time.time() - t0
@@ -161,7 +178,7 @@ def _translate_test(translator: Translator, data_dir: Path, run: Path, beam: int
     bleu, chrf_score = corpus_bleu(hyps, refs), chrf(hyps, refs)
     print(f"      test BLEU {bleu.score:.1f}   chrF {chrf_score.score:.1f}\n      sacreBLEU {bleu.signature}\n"
           f"      {len(src_lines)} verses in {seconds:.0f} s ({len(src_lines) / seconds:.1f} sentences/s)")
-    return {"bleu": bleu.score, "chrf": chrf_score.score, "signature": bleu.signature,
+    return {"bleu": bleu.score, "chrf": chrf_score.score, "signature": bleu.signature, "test_sentences": len(refs),
             "translate_sentences_per_s": len(src_lines) / seconds}
 
 

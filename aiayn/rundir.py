@@ -3,11 +3,13 @@
 A run directory (written by `aiayn train`) holds everything to resume, evaluate and translate:
 
     RUN/config.json                                   model config, training config, the data it trains on (path,
-                                                      content digest) and the vocabulary's SHA-256
+                                                      content digest), the vocabulary's SHA-256 and, when
+                                                      fine-tuned (--init-from), its parent checkpoint (path, step,
+                                                      SHA-256)
     RUN/vocab.model                                   the shared SentencePiece vocabulary (copied from the data)
     RUN/checkpoints/step_00001000.safetensors         weights (model config in the safetensors metadata)
     RUN/checkpoints/step_00001000.state.pt            trainer state: optimizer, step, data position
-    RUN/checkpoint_best.safetensors                   lowest dev loss so far
+    RUN/checkpoint_best.safetensors                   best dev evaluation so far (--best-metric: loss, bleu, chrf)
     RUN/averaged.safetensors                          `aiayn average` output (translate prefers it)
     RUN/log.jsonl, RUN/tb/                            training/dev log lines; TensorBoard events
     RUN/train.lock                                    one writer per run: the trainer holds a lock on it (RunLock)
@@ -28,11 +30,12 @@ from pathlib import Path
 from typing import Any
 
 from aiayn import files
-from aiayn.data.folder import META_FILE, prepared_sha256
+from aiayn.data.folder import META_FILE, RUN_CONFIG, prepared_sha256
+from aiayn.data.vocab import MODEL_FILE
 from aiayn.errors import CheckpointError, DataError, UsageError
 
-CONFIG = "config.json"
-VOCAB = "vocab.model"
+CONFIG = RUN_CONFIG
+VOCAB = MODEL_FILE
 CHECKPOINT_DIR = "checkpoints"
 BEST = "checkpoint_best.safetensors"
 AVERAGED = "averaged.safetensors"
@@ -45,10 +48,27 @@ _STEP_RE = re.compile(r"step_(\d+)\.safetensors$")
 # config.json: what a run is.
 
 
-def run_record(model: dict[str, Any], train: dict[str, Any], data_dir: Path, vocab_path: Path) -> dict[str, Any]:
-    """What RUN/config.json holds: the model and training configs, and what the run trains on."""
-    return {"model": model, "train": train, "data": str(Path(data_dir).resolve()),
-            "data_sha256": prepared_sha256(data_dir), "vocab_sha256": files.sha256_file(vocab_path)}
+def run_record(model: dict[str, Any], train: dict[str, Any], data_dir: Path, vocab_path: Path,
+               parent: dict[str, Any] | None = None) -> dict[str, Any]:
+    """What RUN/config.json holds: the model and training configs, what the run trains on, and for a fine-tuning run
+    the checkpoint it started from (aiayn.checkpoint.parent_record)."""
+    record = {"model": model, "train": train, "data": str(Path(data_dir).resolve()),
+              "data_sha256": prepared_sha256(data_dir), "vocab_sha256": files.sha256_file(vocab_path)}
+    return record | ({"parent": parent} if parent else {})
+
+
+def check_parent(run_dir: Path, saved: dict[str, Any]) -> Path | None:
+    """The parent checkpoint of a fine-tuning run (None for a run from scratch), refused if it changed since the run
+    started."""
+    parent = saved.get("parent")
+    if parent is None:
+        return None
+    path = Path(parent["checkpoint"])
+    if not path.is_file() or files.sha256_file(path) != parent["sha256"]:
+        now = "another file now" if path.is_file() else "gone"
+        raise CheckpointError(f"{run_dir} was started from {path}, which is {now}; restore it, or start the "
+                              "fine-tuning again (aiayn train --init-from ...)")
+    return path
 
 
 def start(run_dir: Path, record: dict[str, Any], vocab_path: Path) -> None:

@@ -8,6 +8,7 @@ import contextlib
 import functools
 import os
 import platform
+import signal
 import sys
 import time
 from dataclasses import dataclass
@@ -249,10 +250,9 @@ def _cpu_ticks() -> tuple[int, int]:
 def attention_without_shape_plans(device: torch.device) -> None:
     """On a CUDA GPU, take cuDNN's attention out of what torch's scaled_dot_product_attention may pick (the flash and
     memory-efficient kernels remain). cuDNN builds an execution plan for every new shape of batch, forward and
-    backward, and real batches come in hundreds of shapes: on an H200 a quickstart whose steps each met a new shape
-    trained at ~10k target tokens/s, and one with 4x larger batches jumped from ~30k to ~250k once its epoch came
-    round and every shape had its plan (benchmarks/results/gpu-h200). AIAYN_CUDNN_ATTENTION=1 leaves
-    cuDNN in (a benchmark of one fixed shape, where the plan is built once)."""
+    backward, and real batches come in hundreds of shapes, so training runs slowly until every shape has its plan
+    (measured in docs/speed.md). AIAYN_CUDNN_ATTENTION=1 leaves cuDNN in (a benchmark of one fixed shape, where the
+    plan is built once)."""
     if device.type == "cuda" and os.environ.get("AIAYN_CUDNN_ATTENTION") != "1":
         torch.backends.cuda.enable_cudnn_sdp(False)
 
@@ -280,3 +280,22 @@ def setup_runtime(device: str = "auto", dtype: str = "fp32", threads: int = 0) -
     if owns:
         dist.init_process_group("nccl" if dev.type == "cuda" else "gloo")
     return Runtime(dev, rank, world, dtype, owns_group=owns, why_dtype=why)
+
+
+class StopOnSignal:
+    """Turns SIGINT/SIGTERM into a request to stop after the current update (so a checkpoint can be written)."""
+
+    def __init__(self, enabled: bool):
+        self.enabled, self.signal, self._old = enabled, None, {}
+
+    def __enter__(self) -> StopOnSignal:
+        if self.enabled:
+            self._old = {s: signal.signal(s, self._on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
+        return self
+
+    def _on_signal(self, signum, _frame) -> None:
+        self.signal = signum
+
+    def __exit__(self, *exc) -> None:
+        for s, h in self._old.items():
+            signal.signal(s, h)

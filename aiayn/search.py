@@ -16,6 +16,11 @@ Conventions (docs/decoding.md):
     * max length: a sentence of x source tokens (EOS included, pad excluded) gets at most
       int(max_len_a * x + max_len_b) words; EOS is forced at that step. EOS is banned before min_len words.
     * PAD and BOS are never generated.
+    * a target prefix (per sentence, words without EOS) is forced: at step t < len(prefix) only the prefix's t-th
+      word is allowed, and its log-prob counts in the score like any other token's.
+    * no_repeat_ngram_size n: a token that would complete an n-gram already in the hypothesis is banned.
+    * sampling draws each token from softmax(log-probs / T), cut to the top_k most probable tokens and then to the
+      top_p nucleus; a Hypothesis still scores with the model's own log-probs (before T, top-k, top-p).
 
 Notation: B sentences, k beams, N rows in the decoder batch (B*k, or B at the first step), V vocabulary,
 t the step (= words generated so far by every live hypothesis).
@@ -23,7 +28,8 @@ t the step (= words generated so far by every live hypothesis).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import hashlib
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import torch
@@ -52,13 +58,31 @@ class SearchConfig:
     max_len_a: float = 1.0  # at most int(a * source tokens + b) words
     max_len_b: int = 50
     min_len: int = 1  # EOS banned before this many words
-    nbest: int = 1  # hypotheses returned per sentence (<= beam)
+    nbest: int = 1  # hypotheses returned per sentence (<= beam); with sampling: samples drawn per sentence
+    no_repeat_ngram_size: int = 0  # ban a token that would repeat an n-gram of the hypothesis (0: off)
+    sampling: bool = False  # draw every token instead of searching (`beam` is then not used)
+    top_k: int = 0  # sampling: from the k most probable tokens only (0: all)
+    top_p: float = 1.0  # sampling: from the nucleus only, the fewest most probable tokens of mass >= p
+    temperature: float = 1.0  # sampling: softmax(log-probs / T); 0 = the argmax (greedy search)
+    seed: int = 0  # sampling: input line i draws from a generator seeded by (seed, i)
 
     def __post_init__(self) -> None:
         if self.beam < 1:
             raise UsageError(f"beam must be >= 1, got {self.beam}")
-        if not 1 <= self.nbest <= self.beam:
+        if self.nbest < 1 or (self.nbest > self.beam and not self.sampling):
             raise UsageError(f"nbest must lie in 1..beam ({self.beam}), got {self.nbest}")
+        if self.no_repeat_ngram_size < 0:
+            raise UsageError(f"no_repeat_ngram_size must be >= 0 (0: off), got {self.no_repeat_ngram_size}")
+        if self.top_k < 0:
+            raise UsageError(f"top_k must be >= 0 (0: all tokens), got {self.top_k}")
+        if not 0 < self.top_p <= 1:  # NaN fails too
+            raise UsageError(f"top_p must lie in (0, 1], got {self.top_p}")
+        if not self.temperature >= 0:
+            raise UsageError(f"temperature must be >= 0 (0: greedy), got {self.temperature}")
+        unused = [name for name, value, default in (("top_k", self.top_k, 0), ("top_p", self.top_p, 1.0),
+                  ("temperature", self.temperature, 1.0), ("seed", self.seed, 0)) if value != default]
+        if unused and not self.sampling:
+            raise UsageError(f"{', '.join(unused)} only apply to sampling: add sampling (--sampling)")
         if self.lp not in ("gnmt", "power"):
             raise UsageError(f"length penalty kind must be 'gnmt' or 'power', not {self.lp!r}")
         if self.min_len < 0 or self.max_len_b < 0 or self.max_len_a < 0:
@@ -146,33 +170,155 @@ def _top_candidates(logits: Tensor, scores: Tensor, bsz: int, n: int, t: int, mi
     return cand_scores, beams * V + tokens
 
 
+def _prefix_table(prefixes: Sequence[Sequence[int]] | None, limit: Tensor, lines: Tensor) -> Tensor | None:
+    """Per-sentence target prefixes as a (B, P) tensor, PAD after each prefix's end (None: no prefix at all). A prefix
+    longer than its sentence's word limit, or holding PAD, BOS or EOS, is a UsageError naming the input line."""
+    if not prefixes or not any(prefixes):
+        return None
+    table = torch.full((limit.size(0), max(map(len, prefixes))), PAD_ID, dtype=torch.long)
+    for i, (words, most) in enumerate(zip(prefixes, limit.tolist())):
+        line = int(lines[i]) + 1
+        if len(words) > most:
+            raise UsageError(f"input line {line}: its prefix has {len(words)} words, more than the {most} its "
+                             "translation may have (--max-len-a, --max-len-b)")
+        if any(w in (PAD_ID, BOS_ID, EOS_ID) for w in words):
+            raise UsageError(f"input line {line}: a prefix holds words, not PAD, BOS or EOS")
+        table[i, : len(words)] = torch.tensor(list(words), dtype=torch.long)
+    return table.to(limit.device)
+
+
+def repeated_ngram_bans(words: Tensor, n: int, V: int) -> Tensor | None:
+    """The tokens that would complete an n-gram already in each row's words (fairseq's and OpenNMT's
+    no_repeat_ngram_size): (N, t) -> (N, V) bool, or None while no n-gram can repeat yet (t < n)."""
+    N, t = words.shape
+    if n == 0 or t < n:
+        return None
+    grams = words.unfold(1, n, 1)  # (N, t-n+1, n): every n-gram so far
+    seen = grams[:, :, :-1].eq(words[:, t - n + 1:][:, None, :]).all(-1)  # (N, t-n+1): starts as the last n-1 words
+    return words.new_zeros(N, V, dtype=torch.float).scatter_add_(1, grams[:, :, -1], seen.float()).gt(0)
+
+
+def _allowed(constraint: Constraint | None, sent: Tensor, tokens: Tensor, V: int, no_repeat: int,
+             prefix: Tensor | None) -> Tensor | None:
+    """What each row (of original sentence `sent`, prefix `tokens` (N, t+1)) may take next, as a (N, V) bool mask
+    (None: everything): the constraint's tokens less the repeated n-grams' ones; within a target prefix only the
+    prefix's next word (forced, whatever the constraint or the n-gram ban say)."""
+    allowed = constraint(sent, tokens) if constraint is not None else None
+    banned = repeated_ngram_bans(tokens[:, 1:], no_repeat, V)
+    if banned is not None:
+        allowed = ~banned if allowed is None else allowed & ~banned
+    t = tokens.size(1) - 1
+    if prefix is not None and t < prefix.size(1):
+        forced = prefix[sent, t]  # (N,) PAD where a row's prefix is over
+        if bool(forced.ne(PAD_ID).any()):
+            only = F.one_hot(forced, V).bool()  # (N, V)
+            rest = torch.ones_like(only) if allowed is None else allowed
+            allowed = torch.where(forced.ne(PAD_ID)[:, None], only, rest)
+    return allowed
+
+
+def sentence_generator(seed: int, line: int) -> torch.Generator:
+    """The random numbers sampling draws for input line `line`: the same whatever the batch the line is in."""
+    digest = hashlib.blake2b(f"{seed}:{line}".encode(), digest_size=8).digest()
+    return torch.Generator().manual_seed(int.from_bytes(digest, "little") >> 1)
+
+
+def sample_from(lprobs: Tensor, uniforms: Tensor, top_k: int = 0, top_p: float = 1.0,
+                temperature: float = 1.0) -> Tensor:
+    """One token per row of log-probs (N, V) from softmax(lprobs / temperature), cut to the top_k most probable
+    tokens (0: all), renormalized, then cut to the nucleus (the fewest most probable tokens whose mass is >= top_p),
+    drawn by inverse CDF with one uniform in [0, 1) per row (N,). Ties in probability are ranked by token id, lower
+    first (a stable sort), so which of equal tokens top-k and top-p keep is the lower ids. -> (N,) tokens."""
+    probs = torch.softmax((lprobs - lprobs.amax(-1, keepdim=True)) / temperature, dim=-1)  # finite for any T > 0
+    sorted_probs, order = probs.sort(dim=-1, descending=True, stable=True)  # (N, V)
+    if top_k:
+        sorted_probs[:, top_k:] = 0.0
+    if top_p < 1.0:
+        sorted_probs = sorted_probs / sorted_probs.sum(-1, keepdim=True)
+        mass_before = sorted_probs.cumsum(-1) - sorted_probs
+        sorted_probs = sorted_probs.masked_fill(mass_before.ge(top_p), 0.0)
+    cdf = sorted_probs.cumsum(-1)  # (N, V)
+    pick = torch.searchsorted(cdf, (uniforms.to(cdf) * cdf[:, -1])[:, None], right=True).squeeze(1)
+    last = sorted_probs.gt(0).sum(-1) - 1  # the last token with probability > 0 (rounding may reach past it)
+    return order.gather(1, torch.minimum(pick, last)[:, None]).squeeze(1)
+
+
+def _argmax(lprobs: Tensor, sent: Tensor, sample: Tensor) -> Tensor:
+    return row_topk(lprobs, 1)[1].squeeze(1)
+
+
+class _Sampler:
+    """Draws for sample_search: sentence i's uniforms come from sentence_generator(seed, lines[i]), `n` per step (one
+    per sample, finished or not), so each sentence's samples depend on nothing else in its batch."""
+
+    def __init__(self, search: SearchConfig, lines: Tensor, n: int):
+        self.search, self.n = search, n
+        self.generators = [sentence_generator(search.seed, line) for line in lines.tolist()]
+
+    def __call__(self, lprobs: Tensor, sent: Tensor, sample: Tensor) -> Tensor:
+        sent, sample = sent.cpu(), sample.cpu()
+        alive = sent.unique()  # sorted
+        draws = torch.stack([torch.rand(self.n, generator=self.generators[i]) for i in alive.tolist()])  # (b, n)
+        uniforms = draws[torch.searchsorted(alive, sent), sample]  # (N,)
+        s = self.search
+        return sample_from(lprobs, uniforms.to(lprobs.device), s.top_k, s.top_p, s.temperature)
+
+
 # ---------------------------------------------------------------------------------------------------------
-# Greedy search.
+# Greedy search and sampling: one row per hypothesis, each row choosing its own next token.
 
 
 @torch.no_grad()
 def greedy_search(model, src: Tensor, search: SearchConfig = SearchConfig(beam=1), max_len: int | None = None,
-                  constraint: Constraint | None = None) -> list[list[Hypothesis]]:
+                  constraint: Constraint | None = None, prefixes: Sequence[Sequence[int]] | None = None,
+                  lines: Tensor | None = None) -> list[list[Hypothesis]]:
     """Take the most probable token at every step. src (B, S) padded with PAD_ID -> per sentence a
     one-element list of Hypothesis (search.alpha/lp only set how its score is normalized; beam is ignored).
-    max_len: a hard cap on words (e.g. a learned position table's size)."""
+    max_len: a hard cap on words (e.g. a learned position table's size). prefixes: per sentence, the words its
+    output starts with. lines: each sentence's input line (from 0), named in errors (default 0..B-1)."""
+    return _row_search(model, src, search, max_len, constraint, prefixes, lines, 1, _argmax)
+
+
+@torch.no_grad()
+def sample_search(model, src: Tensor, search: SearchConfig, max_len: int | None = None,
+                  constraint: Constraint | None = None, prefixes: Sequence[Sequence[int]] | None = None,
+                  lines: Tensor | None = None) -> list[list[Hypothesis]]:
+    """search.nbest samples per sentence, each drawn token by token (sample_from: temperature, top_k, top_p; a
+    temperature of 0 takes the argmax, as greedy search), best score first. Sentence i draws from
+    sentence_generator(search.seed, lines[i]), so a line's samples do not depend on its batch. Otherwise as
+    greedy_search."""
+    lines = torch.arange(src.size(0)) if lines is None else lines
+    pick = _argmax if search.temperature == 0 else _Sampler(search, lines, search.nbest)
+    return _row_search(model, src, search, max_len, constraint, prefixes, lines, search.nbest, pick)
+
+
+def _row_search(model, src: Tensor, search: SearchConfig, max_len: int | None, constraint: Constraint | None,
+                prefixes: Sequence[Sequence[int]] | None, lines: Tensor | None, n: int,
+                pick: Callable[[Tensor, Tensor, Tensor], Tensor]) -> list[list[Hypothesis]]:
+    """n rows per sentence, each a hypothesis of its own that takes pick(lprobs (N, V), sent (N,), sample (N,)) as
+    its next token (sample: which of its sentence's n rows it is); a row leaves the batch when it ends."""
     min_len, alpha, lp_kind = search.min_len, search.alpha, search.lp
-    B = src.size(0)
+    B, dev = src.size(0), src.device
     src_pad = src.eq(PAD_ID)  # (B, S)
     memory = model.encode(src)  # (B, S, D)
     limit = max_output_lengths(src, search.max_len_a, search.max_len_b, min_len, max_len)  # (B,)
+    prefix = _prefix_table(prefixes, limit, torch.arange(B) if lines is None else lines)  # (B, P) or None
     cache = model.new_cache()
+    if n > 1:  # every row its own sentence to the decoder
+        memory, src_pad = memory.repeat_interleave(n, 0), src_pad.repeat_interleave(n, 0)
 
-    sent = torch.arange(B, device=src.device)  # original sentence of each row
-    tokens = torch.full((B, 1), BOS_ID, dtype=torch.long, device=src.device)  # (N, t+1)
-    logps = torch.zeros(B, 0, device=src.device)  # (N, t) log-prob of each chosen token
+    sent = torch.arange(B, device=dev).repeat_interleave(n)  # original sentence of each row
+    sample = torch.arange(n, device=dev).repeat(B)  # which of its sentence's rows
+    tokens = torch.full((B * n, 1), BOS_ID, dtype=torch.long, device=dev)  # (N, t+1)
+    logps = torch.zeros(B * n, 0, device=dev)  # (N, t) log-prob of each chosen token
     out: list[list[Hypothesis]] = [[] for _ in range(B)]
     for t in range(int(limit.max()) + 1):
         row_limit = limit[sent]
         lprobs = _log_probs(_step_logits(model, tokens, memory, src_pad, cache))  # (N, V)
-        allowed = constraint(sent, tokens) if constraint is not None else None
+        allowed = _allowed(constraint, sent, tokens, lprobs.size(1), search.no_repeat_ngram_size, prefix)
         _constrain(lprobs, t, min_len, row_limit, t >= int(row_limit.min()), allowed)
-        logp, nxt = (x.squeeze(1) for x in row_topk(lprobs, 1))  # (N,), (N,): the argmax
+        nxt = pick(lprobs, sent, sample)  # (N,)
+        logp = lprobs.gather(1, nxt[:, None]).squeeze(1)  # (N,)
         tokens = torch.cat([tokens, nxt[:, None]], dim=1)
         logps = torch.cat([logps, logp[:, None]], dim=1)
 
@@ -181,14 +327,19 @@ def greedy_search(model, src: Tensor, search: SearchConfig = SearchConfig(beam=1
             rows = done.nonzero().squeeze(1)
             lp = length_penalty(float(t + 1), alpha, lp_kind)
             for i, words, pos in zip(sent[rows].tolist(), tokens[rows, 1:-1].tolist(), logps[rows].tolist()):
-                out[i] = [Hypothesis(words, sum(pos) / lp, pos)]
+                out[i].append(Hypothesis(words, sum(pos) / lp, pos))
             keep = (~done).nonzero().squeeze(1)
             if keep.numel() == 0:
                 break
             cache.reorder(keep, keep)  # one row per sentence
-            sent, tokens, logps = sent[keep], tokens[keep], logps[keep]
+            sent, sample, tokens, logps = sent[keep], sample[keep], tokens[keep], logps[keep]
             memory, src_pad = memory.index_select(0, keep), src_pad.index_select(0, keep)
-    return out
+    return [sorted(hyps, key=lambda h: -h.score) for hyps in out]
+
+
+def search_function(search: SearchConfig) -> Callable[..., list[list[Hypothesis]]]:
+    """The search `search` asks for: sample_search (sampling), greedy_search (beam 1) or beam_search."""
+    return sample_search if search.sampling else greedy_search if search.beam == 1 else beam_search
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -197,8 +348,10 @@ def greedy_search(model, src: Tensor, search: SearchConfig = SearchConfig(beam=1
 
 @torch.no_grad()
 def beam_search(model, src: Tensor, search: SearchConfig = PAPER_SEARCH, max_len: int | None = None,
-                constraint: Constraint | None = None) -> list[list[Hypothesis]]:
+                constraint: Constraint | None = None, prefixes: Sequence[Sequence[int]] | None = None,
+                lines: Tensor | None = None) -> list[list[Hypothesis]]:
     """Beam search. src (B, S) padded with PAD_ID -> per sentence up to `search.nbest` Hypothesis, best first.
+    prefixes, lines: as greedy_search's.
 
     A sentence stops when its nbest-th finished score is at least the best score any live hypothesis
     could still reach (its log-prob can only fall, its lp is at most lp at the word limit), or at its
@@ -210,6 +363,7 @@ def beam_search(model, src: Tensor, search: SearchConfig = PAPER_SEARCH, max_len
     memory = model.encode(src)  # (B, S, D)
     limit = max_output_lengths(src, search.max_len_a, search.max_len_b, min_len, max_len)  # (B,)
     W = int(limit.max()) + 1  # longest finished hypothesis, EOS included
+    prefix = _prefix_table(prefixes, limit, torch.arange(B) if lines is None else lines)  # (B, P) or None
     cache = model.new_cache()
 
     finished = _Finished(B, nbest, W, dev)
@@ -225,7 +379,7 @@ def beam_search(model, src: Tensor, search: SearchConfig = PAPER_SEARCH, max_len
         row_limit = limit[sent].repeat_interleave(kk)  # (N,)
         logits = _step_logits(model, tokens, memory, src_pad, cache)  # (N, V)
         V = logits.size(1)
-        allowed = constraint(sent.repeat_interleave(kk), tokens) if constraint is not None else None
+        allowed = _allowed(constraint, sent.repeat_interleave(kk), tokens, V, search.no_repeat_ngram_size, prefix)
 
         # fairseq's step: top 2k of (running score + next log-prob) over kk*V, then div/mod.
         cand_scores, cand_idx = _top_candidates(logits, scores, bsz, 2 * k, t, min_len, row_limit,

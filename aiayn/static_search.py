@@ -83,11 +83,16 @@ class StaticDecoder:
 
     @torch.inference_mode()
     def search(self, src: Tensor, search: SearchConfig, max_len: int | None = None,
-               constraint=None) -> list[list[Hypothesis]]:
+               constraint=None, prefixes=None, lines=None) -> list[list[Hypothesis]]:
         """src (B, S) padded with PAD_ID -> per sentence its Hypothesis list (as aiayn.search). max_len: a hard cap
-        on words, as aiayn.search's."""
-        if constraint is not None:
-            raise UsageError("constrained search is not supported by the static decoder: use aiayn.search")
+        on words, as aiayn.search's. Constraints, target prefixes, sampling and n-gram blocking are refused."""
+        unsupported = [name for name, used in (("constrained search", constraint is not None),
+                                               ("target prefixes", bool(prefixes) and any(prefixes)),
+                                               ("sampling", search.sampling),
+                                               ("no_repeat_ngram_size", search.no_repeat_ngram_size > 0)) if used]
+        if unsupported:
+            raise UsageError(f"{', '.join(unsupported)}: not supported by the static (fixed-shape) decoder; decode "
+                             "with aiayn.search")
         limit = max_output_lengths(src, search.max_len_a, search.max_len_b, search.min_len, max_len)  # (B,)
         W = int(limit.max()) + 1
         if W > self.W:

@@ -18,8 +18,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import math
-import signal
-import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -32,11 +30,13 @@ from aiayn import rundir
 from aiayn.config import ModelConfig, check_fields, check_types
 from aiayn.data import PreparedSplit, TokenBatchSampler, Vocab, collate, open_prepared, pack
 from aiayn.errors import CheckpointError, DataError, UsageError
+from aiayn.fast import set_layer_norm_output
 from aiayn.losses import TrainingObjective
-from aiayn.metrics.perplexity import perplexity
 from aiayn.model import Transformer, count_parameters
+from aiayn.progress import TrainingProgress
 from aiayn.rundir import Logger
-from aiayn.runtime import DTYPES, Runtime, setup_runtime
+from aiayn.runtime import DTYPES, Runtime, StopOnSignal, setup_runtime
+from aiayn.selection import BEST_METRICS, EarlyStopping, save
 
 
 def noam_lr(step: int, d_model: int, warmup: int = 4000, factor: float = 1.0) -> float:
@@ -62,11 +62,14 @@ def anneal_factor(step: int, elapsed_s: float, tc: TrainConfig) -> float:
 
 
 def _opt(default: Any, help: str, low: float | None = None, above: float | None = None, below: float | None = None,
-         **kw: Any) -> Any:
+         choices: tuple[str, ...] | None = None, **kw: Any) -> Any:
     """A TrainConfig field: its default, its --help, and its allowed range (value >= low, > above, < below; each
-    element of a tuple): the one place a training option's range is written; the CLI checks flags against it at parse
-    time (aiayn.cli.common.add_dataclass_args)."""
-    return field(default=default, metadata={"help": help, "low": low, "above": above, "below": below}, **kw)
+    element of a tuple) or values (choices): the one place a training option's range is written; the CLI checks flags
+    against it at parse time (aiayn.cli.common.add_dataclass_args)."""
+    return field(default=default, metadata={"help": help, "low": low, "above": above, "below": below,
+                                            "choices": choices}, **kw)
+
+
 
 
 @dataclass(frozen=True)
@@ -91,6 +94,14 @@ class TrainConfig:
     save_every_minutes: float = _opt(10.0, "save a checkpoint every N minutes (paper: 10)", low=0)
     keep_last: int = _opt(20, "step checkpoints kept (paper: averages the last 5 base / 20 big)", low=1)
     log_every: int = _opt(10, "log training loss every N steps", low=1)
+    eval_bleu_lines: int = _opt(0, "at each checkpoint also translate the first N dev sentences and log their BLEU and "
+                                   "chrF (sacreBLEU on detokenized text; N >= the dev set's size: all of it; 0 = dev "
+                                   "loss only)", low=0)
+    eval_beam: int = _opt(1, "beam size of that translation (1 = greedy; otherwise the paper's alpha 0.6)", low=1)
+    best_metric: str = _opt("loss", "what checkpoint_best keeps and --patience watches: the lowest dev loss, or the "
+                                    "highest dev bleu or chrf (those need --eval-bleu-lines)", choices=BEST_METRICS)
+    patience: int = _opt(0, "stop after N dev evaluations in a row without a better --best-metric (0 = never stop "
+                            "early)", low=0)
     dtype: str = _opt("fp32", "fp32; bf16 (autocast; fp32 master weights and optimizer state); fp16 (the same, with "
                               "dynamic loss scaling; an update whose gradients overflow is skipped and not counted); "
                               "auto: bf16 where the device multiplies bf16 natively, else fp16 on a CUDA GPU, else "
@@ -101,11 +112,20 @@ class TrainConfig:
                                "within each sentence (flash's variable-length kernel on GPUs; same loss as padded)")
     threads: int = _opt(0, "CPU threads for torch (0 = the cores not busy with other processes, measured at start)",
                         low=0)
+    layer_norm: str = _opt("16-bit", "LayerNorm output under CPU autocast: 16-bit (the autocast dtype, faster) or fp32 "
+                                     "(torch's nn.LayerNorm; the other arm of benchmarks/ab/layer_norm.py)")
 
     def __post_init__(self) -> None:
         check_types(self)
         if self.dtype not in DTYPES:
             raise UsageError(f"dtype must be one of {', '.join(DTYPES)}, not {self.dtype!r}")
+        if self.layer_norm not in ("16-bit", "fp32"):
+            raise UsageError(f"layer_norm must be 16-bit or fp32, not {self.layer_norm!r}")
+        if self.best_metric not in BEST_METRICS:
+            raise UsageError(f"best_metric must be one of {', '.join(BEST_METRICS)}, not {self.best_metric!r}")
+        if self.best_metric != "loss" and self.eval_bleu_lines == 0:
+            raise UsageError(f"--best-metric {self.best_metric} needs --eval-bleu-lines N: the dev sentences "
+                             "translated and scored at each checkpoint")
         betas = self.adam_betas
         if not (isinstance(betas, tuple) and len(betas) == 2 and all(
                 isinstance(b, (int, float)) and not isinstance(b, bool) for b in betas)):
@@ -137,80 +157,6 @@ RESUMABLE_OPTIONS = ("max_steps", "max_minutes")
 
 
 # ---------------------------------------------------------------------------------------------------------
-# What a run shows: a progress bar or plain lines; and how it stops on a signal.
-
-
-class Progress:
-    """A tqdm bar on the main process where stderr is a terminal (counting minutes for a time budget, else steps);
-    elsewhere (a log file, nohup, a pipe) one plain line every `plain_every` seconds with the same figures, so a log
-    holds readable lines instead of a bar redrawn thousands of times. `enabled=False` (--no-progress): neither."""
-
-    def __init__(self, tc: TrainConfig, step: int, enabled: bool, silent: bool = False, plain_every: float = 60.0,
-                 terminal: bool | None = None):
-        self.by_time, self.silent = tc.max_minutes > 0, silent
-        self.total = round(tc.max_minutes * 60) if self.by_time else tc.max_steps
-        self.bar, self.plain_every, self.last_plain = None, None, time.time()
-        if not enabled or silent:
-            return
-        if not (sys.stderr.isatty() if terminal is None else terminal):
-            self.plain_every = plain_every
-            return
-        from tqdm.auto import tqdm
-
-        if self.by_time:
-            self.bar = tqdm(total=self.total, desc="train", unit="s", dynamic_ncols=True, mininterval=1.0,
-                            bar_format="{l_bar}{bar}| {n:.0f}/{total} s [{elapsed}<{remaining}{postfix}]")
-        else:
-            self.bar = tqdm(total=self.total, initial=step, desc="train", unit="step", dynamic_ncols=True,
-                            mininterval=1.0)
-
-    def write(self, msg: str) -> None:
-        if self.silent:
-            return
-        if self.bar is not None:
-            self.bar.write(msg)
-        else:
-            print(msg, flush=True)
-
-    def update(self, elapsed_s: float, **postfix: Any) -> None:
-        if self.bar is not None:
-            if postfix:
-                self.bar.set_postfix(**postfix, refresh=False)
-            self.bar.update(min(elapsed_s, self.bar.total) - self.bar.n if self.by_time else 1)
-        elif self.plain_every is not None and postfix and time.time() - self.last_plain >= self.plain_every:
-            self.last_plain = time.time()
-            if self.by_time:
-                done, figures = f"{min(elapsed_s, self.total):.0f}/{self.total} s", postfix
-            else:
-                done = f"{postfix['step']}/{self.total} steps"
-                figures = {k: v for k, v in postfix.items() if k != "step"}
-            print(f"train: {done}, " + ", ".join(f"{k} {v}" for k, v in figures.items()), flush=True)
-
-    def close(self) -> None:
-        if self.bar is not None:
-            self.bar.close()
-
-
-class StopOnSignal:
-    """Turns SIGINT/SIGTERM into a request to stop after the current update (so a checkpoint can be written)."""
-
-    def __init__(self, enabled: bool):
-        self.enabled, self.signal, self._old = enabled, None, {}
-
-    def __enter__(self) -> StopOnSignal:
-        if self.enabled:
-            self._old = {s: signal.signal(s, self._on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
-        return self
-
-    def _on_signal(self, signum, _frame) -> None:
-        self.signal = signum
-
-    def __exit__(self, *exc) -> None:
-        for s, h in self._old.items():
-            signal.signal(s, h)
-
-
-# ---------------------------------------------------------------------------------------------------------
 # The state a checkpoint holds, and saving it.
 
 
@@ -224,6 +170,7 @@ class TrainState:
     overflow_skips: int = 0  # fp16 updates skipped because a gradient overflowed (inf or NaN)
     best_dev_loss: float = math.inf
     train_seconds: float = 0.0  # training time of the run and its resumptions, to the last checkpoint
+    early: EarlyStopping = field(default_factory=EarlyStopping)
 
     def restore(self, path: Path) -> None:
         """Weights, optimizer, batch order and counters from a step checkpoint (and its trainer state), each checked
@@ -254,53 +201,45 @@ class TrainState:
         self.overflow_skips = trainer.get("overflow_skips", 0)
         self.step, self.best_dev_loss = trainer["step"], trainer["best_dev_loss"]
         self.train_seconds = trainer["train_seconds"]
-
-
-def save(state: TrainState, run_dir: Path, tc: TrainConfig, rt: Runtime, valid, logger: Logger) -> str:
-    """Dev perplexity (if there is a dev split and `valid` is given), then a step checkpoint (and the best one so
-    far). Returns a line to print. The dev split needs no check against max_tokens: perplexity() raises its batch
-    limit to the longest pair."""
-    dev = perplexity(state.model, valid, tc.max_tokens, state.model.cfg.label_smoothing, rt) if valid else None
-    dev_loss = dev.loss / dev.tokens if dev else math.inf
-    msg = f"step {state.step}"
-    if rt.is_main:
-        cfg, weights = state.model.cfg, state.model.state_dict()
-        trainer = {"optimizer": state.optimizer.state_dict(), "sampler": state.sampler.state_dict(),
-                   "step": state.step, "best_dev_loss": min(state.best_dev_loss, dev_loss),
-                   "train_seconds": state.train_seconds, "scaler": state.scaler.state_dict(),
-                   "overflow_skips": state.overflow_skips}
-        path = ckpt.save_checkpoint(run_dir, weights, cfg, state.step, trainer, tc.keep_last)
-        msg += f": saved {path.name}"
-        if dev:
-            nll = dev.nll / dev.tokens
-            logger.log("valid", state.step, loss=dev_loss, nll=nll, ppl=dev.ppl)
-            msg += f"; dev loss {dev_loss:.3f} nll {nll:.3f} ppl {dev.ppl:.2f}"
-            if dev_loss < state.best_dev_loss:
-                ckpt.save_weights(run_dir / rundir.BEST, weights, cfg, state.step)
-    state.best_dev_loss = min(state.best_dev_loss, dev_loss)
-    rt.barrier()  # nobody runs ahead (or exits) while the main process writes: the checkpoint exists for all after
-    return msg
+        if "early_stopping" in trainer:
+            self.early.load_state_dict(trainer["early_stopping"])
+        elif self.early.metric == "loss" and math.isfinite(self.best_dev_loss):  # a checkpoint older than the field
+            self.early.best = self.best_dev_loss
 
 
 # ---------------------------------------------------------------------------------------------------------
 # Starting and resuming.
 
 
-def train(data_dir: Path, run_dir: Path, cfg: ModelConfig, tc: TrainConfig, progress: bool = True) -> dict[str, Any]:
+def train(data_dir: Path, run_dir: Path, cfg: ModelConfig, tc: TrainConfig, progress: bool = True,
+          init_from: Path | None = None) -> dict[str, Any]:
     """Train a new run into run_dir: a new or empty folder, or one whose start was interrupted before its config.json
     was written. Everything that can fail (data, vocabulary, device, batch limit, model) is checked before run_dir
-    is touched, so a failed start leaves nothing behind. Returns a summary."""
+    is touched, so a failed start leaves nothing behind. With init_from (a run or checkpoint: parent_checkpoint) the
+    model starts from its weights, with a fresh optimizer and schedule: fine-tuning; `cfg` must then be the parent's
+    but for FINE_TUNE_FIELDS, and the data's vocabulary the parent's. Returns a summary."""
     data_dir, run_dir = Path(data_dir), Path(run_dir)
     splits = open_prepared(data_dir)
     vocab = Vocab.load(data_dir)
+    parent = None
+    if init_from is not None:
+        parent, parent_cfg = ckpt.parent_checkpoint(init_from)
+        ckpt.check_parent_vocab(parent, vocab.model_path)
     if len(vocab) != cfg.vocab_size:
         cfg = cfg.replace(vocab_size=len(vocab))  # the model always matches the prepared vocabulary
+    if parent is not None:
+        fixed = [k for k in cfg.to_dict() if k not in ckpt.FINE_TUNE_FIELDS]
+        changed = [k for k in fixed if getattr(cfg, k) != getattr(parent_cfg, k)]
+        if changed:
+            raise UsageError(f"--init-from keeps the model of {parent}, so {', '.join(changed)} cannot change (only "
+                             f"{', '.join(ckpt.FINE_TUNE_FIELDS)} may, with --set)")
     with setup_runtime(tc.device, tc.dtype, tc.threads) as rt:
         tc = dataclasses.replace(tc, dtype=rt.dtype)  # "auto" resolved: a resumed run keeps the dtype it started with
         if rt.is_main:
             rundir.check_new(run_dir)
-        state, train_set, valid = _setup(splits, cfg, tc, rt)
-        record = rundir.run_record(cfg.to_dict(), dataclasses.asdict(tc), data_dir, vocab.model_path)
+        state, train_set, valid = _setup(splits, cfg, tc, rt, parent)
+        record = rundir.run_record(cfg.to_dict(), dataclasses.asdict(tc), data_dir, vocab.model_path,
+                                   ckpt.parent_record(parent) if parent else None)
         if rt.is_main:
             run_dir.mkdir(parents=True, exist_ok=True)
         with rundir.RunLock(run_dir) if rt.is_main else contextlib.nullcontext():
@@ -336,28 +275,76 @@ def resume(run_dir: Path, progress: bool = True, **stopping: Any) -> dict[str, A
     with setup_runtime(tc.device, tc.dtype, tc.threads) as rt, (
             rundir.RunLock(run_dir) if rt.is_main else contextlib.nullcontext()):
         data_dir = rundir.check_same_data(run_dir, saved)
-        state, train_set, valid = _setup(open_prepared(data_dir), cfg, tc, rt)
+        last = rundir.latest_checkpoint(run_dir, resumable=True)
+        # A fine-tuning run stopped before its first checkpoint starts again from its parent, as it first did.
+        parent = rundir.check_parent(run_dir, saved) if last is None else None
+        state, train_set, valid = _setup(open_prepared(data_dir), cfg, tc, rt, parent)
         if rt.is_main:
             _remove_stale_temps(run_dir)
-        last = rundir.latest_checkpoint(run_dir, resumable=True)
         if last is not None:
             state.restore(last)
         return _loop(state, train_set, valid, run_dir, tc, rt, progress)
 
 
-def _setup(splits: dict[str, PreparedSplit], cfg: ModelConfig, tc: TrainConfig, rt: Runtime
-           ) -> tuple[TrainState, PreparedSplit, PreparedSplit | None]:
-    """The model, optimizer and batch order of a run at step 0, and its train and dev splits. The sampler refuses a
-    training pair longer than max_tokens here, before anything is written."""
+def train_or_resume(data_dir: Path, run_dir: Path, cfg: ModelConfig, tc: TrainConfig, progress: bool = True,
+                    init_from: Path | None = None) -> dict[str, Any]:
+    """`--resume-if-exists`: resume run_dir where it is a run already, else start it; the one command a job runs
+    again when it is relaunched (torchrun --max-restarts, a preempted job). Refused when the run was started with
+    other options than these: only RESUMABLE_OPTIONS may differ (a fine-tuning run resumes from its own checkpoints,
+    not init_from again). Under torchrun every process decides on its own,
+    before the process group forms; rank 0 writes config.json only after it has formed, so all decide the same."""
+    run_dir = Path(run_dir)
+    if not rundir.is_run(run_dir):
+        return train(data_dir, run_dir, cfg, tc, progress, init_from=init_from)
+    saved = rundir.read_config(run_dir)
+    try:
+        run_cfg, run_tc = ModelConfig.from_dict(saved["model"]), TrainConfig.from_dict(saved["train"])
+    except UsageError as e:
+        raise CheckpointError(f"{run_dir / rundir.CONFIG}: {e}; it was damaged outside aiayn") from None
+    # As train() would: the vocabulary's size, and "auto" resolved as when the run started.
+    ours = _as_flags(cfg.replace(vocab_size=run_cfg.vocab_size),
+                     dataclasses.replace(tc, **({"dtype": run_tc.dtype} if tc.dtype == "auto" else {})), data_dir)
+    theirs = _as_flags(run_cfg, run_tc, saved["data"])
+    differ = [f"{k} {v} (the run has {theirs[k]})" for k, v in ours.items()
+              if v != theirs[k] and k.removeprefix("--").replace("-", "_") not in RESUMABLE_OPTIONS]
+    if differ:
+        may = ", ".join("--" + k.replace("_", "-") for k in RESUMABLE_OPTIONS)
+        raise UsageError(f"{run_dir} is a run started with other options; --resume-if-exists continues it only with "
+                         f"the same ones (all but {may}): {'; '.join(differ)}. Give the options in its config.json, "
+                         "or a new --out")
+    return resume(run_dir, progress, **{k: getattr(tc, k) for k in RESUMABLE_OPTIONS})
+
+
+def _as_flags(cfg: ModelConfig, tc: TrainConfig, data_dir: Path | str) -> dict[str, Any]:
+    """A run's options as the flags that give them: {"--set dropout": 0.1, "--max-tokens": 25000, "--data": DIR}."""
+    return {**{f"--set {k}": v for k, v in cfg.to_dict().items()},
+            **{"--" + k.replace("_", "-"): v for k, v in dataclasses.asdict(tc).items()},
+            "--data": str(Path(data_dir).resolve())}
+
+
+def _setup(splits: dict[str, PreparedSplit], cfg: ModelConfig, tc: TrainConfig, rt: Runtime,
+           parent: Path | None = None) -> tuple[TrainState, PreparedSplit, PreparedSplit | None]:
+    """The model (a fresh one, or the parent's weights), optimizer and batch order of a run at step 0, and its train
+    and dev splits. The sampler refuses a training pair longer than max_tokens here, before anything is written."""
     if "train" not in splits:
         raise DataError("the prepared data have no train split")
     train_set = splits["train"]
+    if "valid" not in splits:
+        need = [flag for flag, given in (("--eval-bleu-lines", tc.eval_bleu_lines), ("--patience", tc.patience),
+                                         (f"--best-metric {tc.best_metric}", tc.best_metric != "loss")) if given]
+        if need:
+            raise UsageError(f"{' and '.join(need)} need(s) a dev set, and {train_set.data_dir} has none: prepare "
+                             "the data with --valid-src and --valid-tgt")
     sampler = TokenBatchSampler(train_set.src_lengths, train_set.tgt_lengths, max_tokens=tc.max_tokens,
                                 shuffle=True, seed=tc.seed, rank=rt.rank, world_size=rt.world_size)
     torch.manual_seed(tc.seed)
-    model = Transformer(cfg).to(rt.device)
+    model = Transformer(cfg)
+    if parent is not None:
+        ckpt.load_parent(model, parent)
+    model = set_layer_norm_output(model.to(rt.device), autocast=tc.layer_norm == "16-bit")
     optimizer = make_optimizer(model, tc.adam_betas, tc.adam_eps)
-    return TrainState(model, optimizer, sampler, rt.grad_scaler()), train_set, splits.get("valid")
+    early = EarlyStopping(tc.best_metric, tc.patience)
+    return TrainState(model, optimizer, sampler, rt.grad_scaler(), early=early), train_set, splits.get("valid")
 
 
 def make_optimizer(model: torch.nn.Module, betas: tuple[float, float], eps: float) -> torch.optim.Adam:
@@ -439,7 +426,7 @@ def _loop(state: TrainState, train_set: PreparedSplit, valid: PreparedSplit | No
     model, cfg = state.model, state.model.cfg
     objective = rt.wrap(TrainingObjective(model), tc.compile)
     logger = Logger(run_dir, rt.is_main)
-    bar = Progress(tc, state.step, enabled=progress, silent=not rt.is_main)
+    bar = TrainingProgress(tc, state.step, enabled=progress, silent=not rt.is_main)
     bar.write(f"model: {count_parameters(model) / 1e6:.2f}M parameters, {cfg.n_enc_layers}+{cfg.n_dec_layers} "
               f"layers, d_model {cfg.d_model}; device {rt.device}, {tc.dtype}"
               f"{f' ({rt.why_dtype})' if rt.why_dtype else ''}, {rt.world_size} process(es); "
@@ -449,7 +436,9 @@ def _loop(state: TrainState, train_set: PreparedSplit, valid: PreparedSplit | No
     seconds_before, last_saved, window = state.train_seconds, state.step, _Window()
     model.train()
     with StopOnSignal(enabled=rt.world_size == 1) as stop:
-        while state.step < tc.max_steps and stop.signal is None:
+        if state.early.stop:
+            bar.write(f"this run stopped early at step {state.step}: {_early_stop_reason(state, tc)}")
+        while state.step < tc.max_steps and stop.signal is None and not state.early.stop:
             # Dropout masks are a function of (seed, step, rank): an interrupted run resumes exactly.
             torch.manual_seed(tc.seed * 1_000_003 + state.step * 1009 + rt.rank)
             micro = [collate([train_set[i] for i in next(batches)]) for _ in range(tc.update_freq)]
@@ -476,6 +465,9 @@ def _loop(state: TrainState, train_set: PreparedSplit, valid: PreparedSplit | No
                 state.train_seconds = seconds_before + time.time() - t_start
                 bar.write(save(state, run_dir, tc, rt, valid, logger))
                 last_saved, t_save = state.step, time.time()
+            if state.early.stop:
+                bar.write(f"early stop at step {state.step}: {_early_stop_reason(state, tc)}")
+                break
             if out_of_time:
                 bar.write(f"time limit of {tc.max_minutes:g} minutes reached at step {state.step}")
                 break
@@ -490,4 +482,11 @@ def _loop(state: TrainState, train_set: PreparedSplit, valid: PreparedSplit | No
     bar.close()
     logger.close()
     return {"step": state.step, "run_dir": str(run_dir), "best_dev_loss": state.best_dev_loss,
-            "elapsed_s": time.time() - t_start, "train_seconds": state.train_seconds, "interrupted_by": stop.signal}
+            "best": {"metric": tc.best_metric, "value": state.early.best, "step": state.early.best_step},
+            "stopped_early": state.early.stop, "elapsed_s": time.time() - t_start,
+            "train_seconds": state.train_seconds, "interrupted_by": stop.signal}
+
+
+def _early_stop_reason(state: TrainState, tc: TrainConfig) -> str:
+    return (f"dev {tc.best_metric} has not improved for {tc.patience} evaluations (best {state.early.best:.3f} at "
+            f"step {state.early.best_step}, in {rundir.BEST})")

@@ -5,27 +5,40 @@ input order. Rules for awkward input (docs/decoding.md):
     * an empty (or all-blank) line gives an empty line, without running the model;
     * a line longer than --max-input-len subword tokens (EOS included; default the model's max_positions)
       is cut to that length, with a warning naming the line on stderr; it is never an error.
+    * a target prefix (`source<TAB>prefix`, or --prefix FILE) is encoded with the vocabulary, without EOS; a piece
+      that encodes to UNK, or a prefix on a blank line, is an error naming the line.
 """
 
 from __future__ import annotations
 
 import sys
+import warnings
 from collections.abc import Sequence
 from functools import partial
 from pathlib import Path
 from typing import NamedTuple
 
 import torch
-from tqdm import tqdm
 
 from aiayn import inference
-from aiayn.config import EOS_ID, PAD_ID
+from aiayn.config import EOS_ID, PAD_ID, UNK_ID
 from aiayn.ensemble import Ensemble, check_same_vocabulary
-from aiayn.search import PAPER_SEARCH, Constraint, Hypothesis, SearchConfig, beam_search, greedy_search
+from aiayn.errors import UsageError
+from aiayn.progress import Progress
+from aiayn.search import PAPER_SEARCH, Constraint, Hypothesis, SearchConfig, max_output_lengths, search_function
 
 
 def _warn(msg: str) -> None:
     print(f"warning: {msg}", file=sys.stderr)
+
+
+def _prepack(prepack: bool | None, packed: bool | None) -> bool | None:
+    """Translator's `prepack` (oneDNN's prepacked weights: aiayn.inference), or its deprecated old name `packed`."""
+    if packed is None:
+        return prepack
+    warnings.warn("Translator(packed=...) is deprecated: use prepack=... (packed now means only unpadded training "
+                  "batches)", DeprecationWarning, stacklevel=3)
+    return packed if prepack is None else prepack
 
 
 def encode_sources(vocab, lines: Sequence[str], max_input_len: int) -> list[list[int] | None]:
@@ -40,6 +53,42 @@ def encode_sources(vocab, lines: Sequence[str], max_input_len: int) -> list[list
             _warn(f"input line {n} has {len(ids)} tokens, more than --max-input-len {max_input_len}; "
                   f"translating its first {max_input_len - 1} tokens only")
             ids = ids[: max_input_len - 1] + [EOS_ID]
+        out.append(ids)
+    return out
+
+
+def split_prefixes(lines: Sequence[str], prefix_lines: Sequence[str] | None = None
+                   ) -> tuple[list[str], list[str] | None]:
+    """(sources, target prefixes or None) from input lines that may be `source<TAB>prefix`, or from `prefix_lines`
+    (--prefix FILE: one per input line, aligned; an empty line: no prefix). Errors name the line."""
+    split = [line.split("\t") for line in lines]
+    for n, columns in enumerate(split, 1):
+        if len(columns) > 2:
+            raise UsageError(f"input line {n} has {len(columns)} tab-separated columns; give source<TAB>prefix")
+    tabbed = any(len(columns) == 2 for columns in split)
+    if prefix_lines is not None:
+        if tabbed:
+            raise UsageError("give target prefixes either as a second tab-separated input column or with --prefix, "
+                             "not both")
+        if len(prefix_lines) != len(lines):
+            raise UsageError(f"--prefix has {len(prefix_lines)} lines but the input has {len(lines)}; give one prefix "
+                             "per input line (an empty line: none)")
+        return list(lines), list(prefix_lines)
+    if not tabbed:
+        return list(lines), None
+    return [columns[0] for columns in split], [columns[1] if len(columns) == 2 else "" for columns in split]
+
+
+def encode_prefixes(vocab, prefixes: Sequence[str]) -> list[list[int]]:
+    """Word ids of each target prefix (no EOS; [] for an empty one); a piece outside the vocabulary (encoded to UNK)
+    is an error naming the line and the piece."""
+    out = []
+    for n, text in enumerate(prefixes, 1):
+        ids = vocab.encode(text) if text.strip() else []
+        if UNK_ID in ids:
+            pieces = vocab.sp.encode(text, out_type=str)
+            unknown = next(p for p, i in zip(pieces, ids) if i == UNK_ID)
+            raise UsageError(f"input line {n}: the prefix piece {unknown!r} is not in the vocabulary")
         out.append(ids)
     return out
 
@@ -69,9 +118,10 @@ class Translator:
 
     def __init__(self, model, vocab, search: SearchConfig = PAPER_SEARCH, weights: str = "fp32",
                  device: str | torch.device = "cpu", batch_size: int = 64, max_input_len: int | None = None,
-                 packed: bool | None = None):
+                 prepack: bool | None = None, packed: bool | None = None):
         self.vocab, self.search, self.device = vocab, search, torch.device(device)
-        members = [inference.decoding_copy(m.to(self.device), weights, packed)  # aiayn.inference: the formats
+        prepack = _prepack(prepack, packed)
+        members = [inference.decoding_copy(m.to(self.device), weights, prepack)  # aiayn.inference: the formats
                    for m in (model if isinstance(model, (list, tuple)) else [model])]
         self.model = members[0] if len(members) == 1 else Ensemble(members)
         self.cfg = self.model.cfg
@@ -80,30 +130,40 @@ class Translator:
 
     @classmethod
     def load(cls, checkpoint: str | Path | Sequence[str | Path], search: SearchConfig = PAPER_SEARCH,
-             weights: str = "fp32", device: str | torch.device = "cpu", packed: bool | None = None,
-             **kw) -> Translator:
+             weights: str = "fp32", device: str | torch.device = "cpu", prepack: bool | None = None,
+             packed: bool | None = None, **kw) -> Translator:
         """From a run directory (its averaged, else best, else newest checkpoint) or a checkpoint file; from several,
         an ensemble of them (one vocabulary)."""
+        prepack = _prepack(prepack, packed)
         paths = [checkpoint] if isinstance(checkpoint, (str, Path)) else list(checkpoint)
-        loaded = [inference.load(path, weights, device, packed) for path in paths]
+        loaded = [inference.load(path, weights, device, prepack) for path in paths]
         if len(loaded) > 1:
             check_same_vocabulary([vocab for _, vocab in loaded], [str(path) for path in paths])
-        return cls([model for model, _ in loaded], loaded[0][1], search, weights, device=device, packed=packed, **kw)
+        return cls([model for model, _ in loaded], loaded[0][1], search, weights, device=device, prepack=prepack, **kw)
 
     def encode(self, lines: Sequence[str]) -> list[list[int] | None]:
         return encode_sources(self.vocab, lines, self.max_input_len)
 
     def search_ids(self, sources: Sequence[list[int] | None], progress: bool = False,
-                   constraint: Constraint | None = None) -> list[list[Hypothesis]]:
+                   constraint: Constraint | None = None, prefixes: Sequence[list[int]] | None = None,
+                   line_numbers: Sequence[int] | None = None) -> list[list[Hypothesis]]:
         """Search every source (ids with EOS; None = blank) in length-sorted batches; answers in input order.
         A blank source gets one empty hypothesis of score 0. `constraint` (see aiayn.search.Constraint, called with
-        input line numbers) restricts what the search may generate."""
+        input line numbers) restricts what the search may generate. prefixes: per source, the word ids its
+        translations start with ([]: none). Sampling seeds each source by its input line number: line_numbers[i]
+        (from 0; default i)."""
         cfg, search = self.cfg, self.search
         max_len = cfg.max_positions - 1 if cfg.positional == "learned" else None  # BOS + words < table size
         results: list[list[Hypothesis]] = [[Hypothesis([], 0.0, [])] for _ in sources]
         order = sorted((i for i, s in enumerate(sources) if s is not None), key=lambda i: -len(sources[i]))
-        decode = greedy_search if search.beam == 1 else beam_search
-        bar = tqdm(total=len(order), unit=" sent", disable=not progress, file=sys.stderr)
+        if prefixes is not None:
+            if len(prefixes) != len(sources):
+                raise UsageError(f"{len(prefixes)} prefixes for {len(sources)} sources; give one per source")
+            blank = next((n for n, (s, p) in enumerate(zip(sources, prefixes), 1) if s is None and p), None)
+            if blank is not None:
+                raise UsageError(f"input line {blank} is blank but has a target prefix; give a source")
+        decode = search_function(search)
+        bar = Progress("translate", len(order), "sentences", enabled=progress)
         with torch.inference_mode():
             for start in range(0, len(order), self.batch_size):
                 idx = order[start: start + self.batch_size]
@@ -114,16 +174,35 @@ class Translator:
                 on_lines = None
                 if constraint is not None:  # the constraint sees input line numbers, not batch rows
                     on_lines = partial(_on_lines, constraint, torch.tensor(idx, device=self.device))
-                hyps = decode(self.model, src.to(self.device), search, max_len, on_lines)
+                lines = torch.tensor(idx if line_numbers is None else [line_numbers[i] for i in idx])
+                hyps = decode(self.model, src.to(self.device), search, max_len, on_lines,
+                              prefixes=prefixes and [prefixes[i] for i in idx], lines=lines)
                 for i, h in zip(idx, hyps):  # empty only if the model gave EOS probability 0 at the limit
                     results[i] = h or [Hypothesis([], float("-inf"), [])]
                 bar.update(len(idx))
         bar.close()
         return results
 
-    def translate_nbest(self, lines: Sequence[str], progress: bool = False) -> list[list[Translation]]:
-        """Up to search.nbest translations per line, best first."""
-        hyps = self.search_ids(self.encode(lines), progress)
+    def check_prefixes(self, sources: Sequence[list[int] | None], prefixes: Sequence[list[int]]) -> None:
+        """A UsageError naming the first line whose prefix is longer than its translation may be (before searching:
+        the server checks a request before queuing it)."""
+        for n, (source, words) in enumerate(zip(sources, prefixes), 1):
+            if source is None or not words:
+                continue
+            most = int(max_output_lengths(torch.tensor([source]), self.search.max_len_a, self.search.max_len_b,
+                                          self.search.min_len))
+            if self.cfg.positional == "learned":
+                most = min(most, self.cfg.max_positions - 1)
+            if len(words) > most:
+                raise UsageError(f"input line {n}: its prefix has {len(words)} words, more than the {most} its "
+                                 "translation may have (--max-len-a, --max-len-b)")
+
+    def translate_nbest(self, lines: Sequence[str], progress: bool = False,
+                        prefixes: Sequence[str] | None = None) -> list[list[Translation]]:
+        """Up to search.nbest translations per line, best first; prefixes: per line, the text its translations start
+        with ("" or None: no prefix)."""
+        prefix_ids = None if prefixes is None else encode_prefixes(self.vocab, [p or "" for p in prefixes])
+        hyps = self.search_ids(self.encode(lines), progress, prefixes=prefix_ids)
         return [[translation_of(self.vocab, h) for h in hs] for hs in hyps]
 
     def translate(self, lines: Sequence[str], progress: bool = False) -> list[str]:

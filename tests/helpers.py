@@ -6,6 +6,7 @@ import json
 import shutil
 from pathlib import Path
 
+import pytest
 import torch
 
 from aiayn import checkpoint as ckpt
@@ -48,3 +49,21 @@ def labelled_run(model: Transformer, copy_data: Path, folder: Path, languages: t
     record = rundir.run_record(model.cfg.to_dict(), {}, data, data / "vocab.model")
     (run / rundir.CONFIG).write_text(json.dumps(record))
     return run
+
+
+CHROMIUM, CHROMEDRIVER = Path("/usr/bin/chromium"), Path("/usr/bin/chromedriver")
+
+
+def browser():
+    """Headless Chromium driven by Selenium (skips where they are not installed)."""
+    if not CHROMIUM.exists() or not CHROMEDRIVER.exists():
+        pytest.skip("chromium / chromedriver not installed (apt-get install chromium chromium-driver)")
+    webdriver = pytest.importorskip("selenium.webdriver")
+    from selenium.webdriver.chrome.service import Service
+
+    options = webdriver.ChromeOptions()
+    options.binary_location = str(CHROMIUM)
+    for arg in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+                "--window-size=1200,1400"):
+        options.add_argument(arg)
+    return webdriver.Chrome(service=Service(str(CHROMEDRIVER)), options=options)

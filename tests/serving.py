@@ -14,9 +14,8 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import httpx
-import pytest
 import uvicorn
-from helpers import REPO, save_run, tiny_model
+from helpers import REPO, browser, save_run, tiny_model  # noqa: F401 (browser: the serve tests import it here)
 
 from aiayn.data import Vocab
 from aiayn.search import SearchConfig
@@ -108,19 +107,3 @@ class ServerThread:
         self.thread.join(30)
 
 
-CHROMIUM, CHROMEDRIVER = Path("/usr/bin/chromium"), Path("/usr/bin/chromedriver")
-
-
-def browser():
-    """Headless Chromium driven by Selenium (skips where they are not installed)."""
-    if not CHROMIUM.exists() or not CHROMEDRIVER.exists():
-        pytest.skip("chromium / chromedriver not installed (apt-get install chromium chromium-driver)")
-    webdriver = pytest.importorskip("selenium.webdriver")
-    from selenium.webdriver.chrome.service import Service
-
-    options = webdriver.ChromeOptions()
-    options.binary_location = str(CHROMIUM)
-    for arg in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
-                "--window-size=1200,1400"):
-        options.add_argument(arg)
-    return webdriver.Chrome(service=Service(str(CHROMEDRIVER)), options=options)

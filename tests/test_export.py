@@ -266,6 +266,29 @@ def test_ct2_search_gives_aiayn_tokens(which, model, row_b, ct2_dirs, src, lines
     assert [h.tokens for h in ours] != best_tokens(m, src, greedy)  # the beams did matter
 
 
+def test_ct2_prefix_and_ngram_blocking_give_aiayn_tokens(model, ct2_dirs, src, lines, vocab):
+    """A target prefix maps to CTranslate2's target_prefix, no_repeat_ngram_size to its own: greedy search gives the
+    same tokens. Beam search ranks differently with a prefix (CTranslate2 leaves the prefix's log-probs out of its
+    scores: DECODING_NOTES), so there only the prefix and the sentences without one are compared."""
+    ct2 = CT2Translator(ct2_dirs["tiny"])
+    free = best_tokens(model, src, SearchConfig(beam=1, **POWER))
+    texts = [vocab.decode(free[(i + 1) % len(free)][:2]) if i % 3 else "" for i in range(len(lines))]  # others' starts
+    ids = [vocab.encode(text) for text in texts]
+    for search in (SearchConfig(beam=1, **POWER), SearchConfig(beam=1, no_repeat_ngram_size=2, **POWER),
+                   SearchConfig(beam=4, min_len=0, **POWER)):
+        ours = [h[0].tokens for h in (greedy_search if search.beam == 1 else beam_search)(
+            MaskedBeforeSoftmax(model), src, search, prefixes=ids)]
+        theirs = [t.tokens for t, in ct2.translate_nbest(lines, search, patience=1000, prefixes=texts)]
+        assert all(h[: len(p)] == p for hyps in (ours, theirs) for h, p in zip(hyps, ids))
+        assert ours != free  # the prefixes (and the n-gram ban) did matter
+        if search.beam == 1:
+            assert theirs == ours
+        else:
+            assert [t for t, p in zip(theirs, ids) if not p] == [h for h, p in zip(ours, ids) if not p]
+    with pytest.raises(UsageError, match="does not sample"):
+        ct2.translate_nbest(lines, SearchConfig(sampling=True, **POWER))
+
+
 def test_ct2_translate_keeps_order_and_blank_lines(ct2_dirs, model, vocab, lines):
     text = ["", lines[0], "   ", lines[1], lines[2]]
     search = SearchConfig(beam=2, **POWER)

@@ -1,4 +1,4 @@
-"""The decoding weight formats of aiayn.inference (fp32, bf16, int8; packed or not), each against the model it
+"""The decoding weight formats of aiayn.inference (fp32, bf16, int8; prepacked or not), each against the model it
 came from."""
 
 import copy
@@ -10,7 +10,7 @@ from torch import nn
 
 from aiayn.config import ModelConfig
 from aiayn.errors import UsageError
-from aiayn.inference import DecodingTransformer, PackedLinear, decoding_copy
+from aiayn.inference import DecodingTransformer, PrepackedLinear, decoding_copy
 from aiayn.model import Transformer
 
 
@@ -19,38 +19,38 @@ def test_decoding_copy_is_the_model_in_another_dtype():
     model = Transformer(ModelConfig.preset("tiny", vocab_size=40)).train()
     before = copy.deepcopy(model.state_dict())
     # same dtype, unpacked: the model's own tensors, in eval mode; the model itself keeps its mode
-    same = decoding_copy(model, packed=False)
-    assert isinstance(same, DecodingTransformer) and (same.weights, same.packed) == ("fp32", False)
+    same = decoding_copy(model, prepack=False)
+    assert isinstance(same, DecodingTransformer) and (same.weights, same.prepacked) == ("fp32", False)
     assert not same.training and model.training
     assert all(a is b for a, b in zip(same.parameters(), model.parameters()))
-    assert decoding_copy(same, packed=False) is same
-    low = decoding_copy(model, "bf16", packed=False)
+    assert decoding_copy(same, prepack=False) is same
+    low = decoding_copy(model, "bf16", prepack=False)
     assert low is not model and next(low.parameters()).dtype == torch.bfloat16 and not low.training
     for name, t in model.state_dict().items():  # the original is untouched
         assert t.dtype == torch.float32 and torch.equal(t, before[name])
         torch.testing.assert_close(low.state_dict()[name], t.bfloat16(), rtol=0, atol=0)
-    assert decoding_copy(low, "bf16", packed=False) is low
+    assert decoding_copy(low, "bf16", prepack=False) is low
 
 
-def skip_unless_packing_works(dtype: torch.dtype) -> None:
-    from aiayn.inference import _packing_works
+def skip_unless_prepacking_works(dtype: torch.dtype) -> None:
+    from aiayn.inference import _prepacking_works
 
-    if not _packing_works(dtype):
+    if not _prepacking_works(dtype):
         pytest.skip(f"oneDNN's packed linear does not run in {dtype} with this torch build and CPU")
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-def test_packed_linear_equals_linear(dtype):
-    skip_unless_packing_works(dtype)
+def test_prepacked_linear_equals_linear(dtype):
+    skip_unless_prepacking_works(dtype)
     torch.manual_seed(0)
     linear = nn.Linear(96, 200).to(dtype)
-    packed = PackedLinear(linear.weight, linear.bias)
+    packed = PrepackedLinear(linear.weight, linear.bias)
     tol = dict(rtol=1e-5, atol=1e-5) if dtype == torch.float32 else dict(rtol=1e-2, atol=1e-2)
     for x in (torch.randn(7, 96), torch.randn(3, 5, 96), torch.randn(5, 3, 96).transpose(0, 1)):  # 2-D, 3-D, strided
         x = x.to(dtype)
         with torch.no_grad():
             torch.testing.assert_close(packed(x), linear(x), **tol)
-    no_bias = PackedLinear(linear.weight, None)
+    no_bias = PrepackedLinear(linear.weight, None)
     with torch.no_grad():
         torch.testing.assert_close(no_bias(x), F.linear(x, linear.weight), **tol)
 
@@ -63,21 +63,21 @@ def _calls(model: DecodingTransformer) -> list:
 
 
 @pytest.mark.parametrize("dtype", ["fp32", "bf16"])
-def test_packed_copy_decodes_as_the_model(dtype):
+def test_prepacked_copy_decodes_as_the_model(dtype):
     # Every projection packed, the tied output projection too (and it is the one that runs); logits and beam search
     # as the unpacked copy's; the model passed in untouched.
     from aiayn.search import SearchConfig, beam_search
 
-    skip_unless_packing_works(torch.float32 if dtype == "fp32" else torch.bfloat16)
+    skip_unless_prepacking_works(torch.float32 if dtype == "fp32" else torch.bfloat16)
     torch.manual_seed(0)
     model = Transformer(ModelConfig.preset("tiny", vocab_size=60)).eval()
     before = copy.deepcopy(model.state_dict())
-    q = decoding_copy(model, dtype)  # packed is the default on CPU
-    ref = decoding_copy(model, dtype, packed=False)
-    assert q is not model and q.packed and q.weights == dtype and decoding_copy(q, dtype) is q
+    q = decoding_copy(model, dtype)  # prepacked is the default on CPU
+    ref = decoding_copy(model, dtype, prepack=False)
+    assert q is not model and q.prepacked and q.weights == dtype and decoding_copy(q, dtype) is q
     assert not any(isinstance(m, nn.Linear) for m in q.modules())
     assert sum(isinstance(m, nn.Linear) for m in model.modules()) == sum(
-        isinstance(m, PackedLinear) for m in q.modules()) > 0
+        isinstance(m, PrepackedLinear) for m in q.modules()) > 0
     calls = _calls(q)
     src = torch.randint(4, 60, (3, 7))
     src[:, -1] = 3
@@ -135,17 +135,17 @@ def test_weights_are_checked():
         decoding_copy(Transformer(ModelConfig.preset("tiny", vocab_size=40)), "fp16")
 
 
-@pytest.mark.parametrize("weights,packed", [("fp32", None), ("fp32", False), ("int8", None)])
-def test_a_consumed_model_gives_the_same_copy_and_its_weights_up(weights, packed):
+@pytest.mark.parametrize("weights,prepack", [("fp32", None), ("fp32", False), ("int8", None)])
+def test_a_consumed_model_gives_the_same_copy_and_its_weights_up(weights, prepack):
     # consume=True (what `aiayn translate` does with the model it loads): the same logits as a copy that leaves the
     # model alone, and the model's projections no longer hold weights of their own (freed as they were converted;
     # fp32 unpacked shares them instead, as it always does).
-    if packed is None and weights == "fp32":
-        skip_unless_packing_works(torch.float32)
+    if prepack is None and weights == "fp32":
+        skip_unless_prepacking_works(torch.float32)
     torch.manual_seed(0)
     model = Transformer(ModelConfig.preset("tiny", vocab_size=60)).eval()
-    kept = decoding_copy(model, weights, packed)
-    consumed = decoding_copy(model, weights, packed, consume=True)
+    kept = decoding_copy(model, weights, prepack)
+    consumed = decoding_copy(model, weights, prepack, consume=True)
     src = torch.randint(4, 60, (3, 7))
     src[:, -1] = 3
     tgt = torch.randint(4, 60, (3, 5))
@@ -154,7 +154,7 @@ def test_a_consumed_model_gives_the_same_copy_and_its_weights_up(weights, packed
     if weights == "int8":
         assert consumed is model  # quantized in place, not copied
         assert not any(isinstance(m, nn.Linear) for m in model.modules())
-    elif packed is None:
+    elif prepack is None:
         assert all(m.weight is None and m.bias is None for m in model.modules() if isinstance(m, nn.Linear))
         assert consumed.embedding.weight is model.embedding.weight  # taken over, not copied
     else:

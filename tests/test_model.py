@@ -118,7 +118,7 @@ def test_beam_rows_share_their_sentence_memory(bf16):
         ref = model.decode(prefix, per_row[0][rows], per_row[1][rows])[:, -1:]
         torch.testing.assert_close(step, ref, rtol=0, atol=2e-2 if bf16 else 1e-5)
     with pytest.raises(ValueError, match="do not group evenly"):
-        model.decode(tgt[:5, :1], memory, src_pad)
+        model.decode(tgt[:5, :1], memory, src_pad, cache=model.new_cache())
 
 
 def naive_multihead(mha: MultiHeadAttention, q_in, kv_in, mask=None):
@@ -155,12 +155,19 @@ def test_multihead_equals_per_head_loop(h, dk, dv, self_attention):
     expected = naive_multihead(mha, x, kv, key_mask[:, 0])
     got = mha(x, mask=key_mask) if self_attention else mha(x, mem, mask=key_mask)
     torch.testing.assert_close(got, expected, rtol=0, atol=1e-5)
-    mha.record_attention = True  # the reference path gives the same output and weights that sum to 1
+    weights = []  # the reference path as `attention` gives the same output and weights that sum to 1
+
+    def reference(q, k, v, mask, is_causal, decoding=False):
+        out, w = scaled_dot_product_attention(q, k, v, mask, is_causal)
+        weights.append(w)
+        return out
+
+    mha.attention = reference
     again = mha(x, mask=key_mask) if self_attention else mha(x, mem, mask=key_mask)
     torch.testing.assert_close(again, expected, rtol=0, atol=1e-5)
-    assert mha.last_attention.shape == (2, h, 5, kv.size(1))
-    torch.testing.assert_close(mha.last_attention.sum(-1), torch.ones(2, h, 5))
-    assert mha.last_attention[1, ..., -2:].abs().max() == 0
+    assert weights[0].shape == (2, h, 5, kv.size(1))
+    torch.testing.assert_close(weights[0].sum(-1), torch.ones(2, h, 5))
+    assert weights[0][1, ..., -2:].abs().max() == 0
 
 
 def test_scaled_dot_product_attention_formula():

@@ -260,11 +260,10 @@ def varlen_attn_on_cpu(query, key, value, cu_seq_q, cu_seq_k, max_q, max_k, *, w
 
 def test_the_model_calls_the_varlen_kernel_as_documented(monkeypatch):
     """The CUDA route's wiring (which lengths, which maximum, causal how), run on the CPU against a stand-in."""
-    import aiayn.model
     import aiayn.packed
 
     monkeypatch.setattr(aiayn.packed, "varlen_attn", varlen_attn_on_cpu)
-    monkeypatch.setattr(aiayn.model, "use_varlen_attention", lambda q, v: True)
+    monkeypatch.setattr(aiayn.packed, "use_varlen_attention", lambda q, v: True)
     batch = collate(random_pairs(6, seed=6))
     model = make_model()
     padded, _, _ = batch_loss(model, *batch.inputs(), eps=0.1)

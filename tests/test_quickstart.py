@@ -88,3 +88,14 @@ def test_the_recipe_follows_the_dtype_and_gives_way_to_what_is_asked():
     assert (cfg.n_enc_layers, cfg.n_dec_layers, vocab, tokens) == (2, 3, 8000, 1024)
     cfg, _, _ = recipe("fp32", preset="tiny")  # another preset keeps its own shape
     assert (cfg.n_enc_layers, cfg.d_model) == (2, 32)
+
+
+def test_quickstart_on_a_prepared_folder_scores_the_first_n_test_sentences(tmp_path, copy_data):
+    """data: a prepared-data folder instead of the built-in corpus (nothing prepared in OUT); test_sentences: the
+    first N test sentences translated and scored, the rest left alone."""
+    out = tmp_path / "qs"
+    result = quickstart(out, preset="tiny", beam=1, progress=False, max_steps=3, data=copy_data, test_sentences=7)
+    assert not (out / "data").exists() and not (out / "raw").exists()
+    assert json.loads((out / "run" / "config.json").read_text())["data"] == str(copy_data.resolve())
+    assert result["test_sentences"] == 7
+    assert len((out / "run" / "test.hyp").read_text(encoding="utf-8").splitlines()) == 7

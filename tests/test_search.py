@@ -7,7 +7,7 @@ import torch
 
 from aiayn.config import BOS_ID, EOS_ID, PAD_ID, ModelConfig
 from aiayn.model import Transformer
-from aiayn.search import SearchConfig, length_penalty
+from aiayn.search import SearchConfig, length_penalty, sample_search
 from aiayn.search import beam_search as _beam_search
 from aiayn.search import greedy_search as _greedy_search
 
@@ -16,8 +16,8 @@ def beam_search(model, src, **kw):
     return _beam_search(model, src, SearchConfig(**kw))
 
 
-def greedy_search(model, src, **kw):
-    return _greedy_search(model, src, SearchConfig(beam=1, **kw))
+def greedy_search(model, src, prefixes=None, lines=None, **kw):
+    return _greedy_search(model, src, SearchConfig(beam=1, **kw), prefixes=prefixes, lines=lines)
 
 E = EOS_ID
 A, B, C = 4, 5, 6  # words
@@ -270,12 +270,159 @@ def test_decoding_through_the_fused_kernel_gives_the_same_search(tiny, monkeypat
         matmul = (beam_search(model, src, beam=3, nbest=2, max_len_b=8), greedy_search(model, src, max_len_b=8))
         calls = []
 
-        def fused(q, decoding, need_weights):
+        def fused(q, decoding):
             calls.append(decoding)
-            return need_weights
+            return False
 
         monkeypatch.setattr(aiayn.model, "use_matmul_attention", fused)
         fused_kernel = (beam_search(model, src, beam=3, nbest=2, max_len_b=8), greedy_search(model, src, max_len_b=8))
     assert any(calls)  # decoding steps went through the switch
     for a, b in zip(matmul, fused_kernel):
         _same(a, b)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Sampling, target prefixes, n-gram blocking: the scripted model again, with distributions known by hand.
+
+D = 7  # a fourth word
+# Table 4: one word drawn from p = (a .4, b .3, c .2, d .1), then EOS.
+T4 = {(): {A: 0.4, B: 0.3, C: 0.2, D: 0.1}}
+DRAWS = 4000
+
+
+def first_words(top_k=0, top_p=1.0, temperature=1.0, seed=0, table=T4):
+    """The first word of each of DRAWS samples of one sentence, as frequencies of a, b, c, d."""
+    search = SearchConfig(sampling=True, nbest=DRAWS, top_k=top_k, top_p=top_p, temperature=temperature, seed=seed,
+                          max_len_a=0.0, max_len_b=3)
+    (hyps,) = sample_search(ScriptedModel({9: table}), src_of(9), search)
+    assert len(hyps) == DRAWS and all(len(h.tokens) == 1 for h in hyps)
+    counts = torch.bincount(torch.tensor([h.tokens[0] for h in hyps]), minlength=V).float() / DRAWS
+    return counts[[A, B, C, D]].tolist()
+
+
+def close(freqs, expect, tol=0.03):  # 4000 draws: a frequency's standard deviation is at most 0.008
+    return all(abs(f - e) <= tol for f, e in zip(freqs, expect))
+
+
+def test_sampling_draws_the_model_distribution():
+    assert close(first_words(), [0.4, 0.3, 0.2, 0.1])
+    assert first_words(seed=3) == first_words(seed=3) != first_words(seed=4)  # reproducible, and seeded
+
+
+def test_top_k_never_leaves_the_k_best():
+    freqs = first_words(top_k=2)
+    assert freqs[2] == freqs[3] == 0.0 and close(freqs, [0.4 / 0.7, 0.3 / 0.7, 0, 0])
+    # A tie at the boundary: the lower id is kept (a stable sort), so b (id 5) never, a (id 4) and c always may.
+    freqs = first_words(top_k=2, table={(): {A: 0.3, B: 0.3, C: 0.4}})
+    assert freqs[1] == 0.0 and close(freqs, [3 / 7, 0, 4 / 7, 0])
+
+
+def test_top_p_keeps_exactly_the_nucleus():
+    # The nucleus is the fewest best tokens of mass >= p: a and b (0.7) for p = 0.65; a, b and c (0.9) for 0.75.
+    freqs = first_words(top_p=0.65)
+    assert freqs[2] == freqs[3] == 0.0 and close(freqs, [0.4 / 0.7, 0.3 / 0.7, 0, 0])
+    freqs = first_words(top_p=0.75)
+    assert freqs[3] == 0.0 and close(freqs, [0.4 / 0.9, 0.3 / 0.9, 0.2 / 0.9, 0])
+    assert first_words(top_p=0.3)[0] == 1.0  # the best token alone holds more than p
+    # top_k first, then top_p on the renormalized k best: a .44 b .33 c .22, p = 0.5 keeps a and b.
+    assert close(first_words(top_k=3, top_p=0.5), [0.4 / 0.7, 0.3 / 0.7, 0, 0])
+
+
+def test_temperature_reshapes_the_distribution():
+    p = torch.tensor([0.4, 0.3, 0.2, 0.1])
+    for temperature in (0.5, 2.0):
+        expect = p ** (1 / temperature) / (p ** (1 / temperature)).sum()  # softmax(log p / T)
+        assert close(first_words(temperature=temperature), expect.tolist())
+    # lower T sharpens (a more often), higher T flattens (d more often)
+    assert first_words(temperature=0.5)[0] > 0.5 > first_words(temperature=2.0)[0]
+    assert first_words(temperature=0.0) == [1.0, 0.0, 0.0, 0.0]  # T = 0: the argmax, every time
+
+
+def test_sample_scores_are_the_model_log_probs():
+    search = SearchConfig(sampling=True, nbest=50, temperature=2.0, top_k=3, max_len_a=0.0, max_len_b=3, alpha=0.0)
+    (hyps,), = [sample_search(ScriptedModel(TABLES), src_of(1), search)]
+    assert [h.score for h in hyps] == sorted((h.score for h in hyps), reverse=True)  # best first
+    table = {(A,): ln(0.5 * 0.4), (B,): ln(0.4 * 0.6), (A, B): ln(0.5 * 0.35), (B, A, C): ln(0.4 * 0.4 * 0.4),
+             (B, A): ln(0.4 * 0.4 * 0.6), (A, C): ln(0.5 * 0.25)}
+    for h in hyps:
+        assert h.score == pytest.approx(table[tuple(h.tokens)], abs=1e-5)
+
+
+def test_sampling_options_are_validated():
+    for bad, says in [(dict(sampling=True, top_p=0.0), "top_p"), (dict(sampling=True, top_p=1.5), "top_p"),
+                      (dict(sampling=True, temperature=-1.0), "temperature"), (dict(sampling=True, top_k=-1), "top_k"),
+                      (dict(top_k=5), "only apply to sampling"), (dict(no_repeat_ngram_size=-1), "no_repeat")]:
+        with pytest.raises(ValueError, match=says):
+            SearchConfig(**bad)
+    assert SearchConfig(sampling=True, beam=2, nbest=5).nbest == 5  # samples are not bounded by the beam
+
+
+def test_prefix_is_forced_and_scored_by_hand():
+    # Greedy takes "a" (0.5) unprompted; forced to start with b it goes on with EOS (0.6); forced to "b a" it ends
+    # with EOS (0.6 > 0.4). The prefix's log-probs count in the score.
+    src = src_of(1, 1, 1)
+    hyps = greedy_search(ScriptedModel(TABLES), src, max_len_a=0.0, max_len_b=3, alpha=0.0,
+                         prefixes=[[], [B], [B, A]])
+    assert [h.tokens for h, in hyps] == [[A], [B], [B, A]]
+    assert hyps[1][0].positional_scores == pytest.approx([ln(0.4), ln(0.6)])
+    assert hyps[2][0].score == pytest.approx(ln(0.4 * 0.4 * 0.6))
+    # Beam 2 from "a": "a" (0.2) then "a b" (0.175) then "a c" (0.125); "b" (the best without prefix) is gone.
+    (h1, h2), = _beam_search(ScriptedModel(TABLES), src_of(1), SearchConfig(beam=2, nbest=2, alpha=0.0, max_len_a=0,
+                                                                           max_len_b=3), prefixes=[[A]])
+    assert (h1.tokens, h2.tokens) == ([A], [A, B]) and h1.score == pytest.approx(ln(0.2))
+    # Sampling: every sample starts with the prefix.
+    search = SearchConfig(sampling=True, nbest=20, max_len_a=0.0, max_len_b=3)
+    (samples,) = sample_search(ScriptedModel(TABLES), src_of(1), search, prefixes=[[B]])
+    assert all(h.tokens[0] == B for h in samples) and {tuple(h.tokens) for h in samples} <= {(B,), (B, A), (B, A, C)}
+
+
+def test_prefix_over_the_length_limit_names_the_line():
+    with pytest.raises(ValueError, match="input line 8: its prefix has 4 words, more than the 3"):
+        greedy_search(ScriptedModel(TABLES), src_of(1, 1), max_len_a=0.0, max_len_b=3, prefixes=[[A], [A, B, A, B]],
+                      lines=torch.tensor([3, 7]))
+
+
+class Looping(dict):
+    """A table for every prefix: after a the model prefers b, after b (or at the start) a, c when told no, and c is
+    followed by EOS. Unblocked, it loops "a b a b ..." to the length limit."""
+
+    def get(self, prefix, default=None):
+        last = prefix[-1] if prefix else B
+        return {C: {E: 1.0}, A: {B: 0.6, C: 0.3, E: 0.1}}.get(last, {A: 0.6, C: 0.3, E: 0.1})
+
+
+def loop(n, beam=1, **kw):
+    search = SearchConfig(beam=beam, no_repeat_ngram_size=n, max_len_a=0.0, max_len_b=8, alpha=0.0, **kw)
+    return (sample_search if search.sampling else _beam_search)(ScriptedModel({1: Looping()}), src_of(1), search)[0]
+
+
+def test_no_repeat_ngram_stops_the_loop_by_hand():
+    assert loop(0)[0].tokens == [A, B] * 4  # off: the loop runs to the limit
+    # n = 2: "a b a" then b would repeat the bigram "a b": c (0.3), then EOS.
+    (h,) = loop(2)
+    assert h.tokens == [A, B, A, C] and h.score == pytest.approx(ln(0.6 ** 3 * 0.3))
+    assert loop(3)[0].tokens == [A, B, A, B, C]  # "a b a b", then a would repeat "a b a": c
+    assert loop(1)[0].tokens == [A, B, C]  # no word twice
+    for hyp in loop(2, beam=3, nbest=3) + loop(2, sampling=True, nbest=30):  # beam and sampling alike
+        bigrams = list(zip(hyp.tokens, hyp.tokens[1:]))
+        assert len(bigrams) == len(set(bigrams))
+
+
+def test_temperature_zero_equals_greedy(tiny):
+    model, src = tiny
+    for extra in ({}, {"no_repeat_ngram_size": 2}):
+        greedy = greedy_search(model, src, max_len_b=8, **extra)
+        sampled = sample_search(model, src, SearchConfig(sampling=True, temperature=0.0, max_len_b=8, **extra))
+        _same(sampled, greedy)
+
+
+def test_sampled_sentence_same_alone_and_in_any_batch(tiny):
+    model, src = tiny
+    search = SearchConfig(sampling=True, nbest=3, top_k=20, max_len_b=8, seed=5)
+    lines = torch.arange(src.size(0))
+    batch = sample_search(model, src, search, lines=lines)
+    perm = [4, 2, 0, 5, 1, 3]
+    _same([batch[i] for i in perm], sample_search(model, src[perm], search, lines=lines[perm]))
+    n = int(src[2].ne(PAD_ID).sum())
+    _same([batch[2]], sample_search(model, src[2:3, :n], search, lines=lines[2:3]))
+    assert len({tuple(h.tokens) for hs in batch for h in hs}) > src.size(0)  # the samples do differ

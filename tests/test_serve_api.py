@@ -199,3 +199,39 @@ def test_docs_render_in_browser(setup):
             assert loaded and all(url.startswith(base) for url in loaded), loaded
     finally:
         driver.quit()
+
+
+def test_aiayn_decoding_fields_on_translate(setup):
+    """aiayn's own request fields beside LibreTranslate's: prefix, no_repeat_ngram_size, sampling and its options;
+    each answer is what offline decoding gives, and a request's samples do not depend on its batch neighbours."""
+    translator, lines = setup
+    search = translator.search
+    offline = Translator(translator.model, translator.vocab, search)
+    prefixed = offline.translate_nbest(lines[:2], prefixes=["a b", ""])
+    sampler = Translator(translator.model, translator.vocab, SearchConfig(**{
+        **{f: getattr(search, f) for f in ("alpha", "lp", "max_len_a", "max_len_b", "min_len")},
+        "sampling": True, "nbest": 2, "top_k": 10, "seed": 3}))
+    samples = sampler.translate_nbest(lines[:2])
+    sample_body = {"q": lines[:2], "sampling": True, "top_k": 10, "seed": 3, "alternatives": 1}
+    got = call(create_app(translator), [
+        ("POST", "/translate", {"q": lines[:2], "prefix": ["a b", ""]}),
+        ("POST", "/translate", sample_body),
+        ("POST", "/translate", {"q": lines[3:5], "sampling": True, "seed": 1}),  # a neighbour in the batch
+        ("POST", "/translate", Send(data={"q": lines[0], "no_repeat_ngram_size": "1"})),
+        ("POST", "/translate", {"q": lines[0], "top_k": 5}),
+        ("POST", "/translate", {"q": lines[0], "prefix": ["a"]}),
+        ("POST", "/translate", {"q": lines[0], "prefix": "€"}),
+        ("POST", "/translate", {"q": lines[0], "sampling": True, "top_p": 1.5}),
+    ])
+    assert [r.status_code for r in got] == [200] * 4 + [422] * 4, [r.text for r in got]
+    pre, sampled, _, ngram, *errors = (r.json() for r in got)
+    assert pre["translatedText"] == [h[0].text for h in prefixed]
+    assert [[t, *alts] for t, alts in zip(sampled["translatedText"], sampled["alternatives"])] == \
+        [[h.text for h in hs] for hs in samples]
+    words = translator.vocab.encode(ngram["translatedText"])
+    assert len(words) == len(set(words))  # no piece twice
+    assert [e["error"] for e in errors][:3] == ["top_k only apply to sampling: add sampling (--sampling)",
+                                                "prefix must be like q: a string for a string q, a list of 1 for a "
+                                                "list of 1", "input line 1: the prefix piece '€' is not in the "
+                                                "vocabulary"]
+    assert "top_p" in errors[3]["error"]

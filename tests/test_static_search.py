@@ -94,6 +94,11 @@ def test_one_decoder_many_batches_and_the_hard_cap(model):
         decoder.search(src, SearchConfig(beam=2, max_len_b=50))
     with pytest.raises(UsageError, match="constrained"):
         decoder.search(src, SearchConfig(beam=2), constraint=lambda rows, prefix: None)
+    for search, options, says in [(SearchConfig(beam=1, sampling=True), {}, "sampling"),
+                                  (SearchConfig(beam=2, no_repeat_ngram_size=2), {}, "no_repeat_ngram_size"),
+                                  (SearchConfig(beam=2), {"prefixes": [[5]] * src.size(0)}, "target prefixes")]:
+        with pytest.raises(UsageError, match=f"^{says}: not supported by the static"):
+            decoder.search(src, search, **options)
 
 
 def test_decode_speed_graphed_smoke():

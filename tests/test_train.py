@@ -18,7 +18,8 @@ from helpers import REPO
 from aiayn import checkpoint as ckpt
 from aiayn import rundir
 from aiayn.config import ModelConfig
-from aiayn.train import Progress, TrainConfig, anneal_factor, noam_lr, train
+from aiayn.progress import TrainingProgress as Progress
+from aiayn.train import TrainConfig, anneal_factor, noam_lr, train
 
 
 def test_noam_lr_values():
@@ -60,7 +61,7 @@ def test_anneal_reaches_zero_at_max_steps(copy_data, tmp_path):
 
 def test_progress_in_a_log_is_plain_lines_every_interval(capsys, monkeypatch):
     clock = [1000.0]
-    monkeypatch.setattr("aiayn.train.time.time", lambda: clock[0])
+    monkeypatch.setattr("aiayn.progress.time.time", lambda: clock[0])
     log = Progress(TrainConfig(max_minutes=12), step=0, enabled=True, plain_every=60, terminal=False)
     assert log.bar is None
     for second in range(0, 181, 10):  # a figure every 10 s for 3 minutes: a line once a minute

@@ -8,6 +8,7 @@ from helpers import save_run, tiny_model
 from aiayn.cli import main
 from aiayn.config import EOS_ID
 from aiayn.data import Vocab
+from aiayn.errors import UsageError
 from aiayn.search import SearchConfig
 from aiayn.translate import Translator, encode_sources
 
@@ -86,3 +87,74 @@ def test_cli_end_to_end(setup, copy_data, tmp_path, monkeypatch, capsys):
     assert got[0].split(" ||| ")[1] == expect[0]
 
     assert main(["translate", "--checkpoint", str(run), "--beam", "2", "--nbest", "3"]) == 2
+
+
+def test_sampling_same_in_any_batch_size(setup):
+    """Each line draws from a generator of (seed, its line number): batches of 8 or of 3 give the same samples."""
+    model, vocab, lines = setup
+    search = dict(sampling=True, nbest=2, top_p=0.9, max_len_b=10, seed=7)
+    one_batch = translate_lines(model, vocab, lines[:8], batch_size=8, **search)
+    small = translate_lines(model, vocab, lines[:8], batch_size=3, **search)
+    assert [[t for t, _ in hyps] for hyps in one_batch] == [[t for t, _ in hyps] for hyps in small]
+    assert [s for hyps in one_batch for _, s in hyps] == pytest.approx([s for hyps in small for _, s in hyps], abs=1e-4)
+    assert all(len(hyps) == 2 for hyps in one_batch)
+    other_seed = translate_lines(model, vocab, lines[:8], batch_size=8, **{**search, "seed": 8})
+    assert [[t for t, _ in hyps] for hyps in other_seed] != [[t for t, _ in hyps] for hyps in one_batch]
+
+
+def test_prefix_starts_every_translation(setup):
+    model, vocab, lines = setup
+    greedy = translate_lines(model, vocab, lines[:3], beam=1, max_len_b=10)
+    prefix = vocab.decode(vocab.encode(greedy[0][0][0])[:2])  # the first two pieces greedy search would choose...
+    other = "a b"  # ... and pieces it would not
+    for search in (dict(beam=1), dict(beam=3, nbest=2), dict(sampling=True, nbest=3)):
+        t = Translator(model, vocab, SearchConfig(max_len_b=10, **search))
+        out = t.translate_nbest(lines[:3], prefixes=[prefix, other, ""])
+        pre, oth = vocab.encode(prefix), vocab.encode(other)
+        assert all(h.tokens[: len(pre)] == pre for h in out[0]) and all(h.tokens[: len(oth)] == oth for h in out[1])
+    t = Translator(model, vocab, SearchConfig(beam=1, max_len_b=10))
+    assert t.translate_nbest(lines[:3], prefixes=[prefix, "", ""])[0][0].text == greedy[0][0][0]  # its own start
+    with pytest.raises(UsageError, match="input line 2: the prefix piece '.*€' is not in the vocabulary"):
+        t.translate_nbest(lines[:2], prefixes=["", "€"])
+    with pytest.raises(UsageError, match="input line 1 is blank but has a target prefix"):
+        t.translate_nbest([""], prefixes=["a"])
+
+
+def test_cli_prefix_column_and_file_and_sampling(setup, copy_data, tmp_path, capsys):
+    model, vocab, lines = setup
+    run = save_run(model, copy_data / "vocab.model", tmp_path / "run")
+    (tmp_path / "in.txt").write_text(f"{lines[0]}\ta b\n{lines[1]}\n")
+    base = ["translate", "--checkpoint", str(run), "--max-len-b", "10", "--no-progress", "--beam", "2"]
+    assert main([*base, "--input", str(tmp_path / "in.txt")]) == 0
+    got = capsys.readouterr().out.splitlines()
+    t = Translator(model, vocab, SearchConfig(beam=2, max_len_b=10))
+    assert got == [h[0].text for h in t.translate_nbest(lines[:2], prefixes=["a b", ""])]
+    (tmp_path / "src.txt").write_text(f"{lines[0]}\n{lines[1]}\n")
+    (tmp_path / "prefix.txt").write_text("a b\n\n")
+    assert main([*base, "--input", str(tmp_path / "src.txt"), "--prefix", str(tmp_path / "prefix.txt")]) == 0
+    assert capsys.readouterr().out.splitlines() == got
+    (tmp_path / "prefix.txt").write_text("a b\n")
+    assert main([*base, "--input", str(tmp_path / "src.txt"), "--prefix", str(tmp_path / "prefix.txt")]) == 2
+    assert "--prefix has 1 lines but the input has 2" in capsys.readouterr().err
+    assert main([*base, "--input", str(tmp_path / "in.txt"), "--prefix", str(tmp_path / "prefix.txt")]) == 2
+    assert "not both" in capsys.readouterr().err
+    sample = [*base, "--input", str(tmp_path / "src.txt"), "--sampling", "--nbest", "3", "--seed", "1"]
+    assert main(sample) == 0
+    first = capsys.readouterr().out.splitlines()
+    assert len(first) == 6 and first[0].startswith("0 ||| ") and first[3].startswith("1 ||| ")
+    assert main([*sample, "--batch-size", "1"]) == 0 and capsys.readouterr().out.splitlines() == first
+    for bad, says in [(["--top-p", "1.5"], "top_p must lie in (0, 1]"), (["--top-p", "0"], "--top-p: must be"),
+                      (["--temperature", "-1"], "--temperature: must be"), (["--top-k", "-2"], "--top-k: must be"),
+                      (["--no-repeat-ngram-size", "-1"], "--no-repeat-ngram-size: must be")]:
+        assert main([*sample, *bad]) == 2
+        err = capsys.readouterr().err
+        assert says in err and len(err.strip().splitlines()) == 1
+    assert main([*base, "--input", str(tmp_path / "src.txt"), "--top-k", "5"]) == 2
+    assert "only apply to sampling" in capsys.readouterr().err
+
+
+def test_translate_help_lists_the_decoding_options(capsys):
+    assert main(["translate", "--help"]) == 0
+    text = capsys.readouterr().out
+    for flag in ("--sampling", "--top-k", "--top-p", "--temperature", "--seed", "--prefix", "--no-repeat-ngram-size"):
+        assert flag in text

@@ -14,12 +14,13 @@ from aiayn.cli import main
 from aiayn.config import BOS_ID, EOS_ID, PAD_ID
 from aiayn.data import Vocab
 from aiayn.errors import UsageError
-from aiayn.model import MultiHeadAttention
+from aiayn.model import MultiHeadAttention, attention
 from aiayn.translate import Translator
 from aiayn.viz import alignment
 from aiayn.viz.alignment import format_alignment, word_alignment, word_ids
 from aiayn.viz.attention import (
     KINDS,
+    AttentionRecorder,
     attention_data,
     default_layer,
     record,
@@ -107,14 +108,14 @@ def test_recorded_weights_equal_the_formula_with_masks(model, vocab):
 def test_recording_changes_no_output_and_switches_back_off(model, vocab):
     src, tgt = batch(vocab)
     modules = [m for m in model.modules() if isinstance(m, MultiHeadAttention)]
-    modules[0].record_attention = True  # someone else's recording is left as it was
+    someone_elses = modules[0].attention = AttentionRecorder()  # someone else's recording is left as it was
     with torch.no_grad():
         plain = model(src, tgt)
     translator = Translator(model, vocab)
     lines = ["alpha bravo charlie", "delta echo"]
     before = translator.translate(lines)
     with recording(model) as by_kind:
-        assert all(m.record_attention for ms in by_kind.values() for m in ms)
+        assert all(isinstance(m.attention, AttentionRecorder) for ms in by_kind.values() for m in ms)
         with torch.no_grad():
             recorded = model(src, tgt)
         during = translator.translate(lines)
@@ -123,9 +124,9 @@ def test_recording_changes_no_output_and_switches_back_off(model, vocab):
     torch.testing.assert_close(recorded, plain, atol=1e-5, rtol=1e-5)
     torch.testing.assert_close(after, plain, atol=1e-5, rtol=1e-5)
     assert during == before and translator.translate(lines) == before
-    assert [m.record_attention for m in modules] == [True] + [False] * (len(modules) - 1)
-    assert all(m.last_attention is None for m in modules[1:])
-    modules[0].record_attention = False
+    assert modules[0].attention is someone_elses
+    assert all(m.attention is attention for m in modules[1:])
+    modules[0].attention = attention
 
 
 def test_attention_data_tokens_and_shapes(model, vocab):

@@ -33,6 +33,7 @@ COMMANDS = [
     "aiayn.cli.params",
     "aiayn.cli.variations",
     "aiayn.cli.tables",
+    "aiayn.cli.paper",
     "aiayn.cli.doctor",
 ]
 

@@ -59,8 +59,10 @@ def add_progress_arg(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-progress", action="store_true", help="no progress bar (in a log: no progress lines)")
 
 
-def add_search_args(p: argparse.ArgumentParser, defaults: SearchConfig = PAPER_SEARCH) -> None:
-    """The decoding flags of every command that decodes (defaults: the paper's, or `defaults`)."""
+def add_search_args(p: argparse.ArgumentParser, defaults: SearchConfig = PAPER_SEARCH, sampling: bool = False
+                    ) -> None:
+    """The decoding flags of every command that decodes (defaults: the paper's, or `defaults`); sampling: the
+    sampling flags too (commands that print translations)."""
     g = p.add_argument_group("search")
     g.add_argument("--beam", type=positive_int, default=defaults.beam,
                    help=f"beam size (default {defaults.beam}); 1 = greedy")
@@ -75,7 +77,26 @@ def add_search_args(p: argparse.ArgumentParser, defaults: SearchConfig = PAPER_S
     g.add_argument("--min-len", type=non_negative_int, default=defaults.min_len,
                    help=f"EOS banned before this many words (default {defaults.min_len})")
     g.add_argument("--nbest", type=positive_int, default=defaults.nbest,
-                   help="hypotheses per input (<= --beam); >1 prints 'LINE ||| TEXT ||| SCORE' lines (Moses n-best)")
+                   help="hypotheses per input (<= --beam; with --sampling: samples per input); >1 prints "
+                        "'LINE ||| TEXT ||| SCORE' lines (Moses n-best)")
+    g.add_argument("--no-repeat-ngram-size", type=non_negative_int, default=defaults.no_repeat_ngram_size,
+                   help="ban a token that would repeat an n-gram of this size already in the output (0: off; "
+                        f"default {defaults.no_repeat_ngram_size})")
+    if not sampling:
+        return
+    g.add_argument("--sampling", action="store_true",
+                   help="draw each token from the model's distribution instead of searching (--beam is not used; "
+                        "--nbest N: N samples per input)")
+    g.add_argument("--top-k", type=non_negative_int, default=0,
+                   help="sampling: draw from the K most probable tokens only (default 0: all)")
+    g.add_argument("--top-p", type=number(float, above=0), default=1.0,
+                   help="sampling: draw from the nucleus only, the fewest most probable tokens of mass >= P, "
+                        "in (0, 1] (default 1: all)")
+    g.add_argument("--temperature", type=non_negative_float, default=1.0,
+                   help="sampling: draw from softmax(log-probs / T); 0 = greedy (default 1)")
+    g.add_argument("--seed", type=non_negative_int, default=0,
+                   help="sampling: input line i draws from a generator seeded by (seed, i): the same output for "
+                        "any --batch-size (default 0)")
 
 
 def add_weights_arg(p: argparse.ArgumentParser) -> None:
@@ -87,8 +108,11 @@ def add_weights_arg(p: argparse.ArgumentParser) -> None:
 
 def search_config(args: argparse.Namespace) -> SearchConfig:
     """The SearchConfig the search flags describe (its checks raise UsageError)."""
+    sampling = {name: getattr(args, name) for name in ("sampling", "top_k", "top_p", "temperature", "seed")
+                if hasattr(args, name)}
     return SearchConfig(beam=args.beam, alpha=args.alpha, lp=args.lp, max_len_a=args.max_len_a,
-                        max_len_b=args.max_len_b, min_len=args.min_len, nbest=args.nbest)
+                        max_len_b=args.max_len_b, min_len=args.min_len, nbest=args.nbest,
+                        no_repeat_ngram_size=args.no_repeat_ngram_size, **sampling)
 
 
 _TYPES = {"int": int, "float": float, "str": str}
@@ -102,14 +126,19 @@ def add_dataclass_args(p: argparse.ArgumentParser | Any, cls: type, skip: tuple[
             continue
         flag, help_ = "--" + f.name.replace("_", "-"), f.metadata.get("help", "")
         ranged = {k: f.metadata[k] for k in ("low", "above", "below") if f.metadata.get(k) is not None}
-        if f.type == "bool":
+        # The range in --help as the error for a value outside it words it.
+        bounds = " and ".join(f"{op} {ranged[k]}" for k, op in (("low", ">="), ("above", ">"), ("below", "<"))
+                              if k in ranged)
+        if f.metadata.get("choices"):
+            p.add_argument(flag, choices=f.metadata["choices"], default=None, help=f"{help_} (default {f.default})")
+        elif f.type == "bool":
             p.add_argument(flag, action="store_true", default=None, help=help_)
         elif f.type.startswith("tuple"):
             p.add_argument(flag, type=number(float, **ranged), nargs=2, default=None, metavar=("B1", "B2"),
-                           help=help_)
+                           help=f"{help_} (each {bounds})")
         elif f.type in ("int", "float") and ranged:
             p.add_argument(flag, type=number(_TYPES[f.type], **ranged), default=None,
-                           help=f"{help_} (default {f.default})")
+                           help=f"{help_} ({bounds}; default {f.default})")
         else:
             p.add_argument(flag, type=_TYPES[f.type], default=None, help=f"{help_} (default {f.default})")
 

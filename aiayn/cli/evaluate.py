@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import argparse
 import os
-import re
 from pathlib import Path
 
 from aiayn.checkpoint import load_for_inference
 from aiayn.cli.common import add_device_arg, positive_int
 from aiayn.data import load_split
+from aiayn.data.vocab import MODEL_FILE
 from aiayn.errors import DataError, UsageError
 from aiayn.files import read_lines, sha256_file
 from aiayn.metrics import chrf, corpus_bleu, perplexity, tokenized_bleu
@@ -25,20 +25,17 @@ def _guess_lang(ref: str) -> str:
 
 
 def _evaluate_parse(args: argparse.Namespace) -> int:
-    from aiayn.metrics.evalb import COLLINS, evalb, with_gold_tags
+    from aiayn.metrics.evalb import parse_report, score_parses
 
     if not (args.hyp and args.ref) or len(args.hyp) > 1:
         raise UsageError("--task parse needs one --hyp TREES and --ref GOLD_TREES (one bracketed tree per line)")
     refs = read_lines(args.ref)
     hyps = _aligned(args.hyp[0], refs, args.ref)
-    # PTB's outer empty bracket "( (S ...) )" is TOP, which COLLINS.prm deletes
-    hyps, refs = ([re.sub(r"^\s*\(\s*\(", "(TOP (", line) for line in lines] for lines in (hyps, refs))
     try:
-        result = evalb(refs, [with_gold_tags(h, r) for h, r in zip(hyps, refs)], COLLINS)
+        result = score_parses(hyps, refs)
     except ValueError as e:
         raise DataError(f"{args.hyp} / {args.ref}: {e}") from None
-    print(f"parse F1        {result.all.f1:6.2f}  (labelled brackets, EVALB COLLINS.prm; POS tags taken from --ref)")
-    print(result.summary(), end="")
+    print(parse_report(result), end="")
     return 0
 
 
@@ -117,7 +114,7 @@ def run(args: argparse.Namespace) -> int:
             raise UsageError("--checkpoint needs --data DIR (a prepared-data directory)")
         pairs = load_split(args.data, args.split)
         model, vocab, _ = load_for_inference(args.checkpoint, device=resolve_device(args.device))
-        if sha256_file(vocab.model_path) != sha256_file(Path(args.data) / "vocab.model"):
+        if sha256_file(vocab.model_path) != sha256_file(Path(args.data) / MODEL_FILE):
             raise DataError(f"{args.data} was prepared with another vocabulary than the model's ({vocab.model_path}): "
                             "its token ids mean other pieces, so the perplexity would be meaningless; prepare the "
                             "text with `aiayn prepare ... --vocab RUN`")

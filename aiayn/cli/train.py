@@ -8,11 +8,12 @@ import os
 from pathlib import Path
 from typing import Any
 
+from aiayn.checkpoint import FINE_TUNE_FIELDS, parent_checkpoint
 from aiayn.cli.common import add_dataclass_args, add_progress_arg, given_fields, model_overrides
 from aiayn.config import PRESETS, ModelConfig
 from aiayn.errors import UsageError
 from aiayn.extras import require
-from aiayn.train import TrainConfig, resume, train
+from aiayn.train import TrainConfig, resume, train, train_or_resume
 
 
 def load_config_file(path: Path) -> dict[str, Any]:
@@ -48,11 +49,14 @@ def load_config_file(path: Path) -> dict[str, Any]:
 
 def run(args: argparse.Namespace) -> int:
     flags = given_fields(args, TrainConfig)  # every training flag given, so that resume refuses what it cannot honour
+    if args.resume and args.resume_if_exists:
+        raise UsageError("--resume-if-exists goes with the command that starts a run (--data, --out, ...) and "
+                         "resumes it when it exists; --resume RUN continues an existing run: give one of them")
     if args.resume:
-        given = [f for f in ("data", "out", "preset", "config", "set") if getattr(args, f)]
+        given = [f for f in ("data", "out", "preset", "config", "set", "init_from") if getattr(args, f)]
         if given:
             raise UsageError("--resume continues a run as it was configured; drop "
-                             + ", ".join("--" + f for f in given))
+                             + ", ".join("--" + f.replace("_", "-") for f in given))
         summary = resume(Path(args.resume), progress=not args.no_progress, **flags)
     else:
         file_cfg = load_config_file(args.config) if args.config else {}
@@ -60,9 +64,17 @@ def run(args: argparse.Namespace) -> int:
         if not data or not args.out:
             raise UsageError("--data DIR and --out RUN_DIR are required (or --resume RUN_DIR)")
         model_over = {**file_cfg.get("model", {}), **model_overrides(args.set)}
-        cfg = ModelConfig.preset(args.preset or file_cfg.get("preset", "base"), **model_over)
+        if args.init_from:  # the parent's model, but for the fields --set may change (train checks which)
+            if args.preset or "preset" in file_cfg:
+                raise UsageError("--init-from trains the parent's model further; drop the preset (--preset or the "
+                                 "config file's preset section)")
+            cfg = parent_checkpoint(Path(args.init_from))[1].replace(**model_over)
+        else:
+            cfg = ModelConfig.preset(args.preset or file_cfg.get("preset", "base"), **model_over)
         tc = TrainConfig.from_dict({**file_cfg.get("train", {}), **flags})
-        summary = train(Path(data), Path(args.out), cfg, tc, progress=not args.no_progress)
+        start = train_or_resume if args.resume_if_exists else train
+        summary = start(Path(data), Path(args.out), cfg, tc, progress=not args.no_progress,
+                        init_from=Path(args.init_from) if args.init_from else None)
     if int(os.environ.get("RANK", "0")) == 0:
         print(f"{'stopped' if summary['interrupted_by'] else 'done'}: step {summary['step']} in "
               f"{summary['elapsed_s'] / 60:.1f} min; run directory {summary['run_dir']}")
@@ -84,13 +96,23 @@ def register(sub) -> None:
                        description="Train the Transformer with the paper's recipe. Example: aiayn train --data "
                        "data-bin/wmt14 --preset base --out runs/base; multi-GPU: torchrun --nproc_per_node 8 "
                        "-m aiayn train ...; continue: aiayn train --resume runs/base [--max-steps N] "
-                       "[--max-minutes M] (only the stopping criteria may change on resume). Ctrl-C or SIGTERM saves "
-                       "a checkpoint and exits 130 or 143.")
+                       "[--max-minutes M] (only the stopping criteria may change on resume); fine-tune: aiayn "
+                       "train --init-from runs/base --data data-bin/new --out runs/tuned. Ctrl-C or SIGTERM saves a "
+                       "checkpoint and exits 130 or 143.")
     p.add_argument("--data", help="prepared-data directory (aiayn prepare)")
     p.add_argument("--out", help="new run directory")
     p.add_argument("--resume", help="continue this run directory exactly where it stopped; only --max-steps, "
                                     "--max-minutes and --no-progress may be given with it (any other training flag "
                                     "is refused: the run's config.json fixes them)")
+    p.add_argument("--init-from", metavar="RUN|CHECKPOINT",
+                   help="fine-tune: start from this run's weights (its averaged, else best, else newest checkpoint) "
+                        "or this checkpoint file's, with a fresh optimizer and learning-rate schedule; --data must be "
+                        "prepared with the parent's vocabulary (aiayn prepare --vocab RUN/vocab.model); the model is "
+                        f"the parent's ({', '.join(FINE_TUNE_FIELDS)} may change with --set)")
+    p.add_argument("--resume-if-exists", action="store_true",
+                   help="with --data/--out: if --out is a run already, resume it instead of refusing (refused if it "
+                        "was started with other options; only --max-steps and --max-minutes may change); else start "
+                        "it. The one command to relaunch after a failure (torchrun --max-restarts, a preempted job)")
     p.add_argument("--preset", choices=list(PRESETS), help="model preset (default base)")
     p.add_argument("--config", help="YAML/JSON file with preset, model, train and data sections")
     p.add_argument("--set", action="append", metavar="FIELD=VALUE", help="override a model field, e.g. dropout=0.3")

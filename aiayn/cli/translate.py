@@ -16,10 +16,10 @@ from aiayn.cli.common import (
 )
 from aiayn.errors import UsageError
 from aiayn.extras import require
-from aiayn.files import atomic_text_output, check_output_path, line_buffers
+from aiayn.files import atomic_text_output, check_output_path, line_buffers, read_lines
 from aiayn.runtime import resolve_device
 from aiayn.scoring import SCORE_KINDS, score_columns, token_scores
-from aiayn.translate import Translator
+from aiayn.translate import Translator, split_prefixes
 
 
 def run(args: argparse.Namespace) -> int:
@@ -36,11 +36,18 @@ def run(args: argparse.Namespace) -> int:
         check_output_path(args.output)  # before the work, not after it
     if args.print_scores == "tokens" and args.engine == "ct2":
         raise UsageError("--print-scores tokens needs --engine aiayn (CTranslate2 gives sentence scores only)")
+    prefix_lines = read_lines(args.prefix) if args.prefix else None
     translate = _translate_function(args, search)
+    # stdin: as lines arrive (a bad byte names the line); --prefix FILE: all at once, its lines aligned with them
+    buffers = [read_lines(args.input)] if prefix_lines is not None else line_buffers(args.input, args.buffer_size)
     with atomic_text_output(args.output) as out:  # a file appears complete or not at all
         done = 0  # lines answered so far: the n-best format numbers lines across buffers
-        for lines in line_buffers(args.input, args.buffer_size):  # stdin: as lines arrive (a bad byte names the line)
-            nbests, tails = translate(lines)
+        for lines in buffers:
+            lines, prefixes = split_prefixes(lines, prefix_lines)  # source<TAB>prefix
+            if prefixes is not None and args.print_alignment:
+                raise UsageError("target prefixes (a tab-separated column or --prefix) do not work with "
+                                 "--print-alignment")
+            nbests, tails = translate(lines, prefixes)
             for n, hyps in enumerate(nbests, done):
                 out.writelines(_output_lines(n, hyps, tails and tails[n - done], search.nbest, args.print_scores))
             out.flush()  # a line typed into a pipe is answered now, not when stdin closes
@@ -49,26 +56,26 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _translate_function(args: argparse.Namespace, search):
-    """lines -> (n-best translations per line, per hypothesis what follows its text or None), by the engine and
-    options asked for."""
+    """(lines, target prefixes or None) -> (n-best translations per line, per hypothesis what follows its text or
+    None), by the engine and options asked for."""
     progress = args.input not in (None, "-") and not args.no_progress
     if args.engine == "ct2":  # an exported CTranslate2 folder; the search flags map as aiayn.export.ct2 says
         from aiayn.export.ct2 import CT2Translator
 
         ct2 = CT2Translator(args.checkpoint[0], device=resolve_device(args.device).type,
                             compute_type=CT2Translator.COMPUTE_TYPES[args.weights])
-        return lambda lines: (ct2.translate_nbest(lines, search, batch_size=args.batch_size,
-                                                  max_input_len=args.max_input_len), None)
+        return lambda lines, prefixes: (ct2.translate_nbest(lines, search, batch_size=args.batch_size,
+                                                            max_input_len=args.max_input_len, prefixes=prefixes), None)
     translator = Translator.load(args.checkpoint, search, args.weights, device=resolve_device(args.device),
                                  batch_size=args.batch_size, max_input_len=args.max_input_len)
     if args.print_alignment:  # word alignments from cross-attention, Marian/OpenNMT style: text ||| 0-0 1-2 ...
         from aiayn.viz.alignment import format_alignment, translate_with_alignment
 
-        def aligned(lines):
+        def aligned(lines, _):
             nbests, alignments = translate_with_alignment(translator, lines, args.alignment_layer, progress=progress)
             return nbests, [[" ||| " + format_alignment(pairs) for pairs in line] for line in alignments]
         return aligned
-    return lambda lines: (translator.translate_nbest(lines, progress=progress), None)
+    return lambda lines, prefixes: (translator.translate_nbest(lines, progress=progress, prefixes=prefixes), None)
 
 
 def _output_lines(n: int, hyps, tails: list[str] | None, nbest: int, print_scores: str | None) -> list[str]:
@@ -117,7 +124,10 @@ def register(sub) -> None:
     p.add_argument("--alignment-layer", type=non_negative_int, default=None,
                    help="decoder layer whose cross-attention gives the alignment, from 0 (default: the top one, the "
                         "best on our Multi30k model; docs/attention.md)")
-    add_search_args(p)
+    p.add_argument("--prefix", help="target prefixes, one per input line (an empty line: none): each translation "
+                                    "starts with its line's pieces and the search goes on from there; or give "
+                                    "them as a second input column, source<TAB>prefix")
+    add_search_args(p, sampling=True)
     add_weights_arg(p)
     add_device_arg(p, default="cpu")
     add_progress_arg(p)

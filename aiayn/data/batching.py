@@ -19,7 +19,7 @@ from aiayn.packed import Sentences
 # ---------------------------------------------------------------------------------------------------
 
 
-def _pack(order: np.ndarray, longest: np.ndarray, max_tokens: int) -> list[np.ndarray]:
+def _cut_batches(order: np.ndarray, longest: np.ndarray, max_tokens: int) -> list[np.ndarray]:
     """Cut `order` greedily into batches with len(batch) * max(longest in batch) <= max_tokens."""
     batches, start, n = [], 0, len(order)
     while start < n:
@@ -93,7 +93,7 @@ class TokenBatchSampler:
             rng = np.random.default_rng([self.seed, self.epoch])
             ties = rng.permutation(len(self.longest)) if self.shuffle else np.arange(len(self.longest))
             order = np.lexsort((ties, self.tgt_lengths, self.src_lengths, self.longest))
-            batches = _split_for_ranks(_pack(order, self.longest[order], self.max_tokens), self.world_size)
+            batches = _split_for_ranks(_cut_batches(order, self.longest[order], self.max_tokens), self.world_size)
             if self.shuffle:
                 batches = [batches[i] for i in rng.permutation(len(batches))]
             self._cached = (self.epoch, batches[self.rank :: self.world_size])

@@ -29,7 +29,7 @@ META_FILE = "meta.json"
 PARTIAL_MARK = ".aiayn-partial"  # in a directory that prepare is still writing
 FORMAT_VERSION = 2
 SPLITS = ("train", "valid", "test")
-RUN_CONFIG = "config.json"  # what marks a run directory (aiayn.rundir.CONFIG; this floor cannot import it)
+RUN_CONFIG = "config.json"  # what marks a run directory: its config (aiayn.rundir.CONFIG is this name)
 
 
 def file_records(folder: Path) -> dict[str, dict[str, Any]]:

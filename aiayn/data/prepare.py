@@ -16,7 +16,6 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from tqdm import tqdm
 
 from aiayn.config import PAPER_VOCAB, UNK_ID
 from aiayn.data.folder import META_FILE, PARTIAL_MARK, read_meta, write_meta
@@ -24,6 +23,7 @@ from aiayn.data.vocab import Vocab
 from aiayn.errors import DataError
 from aiayn.files import commit_folder, count_lines, iter_lines, sha256_file, waiting_lock, write_json
 from aiayn.languages import pair_record
+from aiayn.progress import Progress
 
 CHUNK = 20_000  # pairs tokenized per SentencePiece call
 
@@ -92,8 +92,11 @@ def _stamp(path: Path) -> list[Any]:
 def _check_split(split: str, paths: tuple[Path, ...], max_len: float, max_ratio: float) -> bytearray:
     """First pass: validate every line and decide which pairs to keep (one verdict byte per pair)."""
     verdicts = bytearray()
-    for src, tgt in tqdm(_read_pairs(paths), desc=f"check {split}", unit=" pairs", disable=None):
-        verdicts.append(_verdict(src, tgt, max_len, max_ratio))
+    with Progress(f"check {split}", None, "pairs") as bar:
+        for src, tgt in _read_pairs(paths):
+            verdicts.append(_verdict(src, tgt, max_len, max_ratio))
+            if len(verdicts) % 10_000 == 0:
+                bar.update(10_000)
     if not verdicts:
         raise DataError(f"{split} input {', '.join(map(str, paths))} is empty")
     if verdicts.count(KEEP) == 0:
@@ -139,7 +142,7 @@ def _encode_split(
     texts = {}
     if keep_text:
         texts = {side: open(out / f"{split}.{side}.txt", "w", encoding="utf-8") for side in ("src", "tgt")}
-    bar = tqdm(total=verdicts.count(KEEP), desc=f"tokenize {split}", unit=" pairs", disable=None)
+    bar = Progress(f"tokenize {split}", verdicts.count(KEEP), "pairs")
 
     def flush(chunk: list[tuple[str, str]]) -> None:
         for side, column in zip(("src", "tgt"), zip(*chunk)):

@@ -14,6 +14,8 @@ Reading guide (paper -> code):
                                              BLEU with beam search, no checkpoint averaging); a markdown table beside
                                              the paper's numbers, a plot, Spearman's rho
     Table 3's params column      params.py   `aiayn params`: every preset's parameter count, counted and closed form
+    all of them, one report      report/     `aiayn paper`: each of the above run by budget or reused (--from), Table 4
+                                             and the appendix's figures added, into one offline HTML page and markdown
 
 The core (aiayn.*) never imports this subpackage; it imports the core's stable APIs only (config, model, train,
 checkpoint, data, metrics, translate, files, rundir). Plots need matplotlib (the `viz` extra). docs/experiments.md

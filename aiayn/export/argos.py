@@ -27,6 +27,7 @@ import zipfile
 from pathlib import Path
 
 from aiayn.config import BOS_ID, PAD_ID
+from aiayn.data.vocab import MODEL_FILE
 from aiayn.errors import UsageError, UserError
 from aiayn.export.card import Provenance, write_card
 from aiayn.export.ct2 import AIAYN_FILE, QUANTIZATIONS, ct2_spec
@@ -95,7 +96,7 @@ def _write_model(model: Transformer, vocab, folder: Path, quantization: str | No
             return spec
 
     _Given().convert(str(folder), quantization=quantization, force=True)
-    shutil.copyfile(vocab.model_path, folder / "vocab.model")  # so that aiayn's CT2Translator opens it too
+    shutil.copyfile(vocab.model_path, folder / MODEL_FILE)  # so that aiayn's CT2Translator opens it too
     (folder / AIAYN_FILE).write_text(json.dumps({"model": model.cfg.to_dict(), "quantization": quantization},
                                                 indent=2) + "\n")
 

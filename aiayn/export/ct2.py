@@ -30,12 +30,13 @@ import numpy as np
 import torch
 
 from aiayn.config import BOS_ID, EOS_ID, PAD_ID, UNK_ID, ModelConfig
+from aiayn.data.vocab import MODEL_FILE
 from aiayn.errors import UsageError, UserError
 from aiayn.export.card import Provenance, fresh_folder, write_card
 from aiayn.export.names import POSITIONS, parameter_map
 from aiayn.model import Transformer, sinusoidal_positions
 from aiayn.search import SearchConfig, max_output_lengths
-from aiayn.translate import Translation, encode_sources
+from aiayn.translate import Translation, encode_prefixes, encode_sources
 
 QUANTIZATIONS = ("int8", "int8_float32", "int16", "float16", "bfloat16")
 AIAYN_FILE = "aiayn.json"  # the aiayn config, beside CTranslate2's own config.json
@@ -52,7 +53,12 @@ DECODING_NOTES = """\
   p(PAD), p(BOS) and p(EOS first) are ~0, but it can reorder near-ties. Greedy outputs are unaffected.
 * Beam search stops after `beam * patience` finished hypotheses in CTranslate2, and only when no live hypothesis
   can still win in aiayn. patience 1 (CTranslate2's default, fastest) can miss a longer, better hypothesis that
-  aiayn finds; a large patience searches as long as aiayn does (to the length limit)."""
+  aiayn finds; a large patience searches as long as aiayn does (to the length limit).
+* A target prefix is CTranslate2's `target_prefix` (the pieces, no EOS), and `no_repeat_ngram_size` its option of
+  that name. Greedy outputs are the same; CTranslate2 leaves the prefix's log-probs out of a score (aiayn counts
+  them), so its scores differ and its beam search can rank, and so choose, differently.
+* Sampling does not map: aiayn draws from a generator per input line (the same samples in any batch), CTranslate2
+  from one per process."""
 
 
 def head_dim(cfg: ModelConfig) -> int:
@@ -159,7 +165,7 @@ def export_ct2(model: Transformer, vocab, out: Path, quantization: str | None = 
 
     with fresh_folder(out) as tmp:
         _Given().convert(str(tmp), quantization=quantization, force=True)
-        shutil.copyfile(vocab.model_path, tmp / "vocab.model")
+        shutil.copyfile(vocab.model_path, tmp / MODEL_FILE)
         (tmp / AIAYN_FILE).write_text(json.dumps({"model": model.cfg.to_dict(), "quantization": quantization},
                                                  indent=2) + "\n")
         write_card(tmp, model.cfg, prov or Provenance(), "ct2", _USAGE.format(path=Path(out).name), DECODING_NOTES,
@@ -210,27 +216,42 @@ class CT2Translator:
         if not (model_dir / "model.bin").is_file() or not (model_dir / AIAYN_FILE).is_file():
             raise UserError(f"{model_dir} is not a CTranslate2 folder written by `aiayn export --to ct2`")
         self.cfg = ModelConfig.from_dict(json.loads((model_dir / AIAYN_FILE).read_text())["model"])
-        self.vocab = Vocab.load(model_dir / "vocab.model")
+        self.vocab = Vocab.load(model_dir / MODEL_FILE)
         self.translator = ctranslate2.Translator(str(model_dir), device=device, compute_type=compute_type,
                                                  intra_threads=threads or torch.get_num_threads())
 
     def translate_nbest(self, lines: Sequence[str], search: SearchConfig, batch_size: int = 64,
-                        max_input_len: int | None = None, patience: float = 1.0) -> list[list[Translation]]:
+                        max_input_len: int | None = None, patience: float = 1.0,
+                        prefixes: Sequence[str | None] | None = None) -> list[list[Translation]]:
         """Up to search.nbest translations per line, best first; a blank line gives one empty translation.
 
         search.lp must be "power" (DECODING_NOTES: what maps how). Inputs longer than max_input_len tokens (EOS
         included; default the model's max_positions) are cut, with a warning, as aiayn's Translator cuts them.
-        patience: CTranslate2's beam stopping rule (DECODING_NOTES)."""
+        patience: CTranslate2's beam stopping rule (DECODING_NOTES). prefixes: per line, the text its translations
+        start with (CTranslate2's target_prefix; "" or None: none)."""
         if search.lp != "power":
             raise UsageError("CTranslate2's length penalty is |Y|^alpha: decode with --lp power (the paper's GNMT "
                              "penalty ((5 + |Y|) / 6)^alpha has no CTranslate2 equivalent)")
+        if search.sampling:
+            raise UsageError("--engine ct2 does not sample: aiayn's samples come from one generator per input line "
+                             "(the same in any batch), CTranslate2's from one per process; use --engine aiayn")
         cfg, vocab = self.cfg, self.vocab
         sources = encode_sources(vocab, lines, max_input_len or cfg.max_positions)  # ids + EOS; None = blank
+        prefix_ids = encode_prefixes(vocab, [p or "" for p in prefixes or [""] * len(sources)])
         positions = cfg.max_positions if cfg.positional == "learned" else max(MIN_POSITIONS, cfg.max_positions)
         results = [[Translation("", 0.0, [])] for _ in sources]
+        for n, (source, words) in enumerate(zip(sources, prefix_ids), 1):
+            if source is None and words:
+                raise UsageError(f"input line {n} is blank but has a target prefix; give a source")
         for limit, idx in equal_limit_batches(sources, search, positions - 1, batch_size):
+            for i in idx:
+                if len(prefix_ids[i]) > limit:
+                    raise UsageError(f"input line {i + 1}: its prefix has {len(prefix_ids[i])} words, more than the "
+                                     f"{limit} its translation may have (--max-len-a, --max-len-b)")
+            target_prefix = [[vocab.piece(t) for t in prefix_ids[i]] for i in idx] if any(prefix_ids) else None
             out = self.translator.translate_batch(
                 [[vocab.piece(t) for t in sources[i][:-1]] for i in idx],  # CTranslate2 appends the EOS itself
+                target_prefix=target_prefix, no_repeat_ngram_size=search.no_repeat_ngram_size,
                 beam_size=search.beam, patience=patience, num_hypotheses=search.nbest, length_penalty=search.alpha,
                 max_decoding_length=limit, min_decoding_length=search.min_len, max_input_length=0,
                 suppress_sequences=[[vocab.piece(PAD_ID)], [vocab.piece(BOS_ID)]], return_scores=True)

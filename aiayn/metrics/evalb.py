@@ -240,3 +240,16 @@ def with_gold_tags(hyp: str, gold: str) -> str:
 
 
 _PRETERMINAL = re.compile(r"\(([^\s()]+) ([^\s()]+)\)")
+
+
+def score_parses(hyps: Sequence[str], refs: Sequence[str]) -> EvalbResult:
+    """A parser's trees scored as `aiayn evaluate --task parse` does: COLLINS.prm, PTB's outer empty bracket as TOP
+    (which COLLINS.prm deletes), the gold POS tags put on the hypothesis' words (`with_gold_tags`)."""
+    hyps, refs = ([re.sub(r"^\s*\(\s*\(", "(TOP (", line) for line in lines] for lines in (hyps, refs))
+    return evalb(refs, [with_gold_tags(h, r) for h, r in zip(hyps, refs)], COLLINS)
+
+
+def parse_report(result: EvalbResult) -> str:
+    """What `aiayn evaluate --task parse` prints: the F1 line, then evalb's summary."""
+    return (f"parse F1        {result.all.f1:6.2f}  (labelled brackets, EVALB COLLINS.prm; POS tags taken from "
+            f"--ref)\n{result.summary()}")

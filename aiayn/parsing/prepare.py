@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from aiayn.data.prepare import prepare
-from aiayn.data.vocab import Vocab
+from aiayn.data.vocab import MODEL_FILE, Vocab
 from aiayn.errors import DataError
 from aiayn.parsing.trees import LEAVES, POS, linearize, normalize, read_trees
 
@@ -91,7 +91,7 @@ def _prepare(train, out: Path, valid, test, vocab_size: int, raw: Path, leaves: 
     if leaves == "words":
         _check_copyable(vocab, set(symbols), files)
     # One target "word" per sentence: the length and ratio filters of translation data do not apply.
-    return prepare(*files["train"], out, vocab=vocab_dir / "vocab.model", valid=files.get("valid"),
+    return prepare(*files["train"], out, vocab=vocab_dir / MODEL_FILE, valid=files.get("valid"),
                    test=files.get("test"), max_len=10**9, max_ratio=10**9)
 
 

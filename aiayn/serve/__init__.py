@@ -22,6 +22,8 @@ Reading guide:
     reload.py    a new checkpoint without downtime: SIGHUP or POST /admin/reload (--admin-key) -> every worker loads
                  the checkpoint again and swaps it in between two batches; `WorkerBoard`, the state the workers
                  share (GET /workers).
+    state.py     what the routes and a reload share: `Server` (the translator, its batcher, limits, languages, /info;
+                 `swap` puts a reloaded translator in) and `Limits`.
     guard.py     clients that misbehave, bounded at the connection: uvicorn's h11 protocol with a read timeout (408)
                  and a head size limit (431); an unread body's connection is closed after the answer.
     aiayn/cli/serve.py   the command: checks the flags and the checkpoint, then workers.serve on 127.0.0.1.
@@ -31,8 +33,9 @@ FastAPI, uvicorn, python-multipart, fastapi-offline and prometheus_client are th
 limits, batching, workers, reloading, misbehaving clients, access, metrics, measured throughput.
 """
 
-from aiayn.serve.app import Limits, create_app
+from aiayn.serve.app import create_app
 from aiayn.serve.batcher import BatchConfig, Batcher
 from aiayn.serve.libre import LanguagePair
+from aiayn.serve.state import Limits
 
 __all__ = ["BatchConfig", "Batcher", "LanguagePair", "Limits", "create_app"]

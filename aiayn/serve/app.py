@@ -25,7 +25,6 @@ from __future__ import annotations
 import copy
 import dataclasses
 from contextlib import asynccontextmanager
-from dataclasses import dataclass
 from importlib import resources
 
 from fastapi import APIRouter, FastAPI, Request
@@ -35,8 +34,7 @@ from fastapi_offline import FastAPIOffline
 from starlette.exceptions import HTTPException
 
 import aiayn
-from aiayn.model import expected_parameters
-from aiayn.serve import segments
+from aiayn.errors import UsageError
 from aiayn.serve.access import AccessConfig, install_access
 from aiayn.serve.batcher import BatchConfig, Batcher, QueueFull, RequestTimeout
 from aiayn.serve.bodies import ApiError, body_schema, check_text, read_body, validate
@@ -54,46 +52,13 @@ from aiayn.serve.libre import (
 )
 from aiayn.serve.observe import ObserveConfig, install_observability
 from aiayn.serve.reload import Reloader
+from aiayn.serve.segments import Piece, join, pieces
+from aiayn.serve.state import Limits, Server, model_info
 from aiayn.translate import Translation, Translator
-
-
-@dataclass(frozen=True)
-class Limits:
-    """How much one request may ask for (larger -> 413 naming the limit)."""
-
-    max_chars: int = 1000  # characters per text
-    max_texts: int = 64  # texts per request
-
-    def __post_init__(self) -> None:
-        if self.max_chars < 1 or self.max_texts < 1:
-            raise ValueError(f"limits must be >= 1: {self}")
-
-    @property
-    def max_body_bytes(self) -> int:
-        """Room for max_texts texts of max_chars characters in their widest encoding: 12 bytes a character (a 4-byte
-        UTF-8 character percent-encoded in a form, %XX x 4, or a surrogate pair escaped in JSON, \\uXXXX x 2)."""
-        return 12 * self.max_chars * self.max_texts + 4096
 
 
 def _error(status: int, message: str, headers: dict[str, str] | None = None, **extra) -> JSONResponse:
     return JSONResponse({"error": message, **extra}, status_code=status, headers=headers)
-
-
-@dataclass
-class Server:
-    """What the routes share (app.state.server): the translator, its batcher, the limits, the languages, the static
-    answers."""
-
-    translator: Translator
-    batcher: Batcher
-    limits: Limits
-    pair: LanguagePair
-    info: dict
-    page: str
-
-    @property
-    def max_alternatives(self) -> int:
-        return self.translator.search.beam - 1
 
 
 def _server(request: Request) -> Server:
@@ -134,9 +99,21 @@ async def translate(request: Request) -> TranslateResponse:
         raise ApiError(422, f"alternatives {req.alternatives} is more than this server's beam "
                             f"{server.translator.search.beam} allows (at most {most})", limit="max_alternatives",
                        max=most)
-    split = [segments.pieces(text, req.format) for text in texts]  # lines and sentences (and HTML text nodes)
+    prefixes = None if req.prefix is None else [req.prefix] if isinstance(req.prefix, str) else req.prefix
+    if prefixes is not None and (isinstance(req.prefix, str) != isinstance(req.q, str) or len(prefixes) != len(texts)):
+        raise ApiError(422, f"prefix must be like q: a string for a string q, a list of {len(texts)} for a list of "
+                            f"{len(texts)}")
+    split = [pieces(text, req.format) for text in texts]  # lines and sentences (and HTML text nodes)
     sentences = [p.text for parts in split for p in parts if p.translate]
-    nbests = iter(await server.batcher.submit(sentences, nbest=req.alternatives + 1) if sentences else [])
+    if prefixes is not None:  # a text's prefix starts the translation of its first sentence
+        prefixes = [prefix if k == 0 else "" for parts, prefix in zip(split, prefixes)
+                    for k in range(sum(p.translate for p in parts))]
+    try:
+        found = await server.batcher.submit(sentences, nbest=req.alternatives + 1, options=req.search_options(),
+                                            prefixes=prefixes) if sentences else []
+    except UsageError as e:  # a search option that does not fit (top_k without sampling), a prefix too long or UNK
+        raise ApiError(422, str(e)) from None
+    nbests = iter(found)
     answers = [_joined(parts, [next(nbests) for p in parts if p.translate], req.alternatives + 1, req.format)
                for parts in split]
     best = [texts_[0] for texts_, _ in answers]
@@ -150,12 +127,12 @@ async def translate(request: Request) -> TranslateResponse:
                              detectedLanguage=detected and [detected] * len(texts))
 
 
-def _joined(parts: list[segments.Piece], nbests: list[list[Translation]], n: int, format: str
+def _joined(parts: list[Piece], nbests: list[list[Translation]], n: int, format: str
             ) -> tuple[list[str], list[float]]:
     """A text's n answers put back together from its sentences' n-best lists (answer k: each sentence's k-th
     translation, its best where it has fewer), and their scores (the mean of the sentences'; 0 if none)."""
     ranks = range(min(n, min((len(hs) for hs in nbests), default=1)))
-    texts = [segments.join(parts, [hs[k].text for hs in nbests], escape=format == "html") for k in ranks]
+    texts = [join(parts, [hs[k].text for hs in nbests], escape=format == "html") for k in ranks]
     return texts, [sum(hs[k].score for hs in nbests) / max(1, len(nbests)) for k in ranks]
 
 
@@ -235,13 +212,6 @@ async def _invalid(request: Request, e: RequestValidationError) -> JSONResponse:
     return _error(422, "; ".join(f"{'.'.join(map(str, err['loc']))}: {err['msg']}" for err in e.errors()))
 
 
-def model_info(translator: Translator, checkpoint: str | None) -> dict:
-    """What /info says about the model served (a reload replaces it)."""
-    return {"checkpoint": checkpoint, "model": translator.cfg.to_dict(),
-            "parameters": expected_parameters(translator.cfg), "vocab_size": len(translator.vocab),
-            "device": str(translator.device)}
-
-
 def create_app(translator: Translator, batching: BatchConfig | None = None, limits: Limits | None = None,
                checkpoint: str | None = None, access: AccessConfig | None = None,
                observe: ObserveConfig | None = None, pair: LanguagePair | None = None,
@@ -302,7 +272,8 @@ def _openapi(app: FastAPI, server: Server):
     narrow = {"q": {"maxLength": limits.max_chars, "minLength": 1, "maxItems": limits.max_texts, "minItems": 1},
               "translation": {"maxLength": limits.max_chars, "minLength": 1},
               "source": {"enum": ["auto", pair.source]}, "target": {"enum": [pair.target]},
-              "alternatives": {"maximum": server.max_alternatives}}
+              "alternatives": {"maximum": server.max_alternatives},
+              "prefix": {"maxLength": limits.max_chars, "maxItems": limits.max_texts}}
 
     def openapi() -> dict:
         if app.openapi_schema is None:

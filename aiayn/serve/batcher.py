@@ -35,7 +35,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TypeVar
 
-from aiayn.translate import Translation, Translator
+from aiayn.translate import Translation, Translator, encode_prefixes
 
 T = TypeVar("T")
 
@@ -67,6 +67,9 @@ class RequestTimeout(Exception):
     """A request waited longer than timeout_s."""
 
 
+MAX_SEARCHES = 64  # searches (n-best size and request options) whose translators are kept for batching
+
+
 @dataclass(eq=False)
 class _Job:
     """Texts to translate (sources, encoded by `translator`, which decodes them with its n-best size), or a call to
@@ -76,6 +79,7 @@ class _Job:
     translator: Translator | None
     future: asyncio.Future
     call: Callable[[], object] | None = None
+    prefixes: list[list[int]] | None = None  # target prefix ids per text ([]: none)
     arrived: float = field(default_factory=time.perf_counter)
 
     @property
@@ -102,7 +106,7 @@ class Batcher:
         self._pool: ThreadPoolExecutor | None = None
         self._closing = False
         self._idle_since = 0.0  # when the model thread last finished a job
-        self._by_nbest: dict[int, Translator] = {translator.search.nbest: translator}
+        self._by_nbest: dict[tuple, Translator] = {(translator.search.nbest, ()): translator}
         # counters for /info and the load benchmark; model_busy_s: seconds the model thread spent on batches
         self.stats = {"batches": 0, "sentences": 0, "requests": 0, "rejected": 0, "timed_out": 0, "model_busy_s": 0.0}
         # after each decoded batch: on_batch(sentences, source tokens, tokens of the best translations); the metrics
@@ -111,11 +115,20 @@ class Batcher:
 
     # ---- the event loop side
 
-    async def submit(self, texts: Sequence[str], nbest: int = 1) -> list[list[Translation]]:
-        """Translate `texts` (up to `nbest` hypotheses each, best first) among whatever else is queued."""
+    async def submit(self, texts: Sequence[str], nbest: int = 1, options: dict | None = None,
+                     prefixes: Sequence[str] | None = None) -> list[list[Translation]]:
+        """Translate `texts` (up to `nbest` hypotheses each, best first) among whatever else is queued. options:
+        SearchConfig fields that differ from the server's (sampling, top_k, ...; a bad one is a UsageError before
+        queuing); prefixes: per text, the text its translations start with ("": none). Sampling seeds text i of the
+        request by i, so a request's samples do not depend on what it is batched with."""
         self._admit(len(texts))
-        translator = self._translator(nbest)
-        return await self._wait(_Job(translator.encode(texts), translator, self._loop().create_future()))
+        translator = self._translator(nbest, options)
+        sources = translator.encode(texts)
+        prefix_ids = None
+        if prefixes is not None and any(prefixes):
+            prefix_ids = encode_prefixes(translator.vocab, prefixes)
+            translator.check_prefixes(sources, prefix_ids)
+        return await self._wait(_Job(sources, translator, self._loop().create_future(), prefixes=prefix_ids))
 
     async def run(self, fn: Callable[..., T], *args) -> T:
         """fn(*args) on the model's thread between two batches (for work that touches the model, e.g. recording
@@ -127,7 +140,7 @@ class Batcher:
         """Serve `translator` from the next request on; queued requests keep the model that encoded them (see the
         module docstring). Call it on the event loop."""
         self.translator = translator
-        self._by_nbest = {translator.search.nbest: translator}
+        self._by_nbest = {(translator.search.nbest, ()): translator}
 
     async def close(self) -> None:
         """Refuse new jobs, answer every queued one, stop the worker thread."""
@@ -155,14 +168,17 @@ class Batcher:
             raise QueueFull(f"the queue is full ({self._queued} sentences waiting, max_queue "
                             f"{self.config.max_queue}); retry later", retry_after_s=1)
 
-    def _translator(self, nbest: int) -> Translator:
-        """The current translator with search.nbest = nbest, sharing its model (a shallow copy: only `search`
-        differs)."""
-        if nbest not in self._by_nbest:
+    def _translator(self, nbest: int, options: dict | None = None) -> Translator:
+        """The current translator with search.nbest = nbest and `options`, sharing its model (a shallow copy: only
+        `search` differs)."""
+        key = (nbest, tuple(sorted((options or {}).items())))
+        if key not in self._by_nbest:
             t = copy.copy(self.translator)
-            t.search = dataclasses.replace(self.translator.search, nbest=nbest)
-            self._by_nbest[nbest] = t
-        return self._by_nbest[nbest]
+            t.search = dataclasses.replace(self.translator.search, nbest=nbest, **(options or {}))
+            if len(self._by_nbest) >= MAX_SEARCHES:  # requests choose seeds freely: forget the oldest search
+                del self._by_nbest[next(iter(self._by_nbest))]
+            self._by_nbest[key] = t
+        return self._by_nbest[key]
 
     def _loop(self) -> asyncio.AbstractEventLoop:
         """The running loop; the first call starts the collector task and the model thread on it."""
@@ -277,7 +293,11 @@ class Batcher:
             return [batch[0].call()]
         translator = batch[0].translator
         sources = [s for job in batch for s in job.sources]
-        hyps = translator.search_ids(sources)
+        prefixes = None
+        if any(job.prefixes for job in batch):
+            prefixes = [p for job in batch for p in job.prefixes or [[]] * len(job.sources)]
+        line_numbers = [i for job in batch for i in range(len(job.sources))]  # sampling's seeds: per request
+        hyps = translator.search_ids(sources, prefixes=prefixes, line_numbers=line_numbers)
         decode = translator.vocab.decode
         out, start = [], 0
         for job in batch:

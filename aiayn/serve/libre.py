@@ -93,6 +93,23 @@ class TranslateRequest(BaseModel):
                                                                 "script, style, code, pre)")
     alternatives: int = Field(0, ge=0, description="n-best: this many further translations, best first (< beam)")
     api_key: str | None = Field(None, description="LibreTranslate's API key field (docs/serving.md)")
+    # aiayn's own decoding options, beside LibreTranslate's fields (which a LibreTranslate client sends unchanged)
+    prefix: str | list[str] | None = Field(None, description="aiayn: the text each translation starts with (a list, "
+                                                             "one per text, for a list q; empty: none)")
+    no_repeat_ngram_size: int = Field(0, ge=0, description="aiayn: ban a token that would repeat an n-gram of this "
+                                                           "size (0: off)")
+    sampling: bool = Field(False, description="aiayn: draw each token instead of beam search; alternatives: more "
+                                              "samples")
+    top_k: int = Field(0, ge=0, description="aiayn, sampling: from the k most probable tokens only (0: all)")
+    top_p: float = Field(1.0, gt=0, le=1, description="aiayn, sampling: from the nucleus of mass >= top_p only")
+    temperature: float = Field(1.0, ge=0, description="aiayn, sampling: softmax(log-probs / temperature); 0: greedy")
+    seed: int = Field(0, ge=0, description="aiayn, sampling: text i of the request draws from a generator seeded "
+                                           "by (seed, i)")
+
+    def search_options(self) -> dict:
+        """The decoding options this request sets (SearchConfig fields), left out where they are the defaults."""
+        fields = ("no_repeat_ngram_size", "sampling", "top_k", "top_p", "temperature", "seed")
+        return {name: getattr(self, name) for name in fields if name in self.model_fields_set}
 
 
 class DetectedLanguage(BaseModel):

@@ -195,11 +195,7 @@ class Reloader:
                 print(f"error: worker {self.worker} (pid {os.getpid()}) could not load {self.source.checkpoint}: "
                       f"{e}; it goes on serving the model it has", file=sys.stderr, flush=True)
                 raise
-            from aiayn.serve.app import model_info
-
-            server.batcher.swap(translator)
-            server.translator = translator
-            server.info.update(model_info(translator, str(path)))
+            server.swap(translator, str(path))
             self.board.mark(self.worker, generation, ok=True)
             print(f"worker {self.worker} (pid {os.getpid()}) serves {path} (generation {generation})",
                   file=sys.stderr, flush=True)

@@ -35,10 +35,10 @@ from starlette.requests import ClientDisconnect
 from starlette.responses import Response
 
 from aiayn.fast import bound_kernel_cache
-from aiayn.serve.app import Limits
 from aiayn.serve.batcher import BatchConfig
 from aiayn.serve.guard import KEEP_ALIVE_S, MAX_HEAD_BYTES, guarded_protocol
 from aiayn.serve.reload import ModelSource, WorkerBoard
+from aiayn.serve.state import Limits
 
 PARENT_POLL_S = 0.5
 # Linux: each worker listens on a socket of its own (SO_REUSEPORT) and the kernel spreads new connections over them

@@ -2,11 +2,11 @@
 draw, so importing this package needs only the core.
 
 Reading guide, paper -> code:
-    Appendix "Attention visualizations"   -> attention.py: `recording` (turn MultiHeadAttention.record_attention on
-        (Figures 3-5: per layer, per head,      and off), `record` (one teacher-forced forward -> weights per kind,
-        encoder self-attention as lines)        layer, head), `attention_data` (the attention.json dict for one
-                                                sentence), `plot_heatmaps`, `plot_lines` (the appendix's view),
-                                                `render_html` (one self-contained page), `write_all`
+    Appendix "Attention visualizations"   -> attention.py: `recording` (an AttentionRecorder as the `attention`
+        (Figures 3-5: per layer, per head,      of every MultiHeadAttention), `record` (one teacher-forced forward ->
+        encoder self-attention as lines)        weights per kind, layer, head), `attention_data` (the attention.json
+                                                dict for one sentence), `plot_heatmaps`, `plot_lines` (the
+                                                appendix's view), `render_html` (one self-contained page), `write_all`
                                              -> attention_view.html: the page's viewer (CSS + `renderAttention`
                                                 JS), shared with any page that fetches attention.json
     Word alignments from cross-attention  -> alignment.py: `word_ids`, `word_alignment` (subwords merged to words,

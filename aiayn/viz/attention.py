@@ -12,11 +12,12 @@ Paper -> code:
     (row i of "decoder" and of "cross" is the same decoder position: it reads token i of <s> y1 .. yn and
     predicts token i of y1 .. yn </s>.)
 
-How the weights are obtained: `recording(model)` turns on `record_attention` of every MultiHeadAttention (and
-restores them after), and `record` runs ONE teacher-forced forward, model.encode + model.decode on the whole target,
-so each module keeps its softmax weights (B, h, n, m). The target is the one given or else the model's own
-beam-search output (aiayn.translate.Translator). Not beam search itself: it groups the beams of a sentence and feeds
-one position a step, while one forward over the finished output gives the same weights for that output at once.
+How the weights are obtained: `recording(model)` gives every MultiHeadAttention an AttentionRecorder as its
+`attention` (and restores them after), and `record` runs ONE teacher-forced forward, model.encode + model.decode on
+the whole target, so each recorder keeps its softmax weights (B, h, n, m). The target is the one given or else the
+model's own beam-search output (aiayn.translate.Translator). Not beam search itself: it groups the beams of a
+sentence and feeds one position a step, while one forward over the finished output gives the same weights for that
+output at once.
 
 Layers and heads are numbered from 0, everywhere (flags, files, JSON, the page): the paper's "layer 5 of 6" is
 layer 4 here. Files written by `write_all` (what `aiayn attention` writes):
@@ -40,7 +41,7 @@ from torch import Tensor, nn
 from aiayn.config import BOS_ID, EOS_ID, PAD_ID
 from aiayn.errors import UsageError, UserError
 from aiayn.files import atomic_write
-from aiayn.model import MultiHeadAttention
+from aiayn.model import MultiHeadAttention, scaled_dot_product_attention
 
 KINDS = ("encoder", "decoder", "cross")
 TITLES = {"encoder": "encoder self-attention", "decoder": "decoder self-attention (masked)",
@@ -62,20 +63,34 @@ def attention_modules(model: nn.Module) -> dict[str, list[MultiHeadAttention]]:
             "cross": [layer.cross_attn for layer in model.decoder.layers]}
 
 
+class AttentionRecorder:
+    """A MultiHeadAttention's `attention` that keeps the weights: eq. 1 as two matmuls
+    (model.scaled_dot_product_attention), the softmax weights of the last call in `weights` (B, h, n, m)."""
+
+    def __init__(self) -> None:
+        self.weights: Tensor | None = None
+
+    def __call__(self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = None, is_causal: bool = False,
+                 decoding: bool = False) -> Tensor:
+        out, weights = scaled_dot_product_attention(q, k, v, mask, is_causal)
+        self.weights = weights.detach()
+        return out
+
+
 @contextmanager
 def recording(model: nn.Module) -> Iterator[dict[str, list[MultiHeadAttention]]]:
-    """Keep every attention module's weights (`last_attention`) inside the block. Afterwards the modules this turned
-    on are off again, their weights dropped (they hold memory, and a recording module uses the matmul kernel);
-    modules that were recording already are left as they were."""
-    turned_on = [m for m in model.modules() if isinstance(m, MultiHeadAttention) and not m.record_attention]
-    for m in turned_on:
-        m.record_attention = True
+    """Keep every attention module's weights inside the block: each module's `attention` is an AttentionRecorder
+    (its `.weights`). Afterwards the modules this changed compute attention as before, the recorders dropped (they
+    hold memory, and they use the matmul kernel); modules that were recording already are left as they were."""
+    changed = {m: m.attention for m in model.modules()
+               if isinstance(m, MultiHeadAttention) and not isinstance(m.attention, AttentionRecorder)}
+    for m in changed:
+        m.attention = AttentionRecorder()
     try:
         yield attention_modules(model)
     finally:
-        for m in turned_on:
-            m.record_attention = False
-            m.last_attention = None
+        for m, before in changed.items():
+            m.attention = before
 
 
 def record(model: nn.Module, src: Tensor, tgt_in: Tensor) -> tuple[Tensor, dict[str, list[Tensor]]]:
@@ -86,7 +101,7 @@ def record(model: nn.Module, src: Tensor, tgt_in: Tensor) -> tuple[Tensor, dict[
     try:
         with recording(model) as modules, torch.no_grad():
             logits = model.decode(tgt_in, model.encode(src), src.eq(PAD_ID))
-            weights = {kind: [m.last_attention.float() for m in ms] for kind, ms in modules.items()}
+            weights = {kind: [m.attention.weights.float() for m in ms] for kind, ms in modules.items()}
     finally:
         model.train(was_training)
     return logits, weights
@@ -295,23 +310,30 @@ def render_html(data: dict) -> str:
     """One self-contained page (inline CSS, JS and data; no network) showing `data`."""
     # Inside <script>, "</" would end the element early (tokens include "</s>"): JSON's \u003c escape avoids it.
     payload = json.dumps(data, ensure_ascii=False, separators=(",", ":")).replace("<", "\\u003c")
-    return f"""<!doctype html>
-<html lang="en">
-<head>
-<meta charset="utf-8">
-<meta http-equiv="Content-Security-Policy" content="{CSP}">
-<meta name="viewport" content="width=device-width, initial-scale=1">
-<title>Attention: {html.escape(data["src"])}</title>
-{view_template()}
-</head>
-<body>
-<div id="attention"></div>
+    body = f"""<div id="attention"></div>
 <script type="application/json" id="attention-data">{payload}</script>
 <script>
 renderAttention(document.getElementById("attention"),
                 JSON.parse(document.getElementById("attention-data").textContent));
 </script>
-</body>
+"""
+    return offline_page(f"Attention: {data['src']}", CSP, view_template(), body)
+
+
+def offline_page(title: str, csp: str, head: str, body: str) -> str:
+    """An HTML page whose Content-Security-Policy `csp` says what it may load (here: nothing from the network);
+    `head` and `body` are inserted as they are, the title escaped."""
+    return f"""<!doctype html>
+<html lang="en">
+<head>
+<meta charset="utf-8">
+<meta http-equiv="Content-Security-Policy" content="{csp}">
+<meta name="viewport" content="width=device-width, initial-scale=1">
+<title>{html.escape(title)}</title>
+{head}
+</head>
+<body>
+{body}</body>
 </html>
 """
 

@@ -5,8 +5,8 @@
     python -m benchmarks.ab.decode_weights --checkpoint runs/multi30k --src data-bin/multi30k/test.src.txt \
         --ref data-bin/multi30k/test.tgt.txt --threads 2 [--weights fp32,fp32-unpacked,bf16,bf16-unpacked,int8]
 
-"-unpacked": the same weights with F.linear on plain weight matrices instead of aiayn.inference.PackedLinear (the
-default on CPU): Translator(..., packed=False), to see what packing the weights gives.
+"-unpacked": the same weights with F.linear on plain weight matrices instead of aiayn.inference.PrepackedLinear (the
+default on CPU): Translator(..., prepack=False), to see what packing the weights gives.
 """
 
 from __future__ import annotations
@@ -46,7 +46,7 @@ def main() -> None:
     variants = args.weights.split(",")
     search = SearchConfig(beam=args.beam)
     translators = {v: Translator(model, vocab, search, weights=v.removesuffix("-unpacked"),
-                                 packed=False if v.endswith("-unpacked") else None) for v in variants}
+                                 prepack=False if v.endswith("-unpacked") else None) for v in variants}
     t = compare({v: (lambda tr=translators[v]: tr.translate(src)) for v in variants}, repeats=args.reps, warmup=0)
     flags = cpu_flags()
     native = [f for f in ("avx512_bf16", "amx_bf16", "avx512_vnni", "amx_int8") if f in flags]

@@ -7,39 +7,25 @@ loss's compilation.
 
     python -m benchmarks.ab.layer_norm --minutes 1 -- --config configs/multi30k.yaml --max-tokens 2048
 
-The switch is aiayn.fast.LayerNorm.autocast_output (what `set_layer_norm_output(model, autocast=False)` sets on a
-model's modules): `aiayn train` builds its model inside, with no parameter for it, so the torch arm sets the class's
-default for the duration of its run and restores it after.
+The switch is `aiayn train --layer-norm` (TrainConfig.layer_norm: fp32 = torch's nn.LayerNorm behaviour, what
+`aiayn.fast.set_layer_norm_output(model, autocast=False)` sets on a model's modules).
 """
 
 import argparse
-import contextlib
 import json
 import tempfile
 from pathlib import Path
 
-from aiayn import fast
 from aiayn.cli import main as aiayn_main
 from benchmarks.timing import table
 
-ARMS = {"torch": False, "16-bit": True}  # LayerNorm.autocast_output of each arm
-
-
-@contextlib.contextmanager
-def layer_norm_output(autocast: bool):
-    before = fast.LayerNorm.autocast_output
-    fast.LayerNorm.autocast_output = autocast
-    try:
-        yield
-    finally:
-        fast.LayerNorm.autocast_output = before
+ARMS = {"torch": "fp32", "16-bit": "16-bit"}  # --layer-norm of each arm
 
 
 def run(kind: str, minutes: float, log_every: int, args: list[str]) -> list[dict]:
     out = Path(tempfile.mkdtemp()) / kind
-    with layer_norm_output(ARMS[kind]):
-        aiayn_main(["train", *args, "--out", str(out), "--max-minutes", str(minutes), "--no-progress",
-                    "--log-every", str(log_every)])
+    aiayn_main(["train", *args, "--out", str(out), "--max-minutes", str(minutes), "--no-progress",
+                "--log-every", str(log_every), "--layer-norm", ARMS[kind]])
     return [json.loads(line) for line in (out / "log.jsonl").read_text().splitlines()]
 
 

@@ -8,7 +8,7 @@ benchmarks/peers/aiayn_adapter.py.
 
 Prints the top operators by self CPU time. A training step is forward + loss under autocast, backward, Adam,
 zero_grad; "## forward+loss", "## backward", "## optimizer" rows give the split. Decoding runs on aiayn's decoding
-copy (aiayn.inference.decoding_copy: --weights, default the --dtype's; --unpacked: packed=False).
+copy (aiayn.inference.decoding_copy: --weights, default the --dtype's; --unpacked: prepack=False).
 """
 
 import argparse
@@ -30,7 +30,7 @@ def main():
     ap.add_argument("--config", default="base", choices=sorted(workloads.HARNESS_VOCAB))
     ap.add_argument("--dtype", default="bf16", choices=["fp32", "bf16"], help="training: autocast or not")
     ap.add_argument("--weights", choices=WEIGHTS, help="decoding weights (default: fp32 or bf16 as --dtype)")
-    ap.add_argument("--unpacked", action="store_true", help="decode with unpacked weights (packed=False)")
+    ap.add_argument("--unpacked", action="store_true", help="decode with unpacked weights (prepack=False)")
     ap.add_argument("--threads", type=int, default=None)
     ap.add_argument("--rows", type=int, default=25, help="operators in the table")
     ap.add_argument("--tokens", type=int, default=4096, help="target tokens of the training batch")
@@ -60,7 +60,7 @@ def main():
                 opt.step()
                 opt.zero_grad(set_to_none=True)
     else:
-        decoder = decoding_copy(model, args.weights or args.dtype, packed=False if args.unpacked else None)
+        decoder = decoding_copy(model, args.weights or args.dtype, prepack=False if args.unpacked else None)
         src = workloads.src_batch(cfg.vocab_size, args.sents)
         beam, n_tokens = (4 if args.what == "beam" else 1), args.sents * 30
 

@@ -4,6 +4,7 @@ CUDA graph) beside HF `generate` and CTranslate2, greedy and beam 4, batches of 
     python -m benchmarks.gpu.decode --checkpoint RUN --data DATA --out decode.jsonl     # a trained model, real text
     python -m benchmarks.gpu.decode --preset base --out decode.jsonl                     # random `base`, forced length
     python -m benchmarks.gpu.decode --cpu --out /tmp/decode.jsonl                         # smoke mode (the test suite)
+    python -m benchmarks.gpu.decode --report decode.jsonl                                 # the table of a run's records
 
 Two workloads:
 - A trained model (--checkpoint, e.g. the quickstart's run) on the first N sentences of DATA/test.src.txt: every
@@ -168,6 +169,26 @@ def cells(args, model, vocab, sources: list[list[int]], search_for, device, work
 CT2_TYPES = {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32"}
 
 
+def report(recs: list[dict]) -> str:
+    """A markdown table of decoding records: sentences/s, the ratio to HF generate in the same cell, memory, lines
+    equal to aiayn eager's."""
+    cells = [r for r in recs if r.get("what") == "decode"]
+    hf = {(r["workload"], r["beam"], r["sents"]): r.get("sent_s") for r in cells if r["engine"] == "hf"}
+    rows = ["| workload | search | sentences | engine | sentences/s | vs HF generate | peak GPU memory (torch) "
+            "| lines equal to aiayn eager |", "|---|---|---|---|---|---|---|---|"]
+    for r in cells:
+        search = "greedy" if r["beam"] == 1 else f"beam {r['beam']}"
+        if "error" in r:
+            rows.append(f"| {r['workload']} | {search} | {r['sents']} | {r['engine']} | {r['error'][:70]} | | | |")
+            continue
+        base = hf.get((r["workload"], r["beam"], r["sents"]))
+        ratio = f"{r['sent_s'] / base:.2f}x" if base else ""
+        mem = f"{r['peak_torch_gb']:.2f} GB" if r.get("peak_torch_gb") is not None else ""
+        rows.append(f"| {r['workload']} | {search} | {r['sents']} | {r['engine']} | {r['sent_s']:,.0f} | {ratio} | "
+                    f"{mem} | {r.get('same_as_aiayn', '')} of {r['sents']} |")
+    return "\n".join(rows)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--checkpoint", help="a trained run (or checkpoint file): its real test sentences")
@@ -183,7 +204,11 @@ def main() -> None:
     ap.add_argument("--n-tokens", type=int, default=30, help="forced output length (--preset)")
     ap.add_argument("--reps", type=int, default=3, help="timed calls per cell")
     ap.add_argument("--out", help="append JSON lines here")
+    ap.add_argument("--report", help="print the table of this file's records and exit")
     args = ap.parse_args()
+    if args.report:
+        print(report([json.loads(line) for line in Path(args.report).read_text().splitlines()]))
+        return
     if args.cpu:
         args.device, args.dtype, args.preset, args.sents, args.n_tokens, args.reps = "cpu", "fp32", "tiny", "2,4", 5, 1
     if not (args.checkpoint or args.preset):

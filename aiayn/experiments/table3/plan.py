@@ -10,6 +10,7 @@ from typing import Any
 
 from aiayn import files, rundir
 from aiayn.config import INITS, ModelConfig
+from aiayn.data.folder import META_FILE
 from aiayn.errors import DataError, UsageError
 from aiayn.experiments.table3.rows import ROWS, scaled_preset
 from aiayn.train import TrainConfig
@@ -100,7 +101,7 @@ def make_plan(out: Path, data: str | Path | None = None, scale: int | None = Non
 def _check_data(data: Path) -> None:
     from aiayn.data import has_split, load_split
 
-    if not (data / "meta.json").is_file():
+    if not (data / META_FILE).is_file():
         raise DataError(f"{data} is not a prepared-data directory (no meta.json); run `aiayn prepare` first")
     if not has_split(data, "valid") or load_split(data, "valid").text_paths is None:
         raise DataError(f"{data} has no dev (valid) split with its text; Table 3 scores every row on it: prepare "

@@ -26,7 +26,7 @@ from aiayn.experiments.table3.plan import (
 from aiayn.experiments.table3.report import backbone_text, report
 from aiayn.experiments.table3.rows import cost, parse_rows, scaled_table
 from aiayn.experiments.table3.score import run_row
-from aiayn.train import StopOnSignal
+from aiayn.runtime import StopOnSignal
 
 CALIBRATION_STEPS = 40  # steps each row trains before --minutes picks the step count (seconds/step: last half)
 Say = Callable[[str], None]

@@ -13,6 +13,7 @@ import torch
 from aiayn import checkpoint as ckpt
 from aiayn import files, rundir
 from aiayn.data import Vocab, load_split
+from aiayn.data.folder import META_FILE
 from aiayn.errors import DataError
 from aiayn.experiments.table3.plan import (
     RESULT,
@@ -100,7 +101,7 @@ def score_row(out: Path, plan: Plan, name: str, device: str = "auto", jobs: int 
 def data_digest(data: Path) -> str | None:
     """The prepared data's content digest (meta.json's content_sha256), so that merged rows can be checked alike."""
     try:
-        return json.loads((data / "meta.json").read_text(encoding="utf-8")).get("content_sha256")
+        return json.loads((data / META_FILE).read_text(encoding="utf-8")).get("content_sha256")
     except (OSError, ValueError):
         return None
 

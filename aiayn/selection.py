@@ -1,0 +1,119 @@
+"""What a training run does at each checkpoint: the dev evaluation (loss, NLL, perplexity, and with
+--eval-bleu-lines BLEU and chrF of the checkpoint's own translations), the step checkpoint, checkpoint_best by
+--best-metric, and early stopping (--patience). aiayn.train calls `save`; `tc` is its TrainConfig and `state` its
+TrainState (both only read here, but for the early-stopping state and the best dev loss)."""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from aiayn import checkpoint as ckpt
+from aiayn import rundir
+from aiayn.data import PreparedSplit, Vocab
+from aiayn.errors import DataError
+from aiayn.files import read_lines
+from aiayn.metrics import chrf, corpus_bleu
+from aiayn.metrics.perplexity import perplexity
+from aiayn.model import Transformer
+from aiayn.rundir import Logger
+from aiayn.runtime import Runtime
+from aiayn.search import PAPER_SEARCH
+from aiayn.translate import Translator
+
+BEST_METRICS = ("loss", "bleu", "chrf")  # what checkpoint_best keeps: the lowest dev loss, or the highest BLEU/chrF
+
+
+@dataclass
+class EarlyStopping:
+    """Which dev evaluation was best so far by `metric` (BEST_METRICS), and how many evaluations in a row have not
+    beaten it: what checkpoint_best keeps and when `patience` stops the run. Saved in every step checkpoint, so a
+    resumed run decides as the uninterrupted one."""
+
+    metric: str = "loss"
+    patience: int = 0  # 0: never stop
+    best: float | None = None
+    best_step: int = 0
+    evals_since_best: int = 0
+
+    def update(self, value: float, step: int) -> bool:
+        """Count one evaluation; True if it is strictly better than every earlier one."""
+        better = self.best is None or (value < self.best if self.metric == "loss" else value > self.best)
+        if better:
+            self.best, self.best_step, self.evals_since_best = value, step, 0
+        else:
+            self.evals_since_best += 1
+        return better
+
+    @property
+    def stop(self) -> bool:
+        return 0 < self.patience <= self.evals_since_best
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"best": self.best, "best_step": self.best_step, "evals_since_best": self.evals_since_best}
+
+    def load_state_dict(self, d: dict[str, Any]) -> None:
+        self.best, self.best_step, self.evals_since_best = d["best"], d["best_step"], d["evals_since_best"]
+
+
+def dev_translation_scores(model: Transformer, valid: PreparedSplit, tc) -> dict[str, float]:
+    """BLEU and chrF (sacreBLEU, on detokenized text, as `aiayn evaluate`) of the model's translations of the first
+    tc.eval_bleu_lines dev sentences, searched with beam tc.eval_beam (1: greedy)."""
+    if valid.text_paths is None:
+        raise DataError(f"{valid.data_dir} has no dev text (valid.src.txt, valid.tgt.txt) to score translations "
+                        "against; prepare it again with aiayn prepare")
+    src, ref = (read_lines(p)[:tc.eval_bleu_lines] for p in valid.text_paths)
+    device = next(model.parameters()).device
+    search = dataclasses.replace(PAPER_SEARCH, beam=tc.eval_beam)
+    hyps = Translator(model, Vocab.load(valid.data_dir), search, device=device).translate(src)
+    return {"bleu": corpus_bleu(hyps, ref).score, "chrf": chrf(hyps, ref).score}
+
+
+def evaluate(model: Transformer, valid: PreparedSplit, tc, rt: Runtime) -> dict[str, float]:
+    """The dev figures of a checkpoint: loss, NLL and perplexity (every process scores its share), BLEU and chrF with
+    --eval-bleu-lines (the main process translates; the others wait), and the seconds all that took."""
+    t0 = time.time()
+    dev = perplexity(model, valid, tc.max_tokens, model.cfg.label_smoothing, rt)
+    scores = {"loss": dev.loss / dev.tokens, "nll": dev.nll / dev.tokens, "ppl": dev.ppl}
+    if tc.eval_bleu_lines:
+        found = dev_translation_scores(model, valid, tc) if rt.is_main else {"bleu": 0.0, "chrf": 0.0}
+        scores["bleu"], scores["chrf"] = rt.all_reduce([found["bleu"], found["chrf"]])  # every process decides alike
+    scores["eval_seconds"] = time.time() - t0
+    return scores
+
+
+def save(state, run_dir: Path, tc, rt: Runtime, valid, logger: Logger) -> str:
+    """Dev evaluation (if there is a dev split and `valid` is given; it counts towards early stopping), then a step
+    checkpoint, and checkpoint_best where the evaluation beat every earlier one by --best-metric. Returns a line to
+    print. The dev split needs no check against max_tokens: perplexity() raises its batch limit to the longest pair."""
+    scores = evaluate(state.model, valid, tc, rt) if valid else None
+    improved = False
+    if scores:
+        state.best_dev_loss = min(state.best_dev_loss, scores["loss"])
+        improved = state.early.update(scores[tc.best_metric], state.step)
+    msg = f"step {state.step}"
+    if rt.is_main:
+        cfg, weights = state.model.cfg, state.model.state_dict()
+        if improved:  # before the step checkpoint: resuming from the previous one writes it again, the same
+            ckpt.save_weights(run_dir / rundir.BEST, weights, cfg, state.step)
+        trainer = {"optimizer": state.optimizer.state_dict(), "sampler": state.sampler.state_dict(),
+                   "step": state.step, "best_dev_loss": state.best_dev_loss,
+                   "train_seconds": state.train_seconds, "scaler": state.scaler.state_dict(),
+                   "overflow_skips": state.overflow_skips, "early_stopping": state.early.state_dict()}
+        path = ckpt.save_checkpoint(run_dir, weights, cfg, state.step, trainer, tc.keep_last)
+        msg += f": saved {path.name}"
+        if scores:
+            logger.log("valid", state.step, **scores, improved=improved, evals_since_best=state.early.evals_since_best)
+            msg += f"; dev loss {scores['loss']:.3f} nll {scores['nll']:.3f} ppl {scores['ppl']:.2f}"
+            if "bleu" in scores:
+                msg += f" BLEU {scores['bleu']:.2f} chrF {scores['chrf']:.2f}"
+            msg += f" ({scores['eval_seconds']:.1f} s)"
+            if improved:
+                msg += f"; best {tc.best_metric} so far -> {rundir.BEST}"
+            elif tc.patience:
+                msg += f"; no better {tc.best_metric} for {state.early.evals_since_best}/{tc.patience} evaluations"
+    rt.barrier()  # nobody runs ahead (or exits) while the main process writes: the checkpoint exists for all after
+    return msg

@@ -1,0 +1,59 @@
+"""What the routes (app.py) and a reload (reload.py) share: the server's state around one Translator, and the
+request limits it holds."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from aiayn.model import expected_parameters
+from aiayn.serve.batcher import Batcher
+from aiayn.serve.libre import LanguagePair
+from aiayn.translate import Translator
+
+
+@dataclass(frozen=True)
+class Limits:
+    """How much one request may ask for (larger -> 413 naming the limit)."""
+
+    max_chars: int = 1000  # characters per text
+    max_texts: int = 64  # texts per request
+
+    def __post_init__(self) -> None:
+        if self.max_chars < 1 or self.max_texts < 1:
+            raise ValueError(f"limits must be >= 1: {self}")
+
+    @property
+    def max_body_bytes(self) -> int:
+        """Room for max_texts texts of max_chars characters in their widest encoding: 12 bytes a character (a 4-byte
+        UTF-8 character percent-encoded in a form, %XX x 4, or a surrogate pair escaped in JSON, \\uXXXX x 2)."""
+        return 12 * self.max_chars * self.max_texts + 4096
+
+
+@dataclass
+class Server:
+    """What the routes share (app.state.server): the translator, its batcher, the limits, the languages, the static
+    answers."""
+
+    translator: Translator
+    batcher: Batcher
+    limits: Limits
+    pair: LanguagePair
+    info: dict
+    page: str
+
+    @property
+    def max_alternatives(self) -> int:
+        return self.translator.search.beam - 1
+
+    def swap(self, translator: Translator, checkpoint: str) -> None:
+        """Serve `translator` (loaded from `checkpoint`) from the next batch on (a reload)."""
+        self.batcher.swap(translator)
+        self.translator = translator
+        self.info.update(model_info(translator, checkpoint))
+
+
+def model_info(translator: Translator, checkpoint: str | None) -> dict:
+    """What /info says about the model served (a reload replaces it)."""
+    return {"checkpoint": checkpoint, "model": translator.cfg.to_dict(),
+            "parameters": expected_parameters(translator.cfg), "vocab_size": len(translator.vocab),
+            "device": str(translator.device)}
