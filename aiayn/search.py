@@ -403,12 +403,7 @@ def beam_search(model, src: Tensor, search: SearchConfig = PAPER_SEARCH, max_len
         alive_scores, alive_tokens, alive_rows = _alive(cand_scores, cand_tokens, cand_rows, cand_eos, k)
         alive_logps = alive_scores - scores[alive_rows]  # log-prob of the newest token
 
-        # Early termination: nothing alive can beat the nbest-th finished hypothesis.
-        sent_limit = limit[sent]
-        lp_max = torch.maximum(length_penalty((sent_limit + 1).float(), alpha, lp_kind),
-                               length_penalty(torch.full_like(sent_limit, t + 2).float(), alpha, lp_kind))
-        best_alive = alive_scores[:, 0] / lp_max
-        done = finished.scores[sent, nbest - 1].ge(best_alive) | sent_limit.le(t)  # (bsz,)
+        done = _beam_over(finished, sent, limit, alive_scores[:, 0], t, search)  # (bsz,) early termination
         if bool(done.all()):
             break
         keep = None
@@ -429,6 +424,17 @@ def beam_search(model, src: Tensor, search: SearchConfig = PAPER_SEARCH, max_len
         kk = k
 
     return finished.hypotheses()
+
+
+def _beam_over(finished: _Finished, sent: Tensor, limit: Tensor, best_alive: Tensor, t: int,
+               search: SearchConfig) -> Tensor:
+    """(bsz,) True for the active sentences whose search is over: nothing alive can beat the nbest-th finished
+    hypothesis (a live one's log-prob can only fall, its lp is at most lp at the word limit), or the word limit is
+    reached. best_alive (bsz,): each sentence's best live running score."""
+    sent_limit = limit[sent]
+    lp_max = torch.maximum(length_penalty((sent_limit + 1).float(), search.alpha, search.lp),
+                           length_penalty(torch.full_like(sent_limit, t + 2).float(), search.alpha, search.lp))
+    return finished.scores[sent, search.nbest - 1].ge(best_alive / lp_max) | sent_limit.le(t)
 
 
 def _alive(cand_scores: Tensor, cand_tokens: Tensor, cand_rows: Tensor, cand_eos: Tensor, k: int
