@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from aiayn import files
-from aiayn.data.folder import META_FILE, RUN_CONFIG, prepared_sha256
+from aiayn.data.folder import META_FILE, RUN_CONFIG, prepared_sha256, read_meta
 from aiayn.data.vocab import MODEL_FILE
 from aiayn.errors import CheckpointError, DataError, UsageError
 
@@ -53,7 +53,8 @@ def run_record(model: dict[str, Any], train: dict[str, Any], data_dir: Path, voc
     """What RUN/config.json holds: the model and training configs, what the run trains on, and for a fine-tuning run
     the checkpoint it started from (aiayn.checkpoint.parent_record)."""
     record = {"model": model, "train": train, "data": str(Path(data_dir).resolve()),
-              "data_sha256": prepared_sha256(data_dir), "vocab_sha256": files.sha256_file(vocab_path)}
+              "data_sha256": prepared_sha256(data_dir), "vocab_sha256": files.sha256_file(vocab_path),
+              "languages": read_meta(data_dir).get("languages")}  # serve and export read them (data.run_languages)
     return record | ({"parent": parent} if parent else {})
 
 

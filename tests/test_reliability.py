@@ -27,6 +27,7 @@ from conftest import write_copy_corpus
 from helpers import REPO, tiny_model
 from safetensors.torch import load_file, safe_open, save_file
 
+import aiayn.selection as selection_mod
 import aiayn.train as train_mod
 from aiayn import checkpoint as ckpt
 from aiayn import files, rundir
@@ -466,7 +467,7 @@ def test_outputs_are_written_whole_or_not_at_all(lab, tmp_path, monkeypatch, cap
 @pytest.mark.parametrize("signum, code", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
 def test_interrupted_training_saves_at_once_and_exits_128_plus_the_signal(copy_data, tmp_path, monkeypatch, signum,
                                                                            code, capsys):
-    noam_lr, perplexity, dev_evaluations = train_mod.noam_lr, train_mod.perplexity, []
+    noam_lr, perplexity, dev_evaluations = train_mod.noam_lr, selection_mod.perplexity, []
 
     def lr(step, *args, **kw):
         if step == 3:
@@ -474,7 +475,7 @@ def test_interrupted_training_saves_at_once_and_exits_128_plus_the_signal(copy_d
         return noam_lr(step, *args, **kw)
 
     monkeypatch.setattr(train_mod, "noam_lr", lr)
-    monkeypatch.setattr(train_mod, "perplexity", lambda *a, **k: dev_evaluations.append(1) or perplexity(*a, **k))
+    monkeypatch.setattr(selection_mod, "perplexity", lambda *a, **k: dev_evaluations.append(1) or perplexity(*a, **k))
     run = tmp_path / "run"
     assert main(["train", "--data", str(copy_data), "--out", str(run), *TINY, "--max-steps", "1000",
                  "--save-every-steps", "2"]) == code
