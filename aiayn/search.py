@@ -229,7 +229,9 @@ def sample_from(lprobs: Tensor, uniforms: Tensor, top_k: int = 0, top_p: float =
     tokens (0: all), renormalized, then cut to the nucleus (the fewest most probable tokens whose mass is >= top_p),
     drawn by inverse CDF with one uniform in [0, 1) per row (N,). Ties in probability are ranked by token id, lower
     first (a stable sort), so which of equal tokens top-k and top-p keep is the lower ids. -> (N,) tokens."""
-    probs = torch.softmax((lprobs - lprobs.amax(-1, keepdim=True)) / temperature, dim=-1)  # finite for any T > 0
+    # Banned tokens (-inf) stay banned at any temperature, also one past float32's range (-inf / inf would be NaN).
+    scaled = ((lprobs - lprobs.amax(-1, keepdim=True)) / temperature).masked_fill(lprobs.isneginf(), NEG_INF)
+    probs = torch.softmax(scaled, dim=-1)
     sorted_probs, order = probs.sort(dim=-1, descending=True, stable=True)  # (N, V)
     if top_k:
         sorted_probs[:, top_k:] = 0.0
