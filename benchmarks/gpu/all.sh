@@ -35,7 +35,8 @@ if compgen -G ".whl/*.whl" >/dev/null; then  # wheels carried to a machine witho
     $PY -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site .whl/*.whl && PYTHONPATH=$PYTHONPATH:/tmp/site
 fi
 want() { [[ "$PARTS" == *" $1 "* ]]; }
-SMOKE_FLAG=""; [ -n "${SMOKE:-}" ] && SMOKE_FLAG="--cpu"  # SMOKE=1: the decode and train parts on the CPU, tiny
+SMOKE_FLAG=""; SMOKE_CELLS=()  # SMOKE=1: the decode and train parts on the CPU, tiny, aiayn's cells alone
+[ -n "${SMOKE:-}" ] && SMOKE_FLAG="--cpu" && SMOKE_CELLS=(--impls aiayn)
 [ -z "$SMOKE_FLAG" ] && nvidia-smi --query-gpu=name,driver_version,clocks.sm,temperature.gpu --format=csv | tee "$OUT/gpu.txt"
 if want tests; then
     timeout 150 $PY -m pytest -q -x tests/test_losses.py tests/test_runtime.py tests/test_packed.py \
@@ -95,7 +96,7 @@ if want train; then  # eager cells first (seconds each), the one compiled cell l
     run_cells() {
         local limit=$1; shift
         timeout "$limit" $PY -m benchmarks.gpu.peers $SMOKE_FLAG --beams "" --steps ${TRAIN_STEPS:-10} \
-            --out "$OUT/gpu_train.jsonl" "$@" 2>&1 | grep -v Warning | tail -14
+            --out "$OUT/gpu_train.jsonl" "$@" "${SMOKE_CELLS[@]}" 2>&1 | grep -v Warning | tail -14
     }
     run_cells 80 --presets base,big --dtype bf16 --impls "aiayn packed,aiayn,hf_marian,torch_nn"
     run_cells 70 --presets base,big --dtype fp16 --impls "aiayn packed,hf_marian,torch_nn"
