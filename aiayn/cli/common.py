@@ -55,6 +55,14 @@ def add_device_arg(p: argparse.ArgumentParser, default: str = "auto") -> None:
                    help=f"auto (a CUDA GPU if there is one, else CPU), cpu, cuda, cuda:N (default {default})")
 
 
+CHECKPOINT_HELP = "run directory (its averaged, else best, else newest checkpoint) or a checkpoint file"
+
+
+def add_checkpoint_arg(p: argparse.ArgumentParser) -> None:
+    """--checkpoint, as every command that loads one trained model takes it."""
+    p.add_argument("--checkpoint", required=True, help=CHECKPOINT_HELP)
+
+
 def add_progress_arg(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-progress", action="store_true", help="no progress bar (in a log: no progress lines)")
 

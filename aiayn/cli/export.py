@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from aiayn.cli.common import add_checkpoint_arg
 from aiayn.errors import UsageError
 from aiayn.extras import require
 
@@ -61,8 +62,7 @@ def register(sub) -> None:
                                    "takes every preset. --to argos writes an Argos Translate package (the "
                                    "CTranslate2 model, its SentencePiece model, a spaCy sentence splitter) that "
                                    "argostranslate and LibreTranslate install.")
-    p.add_argument("--checkpoint", required=True,
-                   help="run directory (its averaged, else best, else newest checkpoint) or a checkpoint file")
+    add_checkpoint_arg(p)
     p.add_argument("--to", required=True, choices=["hf", "ct2", "argos"],
                    help="hf: MarianMTModel folder; ct2: CTranslate2 folder; argos: Argos Translate package file")
     p.add_argument("out", type=Path, help="output folder (must not exist, or be empty); for argos a new "

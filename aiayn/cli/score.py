@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from aiayn.cli.common import add_device_arg, add_weights_arg, number, positive_int
+from aiayn.cli.common import add_checkpoint_arg, add_device_arg, add_weights_arg, number, positive_int
 from aiayn.errors import DataError
 from aiayn.files import atomic_text_output, check_output_path, read_lines
 from aiayn.runtime import resolve_device
@@ -33,8 +33,7 @@ def register(sub) -> None:
                                    "log-probs of the target's tokens, EOS included, given the source (teacher "
                                    "forcing: minus the training NLL of that pair, without label smoothing), MEAN "
                                    "TOTAL / (words + 1 for EOS). docs/decoding.md.")
-    p.add_argument("--checkpoint", required=True,
-                   help="run directory (its averaged, else best, else newest checkpoint) or a checkpoint file")
+    add_checkpoint_arg(p)
     p.add_argument("--src", required=True, help="source text, one sentence per line ('-': stdin)")
     p.add_argument("--tgt", required=True, help="target text to score, line-aligned with --src")
     p.add_argument("--output", help="output file (default: stdout); written whole or not at all")

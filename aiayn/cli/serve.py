@@ -8,6 +8,7 @@ import os
 from pathlib import Path
 
 from aiayn.cli.common import (
+    add_checkpoint_arg,
     add_device_arg,
     add_search_args,
     add_weights_arg,
@@ -144,8 +145,7 @@ def register(sub) -> None:
                                    "/health, /info, OpenAPI at /docs and a page at / that translates as you type. "
                                    "Concurrent requests are decoded together (dynamic batching). Binds to "
                                    "127.0.0.1 unless --host says otherwise. docs/serving.md.")
-    p.add_argument("--checkpoint", required=True,
-                   help="run directory (its averaged, else best, else newest checkpoint) or a checkpoint file")
+    add_checkpoint_arg(p)
     p.add_argument("--host", default="127.0.0.1",
                    help="address to bind (default 127.0.0.1: this machine only; 0.0.0.0 exposes it to the network)")
     p.add_argument("--port", type=number(int, low=0, below=65536), default=8000, help="port (default 8000)")

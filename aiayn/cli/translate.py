@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 
 from aiayn.cli.common import (
+    CHECKPOINT_HELP,
     add_device_arg,
     add_progress_arg,
     add_search_args,
@@ -97,7 +98,7 @@ def register(sub) -> None:
                                    "(one line per input line, same order). Defaults are the paper's: beam 4, "
                                    "length penalty alpha 0.6, max output length = input length + 50.")
     p.add_argument("--checkpoint", required=True, nargs="+",
-                   help="run directory (its averaged, else best, else newest checkpoint) or a checkpoint file; "
+                   help=f"{CHECKPOINT_HELP}; "
                         "several: decoded as an ensemble (their probabilities averaged at each step, as fairseq's "
                         "--path A:B; one vocabulary); with --engine ct2, a folder written by `aiayn export --to ct2`")
     p.add_argument("--engine", choices=["aiayn", "ct2"], default="aiayn",
