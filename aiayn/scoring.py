@@ -16,7 +16,7 @@ import torch.nn.functional as F
 
 from aiayn.config import BOS_ID, EOS_ID, PAD_ID
 from aiayn.errors import DataError
-from aiayn.translate import Translation, encode_sources
+from aiayn.translate import Translation, encode_sources, padded
 
 
 class PairScore(NamedTuple):
@@ -61,8 +61,8 @@ def score_ids(model, src_ids: Sequence[list[int]], tgt_ids: Sequence[list[int]],
     with torch.inference_mode():
         for start in range(0, len(order), batch_size):
             idx = order[start: start + batch_size]
-            src = _padded([src_ids[i] for i in idx]).to(device)  # (B, S)
-            tgt_out = _padded([tgt_ids[i] for i in idx]).to(device)  # (B, T): words + EOS
+            src = padded([src_ids[i] for i in idx], device)  # (B, S)
+            tgt_out = padded([tgt_ids[i] for i in idx], device)  # (B, T): words + EOS
             tgt_in = torch.cat([torch.full_like(tgt_out[:, :1], BOS_ID), tgt_out[:, :-1]], 1)  # (B, T): BOS + words
             tgt_in = tgt_in.masked_fill(tgt_in.eq(EOS_ID), PAD_ID)  # a shorter row's EOS is never an input
             lprobs = F.log_softmax(model(src, tgt_in).float(), -1)  # (B, T, V)
@@ -74,11 +74,6 @@ def score_ids(model, src_ids: Sequence[list[int]], tgt_ids: Sequence[list[int]],
     return out
 
 
-def _padded(rows: list[list[int]]) -> torch.Tensor:
-    batch = torch.full((len(rows), max(map(len, rows))), PAD_ID, dtype=torch.long)
-    for r, ids in enumerate(rows):
-        batch[r, : len(ids)] = torch.tensor(ids)
-    return batch
 
 
 SCORE_KINDS = ("sentence", "tokens")  # translate --print-scores: what the tab-separated columns hold

@@ -28,6 +28,14 @@ from aiayn.progress import Progress
 from aiayn.search import PAPER_SEARCH, Constraint, Hypothesis, SearchConfig, max_output_lengths, search_function
 
 
+def padded(rows: Sequence[Sequence[int]], device: str | torch.device = "cpu") -> torch.Tensor:
+    """Rows of token ids as one (len(rows), longest) long tensor, PAD after each row's end, on `device`."""
+    batch = torch.full((len(rows), max(map(len, rows))), PAD_ID, dtype=torch.long)
+    for r, ids in enumerate(rows):
+        batch[r, : len(ids)] = torch.tensor(ids, dtype=torch.long)
+    return batch.to(device)
+
+
 def _warn(msg: str) -> None:
     print(f"warning: {msg}", file=sys.stderr)
 
@@ -167,10 +175,7 @@ class Translator:
         with torch.inference_mode():
             for start in range(0, len(order), self.batch_size):
                 idx = order[start: start + self.batch_size]
-                width = max(len(sources[i]) for i in idx)
-                src = torch.full((len(idx), width), PAD_ID, dtype=torch.long)
-                for row, i in enumerate(idx):
-                    src[row, : len(sources[i])] = torch.tensor(sources[i])
+                src = padded([sources[i] for i in idx])
                 on_lines = None
                 if constraint is not None:  # the constraint sees input line numbers, not batch rows
                     on_lines = partial(_on_lines, constraint, torch.tensor(idx, device=self.device))

@@ -28,9 +28,9 @@ from collections.abc import Sequence
 import torch
 from torch import Tensor, nn
 
-from aiayn.config import BOS_ID, EOS_ID, PAD_ID
+from aiayn.config import BOS_ID, EOS_ID
 from aiayn.errors import UsageError
-from aiayn.translate import Translation, translation_of
+from aiayn.translate import Translation, padded, translation_of
 from aiayn.viz.attention import record
 
 WORD_START = "\u2581"  # SentencePiece's word-boundary mark, "▁"
@@ -93,8 +93,8 @@ def align(model: nn.Module, vocab, sources: Sequence[list[int] | None], targets:
     for start in range(0, len(todo), batch_size):
         rows = todo[start: start + batch_size]
         srcs, tgts = [sources[n] for n in rows], [targets[n] for n in rows]
-        src = _padded([list(s) for s in srcs], device)
-        tgt_in = _padded([[BOS_ID, *t] for t in tgts], device)
+        src = padded([list(s) for s in srcs], device)
+        tgt_in = padded([[BOS_ID, *t] for t in tgts], device)
         _, weights = record(model, src, tgt_in)
         cross = weights["cross"][layer].mean(dim=1).cpu()  # (B, T, S): heads averaged
         for b, (n, s, t) in enumerate(zip(rows, srcs, tgts)):
@@ -119,10 +119,3 @@ def translate_with_alignment(translator, lines: Sequence[str], layer: int | None
     for (n, k), p in zip(rows, pairs):
         alignments[n][k] = p
     return nbests, alignments
-
-
-def _padded(rows: list[list[int]], device: torch.device) -> Tensor:
-    batch = torch.full((len(rows), max(len(r) for r in rows)), PAD_ID, dtype=torch.long)
-    for b, r in enumerate(rows):
-        batch[b, : len(r)] = torch.tensor(r, dtype=torch.long)
-    return batch.to(device)
