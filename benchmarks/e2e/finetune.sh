@@ -5,18 +5,20 @@
 # checkpoint by dev BLEU (--best-metric bleu, --patience) and are scored on test_2016_flickr with sacreBLEU.
 #   S=../shared/data OUT=runs/finetune TOTAL_MIN=95 PARENT_MIN=45 bash benchmarks/e2e/finetune.sh
 # PARALLEL=1 trains the baseline at the same time as the parent and the fine-tuning (one core each: 2 cores, half the
-# wall time); SAVE_MIN (default 5) minutes between checkpoints, EVAL_LINES (default all 1,014) dev sentences scored.
+# wall time); SAVE_MIN (default 5) minutes between checkpoints, EVAL_LINES (default all 1,014) dev sentences scored,
+# PATIENCE (default 5) evaluations without a better dev BLEU before a run stops, WARMUP (default 1000) steps of warm-up
+# for the parent and the baseline (the fine-tuning warms up 200).
 # One vocabulary for all three runs (a fine-tuned model keeps its parent's token ids): trained on both training sets,
 # then every corpus prepared with it (aiayn prepare --vocab). The model is configs/multi30k.yaml's (small, dropout 0.3).
 set -euo pipefail
 S=${S:-../shared/data}; OUT=${OUT:-runs/finetune}; TOTAL_MIN=${TOTAL_MIN:-95}; PARENT_MIN=${PARENT_MIN:-45}
-SAVE_MIN=${SAVE_MIN:-5}; EVAL_LINES=${EVAL_LINES:-1014}
+WARMUP=${WARMUP:-1000}; SAVE_MIN=${SAVE_MIN:-5}; EVAL_LINES=${EVAL_LINES:-1014}; PATIENCE=${PATIENCE:-5}
 B=$S/bible-en-de; M=$S/multi30k
 export OMP_NUM_THREADS=1
 mkdir -p $OUT/raw
 TRAIN="--preset small --set dropout=0.3 --set init=fairseq --dtype auto --max-tokens 4096 --threads 1 --no-progress
        --max-steps 1000000 --save-every-minutes $SAVE_MIN --keep-last 10 --log-every 50"
-SELECT="--eval-bleu-lines $EVAL_LINES --best-metric bleu --patience 5"   # Multi30k's dev set, greedy
+SELECT="--eval-bleu-lines $EVAL_LINES --best-metric bleu --patience $PATIENCE"   # Multi30k's dev set, greedy
 
 cat $B/web-elb1905.en $M/train.en > $OUT/raw/joint.en
 cat $B/web-elb1905.de $M/train.de > $OUT/raw/joint.de
@@ -29,18 +31,33 @@ aiayn prepare --vocab $OUT/data-joint/vocab.model --src $M/train.en --tgt $M/tra
 # a fresh optimizer with a short warm-up; then the baseline from scratch with the whole budget.
 scratch() {
   [ -f $OUT/scratch/config.json ] || aiayn train --data $OUT/data-m30k --out $OUT/scratch $TRAIN $SELECT \
-      --warmup 1000 --max-minutes $TOTAL_MIN
+      --warmup $WARMUP --max-minutes $TOTAL_MIN
 }
 if [ -n "${PARALLEL:-}" ]; then scratch > $OUT/scratch.log 2>&1 & fi
-[ -f $OUT/bible/config.json ] || aiayn train --data $OUT/data-bible --out $OUT/bible $TRAIN --warmup 1000 \
+[ -f $OUT/bible/config.json ] || aiayn train --data $OUT/data-bible --out $OUT/bible $TRAIN --warmup $WARMUP \
     --max-minutes $PARENT_MIN
 [ -f $OUT/tuned/config.json ] || aiayn train --init-from $OUT/bible --data $OUT/data-m30k --out $OUT/tuned \
     $(echo $TRAIN | sed 's/--preset small//') $SELECT --warmup 200 --max-minutes $((TOTAL_MIN - PARENT_MIN))
 if [ -n "${PARALLEL:-}" ]; then wait; else scratch; fi
 
-for run in tuned scratch; do  # checkpoint_best: the dev-BLEU pick (translate uses it when there is no average)
-  aiayn translate --checkpoint $OUT/$run/checkpoint_best.safetensors --input $OUT/data-m30k/test.src.txt \
-      --output $OUT/$run/test.hyp --no-progress
-  echo "== $run: test2016 (best dev BLEU at step $(python -c "import json; print(max((r for r in map(json.loads, open('$OUT/$run/log.jsonl')) if r['kind'] == 'valid'), key=lambda r: r['bleu'])['step'])"))"
-  aiayn evaluate --hyp $OUT/$run/test.hyp --ref $OUT/data-m30k/test.tgt.txt --lang de
+# Each run's test2016 BLEU three ways: checkpoint_best (the dev-BLEU pick), the last checkpoint, and the average of
+# the last 5; then when and why each run stopped.
+for run in tuned scratch; do
+  aiayn average --run $OUT/$run --last 5
+  last=$(ls $OUT/$run/checkpoints/step_*.safetensors | tail -1)
+  for pick in best last averaged; do
+    case $pick in best) ckpt=$OUT/$run/checkpoint_best.safetensors;; last) ckpt=$last;;
+                  averaged) ckpt=$OUT/$run/averaged.safetensors;; esac
+    aiayn translate --checkpoint $ckpt --input $OUT/data-m30k/test.src.txt --output $OUT/$run/test.$pick.hyp --no-progress
+    echo "== $run $pick ($(basename $ckpt)): test2016"
+    aiayn evaluate --hyp $OUT/$run/test.$pick.hyp --ref $OUT/data-m30k/test.tgt.txt --lang de
+  done
+  python - $OUT/$run/log.jsonl <<'PY'
+import json, sys
+rows = [json.loads(line) for line in open(sys.argv[1])]
+valid = [r for r in rows if r["kind"] == "valid"]
+best = max(valid, key=lambda r: r["bleu"])
+print(f"   dev BLEU by evaluation: {[(r['step'], round(r['bleu'], 2)) for r in valid]}")
+print(f"   best dev BLEU {best['bleu']:.2f} at step {best['step']}; last step {rows[-1].get('step')}; last record {rows[-1]}")
+PY
 done
