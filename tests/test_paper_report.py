@@ -218,3 +218,29 @@ def test_table4_trains_the_parser_on_a_treebank(tmp_path):
     assert system["f1"] == round(score_parses(trees, gold[:20]).all.f1, 2)
     assert f"reaches F1 {system['f1']:.1f}" in section["verdict"] and "our 300-tree sample" in section["verdict"]
     assert section.get("source") is None and "hardware" not in section  # made here: run_part adds both
+
+
+def test_attention_verdict_says_how_each_figure_compares_with_even_attention():
+    said = parts._attention_verdict({"figure3": (2.5, "more difficult", "making"), "figure4": (0.6, "Law", "its")})
+    assert "Figure 3, 'making' -> 'more difficult': the most concentrated head puts 2.5x even attention on it" in said
+    assert "Figure 4, 'its' -> 'Law': no head puts more than even attention on it (at most 0.6x)" in said
+
+
+def test_a_reused_run_is_scored_on_its_whole_test_split(tmp_path, monkeypatch):
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "test.src.txt").write_text("".join(f"s{i}\n" for i in range(150)))
+    (data / "test.tgt.txt").write_text("".join(f"s{i}\n" for i in range(150)))
+    monkeypatch.setattr(parts.rundir, "read_config", lambda run: {"data": str(data)})
+
+    class Echo:  # translates a line into itself: BLEU 100 on every line it is given
+        @staticmethod
+        def load(run):
+            return Echo()
+
+        def translate(self, lines):
+            return list(lines)
+
+    monkeypatch.setattr("aiayn.translate.Translator", Echo)
+    assert parts._score_run(tmp_path / "run", None)["test_sentences"] == 150
+    assert parts._score_run(tmp_path / "run", 40)["test_sentences"] == 40
