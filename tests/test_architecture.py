@@ -53,7 +53,7 @@ FLOORS = [
     ["data.prepare", "data.corpora", "rundir", "losses", "doctor", "static_search"],
     ["data"],
     ["checkpoint", "metrics.perplexity"],
-    ["metrics", "inference"],
+    ["metrics", "inference", "run"],
     ["translate"],
     ["selection", "scoring"],
     ["train"],
