@@ -9,7 +9,8 @@
 
 Every file is written atomically (aiayn.files), so a kill at any instant leaves the previous checkpoint intact.
 Nothing is unpickled: weights are safetensors, trainer state is loaded with `torch.load(weights_only=True)`.
-Where the files lie in a run directory: aiayn.rundir.
+Where the files lie in a run directory: aiayn.rundir; a training run writes, prunes and resumes from its step
+checkpoints through aiayn.run.Run.
 """
 
 from __future__ import annotations
@@ -100,18 +101,12 @@ def load_weights(path: Path) -> tuple[dict[str, torch.Tensor], ModelConfig, dict
 # Step checkpoints: weights and trainer state side by side (where: aiayn.rundir).
 
 
-def save_checkpoint(run_dir: Path, model_state: dict[str, torch.Tensor], cfg: ModelConfig, step: int,
-                    trainer_state: dict, keep_last: int) -> Path:
-    """Write trainer state, then weights (each atomically): the weights file appearing marks a complete
-    checkpoint. Then drop all but the newest `keep_last` checkpoints."""
-    path = rundir.step_checkpoint_path(run_dir, step)
+def save_checkpoint(path: Path, model_state: dict[str, torch.Tensor], cfg: ModelConfig, step: int,
+                    trainer_state: dict) -> None:
+    """A step checkpoint at `path`: its trainer state beside it (rundir.state_path), then the weights (each
+    atomically): the weights file appearing marks a complete checkpoint."""
     atomic_write(rundir.state_path(path), lambda p: torch.save(trainer_state, p))
     save_weights(path, model_state, cfg, step)
-    if keep_last > 0:
-        for old in rundir.checkpoint_paths(run_dir)[:-keep_last]:
-            old.unlink(missing_ok=True)
-            rundir.state_path(old).unlink(missing_ok=True)
-    return path
 
 
 def load_trainer_state(weights_path: Path) -> dict:

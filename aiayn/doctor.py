@@ -106,12 +106,12 @@ def _extra(name: str) -> dict[str, Any]:
 def _bench(threads: int) -> dict[str, Any]:
     """Best-of-3 GFLOP/s of an n x n torch.mm in fp32 and bf16 on `threads` threads (torch's own count restored)."""
     before = torch.get_num_threads()
-    torch.set_num_threads(threads)
+    runtime.configure_process(threads=threads)
     try:
         fp32 = runtime.matmul_gflops(torch.float32, BENCH_N)
         bf16 = runtime.matmul_gflops(torch.bfloat16, BENCH_N)
     finally:
-        torch.set_num_threads(before)
+        runtime.configure_process(threads=before)
     return {"n": BENCH_N, "threads": threads, "fp32_gflops": round(fp32, 1), "bf16_gflops": round(bf16, 1),
             "bf16_slowdown": round(fp32 / bf16, 2)}
 

@@ -29,7 +29,7 @@ from torch import Tensor, nn
 from aiayn.errors import UsageError
 from aiayn.fast import release_freed_memory
 from aiayn.model import Transformer
-from aiayn.runtime import attention_without_shape_plans, warn_if_bf16_slow
+from aiayn.runtime import configure_process, warn_if_bf16_slow
 
 WEIGHTS = ("fp32", "bf16", "int8")
 _DTYPE = {"fp32": torch.float32, "bf16": torch.bfloat16}
@@ -116,7 +116,7 @@ def load(path: str | Path, weights: str = "fp32", device: str | torch.device = "
     from aiayn.checkpoint import load_for_inference
 
     model, vocab, _ = load_for_inference(path, device=device)
-    attention_without_shape_plans(torch.device(device))  # decoding meets a new shape at every step
+    configure_process(device=torch.device(device))  # cuDNN's attention out: decoding meets a new shape at every step
     if check_weights(weights) == "bf16":
         model.to(torch.bfloat16)
     return decoding_copy(model, weights, prepack, consume=True), vocab

@@ -16,7 +16,8 @@ A run directory (written by `aiayn train`) holds everything to resume, evaluate 
 
 config.json is written last when a run starts: a folder with it is a run. A run refuses to resume on data prepared
 again since it started (digests differ). The prepared-data folder it trains on has its own format
-(aiayn.data.folder); each format recognises the other and says so when one is given for the other.
+(aiayn.data.folder); each format recognises the other and says so when one is given for the other. The trainer holds
+its run through one object, aiayn.run.Run, which writes with the functions here; everything else only reads.
 """
 
 from __future__ import annotations

@@ -1,6 +1,7 @@
 """Where and how the maths runs: device, dtype (bf16 or fp16 autocast), CPU threads, and processes (torchrun/DDP), from
 the process group's start (setup_runtime) to its end (`with runtime:`). Decided here only; the trainer, the dev
-evaluation and the benchmarks take a `Runtime`."""
+evaluation and the benchmarks take a `Runtime`. The process-wide settings (glibc's allocator, oneDNN's kernel caches,
+torch's threads, TF32, cuDNN's attention) are applied here only, by configure_process, which every entry point calls."""
 
 from __future__ import annotations
 
@@ -12,12 +13,13 @@ import signal
 import sys
 import time
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 import torch.distributed as dist
 
+from aiayn import fast
 from aiayn.errors import UsageError
-from aiayn.fast import bound_kernel_cache
 
 DTYPES = ("fp32", "bf16", "fp16", "auto")  # auto: auto_dtype()
 FP16_DEVICES = ("cuda", "cpu")  # where fp16 autocast and torch's GradScaler run (a CPU slowly: for tests)
@@ -261,25 +263,63 @@ def setup_runtime(device: str = "auto", dtype: str = "fp32", threads: int = 0) -
     """A single process, or one process of a torchrun job (gloo on CPU, NCCL on GPU). threads: CPU threads for
     torch; 0 = the free cores (free_cores), unless OMP_NUM_THREADS says otherwise or several processes share the
     machine (torchrun)."""
-    bound_kernel_cache()  # before the first kernel (the dtype check below runs one); the CLI does it at start
     world = int(os.environ.get("WORLD_SIZE", "1"))
-    if threads:
-        torch.set_num_threads(threads)
-    elif world == 1 and "OMP_NUM_THREADS" not in os.environ and device in ("cpu", "auto") \
+    if not threads and world == 1 and "OMP_NUM_THREADS" not in os.environ and device in ("cpu", "auto") \
             and not torch.cuda.is_available():
-        torch.set_num_threads(free_cores())
+        threads = free_cores()
+    configure_process(kernel_cache=True, threads=threads)  # before the first kernel (the dtype check below runs one)
     rank = int(os.environ.get("RANK", "0"))
     dev = resolve_device(device, int(os.environ.get("LOCAL_RANK", "0")))
     asked, dtype = dtype, resolve_dtype(dtype, dev)
     why = "--dtype auto: no native bf16 on this GPU" if asked == "auto" and dtype == "fp16" else ""
     if dev.type == "cuda":
         torch.cuda.set_device(dev)
-        torch.backends.cuda.matmul.allow_tf32 = dtype == "fp32"
-        attention_without_shape_plans(dev)
+    configure_process(device=dev, tf32=dtype == "fp32")
     owns = world > 1 and not dist.is_initialized()
     if owns:
         dist.init_process_group("nccl" if dev.type == "cuda" else "gloo")
     return Runtime(dev, rank, world, dtype, owns_group=owns, why_dtype=why)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Process-wide settings: applied here only.
+
+APPLIED: dict[str, Any] = {}  # what configure_process has changed in this process: setting -> value
+
+
+def configure_process(*, kernel_cache: bool = False, keep_freed_memory: bool = False, threads: int = 0,
+                      device: torch.device | None = None, tf32: bool | None = None) -> dict[str, Any]:
+    """Apply aiayn's process-wide settings: the one place that does. `aiayn`'s main, serve's workers, setup_runtime
+    and inference.load call it, each with what it knows; nothing else sets these. A setting already as asked is left
+    alone, so that a second call with the same arguments changes nothing. Returns what this call changed (and adds it
+    to APPLIED). None of them changes what is computed.
+
+        kernel_cache       oneDNN's and ideep's per-shape caches bounded (fast.bound_kernel_cache): before any kernel
+        keep_freed_memory  glibc keeps freed memory for reuse (fast.keep_freed_memory); once set, it stays set
+        threads            torch's CPU threads (0: as they are)
+        device             on a CUDA GPU: cuDNN's attention left out (attention_without_shape_plans) and,
+        tf32               unless None, TF32 matmuls on (training in fp32) or off
+    """
+    changed: dict[str, Any] = {}
+    if kernel_cache and not all(name in os.environ for name in fast.KERNEL_CACHES):
+        changed["kernel_cache"] = fast.bound_kernel_cache()
+    if keep_freed_memory and "keep_freed_memory" not in APPLIED:  # glibc's settings cannot be read back
+        changed["keep_freed_memory"] = fast.keep_freed_memory()
+    # torch.set_num_threads does more than the count it reports (MKL's dynamic threads off, for one): left alone only
+    # where it was called here with the same count
+    if threads and (APPLIED.get("threads") != threads or torch.get_num_threads() != threads):
+        torch.set_num_threads(threads)
+        changed["threads"] = threads
+    if device is not None and device.type == "cuda":
+        if torch.backends.cuda.cudnn_sdp_enabled():
+            attention_without_shape_plans(device)
+            if not torch.backends.cuda.cudnn_sdp_enabled():
+                changed["cudnn_attention"] = False
+        if tf32 is not None and torch.backends.cuda.matmul.allow_tf32 != tf32:
+            torch.backends.cuda.matmul.allow_tf32 = tf32
+            changed["tf32"] = tf32
+    APPLIED.update(changed)
+    return changed
 
 
 class StopOnSignal:

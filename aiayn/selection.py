@@ -1,25 +1,23 @@
 """What a training run does at each checkpoint: the dev evaluation (loss, NLL, perplexity, and with
 --eval-bleu-lines BLEU and chrF of the checkpoint's own translations), the step checkpoint, checkpoint_best by
---best-metric, and early stopping (--patience). aiayn.train calls `save`; `tc` is its TrainConfig and `state` its
-TrainState (both only read here, but for the early-stopping state and the best dev loss)."""
+--best-metric, and early stopping (--patience). aiayn.train calls `save`; `tc` is its TrainConfig, `state` its
+TrainState (both only read here, but for the early-stopping state and the best dev loss) and `run` its aiayn.run.Run,
+which writes the files."""
 
 from __future__ import annotations
 
 import dataclasses
 import time
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
-from aiayn import checkpoint as ckpt
-from aiayn import rundir
 from aiayn.data import PreparedSplit, Vocab
 from aiayn.errors import DataError
 from aiayn.files import read_lines
 from aiayn.metrics import chrf, corpus_bleu
 from aiayn.metrics.perplexity import perplexity
 from aiayn.model import Transformer
-from aiayn.rundir import Logger
+from aiayn.run import Run
 from aiayn.runtime import Runtime
 from aiayn.search import PAPER_SEARCH
 from aiayn.translate import Translator
@@ -85,7 +83,7 @@ def evaluate(model: Transformer, valid: PreparedSplit, tc, rt: Runtime) -> dict[
     return scores
 
 
-def save(state, run_dir: Path, tc, rt: Runtime, valid, logger: Logger) -> str:
+def save(state, run: Run, tc, rt: Runtime, valid) -> str:
     """Dev evaluation (if there is a dev split and `valid` is given; it counts towards early stopping), then a step
     checkpoint, and checkpoint_best where the evaluation beat every earlier one by --best-metric. Returns a line to
     print. The dev split needs no check against max_tokens: perplexity() raises its batch limit to the longest pair."""
@@ -96,23 +94,18 @@ def save(state, run_dir: Path, tc, rt: Runtime, valid, logger: Logger) -> str:
         improved = state.early.update(scores[tc.best_metric], state.step)
     msg = f"step {state.step}"
     if rt.is_main:
-        cfg, weights = state.model.cfg, state.model.state_dict()
         if improved:  # before the step checkpoint: resuming from the previous one writes it again, the same
-            ckpt.save_weights(run_dir / rundir.BEST, weights, cfg, state.step)
-        trainer = {"optimizer": state.optimizer.state_dict(), "sampler": state.sampler.state_dict(),
-                   "step": state.step, "best_dev_loss": state.best_dev_loss,
-                   "train_seconds": state.train_seconds, "scaler": state.scaler.state_dict(),
-                   "overflow_skips": state.overflow_skips, "early_stopping": state.early.state_dict()}
-        path = ckpt.save_checkpoint(run_dir, weights, cfg, state.step, trainer, tc.keep_last)
+            run.save_best(state)
+        path = run.save(state, tc.keep_last)
         msg += f": saved {path.name}"
         if scores:
-            logger.log("valid", state.step, **scores, improved=improved, evals_since_best=state.early.evals_since_best)
+            run.log("valid", state.step, **scores, improved=improved, evals_since_best=state.early.evals_since_best)
             msg += f"; dev loss {scores['loss']:.3f} nll {scores['nll']:.3f} ppl {scores['ppl']:.2f}"
             if "bleu" in scores:
                 msg += f" BLEU {scores['bleu']:.2f} chrF {scores['chrf']:.2f}"
             msg += f" ({scores['eval_seconds']:.1f} s)"
             if improved:
-                msg += f"; best {tc.best_metric} so far -> {rundir.BEST}"
+                msg += f"; best {tc.best_metric} so far -> {run.best.name}"
             elif tc.patience:
                 msg += f"; no better {tc.best_metric} for {state.early.evals_since_best}/{tc.patience} evaluations"
     rt.barrier()  # nobody runs ahead (or exits) while the main process writes: the checkpoint exists for all after

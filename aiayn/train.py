@@ -9,8 +9,9 @@ A run remembers what it was trained on (config.json: the data's content digest a
 resuming on data prepared again in the same folder is refused. Ctrl-C/SIGTERM stop after the current update with a
 checkpoint (no dev evaluation: stopping stays quick) and the summary says which signal ("interrupted_by").
 
-Where the rest lives: the loss in aiayn.losses, device/dtype/processes in aiayn.runtime, checkpoint files in
-aiayn.checkpoint, batches in aiayn.data, dev perplexity in aiayn.metrics.perplexity, plots in aiayn.viz.curves.
+Where the rest lives: the loss in aiayn.losses, device/dtype/processes in aiayn.runtime, the run on disk (lock,
+config.json, log, step checkpoints) in aiayn.run, checkpoint files in aiayn.checkpoint, batches in aiayn.data, dev
+perplexity in aiayn.metrics.perplexity, plots in aiayn.viz.curves.
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ from aiayn.fast import set_layer_norm_output
 from aiayn.losses import TrainingObjective
 from aiayn.model import Transformer, count_parameters
 from aiayn.progress import TrainingProgress
-from aiayn.rundir import Logger
+from aiayn.run import Run
 from aiayn.runtime import DTYPES, Runtime, StopOnSignal, setup_runtime
 from aiayn.selection import BEST_METRICS, EarlyStopping, save
 
@@ -172,21 +173,17 @@ class TrainState:
     train_seconds: float = 0.0  # training time of the run and its resumptions, to the last checkpoint
     early: EarlyStopping = field(default_factory=EarlyStopping)
 
-    def restore(self, path: Path) -> None:
-        """Weights, optimizer, batch order and counters from a step checkpoint (and its trainer state), each checked
-        to belong to this run before it is used."""
-        meta, cfg, shapes = ckpt.read_header(path)
-        if cfg != self.model.cfg:
-            differ = [k for k, v in cfg.to_dict().items() if getattr(self.model.cfg, k) != v]
-            raise CheckpointError(f"{path} holds another model (differs in {', '.join(differ)}) than the run's "
-                                  "config.json describes; it does not belong to this run: move it away")
-        ckpt.check_shapes(path, cfg, shapes)
-        state, _, _ = ckpt.load_weights(path)
-        self.model.load_state_dict(state)
-        trainer = ckpt.load_trainer_state(path)
-        if "step" in meta and meta["step"] != str(trainer["step"]):
-            raise CheckpointError(f"{path} is step {meta['step']} but its trainer state is step {trainer['step']}; "
-                                  f"delete both {path.name} files to resume from the previous checkpoint")
+    def state_dict(self) -> dict[str, Any]:
+        """The trainer state a step checkpoint holds beside the weights (checked when read back:
+        checkpoint.load_trainer_state)."""
+        return {"optimizer": self.optimizer.state_dict(), "sampler": self.sampler.state_dict(), "step": self.step,
+                "best_dev_loss": self.best_dev_loss, "train_seconds": self.train_seconds,
+                "scaler": self.scaler.state_dict(), "overflow_skips": self.overflow_skips,
+                "early_stopping": self.early.state_dict()}
+
+    def load_state_dict(self, trainer: dict[str, Any], path: Path) -> None:
+        """The trainer state of the step checkpoint `path` (Run.restore has loaded its weights and checked that both
+        belong to this run): optimizer, batch order, loss scaler, counters."""
         try:
             self.optimizer.load_state_dict(trainer["optimizer"])
         except (ValueError, KeyError, TypeError, RuntimeError) as e:
@@ -235,26 +232,12 @@ def train(data_dir: Path, run_dir: Path, cfg: ModelConfig, tc: TrainConfig, prog
                              f"{', '.join(ckpt.FINE_TUNE_FIELDS)} may, with --set)")
     with setup_runtime(tc.device, tc.dtype, tc.threads) as rt:
         tc = dataclasses.replace(tc, dtype=rt.dtype)  # "auto" resolved: a resumed run keeps the dtype it started with
-        if rt.is_main:
-            rundir.check_new(run_dir)
+        run = Run.new(run_dir, rt.is_main)
         state, train_set, valid = _setup(splits, cfg, tc, rt, parent)
         record = rundir.run_record(cfg.to_dict(), dataclasses.asdict(tc), data_dir, vocab.model_path,
                                    ckpt.parent_record(parent) if parent else None)
-        if rt.is_main:
-            run_dir.mkdir(parents=True, exist_ok=True)
-        with rundir.RunLock(run_dir) if rt.is_main else contextlib.nullcontext():
-            if rt.is_main:
-                rundir.check_new(run_dir)  # again under the lock: another process may have started it meanwhile
-                _remove_stale_temps(run_dir)
-                rundir.start(run_dir, record, vocab.model_path)
-            return _loop(state, train_set, valid, run_dir, tc, rt, progress)
-
-
-def _remove_stale_temps(run_dir: Path) -> None:
-    removed = rundir.remove_stale_temps(run_dir)
-    if removed:
-        print(f"removed {len(removed)} temp file(s) that interrupted writes had left in {run_dir} (e.g. "
-              f"{removed[0].name})", flush=True)
+        with run.create(record, vocab.model_path):
+            return _loop(state, train_set, valid, run, tc, rt, progress)
 
 
 def resume(run_dir: Path, progress: bool = True, **stopping: Any) -> dict[str, Any]:
@@ -266,24 +249,21 @@ def resume(run_dir: Path, progress: bool = True, **stopping: Any) -> dict[str, A
     if refused:
         raise UsageError(f"cannot change {', '.join(refused)} when resuming (only {', '.join(RESUMABLE_OPTIONS)} "
                          "may change; the rest is fixed by the run's config.json)")
+    saved, cfg, tc = _read_run(run_dir)
+    tc = dataclasses.replace(tc, **{k: v for k, v in stopping.items() if v is not None})
+    with setup_runtime(tc.device, tc.dtype, tc.threads) as rt, Run.resume(run_dir, saved, rt.is_main) as run:
+        state, train_set, valid = _setup(open_prepared(run.data_dir), cfg, tc, rt, run.parent)
+        run.restore(state)
+        return _loop(state, train_set, valid, run, tc, rt, progress)
+
+
+def _read_run(run_dir: Path) -> tuple[dict[str, Any], ModelConfig, TrainConfig]:
+    """A run's config.json, and the model and training configs it holds."""
     saved = rundir.read_config(run_dir)
     try:
-        cfg, tc = ModelConfig.from_dict(saved["model"]), TrainConfig.from_dict(saved["train"])
+        return saved, ModelConfig.from_dict(saved["model"]), TrainConfig.from_dict(saved["train"])
     except UsageError as e:
         raise CheckpointError(f"{run_dir / rundir.CONFIG}: {e}; it was damaged outside aiayn") from None
-    tc = dataclasses.replace(tc, **{k: v for k, v in stopping.items() if v is not None})
-    with setup_runtime(tc.device, tc.dtype, tc.threads) as rt, (
-            rundir.RunLock(run_dir) if rt.is_main else contextlib.nullcontext()):
-        data_dir = rundir.check_same_data(run_dir, saved)
-        last = rundir.latest_checkpoint(run_dir, resumable=True)
-        # A fine-tuning run stopped before its first checkpoint starts again from its parent, as it first did.
-        parent = rundir.check_parent(run_dir, saved) if last is None else None
-        state, train_set, valid = _setup(open_prepared(data_dir), cfg, tc, rt, parent)
-        if rt.is_main:
-            _remove_stale_temps(run_dir)
-        if last is not None:
-            state.restore(last)
-        return _loop(state, train_set, valid, run_dir, tc, rt, progress)
 
 
 def train_or_resume(data_dir: Path, run_dir: Path, cfg: ModelConfig, tc: TrainConfig, progress: bool = True,
@@ -296,11 +276,7 @@ def train_or_resume(data_dir: Path, run_dir: Path, cfg: ModelConfig, tc: TrainCo
     run_dir = Path(run_dir)
     if not rundir.is_run(run_dir):
         return train(data_dir, run_dir, cfg, tc, progress, init_from=init_from)
-    saved = rundir.read_config(run_dir)
-    try:
-        run_cfg, run_tc = ModelConfig.from_dict(saved["model"]), TrainConfig.from_dict(saved["train"])
-    except UsageError as e:
-        raise CheckpointError(f"{run_dir / rundir.CONFIG}: {e}; it was damaged outside aiayn") from None
+    saved, run_cfg, run_tc = _read_run(run_dir)
     # As train() would: the vocabulary's size, and "auto" resolved as when the run started.
     ours = _as_flags(cfg.replace(vocab_size=run_cfg.vocab_size),
                      dataclasses.replace(tc, **({"dtype": run_tc.dtype} if tc.dtype == "auto" else {})), data_dir)
@@ -421,11 +397,11 @@ class _Window:
                 "tokens_per_s": tokens / (time.time() - self.start), "elapsed_s": time.time() - t_start}
 
 
-def _loop(state: TrainState, train_set: PreparedSplit, valid: PreparedSplit | None, run_dir: Path, tc: TrainConfig,
+def _loop(state: TrainState, train_set: PreparedSplit, valid: PreparedSplit | None, run: Run, tc: TrainConfig,
           rt: Runtime, progress: bool) -> dict[str, Any]:
     model, cfg = state.model, state.model.cfg
     objective = rt.wrap(TrainingObjective(model), tc.compile)
-    logger = Logger(run_dir, rt.is_main)
+    run.open_log()
     bar = TrainingProgress(tc, state.step, enabled=progress, silent=not rt.is_main)
     bar.write(f"model: {count_parameters(model) / 1e6:.2f}M parameters, {cfg.n_enc_layers}+{cfg.n_dec_layers} "
               f"layers, d_model {cfg.d_model}; device {rt.device}, {tc.dtype}"
@@ -454,7 +430,7 @@ def _loop(state: TrainState, train_set: PreparedSplit, valid: PreparedSplit | No
                 if state.scaler.is_enabled():
                     rec |= {"loss_scale": state.scaler.get_scale(), "overflow_skips": state.overflow_skips}
                     postfix |= {"scale": f"{rec['loss_scale']:g}", "skips": state.overflow_skips}
-                logger.log("train", state.step, **rec)
+                run.log("train", state.step, **rec)
                 window = _Window()
             bar.update(time.time() - t_start, **postfix)
 
@@ -463,7 +439,7 @@ def _loop(state: TrainState, train_set: PreparedSplit, valid: PreparedSplit | No
                          (tc.save_every_minutes > 0 and (time.time() - t_save) / 60 >= tc.save_every_minutes))
             if due or out_of_time:
                 state.train_seconds = seconds_before + time.time() - t_start
-                bar.write(save(state, run_dir, tc, rt, valid, logger))
+                bar.write(save(state, run, tc, rt, valid))
                 last_saved, t_save = state.step, time.time()
             if state.early.stop:
                 bar.write(f"early stop at step {state.step}: {_early_stop_reason(state, tc)}")
@@ -475,13 +451,12 @@ def _loop(state: TrainState, train_set: PreparedSplit, valid: PreparedSplit | No
         if state.step != last_saved:
             state.train_seconds = seconds_before + time.time() - t_start
             # Stopping on a signal saves at once: the dev evaluation waits for the next scheduled save.
-            bar.write(save(state, run_dir, tc, rt, None if stop.signal else valid, logger))
+            bar.write(save(state, run, tc, rt, None if stop.signal else valid))
         if stop.signal is not None:
             bar.write(f"interrupted at step {state.step}; checkpoint saved. Continue with: "
-                      f"aiayn train --resume {run_dir}")
+                      f"aiayn train --resume {run.folder}")
     bar.close()
-    logger.close()
-    return {"step": state.step, "run_dir": str(run_dir), "best_dev_loss": state.best_dev_loss,
+    return {"step": state.step, "run_dir": str(run.folder), "best_dev_loss": state.best_dev_loss,
             "best": {"metric": tc.best_metric, "value": state.early.best, "step": state.early.best_step},
             "stopped_early": state.early.stop, "elapsed_s": time.time() - t_start,
             "train_seconds": state.train_seconds, "interrupted_by": stop.signal}

@@ -53,7 +53,7 @@ FLOORS = [
     ["data.prepare", "data.corpora", "rundir", "losses", "doctor", "static_search"],
     ["data"],
     ["checkpoint", "metrics.perplexity"],
-    ["metrics", "inference"],
+    ["metrics", "inference", "run"],
     ["translate"],
     ["selection", "scoring"],
     ["train"],
@@ -125,3 +125,37 @@ def test_multi_head_attention_reads_like_the_paper():
     mha = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "MultiHeadAttention")
     forward = next(n for n in mha.body if isinstance(n, ast.FunctionDef) and n.name == "forward")
     assert forward.end_lineno - forward.lineno + 1 <= 30
+
+
+# What sets a process-wide setting: glibc's allocator (mallopt), oneDNN's kernel caches, torch's threads, cuDNN's
+# attention, TF32. runtime.configure_process applies them; fast.py holds how the first two are done.
+PROCESS_SETTERS = {"mallopt", "keep_freed_memory", "bound_kernel_cache", "set_num_threads", "enable_cudnn_sdp",
+                   "attention_without_shape_plans", "allow_tf32"}
+ENTRY_POINTS = {"cli/__init__.py": {"main"}, "serve/workers.py": {"serve", "build_server"},
+                "runtime.py": {"setup_runtime"}, "inference.py": {"load"}}
+
+
+def _setters(tree) -> set[str]:
+    """The PROCESS_SETTERS a tree calls (allow_tf32: assigns)."""
+    found = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call):
+            func = node.func
+            found.add(func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", ""))
+        elif isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Store):
+            found.add(node.attr)
+    return found & PROCESS_SETTERS
+
+
+def test_process_settings_are_applied_in_one_place():
+    """No module but runtime.py sets a process-wide setting (fast.py's keep_freed_memory calls mallopt: how it is
+    done); every entry point goes through runtime.configure_process instead."""
+    setters = {str(f.relative_to(PACKAGE)): _setters(ast.parse(f.read_text(encoding="utf-8")))
+               for f in sorted(PACKAGE.rglob("*.py"))}
+    assert {f: s for f, s in setters.items() if s and f != "runtime.py"} == {"fast.py": {"mallopt"}}
+    for path, functions in ENTRY_POINTS.items():
+        tree = ast.parse((PACKAGE / path).read_text(encoding="utf-8"))
+        through = {f.name for f in ast.walk(tree) if isinstance(f, ast.FunctionDef) and f.name in functions
+                   and any(getattr(c.func, "id", getattr(c.func, "attr", "")) == "configure_process"
+                           for c in ast.walk(f) if isinstance(c, ast.Call))}
+        assert through == functions, path

@@ -1,5 +1,7 @@
 """The runtime: devices that are not there are a clear error; "auto" dtype takes bf16 only where it is native."""
 
+import os
+
 import pytest
 import torch
 from helpers import tiny_model
@@ -163,3 +165,30 @@ def test_cudnn_attention_is_left_out_on_gpus_unless_asked(monkeypatch, device, e
         assert torch.backends.cuda.cudnn_sdp_enabled() is enabled
     finally:
         torch.backends.cuda.enable_cudnn_sdp(was)
+
+
+def test_process_settings_are_applied_once(monkeypatch):
+    """configure_process sets what is not so already and records it: called again with the same arguments it changes
+    nothing; a setting changed behind its back is set again; a CPU leaves the GPU settings alone."""
+    from aiayn import fast
+
+    monkeypatch.setattr(runtime, "APPLIED", {})
+    for name in fast.KERNEL_CACHES:
+        monkeypatch.setenv(name, "")  # so that monkeypatch restores the variable as it was
+        monkeypatch.delenv(name)
+    mallopt = []
+    monkeypatch.setattr(fast, "keep_freed_memory", lambda: mallopt.append(1) or True)
+    threads = torch.get_num_threads()
+    asked = {"kernel_cache": True, "keep_freed_memory": True, "threads": threads + 1, "device": torch.device("cpu"),
+             "tf32": True}
+    try:
+        assert runtime.configure_process(**asked) == {"kernel_cache": True, "keep_freed_memory": True,
+                                                      "threads": threads + 1}
+        assert all(os.environ[name] == str(fast.KERNEL_CACHE) for name in fast.KERNEL_CACHES)
+        assert torch.get_num_threads() == threads + 1
+        assert runtime.configure_process(**asked) == {} and mallopt == [1]
+        torch.set_num_threads(threads)
+        assert runtime.configure_process(**asked) == {"threads": threads + 1}
+        assert runtime.APPLIED == {"kernel_cache": True, "keep_freed_memory": True, "threads": threads + 1}
+    finally:
+        torch.set_num_threads(threads)

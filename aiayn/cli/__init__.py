@@ -58,11 +58,12 @@ def main(argv: list[str] | None = None) -> int:
     if not getattr(args, "func", None):
         parser.print_help()
         return 2
-    from aiayn.fast import bound_kernel_cache, keep_freed_memory
+    from aiayn.runtime import configure_process
 
-    bound_kernel_cache()  # before any kernel: a long bf16 run's memory stays flat
-    if not (args.low_memory or os.environ.get("AIAYN_LOW_MEMORY") == "1"):
-        keep_freed_memory()  # every command reuses its big tensors' memory instead of page-faulting it in again
+    # Before any kernel: oneDNN's caches bounded (a long bf16 run's memory stays flat), and unless --low-memory every
+    # command reuses its big tensors' memory instead of page-faulting it in again.
+    configure_process(kernel_cache=True,
+                      keep_freed_memory=not (args.low_memory or os.environ.get("AIAYN_LOW_MEMORY") == "1"))
     try:
         return int(args.func(args) or 0)
     except BrokenPipeError:  # e.g. `aiayn translate ... | head`: stop quietly, as Unix tools do

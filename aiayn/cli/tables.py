@@ -16,16 +16,15 @@ from aiayn.extras import require
 
 
 def run_table1(args: argparse.Namespace) -> int:
-    import torch
-
     from aiayn.experiments.table1 import format_table, plot, run_table1
+    from aiayn.runtime import configure_process
 
     for path in (args.json, args.plot):
         if path is not None:
             files.check_output_path(path)  # before minutes of measuring
     if args.plot:
         require("aiayn table1 --plot", "viz")
-    torch.set_num_threads(args.threads)
+    configure_process(threads=args.threads)
     res = run_table1(args.quick, args.d, args.r, args.max_n, args.fit_from, say=lambda s: print(s, file=sys.stderr))
     print(format_table(res), end="")
     print(f"({res['seconds']:.0f} s)")

@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 from starlette.requests import ClientDisconnect
 from starlette.responses import Response
 
-from aiayn.fast import bound_kernel_cache
+from aiayn.runtime import configure_process
 from aiayn.serve.batcher import BatchConfig
 from aiayn.serve.guard import KEEP_ALIVE_S, MAX_HEAD_BYTES, guarded_protocol
 from aiayn.serve.reload import ModelSource, WorkerBoard
@@ -77,14 +77,12 @@ def auto_workers(device: str) -> int:
 
 def build_server(spec: ServeSpec, board: WorkerBoard, worker: int):
     """Load the model and make worker `worker`'s uvicorn.Server (not started)."""
-    import torch
     import uvicorn
 
     from aiayn.serve.app import create_app
     from aiayn.serve.reload import Reloader
 
-    if spec.threads:
-        torch.set_num_threads(spec.threads)
+    configure_process(threads=spec.threads)
     translator, path = spec.source.load()
     reloader = Reloader(spec.source, board, worker, spec.admin_key)
     app = create_app(translator, spec.batching, spec.limits, checkpoint=str(path), reloader=reloader,
@@ -106,7 +104,7 @@ async def client_gone(request, exc: ClientDisconnect) -> Response:
 def serve(spec: ServeSpec, workers: int, banner: str) -> int:
     """`aiayn serve`: the server in this process (workers == 1) or in `workers` worker processes; the exit status.
     banner: what is served where, printed once the server is about to listen."""
-    bound_kernel_cache()  # `aiayn serve` did at start; a caller of serve() may not have
+    configure_process(kernel_cache=True)  # `aiayn serve` did at start; a caller of serve() may not have
     how = "stop: Ctrl-C or SIGTERM, which finish the requests in flight; reload the checkpoint: SIGHUP to pid"
     if workers == 1:
         print(f"{banner}; {how} {os.getpid()}", file=sys.stderr, flush=True)

@@ -121,12 +121,14 @@ def table1(ctx: Context) -> dict[str, Any]:
     else:
         import torch
 
+        from aiayn.runtime import configure_process
+
         threads = torch.get_num_threads()
-        torch.set_num_threads(1)  # as `aiayn table1` measures by default: a shared machine's second core is noise
+        configure_process(threads=1)  # as `aiayn table1` measures by default: a shared machine's second core is noise
         try:
             res = run_table1(**ctx.budget.table1, say=ctx.say)
         finally:
-            torch.set_num_threads(threads)
+            configure_process(threads=threads)
         files.write_json(ctx.part_dir("table1") / "table1.json", res)
         extra = {}
         command = "aiayn table1 " + " ".join(_flags(ctx.budget.table1))
