@@ -24,6 +24,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor, nn
 
 from aiayn.errors import UsageError
@@ -54,6 +55,14 @@ class DecodingTransformer(Transformer):
         if self.output_projection is not None:
             return self.output_projection(hidden)
         return super().output_logits(hidden)
+
+    def output_rows(self, ids: Tensor) -> Callable[[Tensor], Tensor]:
+        """The output projection of the pieces `ids` (V',) alone, in this model's format: hidden (..., D) -> logits
+        (..., V'), output_logits(hidden)[..., ids] up to the order of the sums (aiayn.shortlist decodes with it)."""
+        if self.output_projection is not None:
+            return self.output_projection.rows(ids)
+        weight = self.embedding.weight.index_select(0, ids)  # (V', D)
+        return lambda hidden: F.linear(hidden, weight)
 
 
 def _mark(q: nn.Module, weights: str, prepacked: bool) -> DecodingTransformer:
@@ -196,6 +205,10 @@ class _PrepackedTiedProjection:
     def __call__(self, hidden: Tensor) -> Tensor:
         return self.linear(hidden)
 
+    def rows(self, ids: Tensor) -> PrepackedLinear:
+        """The projection of the pieces `ids` alone, packed likewise."""
+        return PrepackedLinear(self.embedding.weight.index_select(0, ids), None)
+
 
 def _prepacked_copy(model: nn.Module, weights: str, consume: bool = False) -> DecodingTransformer:
     """A copy of `model` in `weights` whose nn.Linear layers, and tied output projection, are PrepackedLinear;
@@ -221,20 +234,28 @@ def _prepacked_copy(model: nn.Module, weights: str, consume: bool = False) -> De
 
 
 class _Int8TiedProjection:
-    """hidden -> logits with an int8 copy of the (tied) embedding matrix."""
+    """hidden -> logits with an int8 copy of the (tied) embedding matrix `weight` (fp32, kept: `rows` quantizes a
+    part of it)."""
 
     def __init__(self, weight: Tensor):
         from torch.ao.nn.quantized.dynamic import Linear as DynamicLinear
         from torch.ao.quantization import per_channel_dynamic_qconfig
 
+        self.weight = weight
         v, d = weight.shape
-        linear = nn.Linear(d, v, bias=False)
+        linear = nn.utils.skip_init(nn.Linear, d, v, bias=False)  # no random init: the weight is copied in
         linear.weight.data.copy_(weight.detach().float())
         linear.qconfig = per_channel_dynamic_qconfig
-        self.linear = DynamicLinear.from_float(linear)
+        with warnings.catch_warnings():  # torch.ao.quantization announces its move to torchao
+            warnings.simplefilter("ignore")
+            self.linear = DynamicLinear.from_float(linear)
 
     def __call__(self, hidden: Tensor) -> Tensor:
         return self.linear(hidden)
+
+    def rows(self, ids: Tensor) -> _Int8TiedProjection:
+        """The projection of the pieces `ids` alone: one scale per row, so their int8 rows are the full matrix's."""
+        return _Int8TiedProjection(self.weight.index_select(0, ids))
 
 
 def _int8_copy(model: nn.Module, consume: bool = False) -> DecodingTransformer:

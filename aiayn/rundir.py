@@ -11,6 +11,8 @@ A run directory (written by `aiayn train`) holds everything to resume, evaluate 
     RUN/checkpoints/step_00001000.state.pt            trainer state: optimizer, step, data position
     RUN/checkpoint_best.safetensors                   best dev evaluation so far (--best-metric: loss, bleu, chrf)
     RUN/averaged.safetensors                          `aiayn average` output (translate prefers it)
+    RUN/shortlist.safetensors                         `aiayn shortlist` output: the lexical shortlist that
+                                                      `translate --shortlist` and `serve --shortlist` decode with
     RUN/log.jsonl, RUN/tb/                            training/dev log lines; TensorBoard events
     RUN/train.lock                                    one writer per run: the trainer holds a lock on it (RunLock)
 
@@ -40,6 +42,7 @@ VOCAB = MODEL_FILE
 CHECKPOINT_DIR = "checkpoints"
 BEST = "checkpoint_best.safetensors"
 AVERAGED = "averaged.safetensors"
+SHORTLIST = "shortlist.safetensors"
 LOG = "log.jsonl"
 LOCK_FILE = "train.lock"
 _STEP_RE = re.compile(r"step_(\d+)\.safetensors$")
@@ -243,6 +246,11 @@ def find_vocab(checkpoint: Path) -> Path:
         if (folder / VOCAB).is_file():
             return folder / VOCAB
     raise CheckpointError(f"no {VOCAB} found beside {checkpoint} or in its run directory")
+
+
+def shortlist_path(checkpoint: Path) -> Path:
+    """Where the run a checkpoint (or run directory) belongs to keeps its shortlist (it may not exist yet)."""
+    return find_vocab(checkpoint).parent / SHORTLIST
 
 
 # ---------------------------------------------------------------------------------------------------------

@@ -26,6 +26,8 @@ from aiayn.ensemble import Ensemble, check_same_vocabulary
 from aiayn.errors import UsageError
 from aiayn.progress import Progress
 from aiayn.search import PAPER_SEARCH, Constraint, Hypothesis, SearchConfig, max_output_lengths, search_function
+from aiayn.shortlist import Shortlist, run_file
+from aiayn.shortlist import load as load_shortlist
 
 
 def padded(rows: Sequence[Sequence[int]], device: str | torch.device = "cpu") -> torch.Tensor:
@@ -122,11 +124,12 @@ class Translator:
 
     Sentences are sorted by length and searched in batches of `batch_size` (less padding); answers come back in
     input order. `model` may be a list of models of one vocabulary: they are decoded as an ensemble
-    (aiayn.ensemble)."""
+    (aiayn.ensemble). `shortlist` (aiayn.shortlist): each batch computes the output projection for its source
+    pieces' target pieces only."""
 
     def __init__(self, model, vocab, search: SearchConfig = PAPER_SEARCH, weights: str = "fp32",
                  device: str | torch.device = "cpu", batch_size: int = 64, max_input_len: int | None = None,
-                 prepack: bool | None = None, packed: bool | None = None):
+                 prepack: bool | None = None, packed: bool | None = None, shortlist: Shortlist | None = None):
         self.vocab, self.search, self.device = vocab, search, torch.device(device)
         prepack = _prepack(prepack, packed)
         members = [inference.decoding_copy(m.to(self.device), weights, prepack)  # aiayn.inference: the formats
@@ -135,19 +138,27 @@ class Translator:
         self.cfg = self.model.cfg
         self.batch_size = batch_size
         self.max_input_len = max_input_len or self.cfg.max_positions
+        if shortlist is not None and shortlist.vocab_size != self.cfg.vocab_size:
+            raise UsageError(f"the shortlist covers {shortlist.vocab_size:,} pieces but the model has "
+                             f"{self.cfg.vocab_size:,}; build it from the model's own data (aiayn shortlist)")
+        self.shortlist = shortlist
 
     @classmethod
     def load(cls, checkpoint: str | Path | Sequence[str | Path], search: SearchConfig = PAPER_SEARCH,
              weights: str = "fp32", device: str | torch.device = "cpu", prepack: bool | None = None,
-             packed: bool | None = None, **kw) -> Translator:
+             packed: bool | None = None, shortlist: bool | str | Path | None = None, **kw) -> Translator:
         """From a run directory (its averaged, else best, else newest checkpoint) or a checkpoint file; from several,
-        an ensemble of them (one vocabulary)."""
+        an ensemble of them (one vocabulary). shortlist: True, the shortlist of the (first) checkpoint's run; a
+        path, that file; None or False, none."""
         prepack = _prepack(prepack, packed)
         paths = [checkpoint] if isinstance(checkpoint, (str, Path)) else list(checkpoint)
+        lexical = run_file(paths[0], None if shortlist is True else shortlist) if shortlist else None
         loaded = [inference.load(path, weights, device, prepack) for path in paths]
         if len(loaded) > 1:
             check_same_vocabulary([vocab for _, vocab in loaded], [str(path) for path in paths])
-        return cls([model for model, _ in loaded], loaded[0][1], search, weights, device=device, prepack=prepack, **kw)
+        vocab = loaded[0][1]
+        return cls([model for model, _ in loaded], vocab, search, weights, device=device, prepack=prepack,
+                   shortlist=lexical and load_shortlist(lexical, vocab), **kw)
 
     def encode(self, lines: Sequence[str]) -> list[list[int] | None]:
         return encode_sources(self.vocab, lines, self.max_input_len)
@@ -180,8 +191,10 @@ class Translator:
                 if constraint is not None:  # the constraint sees input line numbers, not batch rows
                     on_lines = partial(_on_lines, constraint, torch.tensor(idx, device=self.device))
                 lines = torch.tensor(idx if line_numbers is None else [line_numbers[i] for i in idx])
-                hyps = decode(self.model, src.to(self.device), search, max_len, on_lines,
-                              prefixes=prefixes and [prefixes[i] for i in idx], lines=lines)
+                src, batch_prefixes = src.to(self.device), prefixes and [prefixes[i] for i in idx]
+                model = self.model if self.shortlist is None else self.shortlist.restrict(self.model, src,
+                                                                                          batch_prefixes)
+                hyps = decode(model, src, search, max_len, on_lines, prefixes=batch_prefixes, lines=lines)
                 for i, h in zip(idx, hyps):  # empty only if the model gave EOS probability 0 at the limit
                     results[i] = h or [Hypothesis([], float("-inf"), [])]
                 bar.update(len(idx))

@@ -51,7 +51,7 @@ FLOORS = [
     ["files", "config", "extras", "metrics.bleu", "metrics.evalb", "ensemble", "languages"],
     ["data.folder", "data.vocab", "data.batching", "model", "runtime", "search", "metrics.significance"],
     ["data.prepare", "data.corpora", "rundir", "losses", "doctor", "static_search"],
-    ["data"],
+    ["data", "shortlist"],
     ["checkpoint", "metrics.perplexity"],
     ["metrics", "inference", "run"],
     ["translate"],

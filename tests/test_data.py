@@ -91,6 +91,9 @@ def test_ids_cache_matches_text(prepared):
         assert src.tolist() == vocab.encode(src_text[i]) and tgt.tolist() == vocab.encode(tgt_text[i])
         assert valid.src_lengths[i] == len(src) + 1 and valid.tgt_lengths[i] == len(tgt) + 1
     assert load_split(prepared, "train")[0][0].dtype == np.uint16  # 1,000 pieces fit in 16 bits
+    all_src, all_tgt = valid.ids()  # the whole split at once: pair i at its offsets
+    (s0, t0), (s1, t1) = valid.offsets[:, 500], valid.offsets[:, 501]
+    assert all_src[s0:s1].tolist() == valid[500][0].tolist() and all_tgt[t0:t1].tolist() == valid[500][1].tolist()
     copy = pickle.loads(pickle.dumps(valid))  # as DataLoader workers get it: the maps are reopened
     assert copy._ids is None and copy[500][1].tolist() == valid[500][1].tolist()
     with pytest.raises(IndexError):

@@ -28,6 +28,8 @@ from aiayn.errors import UsageError, UserError
 from aiayn.export.names import parameter_map
 from aiayn.model import Transformer
 from aiayn.search import SearchConfig, beam_search, greedy_search
+from aiayn.shortlist import build_from_prepared, vmap_lines
+from aiayn.translate import Translator
 
 transformers = pytest.importorskip("transformers")
 ctranslate2 = pytest.importorskip("ctranslate2")
@@ -309,6 +311,25 @@ def test_ct2_quantizations(quantization, model, vocab, lines, ct2_dirs, tmp_path
     assert len(out) == 8 and any(out)
 
 
+def test_ct2_vocabulary_map_decodes_as_aiayn_shortlist(model, vocab, copy_data, lines, tmp_path):
+    """A run's shortlist exported as vmap.txt: CTranslate2 with use_vmap gives the tokens aiayn gives with the
+    shortlist (each sentence alone: both take the union over a batch, and their batches differ), never a piece
+    outside the sentence's allowed ones."""
+    shortlist = build_from_prepared(copy_data, per_source=1, frequent=0)
+    folder = export_ct2(model, vocab, tmp_path / "vmap", shortlist=shortlist)
+    assert (folder / "vmap.txt").read_text().splitlines() == vmap_lines(shortlist, vocab)
+    greedy = SearchConfig(beam=1, **POWER)
+    ours = Translator(model, vocab, greedy, batch_size=1, shortlist=shortlist).translate_nbest(lines)
+    theirs = CT2Translator(folder, use_vmap=True).translate_nbest(lines, greedy, batch_size=1)
+    assert [t.tokens for t, in theirs] == [h.tokens for h, in ours]
+    full = CT2Translator(folder).translate_nbest(lines, greedy, batch_size=1)
+    assert [t.tokens for t, in full] != [t.tokens for t, in theirs]  # the map did restrict CTranslate2
+    for (t,), line in zip(theirs, lines):
+        assert set(t.tokens) <= set(shortlist.allowed(pad([vocab.encode(line) + [EOS_ID]])).tolist())
+    with pytest.raises(UsageError, match="has no vocabulary map"):
+        CT2Translator(export_ct2(model, vocab, tmp_path / "plain"), use_vmap=True)
+
+
 # ---------------------------------------------------------------------------------------------------------
 # The command line.
 
@@ -335,3 +356,21 @@ def test_cli_export_and_translate_with_ct2(model, row_b, vocab, copy_data, lines
     assert main(["export", "--checkpoint", str(run_b), "--to", "ct2", str(tmp_path / "ct2"), "--quantization",
                  "int8"]) == 1  # the folder exists
     assert "already exists" in capsys.readouterr().err
+
+
+def test_cli_exports_the_run_shortlist_and_translates_with_it(model, vocab, copy_data, lines, tmp_path, capsys):
+    run = save_run(model, copy_data / "vocab.model", tmp_path / "run")
+    build_from_prepared(copy_data, per_source=1, frequent=0).save(run / "shortlist.safetensors")
+    assert main(["export", "--checkpoint", str(run), "--to", "ct2", str(tmp_path / "ct2")]) == 0
+    assert "its shortlist as vmap.txt" in capsys.readouterr().out and (tmp_path / "ct2" / "vmap.txt").is_file()
+    (tmp_path / "in.txt").write_text("\n".join(lines[:8]) + "\n")
+    translate = ["translate", "--engine", "ct2", "--checkpoint", str(tmp_path / "ct2"), "--input",
+                 str(tmp_path / "in.txt"), "--output", str(tmp_path / "out.txt"), "--beam", "1", "--lp", "power",
+                 "--batch-size", "1", "--shortlist"]
+    assert main(translate) == 0
+    expect = CT2Translator(tmp_path / "ct2", use_vmap=True).translate(lines[:8], SearchConfig(beam=1, lp="power"),
+                                                                       batch_size=1)
+    assert (tmp_path / "out.txt").read_text().splitlines() == expect
+    assert expect != translate_ct2(tmp_path / "ct2", lines[:8], SearchConfig(beam=1, lp="power"), batch_size=1)
+    assert main([*translate, str(run / "shortlist.safetensors")]) == 2
+    assert "--shortlist takes no FILE" in capsys.readouterr().err

@@ -130,6 +130,22 @@ def test_int8_copy_follows_the_model():
     assert sum(agree) >= 2
 
 
+@pytest.mark.parametrize("weights, prepack", [("fp32", None), ("fp32", False), ("bf16", None), ("bf16", False),
+                                             ("int8", None)])
+def test_output_rows_are_the_output_projection_of_those_pieces(weights, prepack):
+    # What a lexical shortlist (aiayn.shortlist) decodes with: in every format the rows of the tied projection for
+    # the pieces asked, as the full projection computes them (int8: one scale per row, so the same int8 rows).
+    if prepack is None and weights != "int8":
+        skip_unless_prepacking_works(torch.float32 if weights == "fp32" else torch.bfloat16)
+    torch.manual_seed(0)
+    q = decoding_copy(Transformer(ModelConfig.preset("tiny", vocab_size=60)).eval(), weights, prepack)
+    ids = torch.tensor([0, 3, 7, 8, 41, 59])
+    hidden = torch.randn(2, 3, 32).to(q.embedding.weight.dtype)
+    tol = dict(rtol=1e-2, atol=1e-2) if weights == "bf16" else dict(rtol=1e-5, atol=1e-5)
+    with torch.no_grad():
+        torch.testing.assert_close(q.output_rows(ids)(hidden), q.output_logits(hidden)[..., ids], **tol)
+
+
 def test_weights_are_checked():
     with pytest.raises(UsageError, match="fp32, bf16, int8"):
         decoding_copy(Transformer(ModelConfig.preset("tiny", vocab_size=40)), "fp16")

@@ -59,6 +59,7 @@ def test_checkpoints_in_step_order_and_which_one_translates(tmp_path, copy_data)
         (run / name).write_bytes(b"")
         assert rundir.inference_checkpoint(run) == run / name
     assert rundir.find_vocab(paths[0]) == run / "vocab.model"
+    assert rundir.shortlist_path(paths[0]) == rundir.shortlist_path(run) == run / rundir.SHORTLIST
     with pytest.raises(CheckpointError, match="is a prepared-data directory, not a run directory"):
         rundir.inference_checkpoint(copy_data)
 

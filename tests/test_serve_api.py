@@ -235,3 +235,34 @@ def test_aiayn_decoding_fields_on_translate(setup):
                                                 "list of 1", "input line 1: the prefix piece '€' is not in the "
                                                 "vocabulary"]
     assert "top_p" in errors[3]["error"]
+
+
+def test_a_server_with_a_shortlist(setup, copy_data, tmp_path):
+    """`aiayn serve --shortlist`: requests decode with the run's shortlist, as offline decoding with it does; a request
+    may turn it off ("shortlist": false) or ask for it (true; a 422 on a server without one); /info says which."""
+    from helpers import save_run
+
+    from aiayn.serve.reload import ModelSource
+    from aiayn.shortlist import build_from_prepared
+
+    translator, lines = setup
+    run = save_run(translator.model, copy_data / "vocab.model", tmp_path / "run")
+    build_from_prepared(copy_data, per_source=2, frequent=1).save(run / "shortlist.safetensors")
+    served, _ = ModelSource(str(run), translator.search, shortlist=True).load()  # what each worker loads
+    assert served.shortlist is not None
+    shortlisted = served.translate(lines[:3])
+    assert shortlisted != translator.translate(lines[:3])  # the shortlist changes this random model's output
+    got = call(create_app(served), [
+        ("POST", "/translate", {"q": lines[:3]}),
+        ("POST", "/translate", {"q": lines[:3], "shortlist": False}),
+        ("POST", "/translate", Send(data={"q": lines[:3], "shortlist": "true"})),
+        ("GET", "/info", None),
+    ])
+    assert [r.status_code for r in got] == [200] * 4, [r.text for r in got]
+    assert got[0].json()["translatedText"] == got[2].json()["translatedText"] == shortlisted
+    assert got[1].json()["translatedText"] == translator.translate(lines[:3])
+    assert got[3].json()["shortlist"] == {"per_source": 2, "frequent": 1, "score": "dice"}
+    refused, info = call(create_app(translator), [("POST", "/translate", {"q": lines[0], "shortlist": True}),
+                                                  ("GET", "/info", None)])
+    assert refused.status_code == 422 and "this server has no shortlist" in refused.json()["error"]
+    assert info.json()["shortlist"] is None

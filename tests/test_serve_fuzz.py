@@ -20,6 +20,7 @@ from serving import copy_translator  # noqa: E402
 
 from aiayn.search import SearchConfig  # noqa: E402
 from aiayn.serve import Limits, create_app  # noqa: E402
+from aiayn.shortlist import build_from_prepared  # noqa: E402
 from aiayn.translate import Translator  # noqa: E402
 
 EXAMPLES = 30  # per operation and generation mode: the file takes ~6 s on 2 idle cores, ~25 s on busy ones
@@ -27,8 +28,11 @@ EXAMPLES = 30  # per operation and generation mode: the file takes ~6 s on 2 idl
 
 @pytest.fixture(scope="module")
 def translator(copy_data):
+    """Decoding stays cheap; with a shortlist (aiayn serve --shortlist), so that the request field "shortlist" and
+    prefixes outside it are fuzzed too."""
     translator, _ = copy_translator(copy_data)
-    return Translator(translator.model, translator.vocab, SearchConfig(beam=2, max_len_b=5))  # decoding stays cheap
+    return Translator(translator.model, translator.vocab, SearchConfig(beam=2, max_len_b=5),
+                      shortlist=build_from_prepared(copy_data, per_source=3, frequent=2))
 
 
 @pytest.fixture

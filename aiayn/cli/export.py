@@ -14,7 +14,8 @@ from aiayn.extras import require
 def run(args: argparse.Namespace) -> int:
     from aiayn.checkpoint import load_for_inference
     from aiayn.export.card import provenance
-    from aiayn.rundir import inference_checkpoint
+    from aiayn.rundir import inference_checkpoint, shortlist_path
+    from aiayn.shortlist import load as load_shortlist
 
     if args.to == "hf" and args.quantization:
         raise UsageError("--quantization applies to --to ct2 and argos only (an HF export keeps float32 weights)")
@@ -34,6 +35,9 @@ def run(args: argparse.Namespace) -> int:
     require(f"aiayn export --to {args.to}", "export", modules)
     checkpoint = inference_checkpoint(Path(args.checkpoint))
     model, vocab, _ = load_for_inference(checkpoint)
+    shortlist = None  # the run's, written as CTranslate2's vocabulary map where it has one
+    if args.to == "ct2" and shortlist_path(checkpoint).is_file():
+        shortlist = load_shortlist(shortlist_path(checkpoint), vocab)
     prov = provenance(checkpoint, bleu=args.bleu or "")
     if args.to == "hf":
         from aiayn.export.hf import export_hf
@@ -44,10 +48,11 @@ def run(args: argparse.Namespace) -> int:
 
         export_argos(model, vocab, args.out, *languages, args.quantization, prov)
     else:
-        from aiayn.export.ct2 import export_ct2
+        from aiayn.export.ct2 import VMAP_FILE, export_ct2
 
-        export_ct2(model, vocab, args.out, args.quantization, prov)
-    print(f"exported {checkpoint} -> {args.out} ({args.to}{', ' + args.quantization if args.quantization else ''})")
+        export_ct2(model, vocab, args.out, args.quantization, prov, shortlist)
+    print(f"exported {checkpoint} -> {args.out} ({args.to}{', ' + args.quantization if args.quantization else ''})"
+          + (f"; its shortlist as {VMAP_FILE} (use_vmap)" if shortlist is not None else ""))
     return 0
 
 
@@ -61,7 +66,8 @@ def register(sub) -> None:
                                    "cannot hold pre-norm, learned positions or h*d_k != d_model; CTranslate2 "
                                    "takes every preset. --to argos writes an Argos Translate package (the "
                                    "CTranslate2 model, its SentencePiece model, a spaCy sentence splitter) that "
-                                   "argostranslate and LibreTranslate install.")
+                                   "argostranslate and LibreTranslate install. --to ct2 also writes the run's "
+                                   "shortlist (aiayn shortlist), if it has one, as CTranslate2's vocabulary map.")
     add_checkpoint_arg(p)
     p.add_argument("--to", required=True, choices=["hf", "ct2", "argos"],
                    help="hf: MarianMTModel folder; ct2: CTranslate2 folder; argos: Argos Translate package file")

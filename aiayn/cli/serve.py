@@ -43,16 +43,20 @@ def run(args: argparse.Namespace) -> int:
     except ValueError as e:
         raise UsageError(str(e)) from None
     checkpoint = inference_checkpoint(args.checkpoint)  # a missing one is said here, before any worker starts
+    if args.shortlist:
+        from aiayn.shortlist import run_file
+
+        run_file(args.checkpoint, None if args.shortlist is True else args.shortlist)  # likewise
     device = str(resolve_device(args.device))
     workers = auto_workers(device) if args.workers == "auto" else args.workers
     threads = args.threads or (0 if "OMP_NUM_THREADS" in os.environ else max(1, usable_cores() // workers))
     # app_options: create_app's other arguments (each worker makes its own app)
-    spec = ServeSpec(ModelSource(args.checkpoint, search_config(args), args.weights, device), batching, limits,
-                     host=args.host, port=args.port, threads=threads, log_level=args.log_level,
-                     read_timeout_s=args.read_timeout, max_connections=args.max_connections, admin_key=admin_key,
-                     app_options={"pair": pair, **access_options(args)})
-    banner = (f"serving {checkpoint}, {pair} ({said}), at http://{args.host}:{args.port}/ (API "
-              "docs: /docs)")
+    source = ModelSource(args.checkpoint, search_config(args), args.weights, device, args.shortlist)
+    spec = ServeSpec(source, batching, limits, host=args.host, port=args.port, threads=threads,
+                     log_level=args.log_level, read_timeout_s=args.read_timeout, max_connections=args.max_connections,
+                     admin_key=admin_key, app_options={"pair": pair, **access_options(args)})
+    banner = (f"serving {checkpoint}{' with its shortlist' if args.shortlist else ''}, {pair} ({said}), at "
+              f"http://{args.host}:{args.port}/ (API docs: /docs)")
     # Ctrl-C or SIGTERM: uvicorn stops accepting, lets the requests in flight finish, then the app's lifespan drains
     # the batcher (in every worker); SIGHUP: every worker loads the checkpoint again (aiayn.serve.reload)
     with metrics_shared_by_workers() if workers > 1 else contextlib.nullcontext():  # any /metrics answers for all
@@ -186,6 +190,10 @@ def register(sub) -> None:
     add_access_args(p)
     p.add_argument("--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"],
                    help="uvicorn's log level (default info: one line per request)")
+    p.add_argument("--shortlist", nargs="?", const=True, default=None, metavar="FILE",
+                   help="decode with a lexical shortlist (faster): the run's (built by `aiayn shortlist`; read again "
+                        "at each reload), or FILE; a request may turn it off with \"shortlist\": false "
+                        "(docs/serving.md)")
     add_search_args(p)
     add_weights_arg(p)
     add_device_arg(p, default="cpu")

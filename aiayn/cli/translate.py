@@ -63,12 +63,16 @@ def _translate_function(args: argparse.Namespace, search):
     if args.engine == "ct2":  # an exported CTranslate2 folder; the search flags map as aiayn.export.ct2 says
         from aiayn.export.ct2 import CT2Translator
 
+        if args.shortlist not in (None, True):
+            raise UsageError("with --engine ct2, --shortlist takes no FILE: the exported folder's vocabulary map "
+                             "(vmap.txt) is the shortlist")
         ct2 = CT2Translator(args.checkpoint[0], device=resolve_device(args.device).type,
-                            compute_type=CT2Translator.COMPUTE_TYPES[args.weights])
+                            compute_type=CT2Translator.COMPUTE_TYPES[args.weights], use_vmap=bool(args.shortlist))
         return lambda lines, prefixes: (ct2.translate_nbest(lines, search, batch_size=args.batch_size,
                                                             max_input_len=args.max_input_len, prefixes=prefixes), None)
     translator = Translator.load(args.checkpoint, search, args.weights, device=resolve_device(args.device),
-                                 batch_size=args.batch_size, max_input_len=args.max_input_len)
+                                 batch_size=args.batch_size, max_input_len=args.max_input_len,
+                                 shortlist=args.shortlist)
     if args.print_alignment:  # word alignments from cross-attention, Marian/OpenNMT style: text ||| 0-0 1-2 ...
         from aiayn.viz.alignment import format_alignment, translate_with_alignment
 
@@ -128,6 +132,10 @@ def register(sub) -> None:
     p.add_argument("--prefix", help="target prefixes, one per input line (an empty line: none): each translation "
                                     "starts with its line's pieces and the search goes on from there; or give "
                                     "them as a second input column, source<TAB>prefix")
+    p.add_argument("--shortlist", nargs="?", const=True, default=None, metavar="FILE",
+                   help="decode with a lexical shortlist (faster: each batch's output projection covers only the "
+                        "target pieces its source pieces translate to): the run's (built by `aiayn shortlist`), or "
+                        "FILE; with --engine ct2, the exported folder's vocabulary map (use_vmap); docs/decoding.md")
     add_search_args(p, sampling=True)
     add_weights_arg(p)
     add_device_arg(p, default="cpu")

@@ -135,10 +135,15 @@ class PreparedSplit:
     def __len__(self) -> int:
         return self.offsets.shape[1] - 1
 
+    def ids(self) -> tuple[np.ndarray, np.ndarray]:
+        """Every pair's source ids and target ids, concatenated (pair i: [offsets[0, i]:offsets[0, i + 1]] and
+        [offsets[1, i]:offsets[1, i + 1]]), as memory maps: what reads the whole split at once."""
+        return self._ids or self._open()
+
     def __getitem__(self, i: int) -> tuple[np.ndarray, np.ndarray]:
         if not 0 <= i < len(self):
             raise IndexError(f"pair {i} of a {len(self)}-pair split")
-        src, tgt = self._ids or self._open()
+        src, tgt = self.ids()
         (s0, t0), (s1, t1) = self.offsets[:, i], self.offsets[:, i + 1]
         return src[s0:s1], tgt[t0:t1]
 

@@ -12,6 +12,7 @@ aiayn config exports: Table 3 rows A, B and E, and pre-norm, included.
                                               leaves softmax(Q K^T / sqrt(d_k)) V unchanged
     shared vocabulary                      -> the SentencePiece pieces in id order on both sides; vocab.model is
                                               copied into the folder so `translate_ct2` can tokenize
+    the run's lexical shortlist            -> vmap.txt, CTranslate2's vocabulary map (use_vmap)
 
 How `translate_ct2` maps aiayn's SearchConfig onto CTranslate2's options, and what cannot map: DECODING_NOTES
 (also in the README of every exported folder).
@@ -36,10 +37,12 @@ from aiayn.export.card import Provenance, fresh_folder, write_card
 from aiayn.export.names import POSITIONS, parameter_map
 from aiayn.model import Transformer, sinusoidal_positions
 from aiayn.search import SearchConfig, max_output_lengths
+from aiayn.shortlist import Shortlist, vmap_lines
 from aiayn.translate import Translation, encode_prefixes, encode_sources
 
 QUANTIZATIONS = ("int8", "int8_float32", "int16", "float16", "bfloat16")
 AIAYN_FILE = "aiayn.json"  # the aiayn config, beside CTranslate2's own config.json
+VMAP_FILE = "vmap.txt"  # CTranslate2's vocabulary map: the run's shortlist (aiayn.shortlist.vmap_lines)
 MIN_POSITIONS = 1024  # rows of the written sinusoid table at least (CTranslate2 refuses positions past the table)
 
 DECODING_NOTES = """\
@@ -58,7 +61,10 @@ DECODING_NOTES = """\
   that name. Greedy outputs are the same; CTranslate2 leaves the prefix's log-probs out of a score (aiayn counts
   them), so its scores differ and its beam search can rank, and so choose, differently.
 * Sampling does not map: aiayn draws from a generator per input line (the same samples in any batch), CTranslate2
-  from one per process."""
+  from one per process.
+* A lexical shortlist (aiayn's `--shortlist`) is CTranslate2's `use_vmap=True` on the vmap.txt exported from the
+  run's shortlist: the same pieces per source piece, the frequent ones as its always-allowed list; both take the
+  union over a batch and normalize the softmax over it."""
 
 
 def head_dim(cfg: ModelConfig) -> int:
@@ -150,9 +156,10 @@ Or through aiayn: `aiayn translate --engine ct2 --checkpoint {path} --lp power` 
 
 
 def export_ct2(model: Transformer, vocab, out: Path, quantization: str | None = None,
-               prov: Provenance | None = None) -> Path:
+               prov: Provenance | None = None, shortlist: Shortlist | None = None) -> Path:
     """Write `out`: a CTranslate2 folder (model.bin, config.json, shared vocabulary, vocab.model, aiayn.json,
-    README.md), the weights quantized as `quantization` says (None: float32). Returns `out`."""
+    README.md), the weights quantized as `quantization` says (None: float32); with a `shortlist` (aiayn.shortlist),
+    also its vocabulary map, vmap.txt (CTranslate2's use_vmap). Returns `out`."""
     from ctranslate2.converters.converter import Converter
 
     if quantization is not None and quantization not in QUANTIZATIONS:
@@ -166,6 +173,8 @@ def export_ct2(model: Transformer, vocab, out: Path, quantization: str | None = 
     with fresh_folder(out) as tmp:
         _Given().convert(str(tmp), quantization=quantization, force=True)
         shutil.copyfile(vocab.model_path, tmp / MODEL_FILE)
+        if shortlist is not None:  # where CTranslate2 looks for it (its converters' --vocab_mapping copies it there)
+            (tmp / VMAP_FILE).write_text("\n".join(vmap_lines(shortlist, vocab)) + "\n", encoding="utf-8")
         (tmp / AIAYN_FILE).write_text(json.dumps({"model": model.cfg.to_dict(), "quantization": quantization},
                                                  indent=2) + "\n")
         write_card(tmp, model.cfg, prov or Provenance(), "ct2", _USAGE.format(path=Path(out).name), DECODING_NOTES,
@@ -202,12 +211,13 @@ class CT2Translator:
 
     threads: CPU threads (default: as many as torch uses, torch.get_num_threads(); CTranslate2's own default of 4
     stalls on a busy 2-core machine). compute_type: CTranslate2's ("default" = as exported; "int8", ...;
-    COMPUTE_TYPES maps aiayn's decoding weights to it)."""
+    COMPUTE_TYPES maps aiayn's decoding weights to it). use_vmap: decode with the folder's vocabulary map (the run's
+    shortlist, VMAP_FILE), as CTranslate2's option of that name."""
 
     COMPUTE_TYPES = {"fp32": "default", "bf16": "bfloat16", "int8": "int8"}  # aiayn.inference.WEIGHTS -> CT2's
 
     def __init__(self, model_dir: Path | str, device: str = "cpu", compute_type: str = "default",
-                 threads: int | None = None):
+                 threads: int | None = None, use_vmap: bool = False):
         import ctranslate2
 
         from aiayn.data import Vocab
@@ -215,6 +225,10 @@ class CT2Translator:
         model_dir = Path(model_dir)
         if not (model_dir / "model.bin").is_file() or not (model_dir / AIAYN_FILE).is_file():
             raise UserError(f"{model_dir} is not a CTranslate2 folder written by `aiayn export --to ct2`")
+        if use_vmap and not (model_dir / VMAP_FILE).is_file():
+            raise UsageError(f"{model_dir} has no vocabulary map ({VMAP_FILE}); export it from a run with a shortlist "
+                             "(aiayn shortlist --out RUN, then aiayn export --to ct2)")
+        self.use_vmap = use_vmap
         self.cfg = ModelConfig.from_dict(json.loads((model_dir / AIAYN_FILE).read_text())["model"])
         self.vocab = Vocab.load(model_dir / MODEL_FILE)
         self.translator = ctranslate2.Translator(str(model_dir), device=device, compute_type=compute_type,
@@ -254,7 +268,8 @@ class CT2Translator:
                 target_prefix=target_prefix, no_repeat_ngram_size=search.no_repeat_ngram_size,
                 beam_size=search.beam, patience=patience, num_hypotheses=search.nbest, length_penalty=search.alpha,
                 max_decoding_length=limit, min_decoding_length=search.min_len, max_input_length=0,
-                suppress_sequences=[[vocab.piece(PAD_ID)], [vocab.piece(BOS_ID)]], return_scores=True)
+                suppress_sequences=[[vocab.piece(PAD_ID)], [vocab.piece(BOS_ID)]], return_scores=True,
+                use_vmap=self.use_vmap)
             for i, res in zip(idx, out):
                 results[i] = [Translation(vocab.decode(ids), score, ids) for ids, score in
                               (([vocab.sp.piece_to_id(p) for p in h], s) for h, s in zip(res.hypotheses, res.scores))]
@@ -268,6 +283,6 @@ class CT2Translator:
 def translate_ct2(model_dir: Path | str, lines: Sequence[str], search: SearchConfig, **options) -> list[str]:
     """The best translation of each line through an exported CTranslate2 folder, searched as `search` says
     (search.lp must be "power"; DECODING_NOTES says what maps how). Options: `batch_size`, `max_input_len`,
-    `patience` (CT2Translator.translate_nbest); `device`, `compute_type`, `threads` (CT2Translator)."""
-    loading = {k: options.pop(k) for k in ("device", "compute_type", "threads") if k in options}
+    `patience` (CT2Translator.translate_nbest); `device`, `compute_type`, `threads`, `use_vmap` (CT2Translator)."""
+    loading = {k: options.pop(k) for k in ("device", "compute_type", "threads", "use_vmap") if k in options}
     return CT2Translator(model_dir, **loading).translate(lines, search, **options)

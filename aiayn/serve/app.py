@@ -99,6 +99,9 @@ async def translate(request: Request) -> TranslateResponse:
         raise ApiError(422, f"alternatives {req.alternatives} is more than this server's beam "
                             f"{server.translator.search.beam} allows (at most {most})", limit="max_alternatives",
                        max=most)
+    if req.shortlist and server.translator.shortlist is None:
+        raise ApiError(422, "shortlist: this server has no shortlist (aiayn serve --shortlist starts one with it); "
+                            "leave the field out or send false")
     prefixes = None if req.prefix is None else [req.prefix] if isinstance(req.prefix, str) else req.prefix
     if prefixes is not None and (isinstance(req.prefix, str) != isinstance(req.q, str) or len(prefixes) != len(texts)):
         raise ApiError(422, f"prefix must be like q: a string for a string q, a list of {len(texts)} for a list of "
@@ -110,7 +113,8 @@ async def translate(request: Request) -> TranslateResponse:
                     for k in range(sum(p.translate for p in parts))]
     try:
         found = await server.batcher.submit(sentences, nbest=req.alternatives + 1, options=req.search_options(),
-                                            prefixes=prefixes) if sentences else []
+                                            prefixes=prefixes, full_vocabulary=req.shortlist is False
+                                            ) if sentences else []
     except UsageError as e:  # a search option that does not fit (top_k without sampling), a prefix too long or UNK
         raise ApiError(422, str(e)) from None
     nbests = iter(found)

@@ -106,7 +106,7 @@ class Batcher:
         self._pool: ThreadPoolExecutor | None = None
         self._closing = False
         self._idle_since = 0.0  # when the model thread last finished a job
-        self._by_nbest: dict[tuple, Translator] = {(translator.search.nbest, ()): translator}
+        self._by_nbest: dict[tuple, Translator] = {(translator.search.nbest, (), False): translator}
         # counters for /info and the load benchmark; model_busy_s: seconds the model thread spent on batches
         self.stats = {"batches": 0, "sentences": 0, "requests": 0, "rejected": 0, "timed_out": 0, "model_busy_s": 0.0}
         # after each decoded batch: on_batch(sentences, source tokens, tokens of the best translations); the metrics
@@ -116,13 +116,14 @@ class Batcher:
     # ---- the event loop side
 
     async def submit(self, texts: Sequence[str], nbest: int = 1, options: dict | None = None,
-                     prefixes: Sequence[str] | None = None) -> list[list[Translation]]:
+                     prefixes: Sequence[str] | None = None, full_vocabulary: bool = False) -> list[list[Translation]]:
         """Translate `texts` (up to `nbest` hypotheses each, best first) among whatever else is queued. options:
         SearchConfig fields that differ from the server's (sampling, top_k, ...; a bad one is a UsageError before
-        queuing); prefixes: per text, the text its translations start with ("": none). Sampling seeds text i of the
-        request by i, so a request's samples do not depend on what it is batched with."""
+        queuing); prefixes: per text, the text its translations start with ("": none); full_vocabulary: without the
+        server's shortlist. Sampling seeds text i of the request by i, so a request's samples do not depend on what
+        it is batched with."""
         self._admit(len(texts))
-        translator = self._translator(nbest, options)
+        translator = self._translator(nbest, options, full_vocabulary)
         sources = translator.encode(texts)
         prefix_ids = None
         if prefixes is not None and any(prefixes):
@@ -140,7 +141,7 @@ class Batcher:
         """Serve `translator` from the next request on; queued requests keep the model that encoded them (see the
         module docstring). Call it on the event loop."""
         self.translator = translator
-        self._by_nbest = {(translator.search.nbest, ()): translator}
+        self._by_nbest = {(translator.search.nbest, (), False): translator}
 
     async def close(self) -> None:
         """Refuse new jobs, answer every queued one, stop the worker thread."""
@@ -168,13 +169,15 @@ class Batcher:
             raise QueueFull(f"the queue is full ({self._queued} sentences waiting, max_queue "
                             f"{self.config.max_queue}); retry later", retry_after_s=1)
 
-    def _translator(self, nbest: int, options: dict | None = None) -> Translator:
-        """The current translator with search.nbest = nbest and `options`, sharing its model (a shallow copy: only
-        `search` differs)."""
-        key = (nbest, tuple(sorted((options or {}).items())))
+    def _translator(self, nbest: int, options: dict | None = None, full_vocabulary: bool = False) -> Translator:
+        """The current translator with search.nbest = nbest and `options`, and without its shortlist if
+        `full_vocabulary`, sharing its model (a shallow copy: only `search` and `shortlist` differ)."""
+        full_vocabulary = full_vocabulary and self.translator.shortlist is not None
+        key = (nbest, tuple(sorted((options or {}).items())), full_vocabulary)
         if key not in self._by_nbest:
             t = copy.copy(self.translator)
             t.search = dataclasses.replace(self.translator.search, nbest=nbest, **(options or {}))
+            t.shortlist = None if full_vocabulary else t.shortlist
             if len(self._by_nbest) >= MAX_SEARCHES:  # requests choose seeds freely: forget the oldest search
                 del self._by_nbest[next(iter(self._by_nbest))]
             self._by_nbest[key] = t

@@ -105,6 +105,9 @@ class TranslateRequest(BaseModel):
     temperature: float = Field(1.0, ge=0, description="aiayn, sampling: softmax(log-probs / temperature); 0: greedy")
     seed: int = Field(0, ge=0, description="aiayn, sampling: text i of the request draws from a generator seeded "
                                            "by (seed, i)")
+    shortlist: bool | None = Field(None, description="aiayn: decode with the server's lexical shortlist (faster; "
+                                                     "absent: as the server is started, aiayn serve --shortlist); "
+                                                     "false: the full vocabulary; true needs a server with one")
 
     def search_options(self) -> dict:
         """The decoding options this request sets (SearchConfig fields), left out where they are the defaults."""

@@ -49,13 +49,14 @@ class ModelSource:
     search: SearchConfig
     weights: str = "fp32"
     device: str = "cpu"
+    shortlist: bool | str | None = None  # --shortlist: True, the run's (read again at each reload); a path, that file
 
     def load(self) -> tuple[Translator, Path]:
         """The translator, and the checkpoint file it was read from."""
         from aiayn.rundir import inference_checkpoint
 
         path = inference_checkpoint(Path(self.checkpoint))
-        return Translator.load(path, self.search, self.weights, device=self.device), path
+        return Translator.load(path, self.search, self.weights, device=self.device, shortlist=self.shortlist), path
 
 
 class WorkerBoard:
