@@ -6,8 +6,8 @@
     DecodingTransformer         a Transformer in one of those formats, `prepacked` or not; the same modules and maths
     decoding_copy(model, ...)   the trained model -> a DecodingTransformer (the model passed in is left as it was,
                                 unless `consume`: then its tensors move into the copy or are freed as it is made)
-    load(path, weights, ...)    a run directory or checkpoint -> (DecodingTransformer, vocabulary), converted with
-                                no second copy of the weights in memory at any time
+    load(path, weights, ...)    a run directory or checkpoint -> (DecodingTransformer, vocabulary), converted once,
+                                with no second copy of the weights in memory at any time (what Translator.load uses)
     PrepackedLinear             nn.Linear with its weight packed once for oneDNN's GEMM (CPU decoding)
 
 Each format equals the model it came from up to its arithmetic (tests/test_inference.py): LayerNorm, softmax and
@@ -100,17 +100,16 @@ def decoding_copy(model: Transformer, weights: str = "fp32", prepack: bool | Non
 
 def _decoding_copy(model: Transformer, weights: str, prepack: bool | None, consume: bool) -> DecodingTransformer:
     first = next(model.parameters())
+    if weights != "int8" and prepack is None:
+        prepack = first.device.type == "cpu" and _prepacking_works(_DTYPE[weights])
+    if isinstance(model, DecodingTransformer) and model.weights == weights and (
+            weights == "int8" or model.prepacked == prepack):
+        return model  # already in that format (what `load` returns): converted once, never again
     if weights == "bf16":
         warn_if_bf16_slow(first.device, "decode with --weights fp32 (or int8) here")
     if weights == "int8":
-        if isinstance(model, DecodingTransformer) and model.weights == "int8":
-            return model
         return _int8_copy(model, consume)
     target = _DTYPE[weights]
-    if prepack is None:
-        prepack = first.device.type == "cpu" and _prepacking_works(target)
-    if isinstance(model, DecodingTransformer) and (model.weights, model.prepacked) == (weights, prepack):
-        return model
     if prepack:
         return _prepacked_copy(model, weights, consume)
     if first.dtype == target or consume:
@@ -121,12 +120,18 @@ def _decoding_copy(model: Transformer, weights: str, prepack: bool | None, consu
 def load(path: str | Path, weights: str = "fp32", device: str | torch.device = "cpu",
          prepack: bool | None = None) -> tuple[DecodingTransformer, object]:
     """(decoding model, vocabulary) from a run directory (its averaged, else best, else newest checkpoint) or a
-    checkpoint file. bf16 is converted in place first: the fp32 weights are not needed again."""
+    checkpoint file: the one place that loads a model for decoding (Translator.load, once per ensemble member). The
+    file is read as aiayn.checkpoint reads it (header and shapes checked first, then the vocabulary, then the
+    weights), onto `device`, and converted once to `weights` (WEIGHTS), prepacked or not; decoding_copy returns the
+    result as it is. bf16 is converted in place first: the fp32 weights are not needed again, so the process never
+    holds fp32 and bf16 copies at once; the other formats consume the loaded model likewise."""
     from aiayn.checkpoint import load_for_inference
 
+    check_weights(weights)  # before reading a file that may be large
+    device = torch.device(device)
     model, vocab, _ = load_for_inference(path, device=device)
-    configure_process(device=torch.device(device))  # cuDNN's attention out: decoding meets a new shape at every step
-    if check_weights(weights) == "bf16":
+    configure_process(device=device)  # cuDNN's attention out: decoding meets a new shape at every step
+    if weights == "bf16":
         model.to(torch.bfloat16)
     return decoding_copy(model, weights, prepack, consume=True), vocab
 

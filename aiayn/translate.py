@@ -132,7 +132,8 @@ class Translator:
                  prepack: bool | None = None, packed: bool | None = None, shortlist: Shortlist | None = None):
         self.vocab, self.search, self.device = vocab, search, torch.device(device)
         prepack = _prepack(prepack, packed)
-        members = [inference.decoding_copy(m.to(self.device), weights, prepack)  # aiayn.inference: the formats
+        # aiayn.inference: the formats; a model already in the asked one (Translator.load's) is taken as it is
+        members = [inference.decoding_copy(m.to(self.device), weights, prepack)
                    for m in (model if isinstance(model, (list, tuple)) else [model])]
         self.model = members[0] if len(members) == 1 else Ensemble(members)
         self.cfg = self.model.cfg
@@ -148,8 +149,8 @@ class Translator:
              weights: str = "fp32", device: str | torch.device = "cpu", prepack: bool | None = None,
              packed: bool | None = None, shortlist: bool | str | Path | None = None, **kw) -> Translator:
         """From a run directory (its averaged, else best, else newest checkpoint) or a checkpoint file; from several,
-        an ensemble of them (one vocabulary). shortlist: True, the shortlist of the (first) checkpoint's run; a
-        path, that file; None or False, none."""
+        an ensemble of them (one vocabulary). Each is loaded and converted once, by aiayn.inference.load. shortlist:
+        True, the shortlist of the (first) checkpoint's run; a path, that file; None or False, none."""
         prepack = _prepack(prepack, packed)
         paths = [checkpoint] if isinstance(checkpoint, (str, Path)) else list(checkpoint)
         lexical = run_file(paths[0], None if shortlist is True else shortlist) if shortlist else None

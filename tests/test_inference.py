@@ -6,12 +6,16 @@ import copy
 import pytest
 import torch
 import torch.nn.functional as F
+from helpers import save_run, tiny_model
 from torch import nn
 
+from aiayn import inference
 from aiayn.config import ModelConfig
+from aiayn.data import Vocab
 from aiayn.errors import UsageError
 from aiayn.inference import DecodingTransformer, PrepackedLinear, decoding_copy
 from aiayn.model import Transformer
+from aiayn.translate import Translator
 
 
 def test_decoding_copy_is_the_model_in_another_dtype():
@@ -175,3 +179,39 @@ def test_a_consumed_model_gives_the_same_copy_and_its_weights_up(weights, prepac
         assert consumed.embedding.weight is model.embedding.weight  # taken over, not copied
     else:
         assert consumed.decoder.layers[0].ffn.w_1.weight is model.decoder.layers[0].ffn.w_1.weight
+
+
+@pytest.mark.parametrize("weights,prepack", [("fp32", False), ("fp32", None), ("bf16", False), ("int8", None)])
+def test_load_converts_once_as_decoding_copy_does(copy_data, tmp_path, monkeypatch, weights, prepack):
+    # inference.load gives the checkpoint's model in the format asked, the very copy decoding_copy makes of the fp32
+    # model (bf16: the same rounding); Translator.load decodes with that model itself, once per ensemble member,
+    # converting nothing again.
+    if prepack is None and weights == "fp32":
+        skip_unless_prepacking_works(torch.float32)
+    vocab_file = copy_data / "vocab.model"
+    n = len(Vocab.load(vocab_file))
+    models = [tiny_model(n, seed=s) for s in (0, 1)]
+    runs = [save_run(m, vocab_file, tmp_path / f"run{s}") for s, m in enumerate(models)]
+    loaded, vocab = inference.load(runs[0], weights, prepack=prepack)
+    want = decoding_copy(models[0], weights, prepack)
+    assert isinstance(loaded, DecodingTransformer) and len(vocab) == n
+    assert (loaded.weights, loaded.prepacked) == (want.weights, want.prepacked)
+    if weights != "int8":
+        for name, t in want.state_dict().items():
+            assert torch.equal(loaded.state_dict()[name], t), name
+    src = torch.randint(4, n, (3, 7))
+    src[:, -1] = 3
+    tgt = torch.randint(4, n, (3, 5))
+    with torch.no_grad():
+        torch.testing.assert_close(loaded(src, tgt), want(src, tgt), rtol=0, atol=0)
+
+    made, conversions = [], []
+    load, convert = inference.load, inference._decoding_copy
+    monkeypatch.setattr(inference, "load", lambda *a, **k: made.append(load(*a, **k)[0]) or (made[-1], vocab))
+    monkeypatch.setattr(inference, "_decoding_copy", lambda *a: conversions.append(type(a[0])) or convert(*a))
+    one = Translator.load(runs[0], weights=weights, prepack=prepack)
+    assert one.model is made[0]
+    both = Translator.load(runs, weights=weights, prepack=prepack)
+    assert list(both.model.members) == made[1:]
+    # one conversion per loaded model; Translator() is handed decoding models, and keeps them as they are (above)
+    assert conversions.count(Transformer) == len(made) == 3  # int8 converts in place: the type when called
