@@ -13,7 +13,7 @@ reference it is tested against (tests/test_fast.py). Why each was kept, with its
     bound_kernel_cache                 oneDNN's and ideep's per-shape caches of 1,024 entries (memory only, no numerics)
 
 The fused label-smoothed loss is a fast path too; it lives in aiayn/losses.py beside its reference formula. The
-weight formats of decoding (bf16, int8, prepacked weights) live in aiayn/inference.py, beside the model they equal.
+decoding precisions (bf16, int8; prepacked weights) live in aiayn/inference.py, beside the model they equal.
 The two process-wide settings (keep_freed_memory, bound_kernel_cache) are applied by aiayn.runtime.configure_process
 only, once per process, for every entry point.
 """

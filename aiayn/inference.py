@@ -1,12 +1,12 @@
-"""Weight formats for decoding: the one place that turns a trained model into the copy that decoding runs.
+"""Decoding precisions: the one place that turns a trained model into the copy that decoding runs.
 
-    WEIGHTS                     "fp32" (the model's own weights), "bf16" (a copy converted once: autocast would cast
+    PRECISIONS                  "fp32" (the model's own weights), "bf16" (a copy converted once: autocast would cast
                                 the weights again at every step), "int8" (every projection dynamically quantized:
                                 int8 weights, one scale per output channel, the input quantized per batch; CPU)
     DecodingTransformer         a Transformer in one of those formats, `prepacked` or not; the same modules and maths
     decoding_copy(model, ...)   the trained model -> a DecodingTransformer (the model passed in is left as it was,
                                 unless `consume`: then its tensors move into the copy or are freed as it is made)
-    load(path, weights, ...)    a run directory or checkpoint -> (DecodingTransformer, vocabulary), converted once,
+    load(path, precision, ...)  a run directory or checkpoint -> (DecodingTransformer, vocabulary), converted once,
                                 with no second copy of the weights in memory at any time (what Translator.load uses)
     PrepackedLinear             nn.Linear with its weight packed once for oneDNN's GEMM (CPU decoding)
 
@@ -32,22 +32,22 @@ from aiayn.fast import release_freed_memory
 from aiayn.model import Transformer
 from aiayn.runtime import configure_process, warn_if_bf16_slow
 
-WEIGHTS = ("fp32", "bf16", "int8")
+PRECISIONS = ("fp32", "bf16", "int8")  # the number formats decoding runs in
 _DTYPE = {"fp32": torch.float32, "bf16": torch.bfloat16}
 
 
-def check_weights(weights: str) -> str:
-    if weights not in WEIGHTS:
-        raise UsageError(f"decoding weights must be {', '.join(WEIGHTS)}, not {weights!r}")
-    return weights
+def check_precision(precision: str) -> str:
+    if precision not in PRECISIONS:
+        raise UsageError(f"the decoding precision must be {', '.join(PRECISIONS)}, not {precision!r}")
+    return precision
 
 
 class DecodingTransformer(Transformer):
-    """A Transformer as decoding runs it: its weights converted once to `weights` (fp32, bf16, int8), its projections
+    """A Transformer as decoding runs it: its weights converted once to `precision` (fp32, bf16, int8), its projections
     `prepacked` for oneDNN or not, and its tied output projection replaced by an equal one in the same format
     (`output_projection`, a plain callable: it owns no state of its own, so the state dict is the model's)."""
 
-    weights: str = "fp32"
+    precision: str = "fp32"
     prepacked: bool = False
     output_projection: Callable[[Tensor], Tensor] | None = None
 
@@ -65,10 +65,10 @@ class DecodingTransformer(Transformer):
         return lambda hidden: F.linear(hidden, weight)
 
 
-def _mark(q: nn.Module, weights: str, prepacked: bool) -> DecodingTransformer:
+def _mark(q: nn.Module, precision: str, prepacked: bool) -> DecodingTransformer:
     """Make `q`, a copy of a Transformer that is the caller's own, the DecodingTransformer it now is."""
     q.__class__ = DecodingTransformer  # a subclass with no state of nn.Module's own: the copy becomes one as it is
-    q.weights, q.prepacked = weights, prepacked
+    q.precision, q.prepacked = precision, prepacked
     return q.eval()
 
 
@@ -84,56 +84,56 @@ def _copy(model: nn.Module, tensors: str, linear: str = "kept") -> nn.Module:
     return copy.deepcopy(model, memo)
 
 
-def decoding_copy(model: Transformer, weights: str = "fp32", prepack: bool | None = None,
+def decoding_copy(model: Transformer, precision: str = "fp32", prepack: bool | None = None,
                   consume: bool = False) -> DecodingTransformer:
-    """The model to decode with, in eval mode, its weights in `weights` (WEIGHTS). prepack (fp32 and bf16 on CPU;
+    """The model to decode with, in eval mode, its weights in `precision` (PRECISIONS). prepack (fp32 and bf16 on CPU;
     None: wherever oneDNN runs them): every projection, the tied output projection included, becomes a PrepackedLinear.
     A DecodingTransformer already in that format is returned as it is. The model passed in is left as it was (fp32
     not prepacked shares its tensors), unless `consume` (its caller needs it no more): then the copy takes over its
     tensors where they fit and frees each projection's weight as soon as it is converted, so that the process never
     holds the weights twice."""
-    q = _decoding_copy(model, check_weights(weights), prepack, consume)
+    q = _decoding_copy(model, check_precision(precision), prepack, consume)
     if consume:
         release_freed_memory()  # the weights the conversion freed, which `keep_freed_memory` would keep
     return q
 
 
-def _decoding_copy(model: Transformer, weights: str, prepack: bool | None, consume: bool) -> DecodingTransformer:
+def _decoding_copy(model: Transformer, precision: str, prepack: bool | None, consume: bool) -> DecodingTransformer:
     first = next(model.parameters())
-    if weights != "int8" and prepack is None:
-        prepack = first.device.type == "cpu" and _prepacking_works(_DTYPE[weights])
-    if isinstance(model, DecodingTransformer) and model.weights == weights and (
-            weights == "int8" or model.prepacked == prepack):
+    if precision != "int8" and prepack is None:
+        prepack = first.device.type == "cpu" and _prepacking_works(_DTYPE[precision])
+    if isinstance(model, DecodingTransformer) and model.precision == precision and (
+            precision == "int8" or model.prepacked == prepack):
         return model  # already in that format (what `load` returns): converted once, never again
-    if weights == "bf16":
-        warn_if_bf16_slow(first.device, "decode with --weights fp32 (or int8) here")
-    if weights == "int8":
+    if precision == "bf16":
+        warn_if_bf16_slow(first.device, "decode with --precision fp32 (or int8) here")
+    if precision == "int8":
         return _int8_copy(model, consume)
-    target = _DTYPE[weights]
+    target = _DTYPE[precision]
     if prepack:
-        return _prepacked_copy(model, weights, consume)
+        return _prepacked_copy(model, precision, consume)
     if first.dtype == target or consume:
-        return _mark(_copy(model, "shared").to(target), weights, prepacked=False)
-    return _mark(_copy(model, "copied").to(target), weights, prepacked=False)
+        return _mark(_copy(model, "shared").to(target), precision, prepacked=False)
+    return _mark(_copy(model, "copied").to(target), precision, prepacked=False)
 
 
-def load(path: str | Path, weights: str = "fp32", device: str | torch.device = "cpu",
+def load(path: str | Path, precision: str = "fp32", device: str | torch.device = "cpu",
          prepack: bool | None = None) -> tuple[DecodingTransformer, object]:
     """(decoding model, vocabulary) from a run directory (its averaged, else best, else newest checkpoint) or a
     checkpoint file: the one place that loads a model for decoding (Translator.load, once per ensemble member). The
     file is read as aiayn.checkpoint reads it (header and shapes checked first, then the vocabulary, then the
-    weights), onto `device`, and converted once to `weights` (WEIGHTS), prepacked or not; decoding_copy returns the
+    weights), onto `device`, and converted once to `precision` (PRECISIONS), prepacked or not; decoding_copy returns the
     result as it is. bf16 is converted in place first: the fp32 weights are not needed again, so the process never
     holds fp32 and bf16 copies at once; the other formats consume the loaded model likewise."""
     from aiayn.checkpoint import load_for_inference
 
-    check_weights(weights)  # before reading a file that may be large
+    check_precision(precision)  # before reading a file that may be large
     device = torch.device(device)
     model, vocab, _ = load_for_inference(path, device=device)
     configure_process(device=device)  # cuDNN's attention out: decoding meets a new shape at every step
-    if weights == "bf16":
+    if precision == "bf16":
         model.to(torch.bfloat16)
-    return decoding_copy(model, weights, prepack, consume=True), vocab
+    return decoding_copy(model, precision, prepack, consume=True), vocab
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -215,14 +215,14 @@ class _PrepackedTiedProjection:
         return PrepackedLinear(self.embedding.weight.index_select(0, ids), None)
 
 
-def _prepacked_copy(model: nn.Module, weights: str, consume: bool = False) -> DecodingTransformer:
-    """A copy of `model` in `weights` whose nn.Linear layers, and tied output projection, are PrepackedLinear;
+def _prepacked_copy(model: nn.Module, precision: str, consume: bool = False) -> DecodingTransformer:
+    """A copy of `model` in `precision` whose nn.Linear layers, and tied output projection, are PrepackedLinear;
     consume: the other tensors are shared with `model` and its projections' weights freed one by one as they are
     packed (each freed block is then reused for the next packed weight)."""
-    target = _DTYPE[weights]
+    target = _DTYPE[precision]
     linears = [(name, m) for name, m in model.named_modules() if isinstance(m, nn.Linear)]
     q = _copy(model, "shared" if consume else "copied", linear="dropped").to(target)  # projections packed below
-    q = _mark(q, weights, prepacked=True)
+    q = _mark(q, precision, prepacked=True)
     for name, m in linears:
         parent, _, attr = name.rpartition(".")
         bias = None if m.bias is None else m.bias.to(target)
@@ -268,7 +268,7 @@ def _int8_copy(model: nn.Module, consume: bool = False) -> DecodingTransformer:
     from torch.ao.quantization import per_channel_dynamic_qconfig, quantize_dynamic
 
     if next(model.parameters()).device.type != "cpu":
-        raise UsageError("int8 decoding runs on CPU (fbgemm); use bf16 weights on GPUs")
+        raise UsageError("int8 decoding runs on CPU (fbgemm); use --precision bf16 on GPUs")
     q = (model if consume else copy.deepcopy(model)).float().eval()
     with warnings.catch_warnings():  # torch.ao.quantization announces its move to torchao
         warnings.simplefilter("ignore")

@@ -113,8 +113,8 @@ def quickstart(out: Path, minutes: float = 12.0, preset: str = DEFAULT_PRESET, v
         return {"interrupted_by": summary["interrupted_by"]}
 
     _average(run, average_last)
-    # Decode in the dtype it trained in; fp16 (auto's pick on a GPU without bf16) has no decoding weights: fp32.
-    translator = Translator.load(run, search, weights="fp32" if dtype == "fp16" else dtype, device=where)
+    # Decode in the dtype it trained in; fp16 (auto's pick on a GPU without bf16) is no decoding precision: fp32.
+    translator = Translator.load(run, search, precision="fp32" if dtype == "fp16" else dtype, device=where)
     scores = _translate_test(translator, data_dir, run, beam, progress, test_sentences)
     print("[5/5] example translations (English -> Spanish):")
     for en, hyp in zip(EXAMPLES, translator.translate(EXAMPLES)):

@@ -51,6 +51,16 @@ def _prepack(prepack: bool | None, packed: bool | None) -> bool | None:
     return packed if prepack is None else prepack
 
 
+def _precision(precision: str, weights: str | None) -> str:
+    """Translator's `precision` (the number format decoding runs in: aiayn.inference), or its deprecated old name
+    `weights`."""
+    if weights is None:
+        return precision
+    warnings.warn("Translator(weights=...) is deprecated: use precision=... (weights now means only a model's "
+                  "tensors and their files)", DeprecationWarning, stacklevel=3)
+    return weights
+
+
 def encode_sources(vocab, lines: Sequence[str], max_input_len: int) -> list[list[int] | None]:
     """Source ids (+ EOS) per line, cut to max_input_len tokens; None for a blank line."""
     out: list[list[int] | None] = []
@@ -119,7 +129,7 @@ def translation_of(vocab, hyp: Hypothesis) -> Translation:
 
 
 class Translator:
-    """A model (decoded in `weights`: aiayn.inference), its vocabulary and how to search: text in, text out. What
+    """A model (decoded in `precision`: aiayn.inference), its vocabulary and how to search: text in, text out. What
     the CLI, the quickstart, the server, the attention views and the exporters share.
 
     Sentences are sorted by length and searched in batches of `batch_size` (less padding); answers come back in
@@ -127,13 +137,14 @@ class Translator:
     (aiayn.ensemble). `shortlist` (aiayn.shortlist): each batch computes the output projection for its source
     pieces' target pieces only."""
 
-    def __init__(self, model, vocab, search: SearchConfig = PAPER_SEARCH, weights: str = "fp32",
+    def __init__(self, model, vocab, search: SearchConfig = PAPER_SEARCH, precision: str = "fp32",
                  device: str | torch.device = "cpu", batch_size: int = 64, max_input_len: int | None = None,
-                 prepack: bool | None = None, packed: bool | None = None, shortlist: Shortlist | None = None):
+                 prepack: bool | None = None, packed: bool | None = None, shortlist: Shortlist | None = None,
+                 weights: str | None = None):
         self.vocab, self.search, self.device = vocab, search, torch.device(device)
-        prepack = _prepack(prepack, packed)
+        prepack, self.precision = _prepack(prepack, packed), _precision(precision, weights)
         # aiayn.inference: the formats; a model already in the asked one (Translator.load's) is taken as it is
-        members = [inference.decoding_copy(m.to(self.device), weights, prepack)
+        members = [inference.decoding_copy(m.to(self.device), self.precision, prepack)
                    for m in (model if isinstance(model, (list, tuple)) else [model])]
         self.model = members[0] if len(members) == 1 else Ensemble(members)
         self.cfg = self.model.cfg
@@ -146,19 +157,20 @@ class Translator:
 
     @classmethod
     def load(cls, checkpoint: str | Path | Sequence[str | Path], search: SearchConfig = PAPER_SEARCH,
-             weights: str = "fp32", device: str | torch.device = "cpu", prepack: bool | None = None,
-             packed: bool | None = None, shortlist: bool | str | Path | None = None, **kw) -> Translator:
+             precision: str = "fp32", device: str | torch.device = "cpu", prepack: bool | None = None,
+             packed: bool | None = None, shortlist: bool | str | Path | None = None, weights: str | None = None,
+             **kw) -> Translator:
         """From a run directory (its averaged, else best, else newest checkpoint) or a checkpoint file; from several,
         an ensemble of them (one vocabulary). Each is loaded and converted once, by aiayn.inference.load. shortlist:
         True, the shortlist of the (first) checkpoint's run; a path, that file; None or False, none."""
-        prepack = _prepack(prepack, packed)
+        prepack, precision = _prepack(prepack, packed), _precision(precision, weights)
         paths = [checkpoint] if isinstance(checkpoint, (str, Path)) else list(checkpoint)
         lexical = run_file(paths[0], None if shortlist is True else shortlist) if shortlist else None
-        loaded = [inference.load(path, weights, device, prepack) for path in paths]
+        loaded = [inference.load(path, precision, device, prepack) for path in paths]
         if len(loaded) > 1:
             check_same_vocabulary([vocab for _, vocab in loaded], [str(path) for path in paths])
         vocab = loaded[0][1]
-        return cls([model for model, _ in loaded], vocab, search, weights, device=device, prepack=prepack,
+        return cls([model for model, _ in loaded], vocab, search, precision, device=device, prepack=prepack,
                    shortlist=lexical and load_shortlist(lexical, vocab), **kw)
 
     def encode(self, lines: Sequence[str]) -> list[list[int] | None]:

@@ -1,12 +1,14 @@
 """The dispatcher: every command registered, one error handler (a user's mistake is one "error:" line and exit 1,
 or 2 for bad flags; a bug keeps its traceback), and training flags generated from TrainConfig's fields."""
 
+import argparse
 import dataclasses
 
 import pytest
 from helpers import REPO, save_run, tiny_model
 
 from aiayn.cli import COMMANDS, build_parser, main
+from aiayn.cli.common import add_precision_arg
 from aiayn.train import TrainConfig
 
 
@@ -28,6 +30,20 @@ def test_train_flags_are_the_train_config_fields():
         assert "--" + f.name.replace("_", "-") in flags, f.name
     args = p.parse_args(["--max-steps", "7", "--adam-betas", "0.8", "0.9", "--compile"])
     assert (args.max_steps, args.adam_betas, args.compile, args.warmup) == (7, [0.8, 0.9], True, None)
+
+
+def test_weights_is_the_old_name_of_precision():
+    # --precision: the number format decoding runs in; --weights, its old name, still sets it (help says so).
+    commands = next(a for a in build_parser()._actions if a.dest == "command").choices
+    having = sorted(name for name, p in commands.items() if any("--precision" in a.option_strings for a in p._actions))
+    assert {"translate", "serve", "score", "parse", "attention"} <= set(having)
+    for name in having:
+        old = next(a for a in commands[name]._actions if "--weights" in a.option_strings)
+        assert old.dest == "precision" and old.help == "(old name of --precision)", name
+    p = argparse.ArgumentParser()
+    add_precision_arg(p)
+    assert p.parse_args([]).precision == "fp32" and p.parse_args(["--precision", "bf16"]).precision == "bf16"
+    assert p.parse_args(["--weights", "int8"]).precision == "int8"
 
 
 @pytest.mark.parametrize("argv, code, says", [

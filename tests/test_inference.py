@@ -1,4 +1,4 @@
-"""The decoding weight formats of aiayn.inference (fp32, bf16, int8; prepacked or not), each against the model it
+"""The decoding precisions of aiayn.inference (fp32, bf16, int8; prepacked or not), each against the model it
 came from."""
 
 import copy
@@ -24,7 +24,7 @@ def test_decoding_copy_is_the_model_in_another_dtype():
     before = copy.deepcopy(model.state_dict())
     # same dtype, unpacked: the model's own tensors, in eval mode; the model itself keeps its mode
     same = decoding_copy(model, prepack=False)
-    assert isinstance(same, DecodingTransformer) and (same.weights, same.prepacked) == ("fp32", False)
+    assert isinstance(same, DecodingTransformer) and (same.precision, same.prepacked) == ("fp32", False)
     assert not same.training and model.training
     assert all(a is b for a, b in zip(same.parameters(), model.parameters()))
     assert decoding_copy(same, prepack=False) is same
@@ -78,7 +78,7 @@ def test_prepacked_copy_decodes_as_the_model(dtype):
     before = copy.deepcopy(model.state_dict())
     q = decoding_copy(model, dtype)  # prepacked is the default on CPU
     ref = decoding_copy(model, dtype, prepack=False)
-    assert q is not model and q.prepacked and q.weights == dtype and decoding_copy(q, dtype) is q
+    assert q is not model and q.prepacked and q.precision == dtype and decoding_copy(q, dtype) is q
     assert not any(isinstance(m, nn.Linear) for m in q.modules())
     assert sum(isinstance(m, nn.Linear) for m in model.modules()) == sum(
         isinstance(m, PrepackedLinear) for m in q.modules()) > 0
@@ -118,7 +118,7 @@ def test_int8_copy_follows_the_model():
     model = Transformer(ModelConfig.preset("tiny", vocab_size=60)).eval()
     before = copy.deepcopy(model.state_dict())
     q = decoding_copy(model, "int8")
-    assert q is not model and q.weights == "int8" and decoding_copy(q, "int8") is q
+    assert q is not model and q.precision == "int8" and decoding_copy(q, "int8") is q
     calls = _calls(q)  # the int8 tied projection is the one that runs
     src = torch.randint(4, 60, (3, 7))
     src[:, -1] = 3
@@ -134,44 +134,44 @@ def test_int8_copy_follows_the_model():
     assert sum(agree) >= 2
 
 
-@pytest.mark.parametrize("weights, prepack", [("fp32", None), ("fp32", False), ("bf16", None), ("bf16", False),
+@pytest.mark.parametrize("precision, prepack", [("fp32", None), ("fp32", False), ("bf16", None), ("bf16", False),
                                              ("int8", None)])
-def test_output_rows_are_the_output_projection_of_those_pieces(weights, prepack):
+def test_output_rows_are_the_output_projection_of_those_pieces(precision, prepack):
     # What a lexical shortlist (aiayn.shortlist) decodes with: in every format the rows of the tied projection for
     # the pieces asked, as the full projection computes them (int8: one scale per row, so the same int8 rows).
-    if prepack is None and weights != "int8":
-        skip_unless_prepacking_works(torch.float32 if weights == "fp32" else torch.bfloat16)
+    if prepack is None and precision != "int8":
+        skip_unless_prepacking_works(torch.float32 if precision == "fp32" else torch.bfloat16)
     torch.manual_seed(0)
-    q = decoding_copy(Transformer(ModelConfig.preset("tiny", vocab_size=60)).eval(), weights, prepack)
+    q = decoding_copy(Transformer(ModelConfig.preset("tiny", vocab_size=60)).eval(), precision, prepack)
     ids = torch.tensor([0, 3, 7, 8, 41, 59])
     hidden = torch.randn(2, 3, 32).to(q.embedding.weight.dtype)
-    tol = dict(rtol=1e-2, atol=1e-2) if weights == "bf16" else dict(rtol=1e-5, atol=1e-5)
+    tol = dict(rtol=1e-2, atol=1e-2) if precision == "bf16" else dict(rtol=1e-5, atol=1e-5)
     with torch.no_grad():
         torch.testing.assert_close(q.output_rows(ids)(hidden), q.output_logits(hidden)[..., ids], **tol)
 
 
-def test_weights_are_checked():
+def test_precision_is_checked():
     with pytest.raises(UsageError, match="fp32, bf16, int8"):
         decoding_copy(Transformer(ModelConfig.preset("tiny", vocab_size=40)), "fp16")
 
 
-@pytest.mark.parametrize("weights,prepack", [("fp32", None), ("fp32", False), ("int8", None)])
-def test_a_consumed_model_gives_the_same_copy_and_its_weights_up(weights, prepack):
+@pytest.mark.parametrize("precision,prepack", [("fp32", None), ("fp32", False), ("int8", None)])
+def test_a_consumed_model_gives_the_same_copy_and_its_weights_up(precision, prepack):
     # consume=True (what `aiayn translate` does with the model it loads): the same logits as a copy that leaves the
     # model alone, and the model's projections no longer hold weights of their own (freed as they were converted;
     # fp32 unpacked shares them instead, as it always does).
-    if prepack is None and weights == "fp32":
+    if prepack is None and precision == "fp32":
         skip_unless_prepacking_works(torch.float32)
     torch.manual_seed(0)
     model = Transformer(ModelConfig.preset("tiny", vocab_size=60)).eval()
-    kept = decoding_copy(model, weights, prepack)
-    consumed = decoding_copy(model, weights, prepack, consume=True)
+    kept = decoding_copy(model, precision, prepack)
+    consumed = decoding_copy(model, precision, prepack, consume=True)
     src = torch.randint(4, 60, (3, 7))
     src[:, -1] = 3
     tgt = torch.randint(4, 60, (3, 5))
     with torch.no_grad():
         torch.testing.assert_close(consumed(src, tgt), kept(src, tgt), rtol=0, atol=0)
-    if weights == "int8":
+    if precision == "int8":
         assert consumed is model  # quantized in place, not copied
         assert not any(isinstance(m, nn.Linear) for m in model.modules())
     elif prepack is None:
@@ -181,22 +181,22 @@ def test_a_consumed_model_gives_the_same_copy_and_its_weights_up(weights, prepac
         assert consumed.decoder.layers[0].ffn.w_1.weight is model.decoder.layers[0].ffn.w_1.weight
 
 
-@pytest.mark.parametrize("weights,prepack", [("fp32", False), ("fp32", None), ("bf16", False), ("int8", None)])
-def test_load_converts_once_as_decoding_copy_does(copy_data, tmp_path, monkeypatch, weights, prepack):
+@pytest.mark.parametrize("precision,prepack", [("fp32", False), ("fp32", None), ("bf16", False), ("int8", None)])
+def test_load_converts_once_as_decoding_copy_does(copy_data, tmp_path, monkeypatch, precision, prepack):
     # inference.load gives the checkpoint's model in the format asked, the very copy decoding_copy makes of the fp32
     # model (bf16: the same rounding); Translator.load decodes with that model itself, once per ensemble member,
     # converting nothing again.
-    if prepack is None and weights == "fp32":
+    if prepack is None and precision == "fp32":
         skip_unless_prepacking_works(torch.float32)
     vocab_file = copy_data / "vocab.model"
     n = len(Vocab.load(vocab_file))
     models = [tiny_model(n, seed=s) for s in (0, 1)]
     runs = [save_run(m, vocab_file, tmp_path / f"run{s}") for s, m in enumerate(models)]
-    loaded, vocab = inference.load(runs[0], weights, prepack=prepack)
-    want = decoding_copy(models[0], weights, prepack)
+    loaded, vocab = inference.load(runs[0], precision, prepack=prepack)
+    want = decoding_copy(models[0], precision, prepack)
     assert isinstance(loaded, DecodingTransformer) and len(vocab) == n
-    assert (loaded.weights, loaded.prepacked) == (want.weights, want.prepacked)
-    if weights != "int8":
+    assert (loaded.precision, loaded.prepacked) == (want.precision, want.prepacked)
+    if precision != "int8":
         for name, t in want.state_dict().items():
             assert torch.equal(loaded.state_dict()[name], t), name
     src = torch.randint(4, n, (3, 7))
@@ -209,9 +209,9 @@ def test_load_converts_once_as_decoding_copy_does(copy_data, tmp_path, monkeypat
     load, convert = inference.load, inference._decoding_copy
     monkeypatch.setattr(inference, "load", lambda *a, **k: made.append(load(*a, **k)[0]) or (made[-1], vocab))
     monkeypatch.setattr(inference, "_decoding_copy", lambda *a: conversions.append(type(a[0])) or convert(*a))
-    one = Translator.load(runs[0], weights=weights, prepack=prepack)
+    one = Translator.load(runs[0], precision=precision, prepack=prepack)
     assert one.model is made[0]
-    both = Translator.load(runs, weights=weights, prepack=prepack)
+    both = Translator.load(runs, precision=precision, prepack=prepack)
     assert list(both.model.members) == made[1:]
     # one conversion per loaded model; Translator() is handed decoding models, and keeps them as they are (above)
     assert conversions.count(Transformer) == len(made) == 3  # int8 converts in place: the type when called

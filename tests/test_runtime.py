@@ -111,7 +111,7 @@ def test_bf16_decoding_weights_where_emulated_warn_once(emulated_bf16, capsys):
     inference.decoding_copy(model, "bf16")
     inference.decoding_copy(model, "bf16")
     assert _warnings(capsys) == ["warning: bf16 matmuls are emulated on this CPU (no AVX512-BF16 or AMX-BF16): 3.9x "
-                                 "slower than fp32 here (a 512^3 matmul); decode with --weights fp32 (or int8) here"]
+                                 "slower than fp32 here (a 512^3 matmul); decode with --precision fp32 (or int8) here"]
 
 
 @pytest.mark.parametrize("slowdown, rate", [(2.0, "2.0x slower than fp32"),

@@ -87,7 +87,7 @@ def test_other_routes(setup):
     assert i["version"] == aiayn.__version__ and i["vocab_size"] == len(translator.vocab) == 120
     assert i["model"]["d_model"] == translator.cfg.d_model and i["search"]["beam"] == 4 and i["checkpoint"] == "RUN"
     assert i["limits"]["max_chars"] == 1000 and i["max_alternatives"] == 3 and i["batching"]["enabled"] is True
-    assert i["api_key_required"] is False
+    assert i["api_key_required"] is False and i["precision"] == "fp32"
     assert docs.status_code == 200 and "swagger" in docs.text.lower()
     body = schema.json()["paths"]["/translate"]["post"]["requestBody"]["content"]["application/json"]["schema"]
     assert body["required"] == ["q"] and "alternatives" in body["properties"]

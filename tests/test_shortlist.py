@@ -1,6 +1,6 @@
 """The lexical shortlist: the builder on a corpus whose answer is worked out by hand, the file, and decoding with it
 (a shortlist of every piece decodes exactly as the full vocabulary; a real one never leaves the batch's pieces, forces
-prefix pieces outside it, and works for every weight format and for ensembles)."""
+prefix pieces outside it, and works in every precision and for ensembles)."""
 
 import numpy as np
 import pytest
@@ -101,14 +101,14 @@ SEARCHES = [SearchConfig(max_len_b=8, nbest=2), SearchConfig(beam=1, max_len_b=8
             SearchConfig(sampling=True, nbest=2, top_k=5, temperature=0.8, max_len_b=8)]
 
 
-@pytest.mark.parametrize("weights, prepack", [("fp32", None), ("fp32", False), ("bf16", False), ("int8", None)])
+@pytest.mark.parametrize("precision, prepack", [("fp32", None), ("fp32", False), ("bf16", False), ("int8", None)])
 @pytest.mark.parametrize("search", SEARCHES, ids=["beam", "greedy", "no-repeat", "sampling"])
-def test_a_shortlist_of_every_piece_decodes_as_the_full_vocabulary(setup, weights, prepack, search):
+def test_a_shortlist_of_every_piece_decodes_as_the_full_vocabulary(setup, precision, prepack, search):
     model, vocab, lines = setup
     prefixes = ["", "ALPHA", "", "BRAVO CHARLIE"] * 3
     out = []
     for shortlist in (None, everything(len(vocab))):
-        t = Translator(model, vocab, search, weights, batch_size=5, prepack=prepack, shortlist=shortlist)
+        t = Translator(model, vocab, search, precision, batch_size=5, prepack=prepack, shortlist=shortlist)
         out.append([[(h.text, h.score, h.positional_scores) for h in hs]
                     for hs in t.translate_nbest(lines, prefixes=prefixes)])
     assert out[0] == out[1]
@@ -128,19 +128,19 @@ def vocab_ids(vocab, text):
     return vocab.encode(text) if text else []
 
 
-@pytest.mark.parametrize("weights", ["fp32", "bf16", "int8"])
-def test_no_output_piece_lies_outside_its_batch_allowed_pieces(setup, copy_data, weights):
+@pytest.mark.parametrize("precision", ["fp32", "bf16", "int8"])
+def test_no_output_piece_lies_outside_its_batch_allowed_pieces(setup, copy_data, precision):
     model, vocab, lines = setup
     shortlist = build_from_prepared(copy_data, per_source=3, frequent=2)
     for search in SEARCHES:
-        t = Translator(model, vocab, search, weights, batch_size=1, shortlist=shortlist)
+        t = Translator(model, vocab, search, precision, batch_size=1, shortlist=shortlist)
         hyps, allowed, _ = outputs_and_allowed(t, lines)
         assert all(len(a) < len(vocab) / 2 for a in allowed)  # a real restriction
         assert all(set(h.tokens) <= a for hs, a in zip(hyps, allowed) for h in hs)
-        full = Translator(model, vocab, search, weights, batch_size=1).search_ids(t.encode(lines))
+        full = Translator(model, vocab, search, precision, batch_size=1).search_ids(t.encode(lines))
         assert any(not set(h.tokens) <= a for hs, a in zip(full, allowed) for h in hs)  # the model would leave it
     # a batch of many lines allows the union of their pieces
-    t = Translator(model, vocab, SEARCHES[0], weights, batch_size=64, shortlist=shortlist)
+    t = Translator(model, vocab, SEARCHES[0], precision, batch_size=64, shortlist=shortlist)
     union = set(shortlist.allowed(padded([s for s in t.encode(lines)])).tolist())
     assert all(set(h.tokens) <= union for hs in t.search_ids(t.encode(lines)) for h in hs)
 

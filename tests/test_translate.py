@@ -13,9 +13,9 @@ from aiayn.search import SearchConfig
 from aiayn.translate import Translator, encode_sources
 
 
-def translate_lines(model, vocab, lines, batch_size=64, max_input_len=None, weights="fp32", **search):
+def translate_lines(model, vocab, lines, batch_size=64, max_input_len=None, precision="fp32", **search):
     """(text, score) n-best lists through a Translator."""
-    t = Translator(model, vocab, SearchConfig(**search), weights, batch_size=batch_size, max_input_len=max_input_len)
+    t = Translator(model, vocab, SearchConfig(**search), precision, batch_size=batch_size, max_input_len=max_input_len)
     return [[(h.text, h.score) for h in hs] for hs in t.translate_nbest(lines)]
 
 
@@ -65,7 +65,7 @@ def test_nbest_and_bf16(setup):
     nb = translate_lines(model, vocab, lines[:3], beam=4, nbest=3, max_len_b=6)
     for hyps in nb:
         assert len(hyps) == 3 and [s for _, s in hyps] == sorted((s for _, s in hyps), reverse=True)
-    bf = translate_lines(model, vocab, lines[:3], beam=2, max_len_b=6, weights="bf16")
+    bf = translate_lines(model, vocab, lines[:3], beam=2, max_len_b=6, precision="bf16")
     assert len(bf) == 3 and all(len(h) == 1 for h in bf)
 
 
@@ -87,6 +87,30 @@ def test_cli_end_to_end(setup, copy_data, tmp_path, monkeypatch, capsys):
     assert got[0].split(" ||| ")[1] == expect[0]
 
     assert main(["translate", "--checkpoint", str(run), "--beam", "2", "--nbest", "3"]) == 2
+
+
+def test_precision_and_its_old_name_weights(setup, copy_data, tmp_path):
+    # translate --precision int8 and --weights int8 (its old name) decode alike, as Translator.load(precision=)
+    # does; Translator(weights=) and Translator.load(weights=) still work, with a DeprecationWarning.
+    model, vocab, lines = setup
+    run = save_run(model, copy_data / "vocab.model", tmp_path / "run")
+    src = tmp_path / "in.txt"
+    src.write_text("\n".join(lines[:4]) + "\n")
+    got = []
+    for flag in ("--precision", "--weights"):
+        out = tmp_path / f"{flag[2:]}.txt"
+        assert main(["translate", "--checkpoint", str(run), "--input", str(src), "--output", str(out), flag, "int8",
+                     "--max-len-b", "10", "--no-progress"]) == 0
+        got.append(out.read_text().splitlines())
+    new = Translator.load(run, SearchConfig(max_len_b=10), precision="int8")
+    assert new.precision == new.model.precision == "int8"
+    assert got[0] == got[1] == new.translate(lines[:4])
+    with pytest.warns(DeprecationWarning, match="use precision="):
+        old = Translator.load(run, SearchConfig(max_len_b=10), weights="int8")
+    assert old.precision == old.model.precision == "int8" and old.translate(lines[:4]) == got[0]
+    with pytest.warns(DeprecationWarning, match="use precision="):
+        bf = Translator(model, vocab, weights="bf16")
+    assert bf.precision == bf.model.precision == "bf16"
 
 
 def test_sampling_same_in_any_batch_size(setup):

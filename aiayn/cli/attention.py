@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from aiayn.cli.common import add_device_arg, add_search_args, add_weights_arg, non_negative_int, search_config
+from aiayn.cli.common import add_device_arg, add_precision_arg, add_search_args, non_negative_int, search_config
 from aiayn.errors import UsageError
 from aiayn.extras import require
 from aiayn.runtime import resolve_device
@@ -27,7 +27,8 @@ def run(args: argparse.Namespace) -> int:
     from aiayn.viz.attention import attention_data, write_all
 
     heads = parse_heads(args.heads)
-    translator = Translator.load(args.checkpoint, search_config(args), args.weights, device=resolve_device(args.device))
+    translator = Translator.load(args.checkpoint, search_config(args), args.precision,
+                                 device=resolve_device(args.device))
     data = attention_data(translator, None, args.src, args.tgt)
     files = write_all(data, Path(args.out), args.layer, heads)
     print(f"source: {data['src']}")
@@ -53,6 +54,6 @@ def register(sub) -> None:
                         "layer 5 of 6)")
     p.add_argument("--heads", help="heads of the line figures, e.g. 0,2 (default: all)")
     add_search_args(p)
-    add_weights_arg(p)
+    add_precision_arg(p)
     add_device_arg(p, default="cpu")
     p.set_defaults(func=run)

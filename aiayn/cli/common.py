@@ -11,7 +11,7 @@ from collections.abc import Callable
 from typing import Any
 
 from aiayn.errors import UsageError
-from aiayn.inference import WEIGHTS
+from aiayn.inference import PRECISIONS
 from aiayn.search import PAPER_SEARCH, SearchConfig
 
 
@@ -107,11 +107,13 @@ def add_search_args(p: argparse.ArgumentParser, defaults: SearchConfig = PAPER_S
                         "any --batch-size (default 0)")
 
 
-def add_weights_arg(p: argparse.ArgumentParser) -> None:
-    """--weights: the format decoding runs the model's weights in (aiayn.inference)."""
-    p.add_argument("--weights", choices=WEIGHTS, default="fp32",
-                   help="decode with the weights in fp32 (as trained), bf16 (a bf16 copy) or int8 (int8 projections, "
-                        "CPU) (default fp32)")
+def add_precision_arg(p: argparse.ArgumentParser) -> None:
+    """--precision: the number format decoding runs the model in (aiayn.inference); --weights, its old name."""
+    p.add_argument("--precision", choices=PRECISIONS, default="fp32",
+                   help="decode in fp32 (the weights as trained), bf16 (a bf16 copy of them) or int8 (int8 "
+                        "projections, CPU) (default fp32)")
+    p.add_argument("--weights", dest="precision", choices=PRECISIONS, default=argparse.SUPPRESS,
+                   help="(old name of --precision)")
 
 
 def search_config(args: argparse.Namespace) -> SearchConfig:

@@ -7,9 +7,9 @@ import sys
 
 from aiayn.cli.common import (
     add_device_arg,
+    add_precision_arg,
     add_progress_arg,
     add_search_args,
-    add_weights_arg,
     positive_int,
     search_config,
 )
@@ -30,7 +30,7 @@ def parse_command(args: argparse.Namespace) -> int:
 
     if args.output not in (None, "-"):
         check_output_path(args.output)  # before the work, not after it
-    parser = Parser(Translator.load(args.checkpoint, search_config(args), args.weights,
+    parser = Parser(Translator.load(args.checkpoint, search_config(args), args.precision,
                                     device=resolve_device(args.device), batch_size=args.batch_size))
     lines = read_lines(args.input)  # a bad byte names the file (or stdin) and the line
     nbests = parser.parse_nbest(lines, progress=args.input not in (None, "-") and not args.no_progress,
@@ -78,7 +78,7 @@ def register(sub) -> None:
     p.add_argument("--output", help="trees (default: stdout)")
     p.add_argument("--batch-size", type=positive_int, default=16, help="sentences per batch (default 16)")
     add_search_args(p, PAPER_PARSE_SEARCH)
-    add_weights_arg(p)
+    add_precision_arg(p)
     p.add_argument("--no-constraint", action="store_true",
                    help="search without the tree constraint, to measure what it does: outputs that are not trees "
                         "are printed as their tokens after '!' and counted on stderr")

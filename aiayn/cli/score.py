@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from aiayn.cli.common import add_checkpoint_arg, add_device_arg, add_weights_arg, number, positive_int
+from aiayn.cli.common import add_checkpoint_arg, add_device_arg, add_precision_arg, number, positive_int
 from aiayn.errors import DataError
 from aiayn.files import atomic_text_output, check_output_path, read_lines
 from aiayn.runtime import resolve_device
@@ -20,7 +20,7 @@ def run(args: argparse.Namespace) -> int:
     if len(sources) != len(targets):
         raise DataError(f"--src {args.src} has {len(sources)} lines but --tgt {args.tgt} has {len(targets)}; they "
                         "must be line-aligned (line i of one is the translation of line i of the other)")
-    model, vocab = inference.load(args.checkpoint, args.weights, resolve_device(args.device))
+    model, vocab = inference.load(args.checkpoint, args.precision, resolve_device(args.device))
     scores = score_pairs(model, vocab, sources, targets, args.batch_size, args.max_input_len)
     with atomic_text_output(args.output) as out:
         out.writelines(f"{s.total:.4f}\t{s.mean:.4f}\n" for s in scores)
@@ -41,6 +41,6 @@ def register(sub) -> None:
     p.add_argument("--max-input-len", type=number(int, low=2), default=None,
                    help="longer sources (subword tokens + EOS) are cut, with a warning, as translate cuts them "
                         "(default: the model's max_positions)")
-    add_weights_arg(p)
+    add_precision_arg(p)
     add_device_arg(p, default="cpu")
     p.set_defaults(func=run)

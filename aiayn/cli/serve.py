@@ -10,8 +10,8 @@ from pathlib import Path
 from aiayn.cli.common import (
     add_checkpoint_arg,
     add_device_arg,
+    add_precision_arg,
     add_search_args,
-    add_weights_arg,
     non_negative_float,
     non_negative_int,
     number,
@@ -51,7 +51,7 @@ def run(args: argparse.Namespace) -> int:
     workers = auto_workers(device) if args.workers == "auto" else args.workers
     threads = args.threads or (0 if "OMP_NUM_THREADS" in os.environ else max(1, usable_cores() // workers))
     # app_options: create_app's other arguments (each worker makes its own app)
-    source = ModelSource(args.checkpoint, search_config(args), args.weights, device, args.shortlist)
+    source = ModelSource(args.checkpoint, search_config(args), args.precision, device, args.shortlist)
     spec = ServeSpec(source, batching, limits, host=args.host, port=args.port, threads=threads,
                      log_level=args.log_level, read_timeout_s=args.read_timeout, max_connections=args.max_connections,
                      admin_key=admin_key, app_options={"pair": pair, **access_options(args)})
@@ -195,6 +195,6 @@ def register(sub) -> None:
                         "at each reload), or FILE; a request may turn it off with \"shortlist\": false "
                         "(docs/serving.md)")
     add_search_args(p)
-    add_weights_arg(p)
+    add_precision_arg(p)
     add_device_arg(p, default="cpu")
     p.set_defaults(func=run)

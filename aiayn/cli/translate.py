@@ -7,9 +7,9 @@ import argparse
 from aiayn.cli.common import (
     CHECKPOINT_HELP,
     add_device_arg,
+    add_precision_arg,
     add_progress_arg,
     add_search_args,
-    add_weights_arg,
     non_negative_int,
     number,
     positive_int,
@@ -67,10 +67,10 @@ def _translate_function(args: argparse.Namespace, search):
             raise UsageError("with --engine ct2, --shortlist takes no FILE: the exported folder's vocabulary map "
                              "(vmap.txt) is the shortlist")
         ct2 = CT2Translator(args.checkpoint[0], device=resolve_device(args.device).type,
-                            compute_type=CT2Translator.COMPUTE_TYPES[args.weights], use_vmap=bool(args.shortlist))
+                            compute_type=CT2Translator.COMPUTE_TYPES[args.precision], use_vmap=bool(args.shortlist))
         return lambda lines, prefixes: (ct2.translate_nbest(lines, search, batch_size=args.batch_size,
                                                             max_input_len=args.max_input_len, prefixes=prefixes), None)
-    translator = Translator.load(args.checkpoint, search, args.weights, device=resolve_device(args.device),
+    translator = Translator.load(args.checkpoint, search, args.precision, device=resolve_device(args.device),
                                  batch_size=args.batch_size, max_input_len=args.max_input_len,
                                  shortlist=args.shortlist)
     if args.print_alignment:  # word alignments from cross-attention, Marian/OpenNMT style: text ||| 0-0 1-2 ...
@@ -106,8 +106,8 @@ def register(sub) -> None:
                         "several: decoded as an ensemble (their probabilities averaged at each step, as fairseq's "
                         "--path A:B; one vocabulary); with --engine ct2, a folder written by `aiayn export --to ct2`")
     p.add_argument("--engine", choices=["aiayn", "ct2"], default="aiayn",
-                   help="ct2: decode with CTranslate2 (needs --lp power: its length penalty is |Y|^alpha; --weights "
-                        "bf16/int8 pick its compute type, fp32 keeps the exported one); default aiayn")
+                   help="ct2: decode with CTranslate2 (needs --lp power: its length penalty is |Y|^alpha; "
+                        "--precision bf16/int8 pick its compute type, fp32 keeps the exported one); default aiayn")
     p.add_argument("--input", help="input file (default: stdin); a progress bar is shown for files")
     p.add_argument("--output", help="output file (default: stdout); written whole or not at all")
     p.add_argument("--batch-size", type=positive_int, default=64, help="sentences per batch (default 64)")
@@ -137,7 +137,7 @@ def register(sub) -> None:
                         "target pieces its source pieces translate to): the run's (built by `aiayn shortlist`), or "
                         "FILE; with --engine ct2, the exported folder's vocabulary map (use_vmap); docs/decoding.md")
     add_search_args(p, sampling=True)
-    add_weights_arg(p)
+    add_precision_arg(p)
     add_device_arg(p, default="cpu")
     add_progress_arg(p)
     p.set_defaults(func=run)

@@ -211,10 +211,10 @@ class CT2Translator:
 
     threads: CPU threads (default: as many as torch uses, torch.get_num_threads(); CTranslate2's own default of 4
     stalls on a busy 2-core machine). compute_type: CTranslate2's ("default" = as exported; "int8", ...;
-    COMPUTE_TYPES maps aiayn's decoding weights to it). use_vmap: decode with the folder's vocabulary map (the run's
+    COMPUTE_TYPES maps aiayn's decoding precisions to it). use_vmap: decode with the folder's vocabulary map (the run's
     shortlist, VMAP_FILE), as CTranslate2's option of that name."""
 
-    COMPUTE_TYPES = {"fp32": "default", "bf16": "bfloat16", "int8": "int8"}  # aiayn.inference.WEIGHTS -> CT2's
+    COMPUTE_TYPES = {"fp32": "default", "bf16": "bfloat16", "int8": "int8"}  # aiayn.inference.PRECISIONS -> CT2's
 
     def __init__(self, model_dir: Path | str, device: str = "cpu", compute_type: str = "default",
                  threads: int | None = None, use_vmap: bool = False):

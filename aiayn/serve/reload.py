@@ -47,7 +47,7 @@ class ModelSource:
 
     checkpoint: str  # a run directory or a checkpoint file, as given to --checkpoint
     search: SearchConfig
-    weights: str = "fp32"
+    precision: str = "fp32"  # --precision: the number format decoding runs in
     device: str = "cpu"
     shortlist: bool | str | None = None  # --shortlist: True, the run's (read again at each reload); a path, that file
 
@@ -56,7 +56,7 @@ class ModelSource:
         from aiayn.rundir import inference_checkpoint
 
         path = inference_checkpoint(Path(self.checkpoint))
-        return Translator.load(path, self.search, self.weights, device=self.device, shortlist=self.shortlist), path
+        return Translator.load(path, self.search, self.precision, device=self.device, shortlist=self.shortlist), path
 
 
 class WorkerBoard:

@@ -56,5 +56,5 @@ def model_info(translator: Translator, checkpoint: str | None) -> dict:
     """What /info says about the model served (a reload replaces it)."""
     return {"checkpoint": checkpoint, "model": translator.cfg.to_dict(),
             "parameters": expected_parameters(translator.cfg), "vocab_size": len(translator.vocab),
-            "device": str(translator.device),
+            "device": str(translator.device), "precision": translator.precision,
             "shortlist": translator.shortlist.describe() if translator.shortlist is not None else None}

@@ -1,9 +1,9 @@
-"""aiayn's decoding with fp32, bf16 and int8 weights (`aiayn translate --weights`) on a trained model: speed
+"""aiayn's decoding with fp32, bf16 and int8 weights (`aiayn translate --precision`) on a trained model: speed
 (sentences/s, ratios to fp32 in the same run, repetitions interleaved so drift hits every variant alike) and quality
 (sacreBLEU of each against the references, and how many lines are identical to fp32's).
 
     python -m benchmarks.ab.decode_weights --checkpoint runs/multi30k --src data-bin/multi30k/test.src.txt \
-        --ref data-bin/multi30k/test.tgt.txt --threads 2 [--weights fp32,fp32-unpacked,bf16,bf16-unpacked,int8]
+        --ref data-bin/multi30k/test.tgt.txt --threads 2 [--precision fp32,fp32-unpacked,bf16,bf16-unpacked,int8]
 
 "-unpacked": the same weights with F.linear on plain weight matrices instead of aiayn.inference.PrepackedLinear (the
 default on CPU): Translator(..., prepack=False), to see what packing the weights gives.
@@ -32,7 +32,8 @@ def main() -> None:
     ap.add_argument("--ref", help="references, for BLEU")
     ap.add_argument("--n", type=int, default=0, help="first N sentences only (0 = all)")
     ap.add_argument("--beam", type=int, default=4)
-    ap.add_argument("--weights", default="fp32,bf16,int8", help="comma separated; fp32-unpacked, bf16-unpacked too")
+    ap.add_argument("--precision", "--weights", default="fp32,bf16,int8",
+                    help="comma separated; fp32-unpacked, bf16-unpacked too (--weights: its old name)")
     ap.add_argument("--reps", type=int, default=2, help="timed rounds (best reported; no warm-up round)")
     ap.add_argument("--threads", type=int, default=1)
     args = ap.parse_args()
@@ -43,9 +44,9 @@ def main() -> None:
     if args.n:
         src, refs = src[: args.n], refs and refs[: args.n]
     model, vocab, _ = load_for_inference(args.checkpoint)
-    variants = args.weights.split(",")
+    variants = args.precision.split(",")
     search = SearchConfig(beam=args.beam)
-    translators = {v: Translator(model, vocab, search, weights=v.removesuffix("-unpacked"),
+    translators = {v: Translator(model, vocab, search, precision=v.removesuffix("-unpacked"),
                                  prepack=False if v.endswith("-unpacked") else None) for v in variants}
     t = compare({v: (lambda tr=translators[v]: tr.translate(src)) for v in variants}, repeats=args.reps, warmup=0)
     flags = cpu_flags()
@@ -60,7 +61,7 @@ def main() -> None:
         same = sum(a == b for a, b in zip(out, fp32_out or out))
         rows.append([v, f"{best:.1f}", f"{len(src) / best:.1f}", f"{base / best:.2f}x" if base else "",
                      f"{corpus_bleu(out, refs).score:.2f}" if refs else "", f"{same}/{len(src)}"])
-    print(table(["weights", "best time (s)", "sentences/s", "vs fp32", "BLEU", "lines identical to fp32"], rows))
+    print(table(["precision", "best time (s)", "sentences/s", "vs fp32", "BLEU", "lines identical to fp32"], rows))
 
 
 if __name__ == "__main__":

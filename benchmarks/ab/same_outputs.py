@@ -30,7 +30,7 @@ import torch
 
 from benchmarks.timing import measure, table
 
-SETTINGS = {  # name -> (weights, beam): what `record` translates
+SETTINGS = {  # name -> (precision, beam): what `record` translates
     "fp32_greedy": ("fp32", 1),
     "fp32_beam4": ("fp32", 4),
     "int8_beam4": ("int8", 4),
@@ -62,8 +62,9 @@ def translations(fixture_dir: Path, setting: str, lines: list[str]) -> list[str]
     from aiayn.search import SearchConfig
     from aiayn.translate import Translator
 
-    weights, beam = SETTINGS[setting]
-    translator = Translator.load(fixture_dir / "run", SearchConfig(beam=beam), weights=weights)
+    precision, beam = SETTINGS[setting]
+    # positional: the trees compared may predate the name `precision` (Translator.load's `weights` then)
+    translator = Translator.load(fixture_dir / "run", SearchConfig(beam=beam), precision)
     return translator.translate(lines)
 
 
@@ -121,8 +122,8 @@ def time_decoding(fixture_dir: Path, n: int, repeats: int) -> dict[str, float]:
     lines = held_out(fixture_dir, n)
     out = {}
     for setting in ("fp32_greedy", "fp32_beam4", "int8_beam4"):
-        weights, beam = SETTINGS[setting]
-        translator = Translator.load(fixture_dir / "run", SearchConfig(beam=beam), weights=weights)
+        precision, beam = SETTINGS[setting]
+        translator = Translator.load(fixture_dir / "run", SearchConfig(beam=beam), precision)  # positional: as above
         out[setting] = measure(lambda: translator.translate(lines), repeats=repeats).median  # noqa: B023
     return out
 

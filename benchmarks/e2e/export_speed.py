@@ -47,7 +47,7 @@ def main() -> None:
                                                                                      Path(tmp) / "int8", "int8")
         engines = {}
         for label, search in searches.items():
-            fp32, bf16, int8 = (Translator(model, vocab, search, weights=w, batch_size=args.batch_size)
+            fp32, bf16, int8 = (Translator(model, vocab, search, precision=w, batch_size=args.batch_size)
                                 for w in ("fp32", "bf16", "int8"))
             ct2_fp32, ct2_int8 = CT2Translator(fp32_dir, threads=1), CT2Translator(int8_dir, threads=1)
             engines[label] = {

@@ -4,11 +4,11 @@ benchmarks/peers/aiayn_adapter.py.
 
     python -m benchmarks.e2e.profile_step --what train --config base --dtype bf16 [--threads 2] [--rows 25]
     python -m benchmarks.e2e.profile_step --what beam --dtype bf16      # beam 4, 64 sentences, 30 output tokens
-    python -m benchmarks.e2e.profile_step --what greedy --dtype fp32 [--weights int8] [--unpacked]
+    python -m benchmarks.e2e.profile_step --what greedy --dtype fp32 [--precision int8] [--unpacked]
 
 Prints the top operators by self CPU time. A training step is forward + loss under autocast, backward, Adam,
 zero_grad; "## forward+loss", "## backward", "## optimizer" rows give the split. Decoding runs on aiayn's decoding
-copy (aiayn.inference.decoding_copy: --weights, default the --dtype's; --unpacked: prepack=False).
+copy (aiayn.inference.decoding_copy: --precision, default the --dtype's; --unpacked: prepack=False).
 """
 
 import argparse
@@ -17,7 +17,7 @@ import torch
 from torch.profiler import ProfilerActivity, profile, record_function
 
 from aiayn.fast import keep_freed_memory
-from aiayn.inference import WEIGHTS, decoding_copy
+from aiayn.inference import PRECISIONS, decoding_copy
 from aiayn.losses import TrainingObjective
 from aiayn.model import Transformer
 from benchmarks import workloads
@@ -29,7 +29,8 @@ def main():
     ap.add_argument("--what", default="train", choices=["train", "beam", "greedy"])
     ap.add_argument("--config", default="base", choices=sorted(workloads.HARNESS_VOCAB))
     ap.add_argument("--dtype", default="bf16", choices=["fp32", "bf16"], help="training: autocast or not")
-    ap.add_argument("--weights", choices=WEIGHTS, help="decoding weights (default: fp32 or bf16 as --dtype)")
+    ap.add_argument("--precision", "--weights", choices=PRECISIONS,
+                    help="decoding precision (default: fp32 or bf16 as --dtype; --weights: its old name)")
     ap.add_argument("--unpacked", action="store_true", help="decode with unpacked weights (prepack=False)")
     ap.add_argument("--threads", type=int, default=None)
     ap.add_argument("--rows", type=int, default=25, help="operators in the table")
@@ -60,7 +61,7 @@ def main():
                 opt.step()
                 opt.zero_grad(set_to_none=True)
     else:
-        decoder = decoding_copy(model, args.weights or args.dtype, prepack=False if args.unpacked else None)
+        decoder = decoding_copy(model, args.precision or args.dtype, prepack=False if args.unpacked else None)
         src = workloads.src_batch(cfg.vocab_size, args.sents)
         beam, n_tokens = (4 if args.what == "beam" else 1), args.sents * 30
 

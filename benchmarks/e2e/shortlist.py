@@ -6,7 +6,7 @@ vocabulary map, use_vmap): sentences/s, BLEU and lines identical to the full voc
 
 A trained model: the shortlist is built from --data's train split (--per-source, --frequent; `aiayn shortlist`'s
 defaults) and exported with the model as CTranslate2's vocabulary map. The test split (test.src.txt, the first --n
-lines; sacreBLEU against test.tgt.txt) is translated by every engine, for each of --weights (aiayn's decoding weights;
+lines; sacreBLEU against test.tgt.txt) is translated by every engine, for each --precision (aiayn's decoding precision;
 CTranslate2 exported in the same precision, float32 or int8), with and without the shortlist: beam --beam (4), alpha
 0.6 and the |Y|^alpha penalty both engines have (--lp power), max length = source + 50, batches of --batch-size,
 --threads threads each, CTranslate2 at its default patience 1. The engines run --reps times interleaved (drift on a
@@ -43,7 +43,7 @@ from aiayn.shortlist import SPECIALS, Shortlist, build_from_prepared, coverage
 from aiayn.translate import Translator, padded
 from benchmarks.timing import compare, table
 
-CT2_QUANTIZATION = {"fp32": None, "int8": "int8"}  # aiayn's decoding weights -> the CTranslate2 export's
+CT2_QUANTIZATION = {"fp32": None, "int8": "int8"}  # aiayn's decoding precision -> the CTranslate2 export's
 
 
 def allowed_sizes(shortlist: Shortlist, sources: list[list[int]], batch_size: int) -> tuple[float, float]:
@@ -80,7 +80,7 @@ def _engines(args: argparse.Namespace, shortlist: Shortlist, src: list[str], ref
     search = SearchConfig(beam=args.beam, alpha=0.6, lp="power")
     with tempfile.TemporaryDirectory() as tmp:
         engines = {}
-        for w in args.weights.split(","):
+        for w in args.precision.split(","):
             folder = export_ct2(model, vocab, Path(tmp) / w, CT2_QUANTIZATION[w], shortlist=shortlist)
             full = Translator(model, vocab, search, w, batch_size=args.batch_size)
             short = Translator(full.model, vocab, search, w, batch_size=args.batch_size, shortlist=shortlist)
@@ -195,7 +195,8 @@ def main() -> None:
     ap.add_argument("--n", type=int, default=0, help="test lines (default all; --random: 128)")
     ap.add_argument("--per-source", type=int, default=50)
     ap.add_argument("--frequent", type=int, default=100)
-    ap.add_argument("--weights", default="fp32", help="aiayn decoding weights, comma-separated: fp32, int8")
+    ap.add_argument("--precision", "--weights", default="fp32",
+                    help="aiayn decoding precisions, comma-separated: fp32, int8 (--weights: its old name)")
     ap.add_argument("--beam", type=int, default=4)
     ap.add_argument("--batch-size", type=int, default=64)
     ap.add_argument("--threads", type=int, default=1)

@@ -8,9 +8,9 @@ Self-contained (it imports only aiayn and the harness's `common`), so the harnes
 The variants are class attributes of `Adapter`, each an explicit parameter of aiayn (the small files beside this one
 subclass it with one attribute set, because the harness takes a file and looks up `Adapter` in it):
 
-    weights           None: decode as `aiayn translate --weights fp32`, or bf16 when the harness autocasts (its
-                      --dtype bf16); "int8": `--weights int8` (run it with the harness's --dtype fp32)
-                      -> aiayn.inference.decoding_copy(model, weights, packed, consume=True)
+    precision         None: decode as `aiayn translate --precision fp32`, or bf16 when the harness autocasts (its
+                      --dtype bf16); "int8": `--precision int8` (run it with the harness's --dtype fp32)
+                      -> aiayn.inference.decoding_copy(model, precision, packed, consume=True)
     packed            None: aiayn's default (packed on CPU); False: F.linear on plain weight matrices
     torch_layer_norm  True: aiayn's LayerNorms return fp32 under autocast, as torch's nn.LayerNorm
                       -> aiayn.fast.set_layer_norm_output(model, autocast=False)
@@ -43,7 +43,7 @@ def to_aiayn_ids(x: torch.Tensor) -> torch.Tensor:
 
 class Adapter:
     name = "aiayn"
-    weights: str | None = None
+    precision: str | None = None
     packed: bool | None = None
     torch_layer_norm: bool = False
 
@@ -54,7 +54,7 @@ class Adapter:
     def info(self):
         import aiayn
 
-        return {"impl_version": aiayn.__version__, "weights": self.weights, "packed": self.packed,
+        return {"impl_version": aiayn.__version__, "precision": self.precision, "packed": self.packed,
                 "torch_layer_norm": self.torch_layer_norm}
 
     def build(self) -> torch.nn.Module:
@@ -85,11 +85,11 @@ class Adapter:
         # once for oneDNN's GEMM), made at the first (warm-up) call, as CTranslate2 converts its model beforehand.
         # The harness's model is consumed by the conversion (`consume=True`), as `aiayn translate` consumes the model
         # it loads: the process never holds the weights twice (CTranslate2's holds only its converted model).
-        weights = self.weights or ("bf16" if torch.is_autocast_enabled("cpu") else "fp32")
-        if self._copy_of != (model, weights):
+        precision = self.precision or ("bf16" if torch.is_autocast_enabled("cpu") else "fp32")
+        if self._copy_of != (model, precision):
             if self._copy_of is not None:
                 raise RuntimeError("the decoding copy consumed the model it was made from; build a new adapter")
-            self._copy, self._copy_of = decoding_copy(model, weights, self.packed, consume=True), (model, weights)
+            self._copy, self._copy_of = decoding_copy(model, precision, self.packed, consume=True), (model, precision)
         with torch.autocast("cpu", enabled=False):
             # n_tokens decoder steps: n_tokens - 1 words (EOS banned before), then the forced EOS (as fairseq).
             n = n_tokens - 1

@@ -1,4 +1,4 @@
-"""aiayn_adapter.py decoding with int8 weights (`aiayn translate --weights int8`: dynamically quantized projections),
+"""aiayn_adapter.py decoding with int8 weights (`aiayn translate --precision int8`: dynamically quantized projections),
 under a label of its own in the same harness run; it is an fp32 model quantized, so run it for the harness's fp32
 cases only. Imports benchmarks.peers.aiayn_adapter: the repository root must be on PYTHONPATH (run_peers.sh sets it):
 
@@ -10,4 +10,4 @@ from benchmarks.peers.aiayn_adapter import Adapter as AiaynAdapter
 
 
 class Adapter(AiaynAdapter):
-    weights = "int8"
+    precision = "int8"

@@ -43,7 +43,7 @@ REPO = HERE.parents[1]
 HARNESS = Path(os.environ.get("HARNESS", REPO.parent / "shared" / "bench" / "peers")).resolve()
 PEERS = Path(os.environ.get("PEERS", Path.home() / ".cache" / "aiayn-peers"))
 ADAPTER = HERE / "aiayn_adapter.py"
-ADAPTER_INT8 = HERE / "aiayn_int8.py"  # its Adapter with weights = "int8" (`aiayn translate --weights int8`)
+ADAPTER_INT8 = HERE / "aiayn_int8.py"  # its Adapter with precision = "int8" (`aiayn translate --precision int8`)
 
 # Every point runs in the harness's folder with the repository root on PYTHONPATH: the int8 adapter and this module's
 # --point wrapper import from benchmarks.peers.
