@@ -229,11 +229,13 @@ class Translator:
                                  "translation may have (--max-len-a, --max-len-b)")
 
     def translate_nbest(self, lines: Sequence[str], progress: bool = False,
-                        prefixes: Sequence[str] | None = None) -> list[list[Translation]]:
+                        prefixes: Sequence[str] | None = None, first_line: int = 0) -> list[list[Translation]]:
         """Up to search.nbest translations per line, best first; prefixes: per line, the text its translations start
-        with ("" or None: no prefix)."""
+        with ("" or None: no prefix). first_line: the input line number (from 0) of lines[0], when `lines` is one
+        buffer of a longer input: sampling seeds each line by its number in the whole input."""
         prefix_ids = None if prefixes is None else encode_prefixes(self.vocab, [p or "" for p in prefixes])
-        hyps = self.search_ids(self.encode(lines), progress, prefixes=prefix_ids)
+        numbers = range(first_line, first_line + len(lines))
+        hyps = self.search_ids(self.encode(lines), progress, prefixes=prefix_ids, line_numbers=numbers)
         return [[translation_of(self.vocab, h) for h in hs] for hs in hyps]
 
     def translate(self, lines: Sequence[str], progress: bool = False) -> list[str]:

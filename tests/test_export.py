@@ -15,6 +15,7 @@ import json
 import re
 import subprocess
 import sys
+import types
 
 import pytest
 import torch
@@ -27,14 +28,14 @@ from aiayn.data import Vocab, load_split
 from aiayn.errors import UsageError, UserError
 from aiayn.export.names import parameter_map
 from aiayn.model import Transformer
-from aiayn.search import SearchConfig, beam_search, greedy_search
+from aiayn.search import SearchConfig, beam_search, greedy_search, max_output_lengths
 from aiayn.shortlist import build_from_prepared, vmap_lines
 from aiayn.translate import Translator
 
 transformers = pytest.importorskip("transformers")
 ctranslate2 = pytest.importorskip("ctranslate2")
 
-from aiayn.export.ct2 import QUANTIZATIONS, CT2Translator, export_ct2, translate_ct2  # noqa: E402
+from aiayn.export.ct2 import QUANTIZATIONS, CT2Translator, export_ct2, own_limits, translate_ct2  # noqa: E402
 from aiayn.export.hf import export_hf, from_marian, import_hf, to_marian  # noqa: E402
 
 # Word limit. The trained models' beam outputs stay below it: at the limit the engines score hypotheses differently
@@ -301,6 +302,34 @@ def test_ct2_translate_keeps_order_and_blank_lines(ct2_dirs, model, vocab, lines
         translate_ct2(ct2_dirs["tiny"], lines, SearchConfig(beam=2))  # the paper's GNMT penalty
 
 
+def test_ct2_batches_are_full_and_each_sentence_keeps_its_own_limit(ct2_dirs, src, lines):
+    """translate_ct2 sends length-sorted batches of batch_size sentences (one CTranslate2 call each) at the batch's
+    largest limit, and decodes a sentence whose output reached its own limit again alone: outputs equal each
+    sentence decoded alone at its own limit, here with limits short enough that many outputs reach them."""
+    search = SearchConfig(beam=1, lp="power", max_len_a=0.5, max_len_b=1)
+    sources = [[t for t in row.tolist() if t != PAD_ID] for row in src]
+    limits = own_limits(sources, search, None)
+    assert list(limits.values()) == max_output_lengths(src, 0.5, 1, search.min_len).tolist()
+    assert own_limits([[5, 6, 2], None], search, 1) == {0: 1}  # the blank skipped, the cap applied
+
+    ct2 = CT2Translator(ct2_dirs["tiny"])
+    calls = []
+    real = ct2.translator.translate_batch
+    ct2.translator = types.SimpleNamespace(
+        translate_batch=lambda batch, **kw: calls.append((len(batch), kw)) or real(batch, **kw))
+    together = ct2.translate_nbest(lines, search, batch_size=16)
+    batches = -(-len(lines) // 16)
+    assert [n for n, _ in calls[:batches]] == [16] * (batches - 1) + [len(lines) % 16 or 16]
+    first = [kw["max_decoding_length"] for _, kw in calls[:batches]]
+    assert first == sorted(first)  # shortest sentences first
+    redone = len(calls) - batches
+    assert 0 < redone < len(lines)  # some outputs reached their own, smaller limit and were decoded again
+    alone = [ct2.translate_nbest([line], search, batch_size=1)[0] for line in lines]
+    assert len(calls) == batches + redone + len(lines)  # alone, a sentence's batch limit is its own: no second call
+    assert [[t.tokens for t in h] for h in together] == [[t.tokens for t in h] for h in alone]
+    assert any(len(h[0].tokens) == limits[i] for i, h in enumerate(together))
+
+
 @pytest.mark.parametrize("quantization", QUANTIZATIONS)
 def test_ct2_quantizations(quantization, model, vocab, lines, ct2_dirs, tmp_path):
     folder = export_ct2(model, vocab, tmp_path / quantization, quantization)
@@ -349,6 +378,10 @@ def test_cli_export_and_translate_with_ct2(model, row_b, vocab, copy_data, lines
     assert (tmp_path / "out.txt").read_text().splitlines() == expect
     assert main(translate) == 2  # the default GNMT penalty does not map
     assert "--lp power" in capsys.readouterr().err
+    if "bfloat16" not in ctranslate2.get_supported_compute_types("cpu"):  # CTranslate2 has no CPU bf16 (4.8)
+        assert main([*translate, "--lp", "power", "--precision", "bf16"]) == 2
+        err = capsys.readouterr().err.strip()
+        assert "cannot compute in bfloat16 on this cpu" in err and len(err.splitlines()) == 1
 
     run_b = save_run(row_b, copy_data / "vocab.model", tmp_path / "run_b")
     assert main(["export", "--checkpoint", str(run_b), "--to", "hf", str(tmp_path / "hf_b")]) == 1

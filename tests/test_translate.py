@@ -167,6 +167,12 @@ def test_cli_prefix_column_and_file_and_sampling(setup, copy_data, tmp_path, cap
     first = capsys.readouterr().out.splitlines()
     assert len(first) == 6 and first[0].startswith("0 ||| ") and first[3].startswith("1 ||| ")
     assert main([*sample, "--batch-size", "1"]) == 0 and capsys.readouterr().out.splitlines() == first
+    # Input line i draws from (seed, i) wherever the input was cut: one line per buffer samples as the whole file.
+    assert main([*sample, "--buffer-size", "1"]) == 0 and capsys.readouterr().out.splitlines() == first
+    lone = Translator(model, vocab, SearchConfig(sampling=True, nbest=3, seed=1, max_len_b=10))
+    assert [h.text for h in lone.translate_nbest(lines[1:2], first_line=1)[0]] == [
+        line.split(" ||| ")[1] for line in first[3:]]
+    assert lone.translate_nbest(lines[1:2], first_line=1) != lone.translate_nbest(lines[1:2])
     for bad, says in [(["--top-p", "1.5"], "top_p must lie in (0, 1]"), (["--top-p", "0"], "--top-p: must be"),
                       (["--temperature", "-1"], "--temperature: must be"), (["--top-k", "-2"], "--top-k: must be"),
                       (["--no-repeat-ngram-size", "-1"], "--no-repeat-ngram-size: must be")]:

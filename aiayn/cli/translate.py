@@ -48,7 +48,7 @@ def run(args: argparse.Namespace) -> int:
             if prefixes is not None and args.print_alignment:
                 raise UsageError("target prefixes (a tab-separated column or --prefix) do not work with "
                                  "--print-alignment")
-            nbests, tails = translate(lines, prefixes)
+            nbests, tails = translate(lines, prefixes, done)
             for n, hyps in enumerate(nbests, done):
                 out.writelines(_output_lines(n, hyps, tails and tails[n - done], search.nbest, args.print_scores))
             out.flush()  # a line typed into a pipe is answered now, not when stdin closes
@@ -57,8 +57,8 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _translate_function(args: argparse.Namespace, search):
-    """(lines, target prefixes or None) -> (n-best translations per line, per hypothesis what follows its text or
-    None), by the engine and options asked for."""
+    """(lines, target prefixes or None, input line number of the first line) -> (n-best translations per line, per
+    hypothesis what follows its text or None), by the engine and options asked for."""
     progress = args.input not in (None, "-") and not args.no_progress
     if args.engine == "ct2":  # an exported CTranslate2 folder; the search flags map as aiayn.export.ct2 says
         from aiayn.export.ct2 import CT2Translator
@@ -68,19 +68,20 @@ def _translate_function(args: argparse.Namespace, search):
                              "(vmap.txt) is the shortlist")
         ct2 = CT2Translator(args.checkpoint[0], device=resolve_device(args.device).type,
                             compute_type=CT2Translator.COMPUTE_TYPES[args.precision], use_vmap=bool(args.shortlist))
-        return lambda lines, prefixes: (ct2.translate_nbest(lines, search, batch_size=args.batch_size,
-                                                            max_input_len=args.max_input_len, prefixes=prefixes), None)
+        return lambda lines, prefixes, _: (ct2.translate_nbest(lines, search, batch_size=args.batch_size,
+                                                               max_input_len=args.max_input_len, prefixes=prefixes),
+                                           None)
     translator = Translator.load(args.checkpoint, search, args.precision, device=resolve_device(args.device),
                                  batch_size=args.batch_size, max_input_len=args.max_input_len,
                                  shortlist=args.shortlist)
     if args.print_alignment:  # word alignments from cross-attention, Marian/OpenNMT style: text ||| 0-0 1-2 ...
         from aiayn.viz.alignment import format_alignment, translate_with_alignment
 
-        def aligned(lines, _):
+        def aligned(lines, _, __):
             nbests, alignments = translate_with_alignment(translator, lines, args.alignment_layer, progress=progress)
             return nbests, [[" ||| " + format_alignment(pairs) for pairs in line] for line in alignments]
         return aligned
-    return lambda lines, prefixes: (translator.translate_nbest(lines, progress=progress, prefixes=prefixes), None)
+    return lambda lines, prefixes, first: (translator.translate_nbest(lines, progress, prefixes, first), None)
 
 
 def _output_lines(n: int, hyps, tails: list[str] | None, nbest: int, print_scores: str | None) -> list[str]:

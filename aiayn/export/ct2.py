@@ -36,7 +36,7 @@ from aiayn.errors import UsageError, UserError
 from aiayn.export.card import Provenance, fresh_folder, write_card
 from aiayn.export.names import POSITIONS, parameter_map
 from aiayn.model import Transformer, sinusoidal_positions
-from aiayn.search import SearchConfig, max_output_lengths
+from aiayn.search import SearchConfig
 from aiayn.shortlist import Shortlist, vmap_lines
 from aiayn.translate import Translation, encode_prefixes, encode_sources
 
@@ -49,8 +49,9 @@ DECODING_NOTES = """\
 * Length penalty: CTranslate2 divides by |Y|^alpha, aiayn's `--lp power`; the paper's GNMT penalty
   ((5 + |Y|) / 6)^alpha (aiayn's default) has no CTranslate2 equivalent. |Y| counts the EOS in both.
 * Length limit: aiayn allows int(a * source tokens + b) words per sentence; CTranslate2 takes one
-  `max_decoding_length` per call, so `translate_ct2` batches sentences of equal limit. At the limit aiayn forces
-  an EOS and scores it; CTranslate2 stops without one. The words are the same in greedy search.
+  `max_decoding_length` per call, so `translate_ct2` decodes batches of length-sorted sentences at the batch's
+  largest limit, then decodes again alone, at its own limit, any sentence whose output reached that limit. At the
+  limit aiayn forces an EOS and scores it; CTranslate2 stops without one. The words are the same in greedy search.
 * PAD and BOS are never generated, EOS not before `min_len` words: CTranslate2 masks these before its
   log-softmax, aiayn after, so beam scores differ by log(1 - p(masked)): nothing for a trained model, whose
   p(PAD), p(BOS) and p(EOS first) are ~0, but it can reorder near-ties. Greedy outputs are unaffected.
@@ -186,24 +187,27 @@ def export_ct2(model: Transformer, vocab, out: Path, quantization: str | None = 
 # Decoding through CTranslate2.
 
 
-def equal_limit_batches(sources: Sequence[list[int] | None], search: SearchConfig, cap: int | None,
-                        batch_size: int) -> list[tuple[int, list[int]]]:
-    """(word limit, source indices) batches of sentences that share aiayn's limit int(a * x + b) (x = source tokens
-    with EOS; capped at `cap`), shortest limit first: for engines that take one limit per call. None = skipped."""
-    kept = [i for i, s in enumerate(sources) if s is not None]
-    if not kept:
-        return []
-    n_tokens = torch.tensor([len(sources[i]) for i in kept])
-    as_src = (torch.arange(int(n_tokens.max()))[None] < n_tokens[:, None]).long()  # (N, S): 1 token, 0 PAD
-    limits = dict(zip(kept, max_output_lengths(as_src, search.max_len_a, search.max_len_b, search.min_len,
-                                               cap).tolist()))
-    batches: list[tuple[int, list[int]]] = []
-    for i in sorted(kept, key=lambda i: (limits[i], len(sources[i]))):
-        if batches and batches[-1][0] == limits[i] and len(batches[-1][1]) < batch_size:
-            batches[-1][1].append(i)
-        else:
-            batches.append((limits[i], [i]))
-    return batches
+def limit_batches(sources: Sequence[list[int] | None], search: SearchConfig, cap: int | None,
+                  batch_size: int) -> list[tuple[int, list[int]]]:
+    """(word limit, source indices) batches for engines that take one limit per call: the sentences sorted by length
+    (so a batch holds sentences of near-equal limits), `batch_size` a batch, each batch's limit the largest of its
+    sentences' limits int(a * x + b) (x = source tokens with EOS; capped at `cap`). None = skipped.
+    `own_limits` gives each sentence's own limit, which a caller checks its outputs against."""
+    limits = own_limits(sources, search, cap)
+    order = sorted(limits, key=lambda i: (len(sources[i]), i))
+    batches = [order[start: start + batch_size] for start in range(0, len(order), batch_size)]
+    return [(max(limits[i] for i in idx), idx) for idx in batches]
+
+
+def own_limits(sources: Sequence[list[int] | None], search: SearchConfig, cap: int | None) -> dict[int, int]:
+    """{source index: its word limit int(a * x + b)} (x = tokens with EOS, raised to min_len, capped at `cap`), the
+    blank (None) sources left out: aiayn.search.max_output_lengths, in plain Python."""
+    limits = {}
+    for i, source in enumerate(sources):
+        if source is not None:
+            limit = max(math.floor(search.max_len_a * len(source) + search.max_len_b), search.min_len)
+            limits[i] = limit if cap is None else min(limit, cap)
+    return limits
 
 
 class CT2Translator:
@@ -231,6 +235,10 @@ class CT2Translator:
         self.use_vmap = use_vmap
         self.cfg = ModelConfig.from_dict(json.loads((model_dir / AIAYN_FILE).read_text())["model"])
         self.vocab = Vocab.load(model_dir / MODEL_FILE)
+        supported = ctranslate2.get_supported_compute_types(device)
+        if compute_type != "default" and compute_type not in supported:
+            raise UsageError(f"CTranslate2 cannot compute in {compute_type} on this {device} (it can in "
+                             f"{', '.join(sorted(supported))}): choose another --precision, or --engine aiayn")
         self.translator = ctranslate2.Translator(str(model_dir), device=device, compute_type=compute_type,
                                                  intra_threads=threads or torch.get_num_threads())
 
@@ -257,22 +265,35 @@ class CT2Translator:
         for n, (source, words) in enumerate(zip(sources, prefix_ids), 1):
             if source is None and words:
                 raise UsageError(f"input line {n} is blank but has a target prefix; give a source")
-        for limit, idx in equal_limit_batches(sources, search, positions - 1, batch_size):
-            for i in idx:
-                if len(prefix_ids[i]) > limit:
-                    raise UsageError(f"input line {i + 1}: its prefix has {len(prefix_ids[i])} words, more than the "
-                                     f"{limit} its translation may have (--max-len-a, --max-len-b)")
+        limits = own_limits(sources, search, positions - 1)
+        for i, limit in limits.items():
+            if len(prefix_ids[i]) > limit:
+                raise UsageError(f"input line {i + 1}: its prefix has {len(prefix_ids[i])} words, more than the "
+                                 f"{limit} its translation may have (--max-len-a, --max-len-b)")
+        options = dict(no_repeat_ngram_size=search.no_repeat_ngram_size, beam_size=search.beam, patience=patience,
+                       num_hypotheses=search.nbest, length_penalty=search.alpha, min_decoding_length=search.min_len,
+                       max_input_length=0, suppress_sequences=[[vocab.piece(PAD_ID)], [vocab.piece(BOS_ID)]],
+                       return_scores=True, use_vmap=self.use_vmap)
+
+        def decode(limit: int, idx: list[int]) -> None:
             target_prefix = [[vocab.piece(t) for t in prefix_ids[i]] for i in idx] if any(prefix_ids) else None
             out = self.translator.translate_batch(
                 [[vocab.piece(t) for t in sources[i][:-1]] for i in idx],  # CTranslate2 appends the EOS itself
-                target_prefix=target_prefix, no_repeat_ngram_size=search.no_repeat_ngram_size,
-                beam_size=search.beam, patience=patience, num_hypotheses=search.nbest, length_penalty=search.alpha,
-                max_decoding_length=limit, min_decoding_length=search.min_len, max_input_length=0,
-                suppress_sequences=[[vocab.piece(PAD_ID)], [vocab.piece(BOS_ID)]], return_scores=True,
-                use_vmap=self.use_vmap)
+                target_prefix=target_prefix, max_decoding_length=limit, max_batch_size=len(idx), **options)
             for i, res in zip(idx, out):
                 results[i] = [Translation(vocab.decode(ids), score, ids) for ids, score in
                               (([vocab.sp.piece_to_id(p) for p in h], s) for h, s in zip(res.hypotheses, res.scores))]
+
+        # One call per batch of length-sorted sentences, at the batch's largest limit: few, full batches, as
+        # CTranslate2 runs fastest. A sentence whose output reached its own, smaller limit is decoded again alone at
+        # that limit, so every output is the one its own limit gives.
+        batch_limit = {}
+        for limit, idx in limit_batches(sources, search, positions - 1, batch_size):
+            decode(limit, idx)
+            batch_limit.update(dict.fromkeys(idx, limit))
+        for i, limit in limits.items():
+            if batch_limit[i] > limit and any(len(t.tokens) >= limit for t in results[i]):
+                decode(limit, [i])
         return results
 
     def translate(self, lines: Sequence[str], search: SearchConfig, **options) -> list[str]:

@@ -6,7 +6,7 @@ with the number of test lines each gives identical to aiayn's own (same search r
 Exports into a temporary folder (or --keep DIR), translates the test split (test.src.txt, scored against
 test.tgt.txt with sacreBLEU), and prints one markdown table. aiayn decodes with --lp power (the length penalty
 HF and CTranslate2 have) and, for reference, with the paper's GNMT penalty. HF generate takes one length limit
-per call, so HF batches hold sentences of equal limit (as `translate_ct2` does). CTranslate2 is run with
+per call, so HF batches hold sentences of equal limit. CTranslate2 is run with
 patience 1 (its default: stops after `beam` finished hypotheses) and with a patience that lets it search as
 long as aiayn (aiayn/export/ct2.py: DECODING_NOTES). Every engine runs on one thread (--threads).
 """
@@ -21,7 +21,7 @@ import torch
 
 from aiayn.checkpoint import load_for_inference
 from aiayn.config import PAD_ID
-from aiayn.export.ct2 import equal_limit_batches, export_ct2, translate_ct2
+from aiayn.export.ct2 import export_ct2, own_limits, translate_ct2
 from aiayn.export.hf import export_hf
 from aiayn.metrics import corpus_bleu
 from aiayn.rundir import inference_checkpoint
@@ -38,7 +38,11 @@ def translate_hf(folder: Path, vocab, lines: list[str], search: SearchConfig, ba
     sources = encode_sources(vocab, lines, model.config.max_position_embeddings)
     out = [""] * len(lines)
     with torch.inference_mode():
-        for limit, idx in equal_limit_batches(sources, search, None, batch_size):
+        limits = own_limits(sources, search, None)
+        by_limit = sorted(limits, key=lambda i: (limits[i], i))  # batches of equal limit, at most batch_size each
+        batches = [[i for i in by_limit if limits[i] == limit] for limit in sorted(set(limits.values()))]
+        for idx in (b[start: start + batch_size] for b in batches for start in range(0, len(b), batch_size)):
+            limit = limits[idx[0]]
             x = torch.full((len(idx), max(len(sources[i]) for i in idx)), PAD_ID)
             for row, i in enumerate(idx):
                 x[row, : len(sources[i])] = torch.tensor(sources[i])
