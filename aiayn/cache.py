@@ -5,6 +5,8 @@ step t needs from steps < t, so that a step costs one position's work instead of
                    `attend` runs a step of that layer's MultiHeadAttention on them
     DecoderCache   every layer's, and the position reached; `reorder` follows beam search's choices
     by_sentence    cross-attention of g decoder rows (beams) per source sentence against its keys kept once
+    FixedLayerCache  one layer's keys/values in buffers of fixed shape, for the fixed-shape search
+                   (aiayn.static_search): the same `attend`, with the step a device tensor
 
 Incremental decoding equals full decoding of the same prefixes (tests/test_model.py, tests/test_cache.py).
 """
@@ -164,3 +166,45 @@ class DecoderCache:
         (LongTensor (B',)) when the set of sentences changes (None: the same sentences as before)."""
         for layer in self.layers:
             layer.reorder(rows, sentences, self.spares)
+
+
+@dataclass
+class FixedLayerCache:
+    """One decoder layer's keys/values for the fixed-shape search (aiayn.static_search): nothing changes shape from
+    step to step, and nothing is read back to the host, so that one step can be captured as a CUDA graph.
+
+    Self-attention keys/values live in preallocated (N, h, W, d) buffers: step `t` (a 0-d device tensor, advanced by
+    the search) writes position t in place, and the query attends over all W positions, those after t masked.
+    Cross-attention keys/values (B, h, S, d) are loaded once per batch (`load`), source padding masked by the mask the
+    decoder passes. `attend` runs the layer's own MultiHeadAttention.attention, as LayerCache.attend does."""
+
+    t: Tensor  # () long: the step, shared by the layers
+    self_k: Tensor  # (N, h, W, dk)
+    self_v: Tensor  # (N, h, W, dv)
+    cross_k: Tensor  # (B, h, S, dk)
+    cross_v: Tensor  # (B, h, S, dv)
+
+    def attend(self, attention, q: Tensor, source: Tensor | None, mask: Tensor | None, is_causal: bool) -> Tensor:
+        """One step of `attention` (a model.MultiHeadAttention) for queries q (N, h, 1, dk) -> heads (N, h, 1, dv)."""
+        decoding = not attention.training
+        if attention.self_attention:
+            k, v = attention.keys_values(source)  # (N, h, 1, dk), (N, h, 1, dv)
+            self.self_k.index_copy_(2, self.t.view(1), k)
+            self.self_v.index_copy_(2, self.t.view(1), v)
+            seen = torch.arange(self.self_k.size(2), device=q.device).le(self.t)  # (W,): positions <= t
+            return attention.attention(q, self.self_k, self.self_v, seen, False, decoding)
+        return by_sentence(attention.attention, q, self.cross_k, self.cross_v, mask, False, decoding)
+
+    def load(self, attention, memory: Tensor) -> None:
+        """A new batch: this layer's cross-attention keys/values of `memory` (B, S, D), the self-attention emptied.
+        In place: a captured step reads these very tensors."""
+        k, v = attention.keys_values(memory)
+        self.cross_k.copy_(k)
+        self.cross_v.copy_(v)
+        self.self_k.zero_()
+        self.self_v.zero_()
+
+    def reorder(self, rows: Tensor) -> None:
+        """Row r now continues the prefix of row rows[r] (N,): the self-attention keys/values follow, in place."""
+        for buf in (self.self_k, self.self_v):
+            buf.copy_(buf.index_select(0, rows))

@@ -124,19 +124,23 @@ def max_output_lengths(src: Tensor, max_len_a: float, max_len_b: int, min_len: i
     return limit if max_len is None else limit.clamp(max=max_len)
 
 
-def _constrain(lprobs: Tensor, t: int, min_len: int, row_max_len: Tensor, any_at_max: bool,
-               allowed: Tensor | None = None) -> Tensor:
+def constrain(lprobs: Tensor, t: int | Tensor, min_len: int, row_limit: Tensor, any_at_max: bool = True,
+              allowed: Tensor | None = None) -> Tensor:
     """Ban PAD and BOS always, EOS before min_len words, and what a constraint does not allow (`allowed`, (N, V)
-    bool); force EOS on rows at their word limit (which wins over everything else). In place."""
+    bool); force EOS on rows at their word limit (which wins over everything else). In place. t: the step, an int, or
+    a 0-d device tensor (the fixed-shape search, which never reads the device from the host). any_at_max: False
+    when no row is at its limit (the work of forcing EOS skipped)."""
     if allowed is not None:
         lprobs.masked_fill_(~allowed, NEG_INF)
     eos = lprobs[:, EOS_ID].clone() if any_at_max else None
     lprobs[:, PAD_ID] = NEG_INF
     lprobs[:, BOS_ID] = NEG_INF
-    if t < min_len:
+    if isinstance(t, Tensor):
+        lprobs[:, EOS_ID] = lprobs[:, EOS_ID].masked_fill(t < min_len, NEG_INF)
+    elif t < min_len:
         lprobs[:, EOS_ID] = NEG_INF
     if any_at_max:
-        at_max = row_max_len.le(t)  # (N,)
+        at_max = row_limit.le(t)  # (N,)
         lprobs.masked_fill_(at_max[:, None], NEG_INF)
         lprobs[:, EOS_ID] = torch.where(at_max, eos, lprobs[:, EOS_ID])
     return lprobs
@@ -151,23 +155,49 @@ def _log_probs(logits: Tensor) -> Tensor:
     return torch.log_softmax(logits.float(), dim=-1)  # fp32 (faster than log_softmax(dtype=) from bf16)
 
 
-def _top_candidates(logits: Tensor, scores: Tensor, bsz: int, n: int, t: int, min_len: int, row_limit: Tensor,
-                    any_at_max: bool, allowed: Tensor | None) -> tuple[Tensor, Tensor]:
-    """The n best (running score + constrained log-prob) of each sentence over its rows' vocabularies.
+def top_candidates(lprobs: Tensor, scores: Tensor, bsz: int, n: int) -> tuple[Tensor, Tensor, Tensor]:
+    """The n best (running score + log-prob) of each sentence over its rows' vocabularies: fairseq's step.
 
-    logits (N, V) with N = bsz * kk rows, sentence-major; scores (N,). Returns (bsz, n') scores, best first, and
-    their flat indices into kk * V (n' = min(n, kk * V)). The same as one top-n over a (bsz, kk * V) tensor of
-    log_softmax + score (fairseq's step), but cheaper: a row's score shifts all its candidates alike, so a
-    sentence's best n lie among its rows' best n each, and those come from `row_topk`."""
-    N, V = logits.shape
-    lprobs = _constrain(_log_probs(logits), t, min_len, row_limit, any_at_max, allowed)
+    lprobs (N, V) constrained log-probs with N = bsz * kk rows, sentence-major; scores (N,). Returns (bsz, n') scores,
+    best first, and each candidate's beam (its row within the sentence, in [0, kk)) and token (n' = min(n, kk * V)).
+    The same as one top-n over a (bsz, kk * V) tensor of lprobs + score, but cheaper: a row's score shifts all its
+    candidates alike, so a sentence's best n lie among its rows' best n each, and those come from `row_topk`."""
+    N, V = lprobs.shape
     row_scores, row_tokens = row_topk(lprobs, min(n, V))  # (N, n)
     row_scores.add_(scores[:, None])
     kk, per_row = N // bsz, row_scores.size(1)
     cand_scores, pos = row_scores.view(bsz, kk * per_row).topk(min(n, kk * V), dim=1)  # (bsz, n')
-    beams = pos.div(per_row, rounding_mode="floor")
-    tokens = row_tokens.view(bsz, kk * per_row).gather(1, pos)
-    return cand_scores, beams * V + tokens
+    return cand_scores, pos.div(per_row, rounding_mode="floor"), row_tokens.view(bsz, kk * per_row).gather(1, pos)
+
+
+def finish_scores(cand_scores: Tensor, finishing: Tensor, t: int | Tensor, search: SearchConfig) -> Tensor:
+    """The normalized scores of candidates that end in EOS at step t (|Y| = t + 1), -inf where `finishing` is False:
+    cand_scores / lp(t + 1). t: an int or a 0-d device tensor."""
+    if isinstance(t, Tensor):
+        lp = length_penalty((t + 1).double(), search.alpha, search.lp).float()
+    else:
+        lp = length_penalty(float(t + 1), search.alpha, search.lp)
+    return (cand_scores / lp).masked_fill(~finishing, NEG_INF)
+
+
+def alive_candidates(cand_scores: Tensor, cand_tokens: Tensor, cand_rows: Tensor, cand_eos: Tensor, k: int
+                     ) -> tuple[Tensor, Tensor, Tensor]:
+    """The best k candidates of each sentence that do not end in EOS (fairseq: rank + 2k * is_eos, k smallest):
+    their scores, tokens and prefix rows, each (bsz, k)."""
+    rank = torch.arange(cand_scores.size(1), device=cand_scores.device).expand_as(cand_scores)
+    _, alive = (rank + cand_eos.long() * (2 * k)).topk(k, dim=1, largest=False)  # (bsz, k)
+    return cand_scores.gather(1, alive), cand_tokens.gather(1, alive), cand_rows.gather(1, alive)
+
+
+def search_over(nth_finished: Tensor, best_alive: Tensor, limit: Tensor, t: int | Tensor,
+                search: SearchConfig) -> Tensor:
+    """(bsz,) True for the sentences whose search is over at step t: nothing alive can beat the nbest-th finished
+    hypothesis (a live one's log-prob can only fall, its lp is at most lp at the word limit), or the word limit is
+    reached. nth_finished: each sentence's nbest-th finished score (-inf: fewer finished); best_alive: its best live
+    running score; limit: its word limit. t: an int or a 0-d device tensor."""
+    lp_max = torch.maximum(length_penalty((limit + 1).float(), search.alpha, search.lp),
+                           length_penalty(torch.zeros_like(limit).add_(t + 2).float(), search.alpha, search.lp))
+    return nth_finished.ge(best_alive / lp_max) | limit.le(t)
 
 
 def _prefix_table(prefixes: Sequence[Sequence[int]] | None, limit: Tensor, lines: Tensor) -> Tensor | None:
@@ -318,7 +348,7 @@ def _row_search(model, src: Tensor, search: SearchConfig, max_len: int | None, c
         row_limit = limit[sent]
         lprobs = _log_probs(_step_logits(model, tokens, memory, src_pad, cache))  # (N, V)
         allowed = _allowed(constraint, sent, tokens, lprobs.size(1), search.no_repeat_ngram_size, prefix)
-        _constrain(lprobs, t, min_len, row_limit, t >= int(row_limit.min()), allowed)
+        constrain(lprobs, t, min_len, row_limit, t >= int(row_limit.min()), allowed)
         nxt = pick(lprobs, sent, sample)  # (N,)
         logp = lprobs.gather(1, nxt[:, None]).squeeze(1)  # (N,)
         tokens = torch.cat([tokens, nxt[:, None]], dim=1)
@@ -359,7 +389,7 @@ def beam_search(model, src: Tensor, search: SearchConfig = PAPER_SEARCH, max_len
     could still reach (its log-prob can only fall, its lp is at most lp at the word limit), or at its
     word limit. max_len: a hard cap on words (e.g. a learned position table's size).
     """
-    alpha, lp_kind, nbest, min_len = search.alpha, search.lp, search.nbest, search.min_len
+    nbest, min_len = search.nbest, search.min_len
     B, dev, k = src.size(0), src.device, search.beam
     src_pad = src.eq(PAD_ID)  # (B, S)
     memory = model.encode(src)  # (B, S, D)
@@ -383,11 +413,9 @@ def beam_search(model, src: Tensor, search: SearchConfig = PAPER_SEARCH, max_len
         V = logits.size(1)
         allowed = _allowed(constraint, sent.repeat_interleave(kk), tokens, V, search.no_repeat_ngram_size, prefix)
 
-        # fairseq's step: top 2k of (running score + next log-prob) over kk*V, then div/mod.
-        cand_scores, cand_idx = _top_candidates(logits, scores, bsz, 2 * k, t, min_len, row_limit,
-                                                t >= int(row_limit.min()), allowed)  # (bsz, 2k)
-        cand_beams = cand_idx.div(V, rounding_mode="floor")  # (bsz, 2k) in [0, kk)
-        cand_tokens = cand_idx.remainder(V)
+        # fairseq's step: top 2k of (running score + next log-prob) over kk*V.
+        lprobs = constrain(_log_probs(logits), t, min_len, row_limit, t >= int(row_limit.min()), allowed)
+        cand_scores, cand_beams, cand_tokens = top_candidates(lprobs, scores, bsz, 2 * k)  # (bsz, 2k)
         cand_rows = cand_beams + (torch.arange(bsz, device=dev) * kk)[:, None]  # rows of the prefixes
         cand_eos = cand_tokens.eq(EOS_ID) & cand_scores.gt(NEG_INF)  # (bsz, 2k)
 
@@ -397,15 +425,15 @@ def beam_search(model, src: Tensor, search: SearchConfig = PAPER_SEARCH, max_len
         if fin_now.any():
             s_idx = fin_now.any(1).nonzero().squeeze(1)  # active sentences finishing something
             rows, c_scores = cand_rows[s_idx, :k], cand_scores[s_idx, :k]  # (b, k) prefix rows and their scores
-            new_scores = (c_scores / length_penalty(float(t + 1), alpha, lp_kind)).masked_fill(
-                ~fin_now[s_idx], NEG_INF)  # (b, k)
+            new_scores = finish_scores(c_scores, fin_now[s_idx], t, search)  # (b, k)
             new_logps = torch.cat([logps[rows], (c_scores - scores[rows])[..., None]], -1)  # (b, k, t+1)
             finished.add(sent[s_idx], new_scores, tokens[rows, 1:], new_logps)
 
-        alive_scores, alive_tokens, alive_rows = _alive(cand_scores, cand_tokens, cand_rows, cand_eos, k)
+        alive_scores, alive_tokens, alive_rows = alive_candidates(cand_scores, cand_tokens, cand_rows, cand_eos, k)
         alive_logps = alive_scores - scores[alive_rows]  # log-prob of the newest token
 
-        done = _beam_over(finished, sent, limit, alive_scores[:, 0], t, search)  # (bsz,) early termination
+        nth_finished = finished.scores[sent, nbest - 1]
+        done = search_over(nth_finished, alive_scores[:, 0], limit[sent], t, search)  # (bsz,) early termination
         if bool(done.all()):
             break
         keep = None
@@ -426,26 +454,6 @@ def beam_search(model, src: Tensor, search: SearchConfig = PAPER_SEARCH, max_len
         kk = k
 
     return finished.hypotheses()
-
-
-def _beam_over(finished: _Finished, sent: Tensor, limit: Tensor, best_alive: Tensor, t: int,
-               search: SearchConfig) -> Tensor:
-    """(bsz,) True for the active sentences whose search is over: nothing alive can beat the nbest-th finished
-    hypothesis (a live one's log-prob can only fall, its lp is at most lp at the word limit), or the word limit is
-    reached. best_alive (bsz,): each sentence's best live running score."""
-    sent_limit = limit[sent]
-    lp_max = torch.maximum(length_penalty((sent_limit + 1).float(), search.alpha, search.lp),
-                           length_penalty(torch.full_like(sent_limit, t + 2).float(), search.alpha, search.lp))
-    return finished.scores[sent, search.nbest - 1].ge(best_alive / lp_max) | sent_limit.le(t)
-
-
-def _alive(cand_scores: Tensor, cand_tokens: Tensor, cand_rows: Tensor, cand_eos: Tensor, k: int
-           ) -> tuple[Tensor, Tensor, Tensor]:
-    """The best k candidates of each sentence that do not end in EOS (fairseq: rank + 2k * is_eos, k smallest):
-    their scores, tokens and prefix rows, each (bsz, k)."""
-    rank = torch.arange(cand_scores.size(1), device=cand_scores.device).expand_as(cand_scores)
-    _, alive = (rank + cand_eos.long() * (2 * k)).topk(k, dim=1, largest=False)  # (bsz, k)
-    return cand_scores.gather(1, alive), cand_tokens.gather(1, alive), cand_rows.gather(1, alive)
 
 
 class _Finished:

@@ -5,11 +5,14 @@ aiayn.search drops finished sentences from the batch and grows the self-attentio
 shapes and Python drives each kernel. Here nothing changes shape from step to step:
     * the self-attention keys/values of each decoder layer live in a preallocated (N, h, L, d) buffer; step t writes
       position t in place (index_copy_ with t a device tensor) and attends over all L positions, those after t masked;
+      the model's own decoder layers and attention modules run the step (aiayn.cache.FixedLayerCache holds the
+      buffers), so a swapped-in attention (aiayn.viz's recorder) runs here too;
     * cross-attention keys/values are computed once per batch into buffers, source padding masked;
     * the batch keeps all its sentences and beams (N = B * k rows): a finished sentence's rows get score -inf, so
       they can neither finish nor win anything again, and a greedy row that has finished writes PAD;
     * the step number t is a device tensor the step itself advances, so the same step runs again unchanged.
-The host reads one flag (are all sentences done?) every SYNC_EVERY steps.
+The host reads one flag (are all sentences done?) every SYNC_EVERY steps. The step's logic (candidates, finishing,
+the alive set, early stopping, the length penalty) is aiayn.search's own functions, called on the fixed shapes.
 
 Capture (CUDA only, `StaticDecoder(graphs=True)`): the first batch of a shape (rows, source length rounded up to
 SRC_BUCKET, beam, search options) loads its inputs into the static buffers, runs the step a few times on a side
@@ -25,34 +28,46 @@ Notation as aiayn.search: B sentences, k beams, N = B * k rows, V vocabulary, t 
 
 from __future__ import annotations
 
-import functools
+from collections import OrderedDict
 from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from aiayn.cache import FixedLayerCache
 from aiayn.config import BOS_ID, EOS_ID, PAD_ID
 from aiayn.errors import UsageError
 from aiayn.fast import row_topk
-from aiayn.search import NEG_INF, Hypothesis, SearchConfig, length_penalty, max_output_lengths
+from aiayn.search import (
+    NEG_INF,
+    Hypothesis,
+    SearchConfig,
+    alive_candidates,
+    constrain,
+    finish_scores,
+    length_penalty,
+    max_output_lengths,
+    search_over,
+    top_candidates,
+)
 
 SYNC_EVERY = 8  # steps between the host's checks that every sentence is done
 SRC_BUCKET = 16  # on CUDA source lengths are rounded up to a multiple of this, so few graphs are captured
+LEN_BUCKET = 32  # on CUDA the positions a state holds are rounded up to a multiple of this
+MAX_STATES = 16  # states (and graphs) kept, the least recently used dropped first
 
 
 @dataclass
 class _State:
     """Every tensor a step reads or writes; shapes fixed for the state's life."""
 
+    W: int  # positions: up to W - 1 words, then EOS
     t: Tensor  # () long: the step
     limit: Tensor  # (B,) word limit of each sentence
     row_limit: Tensor  # (N,)
     src_mask: Tensor  # (B, 1, 1, S) bool, True = may attend
-    cross_k: list[Tensor]  # per layer (B, h, S, dk)
-    cross_v: list[Tensor]  # per layer (B, h, S, dv)
-    self_k: list[Tensor]  # per layer (N, h, L, dk)
-    self_v: list[Tensor]  # per layer (N, h, L, dv)
+    layers: list[FixedLayerCache]  # per decoder layer: self-attention (N, h, W, d), cross-attention (B, h, S, d)
     tokens: Tensor  # (N, W + 1): BOS, then the words chosen so far, PAD after
     logps: Tensor  # (N, W): log-prob of each chosen token, 0 after
     scores: Tensor  # (N,) running sum of log-probs (beam); -inf: a dead row
@@ -66,9 +81,10 @@ class _State:
 
 class StaticDecoder:
     """Greedy (search.beam == 1) and beam search of `model` with fixed-shape steps: `search(src, config)` returns
-    what aiayn.search.greedy_search / beam_search return. max_len: the most words an output may have (the buffers'
-    size; a batch whose word limit exceeds it is refused). graphs: capture each step shape as a CUDA graph (default:
-    on CUDA); otherwise every step runs eagerly."""
+    what aiayn.search.greedy_search / beam_search return. max_len: the most words an output may have (a batch whose
+    word limit exceeds it is refused). graphs: capture each step shape as a CUDA graph (default: on CUDA); otherwise
+    every step runs eagerly. A state (buffers, and its graph) is kept per batch shape: rows, source length and
+    positions, each rounded up to a bucket on CUDA (SRC_BUCKET, LEN_BUCKET), at most MAX_STATES of them."""
 
     def __init__(self, model, max_len: int, graphs: bool | None = None):
         self.model, self.max_len = model, max_len
@@ -77,19 +93,24 @@ class StaticDecoder:
         self.graphs = self.device.type == "cuda" if graphs is None else graphs
         if self.graphs and self.device.type != "cuda":
             raise UsageError("CUDA graphs need a CUDA model")
-        self.states: dict[tuple, _State] = {}
+        self.states: OrderedDict[tuple, _State] = OrderedDict()
         with torch.no_grad():
             self.positions = model.position_encoding(self.W, 0, self.device)  # (W, D)
+
+    @staticmethod
+    def unsupported(search: SearchConfig, constraint=None, prefixes=None) -> list[str]:
+        """What of this search the fixed-shape decoder does not do ([]: it does all of it)."""
+        return [name for name, used in (("constrained search", constraint is not None),
+                                        ("target prefixes", bool(prefixes) and any(prefixes)),
+                                        ("sampling", search.sampling),
+                                        ("no_repeat_ngram_size", search.no_repeat_ngram_size > 0)) if used]
 
     @torch.inference_mode()
     def search(self, src: Tensor, search: SearchConfig, max_len: int | None = None,
                constraint=None, prefixes=None, lines=None) -> list[list[Hypothesis]]:
         """src (B, S) padded with PAD_ID -> per sentence its Hypothesis list (as aiayn.search). max_len: a hard cap
         on words, as aiayn.search's. Constraints, target prefixes, sampling and n-gram blocking are refused."""
-        unsupported = [name for name, used in (("constrained search", constraint is not None),
-                                               ("target prefixes", bool(prefixes) and any(prefixes)),
-                                               ("sampling", search.sampling),
-                                               ("no_repeat_ngram_size", search.no_repeat_ngram_size > 0)) if used]
+        unsupported = self.unsupported(search, constraint, prefixes)
         if unsupported:
             raise UsageError(f"{', '.join(unsupported)}: not supported by the static (fixed-shape) decoder; decode "
                              "with aiayn.search")
@@ -97,43 +118,46 @@ class StaticDecoder:
         W = int(limit.max()) + 1
         if W > self.W:
             raise UsageError(f"a sentence may have {W - 1} words, more than this decoder's max_len {self.max_len}")
-        if self.graphs:  # pad the source to a bucket: fewer shapes, fewer graphs (pad keys are masked)
+        if self.graphs:  # pad the source and the positions to buckets: fewer shapes, fewer graphs (pads are masked)
             S = -(-src.size(1) // SRC_BUCKET) * SRC_BUCKET
             src = F.pad(src, (0, S - src.size(1)), value=PAD_ID)
+            W = min(-(-W // LEN_BUCKET) * LEN_BUCKET, self.W)
         greedy = search.beam == 1
         k = 1 if greedy else search.beam
         memory = self.model.encode(src)  # (B, S, D)
-        key = (src.shape, k, search.nbest, search.min_len, search.alpha, search.lp)
-        state = self.states.get(key)
-        if state is None:
-            state = self._new_state(src.size(0), k, search.nbest, memory)
-            self.states[key] = state
+        key = (src.shape, W, k, search.nbest, search.min_len, search.alpha, search.lp)
+        state = self.states.pop(key, None) or self._new_state(src.size(0), k, search.nbest, memory, W)
+        self.states[key] = state  # the most recently used last
+        while len(self.states) > MAX_STATES:
+            self.states.popitem(last=False)
         step = (lambda: self._greedy_step(state, search)) if greedy else (lambda: self._beam_step(state, search, k))
         self._load(state, src, memory, limit, k)
         if self.graphs and state.graph is None:
             state.graph = _capture(step)
             self._load(state, src, memory, limit, k)  # the warm-up moved the state on
         run = state.graph.replay if state.graph is not None else step
-        for t in range(W):
+        for t in range(int(limit.max()) + 1):
             run()
             if (t + 1) % SYNC_EVERY == 0 and bool(state.done.all()):
                 break
         return self._greedy_output(state, search) if greedy else self._beam_output(state)
 
     # -- state ---------------------------------------------------------------------------------------------------
-    def _new_state(self, B: int, k: int, nbest: int, memory: Tensor) -> _State:
-        dev, dt, W, N = memory.device, memory.dtype, self.W, B * k
-        layers = self.model.decoder.layers
-        h, dk, dv, S = layers[0].self_attn.h, layers[0].self_attn.d_k, layers[0].self_attn.d_v, memory.size(1)
-
-        def buf(*shape):
-            return [torch.zeros(shape, dtype=dt, device=dev) for _ in layers]
-
+    def _new_state(self, B: int, k: int, nbest: int, memory: Tensor, W: int) -> _State:
+        dev, dt, N, S = memory.device, memory.dtype, B * k, memory.size(1)
+        t = torch.zeros((), dtype=torch.long, device=dev)
+        layers = []
+        for layer in self.model.decoder.layers:
+            attn = layer.self_attn
+            layers.append(FixedLayerCache(
+                t, self_k=torch.zeros(N, attn.h, W, attn.d_k, dtype=dt, device=dev),
+                self_v=torch.zeros(N, attn.h, W, attn.d_v, dtype=dt, device=dev),
+                cross_k=torch.zeros(B, attn.h, S, attn.d_k, dtype=dt, device=dev),
+                cross_v=torch.zeros(B, attn.h, S, attn.d_v, dtype=dt, device=dev)))
         state = _State(
-            t=torch.zeros((), dtype=torch.long, device=dev), limit=torch.zeros(B, dtype=torch.long, device=dev),
+            W=W, t=t, limit=torch.zeros(B, dtype=torch.long, device=dev),
             row_limit=torch.zeros(N, dtype=torch.long, device=dev),
-            src_mask=torch.zeros(B, 1, 1, S, dtype=torch.bool, device=dev),
-            cross_k=buf(B, h, S, dk), cross_v=buf(B, h, S, dv), self_k=buf(N, h, W, dk), self_v=buf(N, h, W, dv),
+            src_mask=torch.zeros(B, 1, 1, S, dtype=torch.bool, device=dev), layers=layers,
             tokens=torch.zeros(N, W + 1, dtype=torch.long, device=dev), logps=torch.zeros(N, W, device=dev),
             scores=torch.zeros(N, device=dev), done=torch.zeros(B, dtype=torch.bool, device=dev),
             length=torch.zeros(B, dtype=torch.long, device=dev))
@@ -150,12 +174,8 @@ class StaticDecoder:
         s.limit.copy_(limit)
         s.row_limit.copy_(limit.repeat_interleave(k))
         s.src_mask.copy_(src.ne(PAD_ID)[:, None, None, :])
-        for layer, ck, cv in zip(self.model.decoder.layers, s.cross_k, s.cross_v):
-            attn = layer.cross_attn
-            ck.copy_(_heads(attn.w_k(memory), attn.h))  # (B, h, S, dk)
-            cv.copy_(_heads(attn.w_v(memory), attn.h))
-        for buf in s.self_k + s.self_v:
-            buf.zero_()
+        for layer, cache in zip(self.model.decoder.layers, s.layers):
+            cache.load(layer.cross_attn, memory)
         s.tokens.fill_(PAD_ID)
         s.tokens[:, 0] = BOS_ID
         s.logps.zero_()
@@ -169,37 +189,14 @@ class StaticDecoder:
 
     # -- one step: device tensors only -----------------------------------------------------------------------------
     def _log_probs(self, s: _State, min_len: int) -> Tensor:
-        """The decoder on each row's newest token, log-softmaxed and constrained as aiayn.search: (N, V) fp32."""
+        """The model's decoder on each row's newest token, log-softmaxed and constrained as aiayn.search: (N, V)
+        fp32."""
         model, t = self.model, s.t
         last = s.tokens.index_select(1, t.view(1))  # (N, 1)
         x = model.embedding(last) * model.embed_scale + self.positions.index_select(0, t.view(1))  # (N, 1, D)
-        x = model.dropout(x)
-        seen = torch.arange(self.W, device=t.device).le(t)[None]  # (1, W): positions <= t
-        for i, layer in enumerate(model.decoder.layers):  # the layer's own sublayers: post- or pre-norm alike
-            self_attn = functools.partial(self._self_attention, layer.self_attn, s=s, i=i, seen=seen)
-            cross_attn = functools.partial(_cross_attention, layer.cross_attn, k=s.cross_k[i], v=s.cross_v[i],
-                                           src_mask=s.src_mask)
-            x = layer.sublayers[0](x, self_attn)
-            x = layer.sublayers[1](x, cross_attn)
-            x = layer.sublayers[2](x, layer.ffn)
-        logits = model.output_logits(model.decoder.norm(x))[:, -1]  # (N, V)
-        lprobs = torch.log_softmax(logits.float(), dim=-1)
-        eos = lprobs[:, EOS_ID].clone()
-        lprobs[:, PAD_ID] = NEG_INF
-        lprobs[:, BOS_ID] = NEG_INF
-        lprobs[:, EOS_ID] = lprobs[:, EOS_ID].masked_fill(t < min_len, NEG_INF)
-        at_max = s.row_limit.le(t)  # (N,): EOS forced
-        lprobs.masked_fill_(at_max[:, None], NEG_INF)
-        lprobs[:, EOS_ID] = torch.where(at_max, eos, lprobs[:, EOS_ID])
-        return lprobs
-
-    def _self_attention(self, attn, y: Tensor, s: _State, i: int, seen: Tensor) -> Tensor:
-        N = y.size(0)
-        q = _heads(attn.w_q(y), attn.h)  # (N, h, 1, dk)
-        s.self_k[i].index_copy_(2, s.t.view(1), _heads(attn.w_k(y), attn.h))  # position t of (N, h, W, dk)
-        s.self_v[i].index_copy_(2, s.t.view(1), _heads(attn.w_v(y), attn.h))
-        out = F.scaled_dot_product_attention(q, s.self_k[i], s.self_v[i], attn_mask=seen)  # (N, h, 1, dv)
-        return attn.w_o(out.transpose(1, 2).reshape(N, 1, -1))  # (N, 1, h*dv)
+        hidden = model.decoder(model.dropout(x), None, s.src_mask, _Layers(s.layers))  # (N, 1, D)
+        lprobs = torch.log_softmax(model.output_logits(hidden)[:, -1].float(), dim=-1)  # (N, V)
+        return constrain(lprobs, t, min_len, s.row_limit)
 
     def _greedy_step(self, s: _State, search: SearchConfig) -> None:
         t = s.t
@@ -212,22 +209,16 @@ class StaticDecoder:
         t.add_(1)
 
     def _beam_step(self, s: _State, search: SearchConfig, k: int) -> None:
-        """fairseq's step, as aiayn.search.beam_search, on all B * k rows: a dead row's candidates are -inf."""
-        t, (B, nbest), W = s.t, s.fin_scores.shape, self.W
-        lprobs = self._log_probs(s, search.min_len)
-        V, n = lprobs.size(1), 2 * k
-        row_scores, row_tokens = row_topk(lprobs, min(n, V))  # (N, n)
-        row_scores.add_(s.scores[:, None])
-        per_row = row_scores.size(1)
-        cand_scores, pos = row_scores.view(B, k * per_row).topk(min(n, k * V), dim=1)  # (B, 2k)
-        cand_tokens = row_tokens.view(B, k * per_row).gather(1, pos)
-        cand_rows = pos.div(per_row, rounding_mode="floor") + (torch.arange(B, device=t.device) * k)[:, None]
-        cand_eos = cand_tokens.eq(EOS_ID) & cand_scores.gt(NEG_INF)  # (B, 2k)
+        """aiayn.search.beam_search's step (its candidates, finishing, alive set and stopping rule), on all B * k rows:
+        a dead row's candidates are -inf."""
+        t, (B, nbest), W = s.t, s.fin_scores.shape, s.W
+        cand_scores, cand_beams, cand_tokens = top_candidates(self._log_probs(s, search.min_len), s.scores, B, 2 * k)
+        cand_rows = cand_beams + (torch.arange(B, device=t.device) * k)[:, None]  # (B, 2k)
+        cand_eos = cand_tokens.eq(EOS_ID) & cand_scores.gt(NEG_INF)
 
         # Finish the EOS candidates among the top k, keeping each sentence's nbest best.
-        rows, c_scores, fin_now = cand_rows[:, :k], cand_scores[:, :k], cand_eos[:, :k]  # (B, k)
-        lp = length_penalty((t + 1).double(), search.alpha, search.lp).float()
-        new_scores = (c_scores / lp).masked_fill(~fin_now, NEG_INF)  # (B, k)
+        rows, c_scores = cand_rows[:, :k], cand_scores[:, :k]  # (B, k)
+        new_scores = finish_scores(c_scores, cand_eos[:, :k], t, search)  # (B, k)
         at_t = torch.arange(W, device=t.device).eq(t)  # (W,)
         words = torch.where(at_t, EOS_ID, s.tokens.index_select(0, rows.reshape(-1))[:, 1:].reshape(B, k, W))
         new_logps = torch.where(at_t, (c_scores - s.scores[rows])[..., None],
@@ -239,22 +230,16 @@ class StaticDecoder:
         s.length.copy_(torch.cat([s.length, (t + 1).expand(B, k)], 1).gather(1, best))
         s.fin_scores.copy_(best_scores)
 
-        # The best k candidates not ending in EOS stay alive (fairseq: rank + 2k * is_eos, k smallest).
-        rank = torch.arange(cand_scores.size(1), device=t.device).expand_as(cand_scores)
-        _, alive = (rank + cand_eos.long() * n).topk(k, dim=1, largest=False)  # (B, k)
-        alive_scores, alive_tokens = cand_scores.gather(1, alive), cand_tokens.gather(1, alive)
-        alive_rows = cand_rows.gather(1, alive)
+        alive_scores, alive_tokens, alive_rows = alive_candidates(cand_scores, cand_tokens, cand_rows, cand_eos, k)
         alive_logps = alive_scores - s.scores[alive_rows]
 
-        # Early termination: nothing alive can beat the nbest-th finished; a done sentence's rows die.
-        lp_max = torch.maximum(length_penalty((s.limit + 1).float(), search.alpha, search.lp),
-                               length_penalty((t + 2).float().expand(B), search.alpha, search.lp))
-        s.done.logical_or_(s.fin_scores[:, nbest - 1].ge(alive_scores[:, 0] / lp_max) | s.limit.le(t))
+        # Early termination; a done sentence's rows die.
+        s.done.logical_or_(search_over(s.fin_scores[:, nbest - 1], alive_scores[:, 0], s.limit, t, search))
         alive_scores = alive_scores.masked_fill(s.done[:, None], NEG_INF)
 
         index = alive_rows.reshape(-1)  # (N,) the row of each new hypothesis's prefix
-        for buf in s.self_k + s.self_v:
-            buf.copy_(buf.index_select(0, index))
+        for cache in s.layers:
+            cache.reorder(index)
         s.tokens.copy_(s.tokens.index_select(0, index))
         s.tokens.index_copy_(1, (t + 1).view(1), alive_tokens.view(-1, 1))
         s.logps.copy_(s.logps.index_select(0, index))
@@ -281,17 +266,11 @@ class StaticDecoder:
         return out
 
 
-def _heads(x: Tensor, h: int) -> Tensor:
-    b, n, _ = x.shape
-    return x.view(b, n, h, -1).transpose(1, 2)  # (B, n, h*w) -> (B, h, n, w)
+class _Layers:
+    """The per-layer caches as model.Decoder takes them (`cache.layers[i]`)."""
 
-
-def _cross_attention(attn, y: Tensor, k: Tensor, v: Tensor, src_mask: Tensor) -> Tensor:
-    """The g = N / B rows of a sentence query its keys together: (N, 1, D) -> (B, h, g, dk) -> (N, 1, h*dv)."""
-    B, N = k.size(0), y.size(0)
-    q = attn.w_q(y).view(B, N // B, attn.h, -1).transpose(1, 2)  # (B, h, g, dk)
-    out = F.scaled_dot_product_attention(q, k, v, attn_mask=src_mask)  # (B, h, g, dv)
-    return attn.w_o(out.transpose(1, 2).reshape(N, 1, -1))  # (B, g, h, dv) -> (N, 1, h*dv)
+    def __init__(self, layers: list[FixedLayerCache]):
+        self.layers = layers
 
 
 def _capture(step) -> torch.cuda.CUDAGraph:

@@ -28,6 +28,7 @@ from aiayn.progress import Progress
 from aiayn.search import PAPER_SEARCH, Constraint, Hypothesis, SearchConfig, max_output_lengths, search_function
 from aiayn.shortlist import Shortlist, run_file
 from aiayn.shortlist import load as load_shortlist
+from aiayn.static_search import StaticDecoder
 
 
 def padded(rows: Sequence[Sequence[int]], device: str | torch.device = "cpu") -> torch.Tensor:
@@ -135,12 +136,20 @@ class Translator:
     Sentences are sorted by length and searched in batches of `batch_size` (less padding); answers come back in
     input order. `model` may be a list of models of one vocabulary: they are decoded as an ensemble
     (aiayn.ensemble). `shortlist` (aiayn.shortlist): each batch computes the output projection for its source
-    pieces' target pieces only."""
+    pieces' target pieces only.
+
+    search_impl: "eager" (aiayn.search: finished sentences leave the batch, each step's shapes new; the fastest on
+    CPUs), "fixed" (aiayn.static_search: fixed-shape steps, replayed as CUDA graphs on a GPU; the same hypotheses) or
+    "auto" (the default: fixed on CUDA, eager elsewhere). The fixed-shape search does greedy, beam and n-best search
+    of one model without a shortlist; a batch that asks for more (sampling, target prefixes, n-gram blocking, a
+    constraint, a shortlist, an ensemble) runs the eager search, and the first such batch says so on stderr."""
+
+    SEARCH_IMPLS = ("auto", "eager", "fixed")
 
     def __init__(self, model, vocab, search: SearchConfig = PAPER_SEARCH, precision: str = "fp32",
                  device: str | torch.device = "cpu", batch_size: int = 64, max_input_len: int | None = None,
                  prepack: bool | None = None, packed: bool | None = None, shortlist: Shortlist | None = None,
-                 weights: str | None = None):
+                 weights: str | None = None, search_impl: str = "auto"):
         self.vocab, self.search, self.device = vocab, search, torch.device(device)
         prepack, self.precision = _prepack(prepack, packed), _precision(precision, weights)
         # aiayn.inference: the formats; a model already in the asked one (Translator.load's) is taken as it is
@@ -154,6 +163,36 @@ class Translator:
             raise UsageError(f"the shortlist covers {shortlist.vocab_size:,} pieces but the model has "
                              f"{self.cfg.vocab_size:,}; build it from the model's own data (aiayn shortlist)")
         self.shortlist = shortlist
+        if search_impl not in self.SEARCH_IMPLS:
+            raise UsageError(f"search_impl must be one of {', '.join(self.SEARCH_IMPLS)}, not {search_impl!r}")
+        self.fixed_asked = search_impl == "fixed" or (search_impl == "auto" and self.device.type == "cuda")
+        self.fixed_shape = self._fixed_shape_decoder() if self.fixed_asked else None
+        self._fell_back = False  # the eager fallback has been announced
+
+    def _fixed_shape_decoder(self) -> StaticDecoder | None:
+        """The fixed-shape decoder for this model (None for an ensemble), sized for the longest output the search
+        allows (its buffers hold each batch's positions only: aiayn.static_search)."""
+        if isinstance(self.model, Ensemble):
+            return None
+        search, cfg = self.search, self.cfg
+        most = max(int(search.max_len_a * self.max_input_len + search.max_len_b), search.min_len)
+        if cfg.positional == "learned":
+            most = min(most, cfg.max_positions - 1)
+        return StaticDecoder(self.model, most)
+
+    def _decode_function(self, constraint, prefixes):
+        """The search to run a batch with: the fixed-shape decoder's where it was asked for and covers the batch's
+        options, else aiayn.search's (the fallback said once)."""
+        if not self.fixed_asked:
+            return search_function(self.search)
+        unsupported = StaticDecoder.unsupported(self.search, constraint, prefixes)
+        unsupported += ["a shortlist"] * (self.shortlist is not None) + ["an ensemble"] * (self.fixed_shape is None)
+        if not unsupported:  # the model is the Translator's own (no shortlist): the decoder holds it
+            return lambda model, src, search, max_len, *_, **__: self.fixed_shape.search(src, search, max_len)
+        if not self._fell_back:
+            _warn(f"the fixed-shape search does not do {', '.join(unsupported)}: decoding with the eager search")
+            self._fell_back = True
+        return search_function(self.search)
 
     @classmethod
     def load(cls, checkpoint: str | Path | Sequence[str | Path], search: SearchConfig = PAPER_SEARCH,
@@ -194,7 +233,6 @@ class Translator:
             blank = next((n for n, (s, p) in enumerate(zip(sources, prefixes), 1) if s is None and p), None)
             if blank is not None:
                 raise UsageError(f"input line {blank} is blank but has a target prefix; give a source")
-        decode = search_function(search)
         bar = Progress("translate", len(order), "sentences", enabled=progress)
         with torch.inference_mode():
             for start in range(0, len(order), self.batch_size):
@@ -207,6 +245,7 @@ class Translator:
                 src, batch_prefixes = src.to(self.device), prefixes and [prefixes[i] for i in idx]
                 model = self.model if self.shortlist is None else self.shortlist.restrict(self.model, src,
                                                                                           batch_prefixes)
+                decode = self._decode_function(on_lines, batch_prefixes)
                 hyps = decode(model, src, search, max_len, on_lines, prefixes=batch_prefixes, lines=lines)
                 for i, h in zip(idx, hyps):  # empty only if the model gave EOS probability 0 at the limit
                     results[i] = h or [Hypothesis([], float("-inf"), [])]

@@ -107,3 +107,36 @@ def test_decode_speed_graphed_smoke():
     for beam in (1, 2):
         rec = decode_speed("tiny", "fp32", beam, 3, 5, torch.device("cpu"), graphed=True)
         assert rec["graphed"] and rec["sent_s"] > 0
+
+
+def test_fixed_shape_steps_run_the_models_own_attention_and_keep_few_states(model):
+    """The fixed-shape step runs the model's own decoder layers and MultiHeadAttention modules (FixedLayerCache), so
+    an attention swapped into a module (as aiayn.viz's recorder) is the one that runs; states are kept per batch
+    shape, the least recently used dropped past MAX_STATES."""
+    from aiayn import static_search as ss
+    from aiayn.model import attention
+
+    calls = {"self": 0, "cross": 0}
+    for layer in model.decoder.layers:
+        for kind, module in (("self", layer.self_attn), ("cross", layer.cross_attn)):
+            module.attention = functools.partial(_counting, calls, kind)
+    try:
+        src, search = _sources(), SearchConfig(beam=2, max_len_b=6)
+        _assert_same(static_search(model, src, search), beam_search(model, src, search))
+    finally:
+        for layer in model.decoder.layers:
+            layer.self_attn.attention = layer.cross_attn.attention = attention
+    steps = calls["self"] // len(model.decoder.layers)
+    assert steps >= 2 and calls["cross"] == calls["self"]
+
+    decoder = StaticDecoder(model, max_len=24)
+    for n in range(1, ss.MAX_STATES + 3):
+        decoder.search(_sources(n, seed=n)[:, :9], SearchConfig(beam=1, max_len_a=0, max_len_b=3))
+    assert len(decoder.states) == ss.MAX_STATES
+
+
+def _counting(calls, kind, *args):
+    from aiayn.model import attention
+
+    calls[kind] += 1
+    return attention(*args)

@@ -90,21 +90,19 @@ def test_cli_end_to_end(setup, copy_data, tmp_path, monkeypatch, capsys):
 
 
 def test_precision_and_its_old_name_weights(setup, copy_data, tmp_path):
-    # translate --precision int8 and --weights int8 (its old name) decode alike, as Translator.load(precision=)
-    # does; Translator(weights=) and Translator.load(weights=) still work, with a DeprecationWarning.
+    # translate --precision int8 decodes as Translator.load(precision=) does; Translator(weights=) and
+    # Translator.load(weights=) still work, with a DeprecationWarning (the CLI's --weights is gone).
     model, vocab, lines = setup
     run = save_run(model, copy_data / "vocab.model", tmp_path / "run")
     src = tmp_path / "in.txt"
     src.write_text("\n".join(lines[:4]) + "\n")
-    got = []
-    for flag in ("--precision", "--weights"):
-        out = tmp_path / f"{flag[2:]}.txt"
-        assert main(["translate", "--checkpoint", str(run), "--input", str(src), "--output", str(out), flag, "int8",
-                     "--max-len-b", "10", "--no-progress"]) == 0
-        got.append(out.read_text().splitlines())
+    out = tmp_path / "out.txt"
+    assert main(["translate", "--checkpoint", str(run), "--input", str(src), "--output", str(out), "--precision",
+                 "int8", "--max-len-b", "10", "--no-progress"]) == 0
+    got = [out.read_text().splitlines()]
     new = Translator.load(run, SearchConfig(max_len_b=10), precision="int8")
     assert new.precision == new.model.precision == "int8"
-    assert got[0] == got[1] == new.translate(lines[:4])
+    assert got[0] == new.translate(lines[:4])
     with pytest.warns(DeprecationWarning, match="use precision="):
         old = Translator.load(run, SearchConfig(max_len_b=10), weights="int8")
     assert old.precision == old.model.precision == "int8" and old.translate(lines[:4]) == got[0]
@@ -188,3 +186,37 @@ def test_translate_help_lists_the_decoding_options(capsys):
     text = capsys.readouterr().out
     for flag in ("--sampling", "--top-k", "--top-p", "--temperature", "--seed", "--prefix", "--no-repeat-ngram-size"):
         assert flag in text
+
+
+def test_fixed_shape_search_gives_the_eager_translations(setup, copy_data, tmp_path, capsys):
+    """search_impl="fixed" (aiayn.static_search: what a GPU runs by default) gives the eager search's hypotheses for
+    greedy, beam and n-best search; options it does not do run eagerly, announced once on stderr."""
+    model, vocab, lines = setup
+    for search in (SearchConfig(beam=1, max_len_b=10), SearchConfig(beam=4, max_len_b=10),
+                   SearchConfig(beam=3, nbest=2, max_len_b=10, lp="power")):
+        eager = Translator(model, vocab, search, batch_size=5, search_impl="eager")
+        fixed = Translator(model, vocab, search, batch_size=5, search_impl="fixed")
+        assert eager.fixed_shape is None and fixed.fixed_shape is not None
+        want, got = eager.translate_nbest(lines), fixed.translate_nbest(lines)
+        assert [[h.tokens for h in hs] for hs in got] == [[h.tokens for h in hs] for hs in want]
+        assert [h.score for hs in got for h in hs] == pytest.approx([h.score for hs in want for h in hs], abs=1e-5)
+        assert len(fixed.fixed_shape.states) == 3  # a state per batch shape (exact shapes on a CPU: 3 batches)
+    assert Translator(model, vocab).fixed_shape is None  # auto: eager on a CPU
+    capsys.readouterr()
+    fixed = Translator(model, vocab, SearchConfig(beam=2, max_len_b=10), search_impl="fixed")
+    want = Translator(model, vocab, SearchConfig(beam=2, max_len_b=10)).translate_nbest(lines[:3], prefixes=["a"] * 3)
+    for _ in range(2):
+        assert fixed.translate_nbest(lines[:3], prefixes=["a"] * 3) == want
+    assert capsys.readouterr().err.count("does not do target prefixes: decoding with the eager search") == 1
+    with pytest.raises(UsageError, match="search_impl must be one of auto, eager, fixed"):
+        Translator(model, vocab, search_impl="graphs")
+
+    run = save_run(model, copy_data / "vocab.model", tmp_path / "run")
+    (tmp_path / "in.txt").write_text("\n".join(lines) + "\n")
+    base = ["translate", "--checkpoint", str(run), "--input", str(tmp_path / "in.txt"), "--max-len-b", "10",
+            "--no-progress"]
+    assert main([*base, "--search-impl", "fixed"]) == 0
+    fixed_out = capsys.readouterr().out
+    assert main([*base, "--search-impl", "eager"]) == 0 and capsys.readouterr().out == fixed_out
+    assert main([*base, "--engine", "ct2", "--search-impl", "fixed"]) == 2
+    assert "needs --engine aiayn" in capsys.readouterr().err

@@ -33,6 +33,8 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError("several --checkpoint (an ensemble) need --engine aiayn and no --print-alignment")
     if args.engine == "ct2":
         require("aiayn translate --engine ct2", "export", ("ctranslate2",))
+        if args.search_impl != "auto":
+            raise UsageError("--search-impl chooses how aiayn's own search runs: it needs --engine aiayn")
     if args.output not in (None, "-"):
         check_output_path(args.output)  # before the work, not after it
     if args.print_scores == "tokens" and args.engine == "ct2":
@@ -73,7 +75,7 @@ def _translate_function(args: argparse.Namespace, search):
                                            None)
     translator = Translator.load(args.checkpoint, search, args.precision, device=resolve_device(args.device),
                                  batch_size=args.batch_size, max_input_len=args.max_input_len,
-                                 shortlist=args.shortlist)
+                                 shortlist=args.shortlist, search_impl=args.search_impl)
     if args.print_alignment:  # word alignments from cross-attention, Marian/OpenNMT style: text ||| 0-0 1-2 ...
         from aiayn.viz.alignment import format_alignment, translate_with_alignment
 
@@ -139,6 +141,11 @@ def register(sub) -> None:
                         "FILE; with --engine ct2, the exported folder's vocabulary map (use_vmap); docs/decoding.md")
     add_search_args(p, sampling=True)
     add_precision_arg(p)
-    add_device_arg(p, default="cpu")
+    p.add_argument("--search-impl", choices=Translator.SEARCH_IMPLS, default="auto",
+                   help="how the search runs: eager (finished sentences leave the batch; fastest on CPUs), fixed "
+                        "(fixed-shape steps, replayed as CUDA graphs on a GPU; the same translations) or auto "
+                        "(default: fixed on a GPU, eager on a CPU); fixed covers greedy, beam and n-best search, other "
+                        "options run eager (said once); docs/decoding.md")
+    add_device_arg(p)
     add_progress_arg(p)
     p.set_defaults(func=run)

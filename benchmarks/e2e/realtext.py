@@ -1,0 +1,185 @@
+"""Real-text decoding on the user's path: `aiayn translate` beside CTranslate2 on the same exported model, in one run.
+
+    python -m benchmarks.e2e.realtext --run runs/quickstart/run --src test.en --ref test.es \
+        [--threads 1 2] [--precisions fp32 int8 bf16] [--rounds 3] [--out DIR]
+
+The model is exported once with `aiayn export --to ct2` (float32; int8 is CTranslate2's compute_type at load). Every
+cell is a fresh process pinned to OMP_NUM_THREADS (and CTranslate2's intra_threads) = the thread count, on the whole
+test file, beam 4, |Y|^0.6 (`--lp power`: the penalty CTranslate2 has), batch 64:
+
+    aiayn          `aiayn translate --precision P --lp power` as a user runs it: whole-process wall seconds and peak RSS
+    aiayn (in)     the same decoding in process (benchmarks/e2e/realtext.py inprocess): Translator.load, then
+                   translate_nbest timed alone: sentences/s
+    ct2            CTranslate2 called directly (benchmarks/e2e/ct2_direct.py, torch never imported): one translate_batch
+                   over the file, max_batch_size 64; whole process and in process
+    aiayn --engine ct2   `aiayn translate --engine ct2` on the same folder: whole process
+
+Precisions: fp32 against CTranslate2's float32, int8 against its int8, and aiayn's bf16 (where the CPU multiplies bf16
+natively) against CTranslate2's fastest type on this CPU (int8: it has no CPU bf16). Cells run round-robin, --rounds
+times (a machine's drift hits every cell alike); the table gives medians, and the ratios CTranslate2's time / aiayn's
+(> 1: aiayn is faster), whole process and in process. BLEU is sacreBLEU's against --ref; "= fp32" counts aiayn's
+lines equal to aiayn fp32's. Raw cells go to DIR/cells.jsonl, outputs to DIR/out/, the table to DIR/table.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+CT2_TYPE = {"fp32": "float32", "int8": "int8", "bf16": "int8"}  # aiayn's precision -> CTranslate2's compute type
+
+
+def _run(cmd: list[str], threads: int) -> dict:
+    """Run `cmd` with `threads` threads; its wall seconds, peak RSS (MB) and the JSON its stdout ends with, if any."""
+    env = {**os.environ, "OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads)}
+    with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
+        start = time.perf_counter()
+        proc = subprocess.Popen(cmd, env=env, stdout=out, stderr=err, text=True)
+        _, status, usage = os.wait4(proc.pid, 0)  # reaped here, so that its own rusage (peak RSS) is ours to read
+        wall = time.perf_counter() - start
+        proc.returncode = os.waitstatus_to_exitcode(status)
+        out.seek(0), err.seek(0)
+        stdout, stderr = out.read(), err.read()
+    if proc.returncode:
+        raise SystemExit(f"failed ({proc.returncode}): {' '.join(cmd)}\n{stderr[-2000:]}")
+    last = stdout.strip().splitlines()[-1] if stdout.strip() else ""
+    info = json.loads(last) if last.startswith("{") else {}
+    return {"wall_s": wall, "peak_mb": usage.ru_maxrss / 1024, **info}
+
+
+def bleu(hyp: Path, ref: Path) -> float:
+    import sacrebleu
+
+    hyps = hyp.read_text(encoding="utf-8").splitlines()
+    refs = ref.read_text(encoding="utf-8").splitlines()
+    return sacrebleu.corpus_bleu(hyps, [refs]).score
+
+
+def inprocess(args: argparse.Namespace) -> None:
+    """One in-process cell: load, translate the file, print the seconds as JSON (the `inprocess` subcommand)."""
+    import dataclasses
+
+    import torch
+
+    from aiayn.search import PAPER_SEARCH
+    from aiayn.translate import Translator
+
+    start = time.perf_counter()
+    search = dataclasses.replace(PAPER_SEARCH, lp="power")
+    translator = Translator.load(args.run, search, args.precision, device="cpu", batch_size=args.batch_size)
+    lines = Path(args.src).read_text(encoding="utf-8").splitlines()
+    loaded = time.perf_counter()
+    texts = [hyps[0].text for hyps in translator.translate_nbest(lines)]
+    done = time.perf_counter()
+    Path(args.output).write_text("".join(t + "\n" for t in texts), encoding="utf-8")
+    print(json.dumps({"load_s": loaded - start, "translate_s": done - loaded, "sentences": len(lines),
+                      "threads": torch.get_num_threads()}))
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = ap.add_subparsers(dest="cmd")
+    one = sub.add_parser("inprocess", help="one in-process aiayn cell (used by the benchmark itself)")
+    one.add_argument("--run", required=True)
+    one.add_argument("--src", required=True)
+    one.add_argument("--output", required=True)
+    one.add_argument("--precision", default="fp32")
+    one.add_argument("--batch-size", type=int, default=64)
+    ap.add_argument("--run", help="aiayn run directory (or checkpoint)")
+    ap.add_argument("--src", help="source text, one sentence per line")
+    ap.add_argument("--ref", help="reference translations, aligned")
+    ap.add_argument("--threads", type=int, nargs="+", default=[1, 2])
+    ap.add_argument("--precisions", nargs="+", default=["fp32", "int8", "bf16"])
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--engine-ct2", action="store_true", help="also time `aiayn translate --engine ct2`")
+    ap.add_argument("--out", help="folder for cells.jsonl, table.md and the outputs (default: a temporary one)")
+    args = ap.parse_args()
+    if args.cmd == "inprocess":
+        return inprocess(args)
+    if not (args.run and args.src and args.ref):
+        ap.error("--run, --src and --ref are required")
+    out = Path(args.out or tempfile.mkdtemp(prefix="realtext-"))
+    (out / "out").mkdir(parents=True, exist_ok=True)
+    ct2_dir = out / "ct2"
+    if not (ct2_dir / "model.bin").is_file():
+        subprocess.run(["aiayn", "export", "--checkpoint", args.run, "--to", "ct2", str(ct2_dir)], check=True,
+                       stdout=subprocess.DEVNULL)
+    py, here = sys.executable, Path(__file__).resolve().parent
+    cells = []
+    for threads in args.threads:
+        for precision in args.precisions:
+            name = f"{precision}-{threads}t"
+            cells.append((threads, precision, "aiayn", ["aiayn", "translate", "--checkpoint", args.run, "--input",
+                          args.src, "--output", str(out / "out" / f"aiayn-{name}.txt"), "--precision", precision,
+                          "--lp", "power", "--no-progress"]))
+            cells.append((threads, precision, "aiayn (in)", [py, "-m", "benchmarks.e2e.realtext", "inprocess", "--run",
+                          args.run, "--src", args.src, "--output", str(out / "out" / f"aiayn-in-{name}.txt"),
+                          "--precision", precision]))
+            ct = CT2_TYPE[precision]
+            cells.append((threads, precision, "ct2", [py, str(here / "ct2_direct.py"), str(ct2_dir), args.src,
+                          str(out / "out" / f"ct2-{ct}-{threads}t.txt"), str(threads), ct]))
+            if args.engine_ct2 and precision != "bf16":
+                cells.append((threads, precision, "aiayn --engine ct2", [
+                    "aiayn", "translate", "--engine", "ct2", "--checkpoint", str(ct2_dir), "--input", args.src,
+                    "--output", str(out / "out" / f"engine-ct2-{name}.txt"), "--precision", precision, "--lp",
+                    "power", "--no-progress"]))
+    raw = out / "cells.jsonl"
+    with raw.open("a") as log:
+        for r in range(args.rounds):
+            for threads, precision, system, cmd in cells:
+                result = {"round": r, "threads": threads, "precision": precision, "system": system,
+                          **_run(cmd, threads)}
+                log.write(json.dumps(result) + "\n")
+                log.flush()
+                print(f"round {r} {system:18} {precision} {threads}t: {result['wall_s']:.2f} s", file=sys.stderr)
+    print(report(raw, out, Path(args.ref), args.rounds))
+
+
+def report(raw: Path, out: Path, ref: Path, rounds: int) -> str:
+    rows = [json.loads(line) for line in raw.read_text().splitlines()]
+    rows = [r for r in rows if r["round"] < rounds]
+
+    def med(system, precision, threads, key):
+        values = [r[key] for r in rows if (r["system"], r["precision"], r["threads"]) == (system, precision, threads)
+                  and key in r and r[key] == r[key]]
+        return statistics.median(values) if values else float("nan")
+
+    def lines(path):
+        return path.read_text(encoding="utf-8").splitlines() if path.is_file() else []
+
+    head = ["threads", "aiayn", "CTranslate2", "aiayn process s", "CT2 process s", "process: CT2 / aiayn",
+            "aiayn sent/s (in process)", "CT2 sent/s (in process)", "in process: CT2 / aiayn",
+            "`--engine ct2` process s", "peak MB aiayn / CT2", "BLEU aiayn / CT2", "aiayn lines = fp32"]
+    table = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    keys = sorted({(r["threads"], r["precision"]) for r in rows}, key=lambda k: (k[0], ["fp32", "int8", "bf16"].index(
+        k[1]) if k[1] in ("fp32", "int8", "bf16") else 9))
+    for threads, precision in keys:
+        ct = CT2_TYPE[precision]
+        a_p, c_p = med("aiayn", precision, threads, "wall_s"), med("ct2", precision, threads, "wall_s")
+        n = med("aiayn (in)", precision, threads, "sentences")
+        a_in = n / med("aiayn (in)", precision, threads, "translate_s")
+        c_in = n / med("ct2", precision, threads, "translate_s")
+        eng = med("aiayn --engine ct2", precision, threads, "wall_s")
+        a_out = out / "out" / f"aiayn-{precision}-{threads}t.txt"
+        c_out = out / "out" / f"ct2-{ct}-{threads}t.txt"
+        fp32 = lines(out / "out" / f"aiayn-fp32-{threads}t.txt")
+        same = sum(a == b for a, b in zip(lines(a_out), fp32))
+        table.append("| " + " | ".join([
+            str(threads), precision, ct, f"{a_p:.2f}", f"{c_p:.2f}", f"**{c_p / a_p:.2f}**", f"{a_in:.1f}",
+            f"{c_in:.1f}", f"**{a_in / c_in:.2f}**", f"{eng:.2f}" if eng == eng else "",
+            f"{med('aiayn', precision, threads, 'peak_mb'):.0f} / {med('ct2', precision, threads, 'peak_mb'):.0f}",
+            f"{bleu(a_out, ref):.1f} / {bleu(c_out, ref):.1f}", f"{same} / {len(fp32)}"]) + " |")
+    text = "\n".join(table) + "\n"
+    (out / "table.md").write_text(text)
+    return text
+
+
+if __name__ == "__main__":
+    main()
