@@ -1,10 +1,10 @@
 """The language pair of prepared data and of the models trained on them.
 
-`aiayn prepare` records it in meta.json ("languages": {"source": "en", "target": "es"}: from --src-lang/--tgt-lang,
-else from two-letter file suffixes such as train.en/train.es); a run's config.json names the data folder it trains
-on, so `aiayn serve` and `aiayn export --to argos` find a checkpoint's languages there without flags
-(aiayn.data.folder.run_languages). Codes are ISO
-639 codes as LibreTranslate and Argos write them ("en", "pt-BR", "zh_Hant").
+`aiayn prepare` records it in meta.json ("languages": {"source": "en", "target": "es"}: from
+--source-lang/--target-lang, else from two-letter file suffixes such as train.en/train.es); a run's config.json names
+the data folder it trains on, so `aiayn serve` and `aiayn export --to argos` find a checkpoint's languages there
+without flags (aiayn.data.folder.run_languages). Codes are ISO 639 codes as LibreTranslate and Argos write them
+("en", "pt-BR", "zh_Hant").
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ def pair_record(source: str | None, target: str | None, src_path: str | Path | N
     """{"source", "target"} for meta.json: the codes given, else the two-letter suffixes of the two files
     (train.en, train.es) when they differ; None when neither says."""
     if (source is None) != (target is None):
-        raise ValueError("give both --src-lang and --tgt-lang, or neither")
+        raise ValueError("give both --source-lang and --target-lang, or neither")
     if source is None and src_path is not None and tgt_path is not None:
         found = [_SUFFIX.fullmatch(Path(p).suffix) for p in (src_path, tgt_path)]
         if all(found) and found[0].group(1) != found[1].group(1):

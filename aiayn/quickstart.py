@@ -125,7 +125,7 @@ def quickstart(out: Path, minutes: float = 12.0, preset: str = DEFAULT_PRESET, v
 trained {speed['steps']:,} steps at a median {speed['train_tokens_per_s']:,.0f} target tokens/s.
 done in {minutes_total:.1f} minutes. Everything is in {out}/. Next:
   echo "The Lord is my shepherd." | aiayn translate --checkpoint {run}
-  aiayn evaluate --hyp {run / 'test.hyp'} --ref {data_dir / 'test.tgt.txt'} --lang es
+  aiayn evaluate --hyp {run / 'test.hyp'} --ref {data_dir / 'test.tgt.txt'} --target-lang es
   aiayn train --resume {run} --max-minutes 30        # train longer, then refresh the weights translate uses:
   aiayn average --run {run} --last {average_last}
   aiayn plot {run}                                   # training curves -> {run / 'curves.png'}""")

@@ -201,7 +201,7 @@ def run_file(checkpoint: str | Path, path: str | Path | None = None) -> Path:
 
 def _existing(path: Path) -> Path:
     if not path.is_file():
-        raise UsageError(f"no shortlist at {path}; build one with `aiayn shortlist --data DATA --out {path}`")
+        raise UsageError(f"no shortlist at {path}; build one with `aiayn shortlist --data DATA --output {path}`")
     return path
 
 

@@ -36,7 +36,7 @@ from aiayn.losses import TrainingObjective
 from aiayn.model import Transformer, count_parameters
 from aiayn.progress import TrainingProgress
 from aiayn.run import Run
-from aiayn.runtime import DTYPES, Runtime, StopOnSignal, setup_runtime
+from aiayn.runtime import DEVICE_HELP, DTYPES, Runtime, StopOnSignal, setup_runtime
 from aiayn.selection import BEST_METRICS, EarlyStopping, save
 
 
@@ -107,7 +107,7 @@ class TrainConfig:
                               "dynamic loss scaling; an update whose gradients overflow is skipped and not counted); "
                               "auto: bf16 where the device multiplies bf16 natively, else fp16 on a CUDA GPU, else "
                               "fp32 (the resolved one is saved)")
-    device: str = _opt("auto", "auto (CUDA if present), cpu, cuda, cuda:N")
+    device: str = _opt("auto", DEVICE_HELP)
     compile: bool = _opt(False, "torch.compile the model and loss")
     packed: bool = _opt(False, "packed batches: each batch's sentences one after another without padding, attention "
                                "within each sentence (flash's variable-length kernel on GPUs; same loss as padded)")

@@ -32,25 +32,22 @@ def test_train_flags_are_the_train_config_fields():
     assert (args.max_steps, args.adam_betas, args.compile, args.warmup) == (7, [0.8, 0.9], True, None)
 
 
-def test_weights_is_the_old_name_of_precision():
-    # --precision: the number format decoding runs in; --weights, its old name, still sets it (help says so).
+def test_precision_is_the_decoding_number_format():
+    # --precision: the number format decoding runs in, in every command that decodes (--weights, a day-old name of
+    # it that nobody used, is gone: tests/test_cli_vocabulary.py keeps it out)
     commands = next(a for a in build_parser()._actions if a.dest == "command").choices
     having = sorted(name for name, p in commands.items() if any("--precision" in a.option_strings for a in p._actions))
     assert {"translate", "serve", "score", "parse", "attention"} <= set(having)
-    for name in having:
-        old = next(a for a in commands[name]._actions if "--weights" in a.option_strings)
-        assert old.dest == "precision" and old.help == "(old name of --precision)", name
     p = argparse.ArgumentParser()
     add_precision_arg(p)
     assert p.parse_args([]).precision == "fp32" and p.parse_args(["--precision", "bf16"]).precision == "bf16"
-    assert p.parse_args(["--weights", "int8"]).precision == "int8"
 
 
 @pytest.mark.parametrize("argv, code, says", [
     (["train", "--resume", "/no/such/run"], 1, "not a run directory"),
     (["train", "--data", "/no/such/data", "--out", "x", "--max-steps", "0"], 2, "--max-steps: must be an integer >= 1"),
-    (["average", "--inputs", "/no/such.safetensors", "--out", "x"], 1, "no checkpoint"),
-    (["average", "--inputs", "/no/such.safetensors"], 2, "--inputs needs --out"),
+    (["average", "--inputs", "/no/such.safetensors", "--output", "x"], 1, "no checkpoint"),
+    (["average", "--inputs", "/no/such.safetensors"], 2, "--inputs needs --output"),
     (["evaluate", "--hyp", "/no/such/hyp"], 2, "--hyp needs --ref"),
     (["evaluate", "--ref", "/no/ref", "--hyp", "/no/a", "--paired-bs"], 2, "--paired-bs compares two or more systems"),
     (["evaluate", "--ref", "/no/ref", "--hyp", "/no/a", "--hyp", "/no/b"], 2, "add --paired-bs"),

@@ -21,7 +21,7 @@ def test_pair_record():
     assert pair_record("fr", "de", "train.en", "train.es") == {"source": "fr", "target": "de"}  # flags win
     for src, tgt in (("a.src", "a.tgt"), ("a.txt", "b.txt"), ("a.en", "a.en"), ("a", "b")):
         assert pair_record(None, None, src, tgt) is None
-    with pytest.raises(ValueError, match="both --src-lang and --tgt-lang"):
+    with pytest.raises(ValueError, match="both --source-lang and --target-lang"):
         pair_record("en", None)
     with pytest.raises(ValueError, match="both 'en'"):
         pair_record("en", "en")
@@ -71,10 +71,10 @@ def test_prepare_cli_language_flags(tmp_path, capsys):
 
     src, tgt = _corpus(tmp_path / "raw", "a.src", "a.tgt")
     assert main(["prepare", "--src", str(src), "--tgt", str(tgt), "--out", str(tmp_path / "d"), "--vocab-size",
-                 "60", "--src-lang", "en"]) == 1
-    assert "give both --src-lang and --tgt-lang" in capsys.readouterr().err
+                 "60", "--source-lang", "en"]) == 1
+    assert "give both --source-lang and --target-lang" in capsys.readouterr().err
     assert main(["prepare", "--src", str(src), "--tgt", str(tgt), "--out", str(tmp_path / "d"), "--vocab-size",
-                 "60", "--src-lang", "en", "--tgt-lang", "es"]) == 0
+                 "60", "--source-lang", "en", "--target-lang", "es"]) == 0
     assert read_meta(tmp_path / "d")["languages"] == {"source": "en", "target": "es"}
 
 

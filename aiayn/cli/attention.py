@@ -55,5 +55,5 @@ def register(sub) -> None:
     p.add_argument("--heads", help="heads of the line figures, e.g. 0,2 (default: all)")
     add_search_args(p)
     add_precision_arg(p)
-    add_device_arg(p, default="cpu")
+    add_device_arg(p)
     p.set_defaults(func=run)

@@ -7,21 +7,21 @@ import sys
 from pathlib import Path
 
 from aiayn.checkpoint import average_checkpoints, save_weights
-from aiayn.cli.common import positive_int
+from aiayn.cli.common import add_old_name, positive_int
 from aiayn.errors import UsageError
 from aiayn.rundir import AVERAGED, checkpoint_paths
 
 
 def run(args: argparse.Namespace) -> int:
-    if args.inputs and not args.out:
-        raise UsageError("--inputs needs --out FILE (where to write the average)")
+    if args.inputs and not args.output:
+        raise UsageError("--inputs needs --output FILE (where to write the average)")
     if args.inputs:
         paths = [Path(p) for p in args.inputs]
     else:
         paths = checkpoint_paths(args.run)[-args.last:]
         if len(paths) < args.last:
             print(f"warning: {args.run} has only {len(paths)} checkpoints; averaging those", file=sys.stderr)
-    out = Path(args.out) if args.out else Path(args.run) / AVERAGED
+    out = Path(args.output) if args.output else Path(args.run) / AVERAGED
     state, cfg = average_checkpoints(paths)
     save_weights(out, state, cfg)
     print(f"averaged {len(paths)} checkpoints ({paths[0].name} .. {paths[-1].name}) -> {out}")
@@ -34,5 +34,5 @@ def register(sub) -> None:
     src.add_argument("--run", type=Path, help="run directory; its last --last step checkpoints are averaged")
     src.add_argument("--inputs", nargs="+", help="explicit checkpoint files to average")
     p.add_argument("--last", type=positive_int, default=5, help="how many of the newest checkpoints (default 5)")
-    p.add_argument("--out", help=f"output file (default RUN/{AVERAGED})")
+    add_old_name(p, "--out", p.add_argument("--output", metavar="FILE", help=f"output file (default RUN/{AVERAGED})"))
     p.set_defaults(func=run)

@@ -1,17 +1,24 @@
 """Flags shared by several commands, spelled one way everywhere; the one place numeric flags get their ranges
 (`number(...)` and its shorthands positive_int, non_negative_int, ...: argparse types checked at parse time).
-Commands read text lines with aiayn.files.read_lines (a bad byte names the file, or stdin, and the line)."""
+Commands read text lines with aiayn.files.read_lines (a bad byte names the file, or stdin, and the line).
+
+One vocabulary in every command (tests/test_cli_vocabulary.py holds them to it): --device (add_device_arg, default
+auto), --source-lang/--target-lang (add_language_args), --out for a folder and --output for a file, --precision for
+decoding's number format. A renamed flag keeps its old spelling for one release, hidden and warned about
+(add_old_name)."""
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
 import json
+import sys
 from collections.abc import Callable
 from typing import Any
 
 from aiayn.errors import UsageError
 from aiayn.inference import PRECISIONS
+from aiayn.runtime import DEVICE_HELP
 from aiayn.search import PAPER_SEARCH, SearchConfig
 
 
@@ -50,9 +57,46 @@ positive_float = number(float, above=0)
 non_negative_float = number(float, low=0)
 
 
+def warn_old_name(old: str, new: str) -> None:
+    """The one-line warning of a flag's old spelling, kept for one release."""
+    print(f"warning: {old} is deprecated and goes in the next release; use {new}", file=sys.stderr)
+
+
+class _OldName(argparse.Action):
+    """A hidden old spelling of a flag: sets the new flag's value, with warn_old_name's line."""
+
+    def __init__(self, option_strings, dest, new: str, **kwargs):
+        super().__init__(option_strings, dest, **kwargs)
+        self.new = new
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        warn_old_name(option_string, self.new)
+        setattr(namespace, self.dest, values)
+
+
+def add_old_name(p: argparse.ArgumentParser, old: str, new: argparse.Action) -> None:
+    """`old`: a spelling of the flag `new` (what add_argument returned) that still works for one release, hidden from
+    --help and warned about on stderr."""
+    p.add_argument(old, dest=new.dest, type=new.type, choices=new.choices, metavar=new.metavar, action=_OldName,
+                   new=new.option_strings[0], default=argparse.SUPPRESS, help=argparse.SUPPRESS)
+
+
 def add_device_arg(p: argparse.ArgumentParser, default: str = "auto") -> None:
-    p.add_argument("--device", default=default,
-                   help=f"auto (a CUDA GPU if there is one, else CPU), cpu, cuda, cuda:N (default {default})")
+    """--device, as every command that runs a model takes it (read with aiayn.runtime.resolve_device)."""
+    p.add_argument("--device", default=default, help=f"{DEVICE_HELP} (default {default})")
+
+
+LANGUAGE_HELP = ("ISO 639 code of the {side} language, e.g. {example} (default: the data's, as the description above "
+                 "says)")
+
+
+def add_language_args(p: argparse.ArgumentParser, source: bool = True) -> dict[str, argparse.Action]:
+    """--source-lang (unless source=False) and --target-lang, as every command that takes a language spells and
+    explains them; {flag: its action}, for add_old_name."""
+    sides = [("source", "en")] if source else []
+    return {f"--{side}-lang": p.add_argument(f"--{side}-lang", metavar="CODE",
+                                             help=LANGUAGE_HELP.format(side=side, example=example))
+            for side, example in [*sides, ("target", "de")]}
 
 
 CHECKPOINT_HELP = "run directory (its averaged, else best, else newest checkpoint) or a checkpoint file"
@@ -108,12 +152,10 @@ def add_search_args(p: argparse.ArgumentParser, defaults: SearchConfig = PAPER_S
 
 
 def add_precision_arg(p: argparse.ArgumentParser) -> None:
-    """--precision: the number format decoding runs the model in (aiayn.inference); --weights, its old name."""
+    """--precision: the number format decoding runs the model in (aiayn.inference)."""
     p.add_argument("--precision", choices=PRECISIONS, default="fp32",
                    help="decode in fp32 (the weights as trained), bf16 (a bf16 copy of them) or int8 (int8 "
                         "projections, CPU) (default fp32)")
-    p.add_argument("--weights", dest="precision", choices=PRECISIONS, default=argparse.SUPPRESS,
-                   help="(old name of --precision)")
 
 
 def search_config(args: argparse.Namespace) -> SearchConfig:

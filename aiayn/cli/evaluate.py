@@ -8,7 +8,7 @@ import os
 from pathlib import Path
 
 from aiayn.checkpoint import load_for_inference
-from aiayn.cli.common import add_device_arg, positive_int
+from aiayn.cli.common import add_device_arg, add_language_args, add_old_name, positive_int
 from aiayn.data import load_split
 from aiayn.data.vocab import MODEL_FILE
 from aiayn.errors import DataError, UsageError
@@ -86,7 +86,7 @@ def _evaluate_translation(args: argparse.Namespace) -> None:
     _check_systems(args)
     refs = read_lines(args.ref)
     systems = {hyp: _aligned(hyp, refs, args.ref) for hyp in args.hyp}
-    lang = args.lang or _guess_lang(args.ref)
+    lang = args.target_lang or _guess_lang(args.ref)
     split = not args.no_compound_split and lang == "de"
     if len(systems) == 1:
         _score(systems[args.hyp[0]], refs, lang, split)
@@ -129,7 +129,10 @@ def register(sub) -> None:
                        description="Score translations against references (sacreBLEU with signature, chrF, "
                                    "tokenized BLEU as in the paper) and/or a checkpoint's per-token "
                                    "perplexity; compare two or more systems on the same references with "
-                                   "a paired significance test (--paired-bs, --paired-ar).")
+                                   "a paired significance test (--paired-bs, --paired-ar). Tokenized BLEU "
+                                   "tokenizes as Moses does for --target-lang, the hypotheses' language (default: "
+                                   "the --ref file's two-letter suffix, as test.de, else en); de also splits "
+                                   "compounds, as the paper.")
     p.add_argument("--task", choices=["translation", "parse"], default="translation",
                    help="parse: --hyp/--ref are bracketed trees; prints EVALB's (COLLINS.prm) F1 and summary")
     p.add_argument("--hyp", action="append",
@@ -150,13 +153,12 @@ def register(sub) -> None:
                    help="approximate randomization trials (default 10000)")
     p.add_argument("--seed", type=positive_int, default=12345,
                    help="seed of the paired test's resampling (default 12345, as sacreBLEU)")
-    p.add_argument("--lang", help="target language for Moses tokenization (default: the --ref suffix, else "
-                                  "en); de also splits compounds as the paper")
+    add_old_name(p, "--lang", add_language_args(p, source=False)["--target-lang"])
     p.add_argument("--no-compound-split", action="store_true", help="no ##AT## compound splitting for German")
     p.add_argument("--checkpoint", help="run directory or checkpoint file, for --data perplexity")
     p.add_argument("--data", help="prepared-data directory (aiayn prepare)")
     p.add_argument("--split", default="test", help="split of --data to score (default test)")
     p.add_argument("--max-tokens", type=positive_int, default=4096,
                    help="padded tokens per batch, raised to the longest pair (default 4096)")
-    add_device_arg(p, default="cpu")
+    add_device_arg(p)
     p.set_defaults(func=run)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from aiayn.cli.common import add_checkpoint_arg
+from aiayn.cli.common import add_checkpoint_arg, add_language_args
 from aiayn.errors import UsageError
 from aiayn.extras import require
 
@@ -28,7 +28,7 @@ def run(args: argparse.Namespace) -> int:
         if None in languages:
             raise UsageError("--to argos needs --source-lang and --target-lang (ISO 639 codes such as en, de): a "
                              "package names its language pair, and the run's prepared data record none (aiayn "
-                             "prepare --src-lang/--tgt-lang records them)")
+                             "prepare --source-lang/--target-lang records them)")
     elif args.to != "argos" and languages != (None, None):
         raise UsageError("--source-lang and --target-lang apply to --to argos only")
     modules = {"hf": ("transformers",), "ct2": ("ctranslate2",), "argos": ("ctranslate2", "spacy")}[args.to]
@@ -67,7 +67,9 @@ def register(sub) -> None:
                                    "takes every preset. --to argos writes an Argos Translate package (the "
                                    "CTranslate2 model, its SentencePiece model, a spaCy sentence splitter) that "
                                    "argostranslate and LibreTranslate install. --to ct2 also writes the run's "
-                                   "shortlist (aiayn shortlist), if it has one, as CTranslate2's vocabulary map.")
+                                   "shortlist (aiayn shortlist), if it has one, as CTranslate2's vocabulary map. "
+                                   "An Argos package names its language pair: --source-lang and --target-lang "
+                                   "(argos only), else the one `aiayn prepare` recorded for the run's data.")
     add_checkpoint_arg(p)
     p.add_argument("--to", required=True, choices=["hf", "ct2", "argos"],
                    help="hf: MarianMTModel folder; ct2: CTranslate2 folder; argos: Argos Translate package file")
@@ -75,10 +77,7 @@ def register(sub) -> None:
                                           "NAME.argosmodel file, e.g. translate-en_de-1_0.argosmodel")
     p.add_argument("--quantization", choices=QUANTIZATIONS, default=None,
                    help="CTranslate2 weight type, ct2 and argos (default: float32)")
-    p.add_argument("--source-lang", help="argos: ISO 639 code of the source language, e.g. en (default: the one "
-                                         "`aiayn prepare` recorded for the run's data)")
-    p.add_argument("--target-lang", help="argos: ISO 639 code of the target language, e.g. de (default: the "
-                                         "recorded one)")
+    add_language_args(p)
     p.add_argument("--bleu", help="a measured score to quote in the model card, e.g. '38.1 sacreBLEU, Multi30k "
                                   "test2016'")
     p.set_defaults(func=run)

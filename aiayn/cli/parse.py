@@ -75,13 +75,13 @@ def register(sub) -> None:
                    help="run directory or checkpoint file of a parser; several: decoded as an ensemble (one "
                         "vocabulary; aiayn translate --help)")
     p.add_argument("--input", help="sentences (default: stdin)")
-    p.add_argument("--output", help="trees (default: stdout)")
+    p.add_argument("--output", help="output file of trees (default: stdout); written whole or not at all")
     p.add_argument("--batch-size", type=positive_int, default=16, help="sentences per batch (default 16)")
     add_search_args(p, PAPER_PARSE_SEARCH)
     add_precision_arg(p)
     p.add_argument("--no-constraint", action="store_true",
                    help="search without the tree constraint, to measure what it does: outputs that are not trees "
                         "are printed as their tokens after '!' and counted on stderr")
-    add_device_arg(p, default="cpu")
+    add_device_arg(p)
     add_progress_arg(p)
     p.set_defaults(func=parse_command)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from aiayn.cli.common import non_negative_int, number, positive_int
+from aiayn.cli.common import add_language_args, add_old_name, non_negative_int, number, positive_int
 from aiayn.config import PAPER_VOCAB
 from aiayn.data import prepare
 from aiayn.errors import UsageError
@@ -22,7 +22,8 @@ def run(args: argparse.Namespace) -> int:
     prepare(args.src, args.tgt, args.out, vocab_size=args.vocab_size, max_len=args.max_len,
             max_ratio=args.max_ratio, seed=args.seed, tsv=args.tsv, vocab=args.vocab,
             vocab_sample=args.vocab_sample, byte_fallback=args.byte_fallback,
-            languages=(args.src_lang, args.tgt_lang) if args.src_lang or args.tgt_lang else None, **held_out)
+            languages=(args.source_lang, args.target_lang) if args.source_lang or args.target_lang else None,
+            **held_out)
     return 0
 
 
@@ -30,7 +31,9 @@ def register(sub) -> None:
     p = sub.add_parser(
         "prepare", help="clean parallel text, build the shared vocabulary, cache token ids",
         description="Clean parallel text (Moses clean-corpus-n), train one shared SentencePiece BPE "
-                    "vocabulary and cache token ids in a prepared-data directory (see docs/data.md).",
+                    "vocabulary and cache token ids in a prepared-data directory (see docs/data.md). The language "
+                    "pair, recorded there for serve and export: --source-lang and --target-lang, else the two-letter "
+                    "suffixes of the --src and --tgt files (train.en, train.de).",
     )
     p.add_argument("--src", help="training source text, one sentence per line")
     p.add_argument("--tgt", help="training target text, line-aligned with --src")
@@ -42,10 +45,9 @@ def register(sub) -> None:
     p.add_argument("--byte-fallback", action="store_true",
                    help="spell characters outside the vocabulary as their UTF-8 bytes instead of <unk>, so that a "
                         "rare character or emoji can come out unchanged (default off; docs/data.md)")
-    p.add_argument("--src-lang", help="ISO 639 code of the source language, e.g. en; recorded for serve and export "
-                                      "(default: the --src file's two-letter suffix, train.en)")
-    p.add_argument("--tgt-lang", help="ISO 639 code of the target language, e.g. es (default: the --tgt file's "
-                                      "suffix)")
+    languages = add_language_args(p)
+    add_old_name(p, "--src-lang", languages["--source-lang"])
+    add_old_name(p, "--tgt-lang", languages["--target-lang"])
     for split in ("valid", "test"):
         p.add_argument(f"--{split}-src", help=f"{split} source text")
         p.add_argument(f"--{split}-tgt", help=f"{split} target text")

@@ -5,7 +5,15 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from aiayn.cli.common import add_progress_arg, model_overrides, non_negative_float, number, positive_float, positive_int
+from aiayn.cli.common import (
+    add_device_arg,
+    add_progress_arg,
+    model_overrides,
+    non_negative_float,
+    number,
+    positive_float,
+    positive_int,
+)
 from aiayn.config import PRESETS
 
 
@@ -31,13 +39,13 @@ def register(sub) -> None:
     p.add_argument("--max-steps", type=number(int, low=0), default=0,
                    help="train for this many steps instead of --minutes (the same model on any machine; default 0: "
                    "by time)")
-    p.add_argument("--preset", default="small", choices=list(PRESETS))
+    p.add_argument("--preset", default="small", choices=list(PRESETS),
+                   help="model preset (default small; training in fp32, small is narrowed to 2+2 layers of width 192)")
     p.add_argument("--vocab-size", type=number(int, low=5),
                    help="BPE pieces (default: 8000 when training in bf16, 4000 in fp32)")
     p.add_argument("--dtype", default="auto", choices=["auto", "bf16", "fp32"],
                    help="auto (default): bf16 where the CPU/GPU multiplies bf16 natively, else fp32")
-    p.add_argument("--device", default="auto",
-                   help="auto (default: a CUDA GPU when there is one, else the CPU), cpu, cuda, cuda:N")
+    add_device_arg(p)
     p.add_argument("--average-last", type=positive_int, default=1,
                    help="checkpoints averaged (default 1: in a 12-minute run older checkpoints are much worse)")
     p.add_argument("--beam", type=positive_int, default=4, help="beam size (default 4)")

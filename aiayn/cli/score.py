@@ -42,5 +42,5 @@ def register(sub) -> None:
                    help="longer sources (subword tokens + EOS) are cut, with a warning, as translate cuts them "
                         "(default: the model's max_positions)")
     add_precision_arg(p)
-    add_device_arg(p, default="cpu")
+    add_device_arg(p)
     p.set_defaults(func=run)

@@ -10,6 +10,7 @@ from pathlib import Path
 from aiayn.cli.common import (
     add_checkpoint_arg,
     add_device_arg,
+    add_language_args,
     add_precision_arg,
     add_search_args,
     non_negative_float,
@@ -148,17 +149,15 @@ def register(sub) -> None:
                        description="Serve a model over HTTP: POST /translate in LibreTranslate's shape, /attention, "
                                    "/health, /info, OpenAPI at /docs and a page at / that translates as you type. "
                                    "Concurrent requests are decoded together (dynamic batching). Binds to "
-                                   "127.0.0.1 unless --host says otherwise. docs/serving.md.")
+                                   "127.0.0.1 unless --host says otherwise. The language pair (GET /languages, "
+                                   "a request's source and target): --source-lang and --target-lang, else the one "
+                                   "`aiayn prepare` recorded for the run's data, else en -> de, the paper's. "
+                                   "docs/serving.md.")
     add_checkpoint_arg(p)
     p.add_argument("--host", default="127.0.0.1",
                    help="address to bind (default 127.0.0.1: this machine only; 0.0.0.0 exposes it to the network)")
     p.add_argument("--port", type=number(int, low=0, below=65536), default=8000, help="port (default 8000)")
-    p.add_argument("--source-lang",
-                   help="the model's source language, as LibreTranslate clients name it (GET /languages, source) "
-                        "(default: the one `aiayn prepare` recorded for the run's data, else en)")
-    p.add_argument("--target-lang",
-                   help="the model's target language (default: the one recorded for the run's data, else de: the "
-                        "paper's English-German)")
+    add_language_args(p)
     g = p.add_argument_group("batching and limits")
     g.add_argument("--max-batch-tokens", type=positive_int, default=2048,
                    help="source tokens per decoding batch, padding counted (default 2048)")
@@ -196,5 +195,5 @@ def register(sub) -> None:
                         "(docs/serving.md)")
     add_search_args(p)
     add_precision_arg(p)
-    add_device_arg(p, default="cpu")
+    add_device_arg(p)
     p.set_defaults(func=run)

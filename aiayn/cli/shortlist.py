@@ -7,7 +7,7 @@ import argparse
 from pathlib import Path
 
 from aiayn import rundir
-from aiayn.cli.common import non_negative_int
+from aiayn.cli.common import non_negative_int, warn_old_name
 from aiayn.data.folder import read_meta
 from aiayn.errors import DataError, UsageError
 from aiayn.files import check_output_path, sha256_file
@@ -15,19 +15,27 @@ from aiayn.shortlist import FREQUENT, PER_SOURCE, build_from_prepared
 
 
 def run(args: argparse.Namespace) -> int:
-    out, data = Path(args.out), args.data
-    if out.is_dir():
-        saved = rundir.read_config(out)  # a folder must be a run (the error says what else it is)
+    data, output = args.data, args.output
+    if args.out is not None and not Path(args.out).is_dir():
         if data is None:
-            data = rundir.check_same_data(out, saved)  # the run's data, as it was when the run started
-        elif read_meta(data) and sha256_file(Path(data) / rundir.VOCAB) != saved["vocab_sha256"]:
-            raise DataError(f"{data} has another vocabulary than {out} was trained with; give the data the run "
-                            f"was trained on ({saved['data']}), or leave --data out")
-        out = out / rundir.SHORTLIST
-    elif data is None:
-        raise UsageError(f"{out} is not a run directory: give --data (the prepared data to count) to write a file")
-    else:
+            raise UsageError(f"{args.out} is not a run directory; to write the shortlist to a file, give --output FILE "
+                             "and --data (the prepared data to count)")
+        warn_old_name("--out FILE", "--output FILE")  # --out's old meaning: a file, kept for one release
+        output = args.out
+    if output is not None:
+        if data is None:
+            raise UsageError("--output FILE needs --data (the prepared data to count)")
+        out = Path(output)
         check_output_path(out)
+    else:
+        run_dir = Path(args.out)
+        saved = rundir.read_config(run_dir)  # a folder must be a run (the error says what else it is)
+        if data is None:
+            data = rundir.check_same_data(run_dir, saved)  # the run's data, as it was when the run started
+        elif read_meta(data) and sha256_file(Path(data) / rundir.VOCAB) != saved["vocab_sha256"]:
+            raise DataError(f"{data} has another vocabulary than {run_dir} was trained with; give the data the run "
+                            f"was trained on ({saved['data']}), or leave --data out")
+        out = run_dir / rundir.SHORTLIST
     shortlist = build_from_prepared(data, args.per_source, args.frequent)
     shortlist.save(out)
     print(f"wrote {out}: per source piece the {args.per_source} target pieces of best Dice coefficient, and the "
@@ -43,10 +51,12 @@ def register(sub) -> None:
                                    "`serve --shortlist` then compute the output projection for a batch's pieces "
                                    "only; `export --to ct2` writes it as CTranslate2's vocabulary map. "
                                    "docs/decoding.md.")
-    p.add_argument("--out", required=True,
-                   help=f"run directory (writes RUN/{rundir.SHORTLIST}, where translate and serve look) or a file")
-    p.add_argument("--data", help="prepared-data directory whose train split is counted (default, for a run: the "
-                                  "data it was trained on)")
+    where = p.add_mutually_exclusive_group(required=True)
+    where.add_argument("--out", metavar="RUN",
+                       help=f"run directory: writes RUN/{rundir.SHORTLIST}, where translate and serve look")
+    where.add_argument("--output", metavar="FILE", help="output file elsewhere instead (needs --data)")
+    p.add_argument("--data", help="prepared-data directory whose train split is counted (default, with --out: the "
+                                  "data the run was trained on)")
     p.add_argument("--per-source", type=non_negative_int, default=PER_SOURCE,
                    help=f"target pieces kept per source piece (default {PER_SOURCE})")
     p.add_argument("--frequent", type=non_negative_int, default=FREQUENT,

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from aiayn.checkpoint import FINE_TUNE_FIELDS, parent_checkpoint
-from aiayn.cli.common import add_dataclass_args, add_progress_arg, given_fields, model_overrides
+from aiayn.cli.common import add_dataclass_args, add_old_name, add_progress_arg, given_fields, model_overrides
 from aiayn.config import PRESETS, ModelConfig
 from aiayn.errors import UsageError
 from aiayn.extras import require
@@ -87,7 +87,7 @@ def plot(args: argparse.Namespace) -> int:
     require("aiayn plot", "viz")
     from aiayn.viz.curves import plot_run
 
-    print(f"wrote {plot_run(args.run, args.out)}")
+    print(f"wrote {plot_run(args.run, args.output)}")
     return 0
 
 
@@ -121,6 +121,7 @@ def register(sub) -> None:
     p.set_defaults(func=run)
 
     pl = sub.add_parser("plot", help="plot the training curves of a run directory to a PNG")
-    pl.add_argument("run", type=Path)
-    pl.add_argument("--out", type=Path, help="image file (default RUN/curves.png)")
+    pl.add_argument("run", type=Path, help="run directory (its log.jsonl)")
+    add_old_name(pl, "--out", pl.add_argument("--output", type=Path, metavar="FILE",
+                                              help="output image file (default RUN/curves.png)"))
     pl.set_defaults(func=plot)

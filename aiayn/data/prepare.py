@@ -221,7 +221,7 @@ def _print_summary(meta: dict[str, Any], out: Path) -> None:
               f"{s['tgt_tokens']:,} target tokens (unk {100 * s['tgt_unk']:.3f}%)")
     pair = meta.get("languages")
     print(f"languages: {pair['source']} -> {pair['target']}" if pair else
-          "languages: not recorded (give --src-lang and --tgt-lang, or name the files train.en/train.de)")
+          "languages: not recorded (give --source-lang and --target-lang, or name the files train.en/train.de)")
     took = ", ".join(f"{name} {sec:.1f} s" for name, sec in meta["seconds"].items())
     fallback = ", byte fallback" if meta["options"].get("byte_fallback") else ""
     print(f"vocabulary: {meta['vocab_size']:,} pieces{fallback}; prepared data in {out} ({took})")

@@ -6,7 +6,7 @@ or "auto", `target` its target code (or absent), and anything else is a 400 nami
 detection: the model reads one language, so the answer's `detectedLanguage` is always that language, and
 `POST /detect` answers it for any text (docs/serving.md, "LibreTranslate compatibility").
 
-The pair comes from the run's prepared data (`aiayn prepare --src-lang --tgt-lang`, or train.en/train.es:
+The pair comes from the run's prepared data (`aiayn prepare --source-lang --target-lang`, or train.en/train.es:
 aiayn.languages), or from `aiayn serve --source-lang --target-lang`; `LanguagePair` holds it here. A text is
 translated line by line and sentence by sentence, an HTML one text node by text node (aiayn.serve.segments), as
 LibreTranslate does.

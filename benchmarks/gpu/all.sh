@@ -64,7 +64,7 @@ if want multi30k; then
     $PY -m aiayn translate --checkpoint "$R" --input data-bin/multi30k/test.src.txt --output "$OUT/test.hyp" \
         --device cuda --no-progress 2>&1 | tail -1
     if $PY -c "import sacremoses" 2>/dev/null; then
-        $PY -m aiayn evaluate --hyp "$OUT/test.hyp" --ref data-bin/multi30k/test.tgt.txt --lang de 2>&1 | tail -4 | tee "$OUT/bleu.txt"
+        $PY -m aiayn evaluate --hyp "$OUT/test.hyp" --ref data-bin/multi30k/test.tgt.txt --target-lang de 2>&1 | tail -4 | tee "$OUT/bleu.txt"
     else  # the GPU image lacks sacremoses (tokenized BLEU): sacreBLEU alone here, the full evaluate where it is installed
         $PY -m sacrebleu data-bin/multi30k/test.tgt.txt -i "$OUT/test.hyp" -b | tee "$OUT/bleu.txt"
     fi

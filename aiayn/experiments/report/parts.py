@@ -489,7 +489,8 @@ def not_run(ctx: Context) -> dict[str, Any]:
                 "- `torchrun --nproc_per_node 8 -m aiayn train --config configs/wmt14-ende-base.yaml --out "
                 "runs/ende-base`, then `aiayn average --run runs/ende-base --last 5`, `aiayn translate --checkpoint "
                 "runs/ende-base --input data-bin/wmt14-ende/test.src.txt --output runs/ende-base/test.hyp` and "
-                "`aiayn evaluate --hyp runs/ende-base/test.hyp --ref data-bin/wmt14-ende/test.tgt.txt --lang de`",
+                "`aiayn evaluate --hyp runs/ende-base/test.hyp --ref data-bin/wmt14-ende/test.tgt.txt "
+                "--target-lang de`",
                 "- the big model: the same with `configs/wmt14-ende-big.yaml` and `--last 20`",
                 "- Table 2's cost of either: `aiayn table2 runs/ende-base --gpus 8 --tflops <your GPUs' TFLOPS>`",
                 "- Table 3 at full size: `aiayn variations --data data-bin/wmt14-ende --out runs/table3 --jobs 8`",
