@@ -19,6 +19,10 @@ Conventions (docs/decoding.md):
     * a target prefix (per sentence, words without EOS) is forced: at step t < len(prefix) only the prefix's t-th
       word is allowed, and its log-prob counts in the score like any other token's.
     * no_repeat_ngram_size n: a token that would complete an n-gram already in the hypothesis is banned.
+    * a sentence's beam search is over when no live hypothesis can still beat its nbest-th finished one (the rule
+      of the paper's tensor2tensor), or, with beam_patience p > 0, once ceil(beam * p) of its hypotheses have finished
+      (fairseq's rule at p = 1; CTranslate2's `patience`, Kasai et al. 2022): faster, and it may miss a longer,
+      better hypothesis.
     * sampling draws each token from softmax(log-probs / T), cut to the top_k most probable tokens and then to the
       top_p nucleus; a Hypothesis still scores with the model's own log-probs (before T, top-k, top-p).
 
@@ -29,6 +33,7 @@ t the step (= words generated so far by every live hypothesis).
 from __future__ import annotations
 
 import hashlib
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
@@ -59,6 +64,7 @@ class SearchConfig:
     max_len_b: int = 50
     min_len: int = 1  # EOS banned before this many words
     nbest: int = 1  # hypotheses returned per sentence (<= beam); with sampling: samples drawn per sentence
+    beam_patience: float = 0.0  # 0: stop when nothing alive can win (the paper's); p > 0: once beam * p have finished
     no_repeat_ngram_size: int = 0  # ban a token that would repeat an n-gram of the hypothesis (0: off)
     sampling: bool = False  # draw every token instead of searching (`beam` is then not used)
     top_k: int = 0  # sampling: from the k most probable tokens only (0: all)
@@ -71,6 +77,12 @@ class SearchConfig:
             raise UsageError(f"beam must be >= 1, got {self.beam}")
         if self.nbest < 1 or (self.nbest > self.beam and not self.sampling):
             raise UsageError(f"nbest must lie in 1..beam ({self.beam}), got {self.nbest}")
+        if not self.beam_patience >= 0:  # NaN fails too
+            raise UsageError(f"beam_patience must be >= 0 (0: stop when no live hypothesis can win), got "
+                             f"{self.beam_patience}")
+        if self.beam_patience and self.finished_enough < self.nbest and not self.sampling:
+            raise UsageError(f"beam_patience {self.beam_patience} stops after {self.finished_enough} finished "
+                             f"hypotheses, fewer than nbest {self.nbest}: make it >= {self.nbest / self.beam:g}")
         if self.no_repeat_ngram_size < 0:
             raise UsageError(f"no_repeat_ngram_size must be >= 0 (0: off), got {self.no_repeat_ngram_size}")
         if self.top_k < 0:
@@ -87,6 +99,12 @@ class SearchConfig:
             raise UsageError(f"length penalty kind must be 'gnmt' or 'power', not {self.lp!r}")
         if self.min_len < 0 or self.max_len_b < 0 or self.max_len_a < 0:
             raise UsageError("min_len, max_len_a and max_len_b must be >= 0")
+
+
+    @property
+    def finished_enough(self) -> int:
+        """With beam_patience p > 0: a sentence's search is over once this many hypotheses have finished."""
+        return max(1, math.ceil(self.beam * self.beam_patience))
 
 
 PAPER_SEARCH = SearchConfig()  # beam 4, alpha 0.6, max length = input + 50 (section 6.1)
@@ -189,12 +207,15 @@ def alive_candidates(cand_scores: Tensor, cand_tokens: Tensor, cand_rows: Tensor
     return cand_scores.gather(1, alive), cand_tokens.gather(1, alive), cand_rows.gather(1, alive)
 
 
-def search_over(nth_finished: Tensor, best_alive: Tensor, limit: Tensor, t: int | Tensor,
+def search_over(nth_finished: Tensor, best_alive: Tensor, n_finished: Tensor, limit: Tensor, t: int | Tensor,
                 search: SearchConfig) -> Tensor:
     """(bsz,) True for the sentences whose search is over at step t: nothing alive can beat the nbest-th finished
-    hypothesis (a live one's log-prob can only fall, its lp is at most lp at the word limit), or the word limit is
-    reached. nth_finished: each sentence's nbest-th finished score (-inf: fewer finished); best_alive: its best live
-    running score; limit: its word limit. t: an int or a 0-d device tensor."""
+    hypothesis (a live one's log-prob can only fall, its lp is at most lp at the word limit), or with beam_patience,
+    enough hypotheses have finished (search.finished_enough); or the word limit is reached. nth_finished: each
+    sentence's nbest-th finished score (-inf: fewer finished); best_alive: its best live running score; n_finished:
+    how many of its hypotheses have finished; limit: its word limit. t: an int or a 0-d device tensor."""
+    if search.beam_patience:
+        return n_finished.ge(search.finished_enough) | limit.le(t)
     lp_max = torch.maximum(length_penalty((limit + 1).float(), search.alpha, search.lp),
                            length_penalty(torch.zeros_like(limit).add_(t + 2).float(), search.alpha, search.lp))
     return nth_finished.ge(best_alive / lp_max) | limit.le(t)
@@ -432,8 +453,8 @@ def beam_search(model, src: Tensor, search: SearchConfig = PAPER_SEARCH, max_len
         alive_scores, alive_tokens, alive_rows = alive_candidates(cand_scores, cand_tokens, cand_rows, cand_eos, k)
         alive_logps = alive_scores - scores[alive_rows]  # log-prob of the newest token
 
-        nth_finished = finished.scores[sent, nbest - 1]
-        done = search_over(nth_finished, alive_scores[:, 0], limit[sent], t, search)  # (bsz,) early termination
+        nth_finished, n_finished = finished.scores[sent, nbest - 1], finished.count[sent]
+        done = search_over(nth_finished, alive_scores[:, 0], n_finished, limit[sent], t, search)  # (bsz,)
         if bool(done.all()):
             break
         keep = None
@@ -458,7 +479,8 @@ def beam_search(model, src: Tensor, search: SearchConfig = PAPER_SEARCH, max_len
 
 class _Finished:
     """The nbest best finished hypotheses of each sentence, indexed by original sentence: scores (B, nbest), words
-    with their EOS (B, nbest, W), the log-prob of each (B, nbest, W) and |Y| (B, nbest), EOS included."""
+    with their EOS (B, nbest, W), the log-prob of each (B, nbest, W) and |Y| (B, nbest), EOS included; and how many
+    hypotheses each has finished in all (B,)."""
 
     def __init__(self, n_sentences: int, nbest: int, width: int, device: torch.device):
         self.nbest, self.width = nbest, width
@@ -466,6 +488,7 @@ class _Finished:
         self.tokens = torch.full((n_sentences, nbest, width), PAD_ID, dtype=torch.long, device=device)
         self.logps = torch.zeros(n_sentences, nbest, width, device=device)
         self.length = torch.zeros(n_sentences, nbest, dtype=torch.long, device=device)
+        self.count = torch.zeros(n_sentences, dtype=torch.long, device=device)  # hypotheses finished, kept or not
 
     def add(self, orig: Tensor, scores: Tensor, words: Tensor, logps: Tensor) -> None:
         """Offer new hypotheses of sentences `orig` (b,): normalized scores (b, k) (-inf: not finished), their words
@@ -480,6 +503,7 @@ class _Finished:
         self.tokens[orig] = torch.cat([self.tokens[orig], new_tokens], 1).gather(1, best_w)
         self.logps[orig] = torch.cat([self.logps[orig], new_logps], 1).gather(1, best_w)
         self.length[orig] = F.pad(self.length[orig], (0, scores.size(1)), value=t + 1).gather(1, best)
+        self.count[orig] += scores.gt(NEG_INF).sum(1)
 
     def hypotheses(self) -> list[list[Hypothesis]]:
         """Per sentence a list of Hypothesis, best first, -inf slots left out."""

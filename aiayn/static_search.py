@@ -76,6 +76,7 @@ class _State:
     fin_scores: Tensor | None = None  # beam: (B, nbest) normalized scores of the finished, best first
     fin_tokens: Tensor | None = None  # beam: (B, nbest, W) words and EOS, PAD after
     fin_logps: Tensor | None = None  # beam: (B, nbest, W)
+    fin_count: Tensor | None = None  # beam: (B,) hypotheses finished, kept or not
     graph: object = None  # the captured step (CUDA)
 
 
@@ -125,7 +126,7 @@ class StaticDecoder:
         greedy = search.beam == 1
         k = 1 if greedy else search.beam
         memory = self.model.encode(src)  # (B, S, D)
-        key = (src.shape, W, k, search.nbest, search.min_len, search.alpha, search.lp)
+        key = (src.shape, W, k, search.nbest, search.min_len, search.alpha, search.lp, search.beam_patience)
         state = self.states.pop(key, None) or self._new_state(src.size(0), k, search.nbest, memory, W)
         self.states[key] = state  # the most recently used last
         while len(self.states) > MAX_STATES:
@@ -166,6 +167,7 @@ class StaticDecoder:
             state.fin_scores = torch.zeros(B, nbest, device=dev)
             state.fin_tokens = torch.zeros(B, nbest, W, dtype=torch.long, device=dev)
             state.fin_logps = torch.zeros(B, nbest, W, device=dev)
+            state.fin_count = torch.zeros(B, dtype=torch.long, device=dev)
         return state
 
     def _load(self, s: _State, src: Tensor, memory: Tensor, limit: Tensor, k: int) -> None:
@@ -186,6 +188,7 @@ class StaticDecoder:
             s.fin_scores.fill_(NEG_INF)
             s.fin_tokens.fill_(PAD_ID)
             s.fin_logps.zero_()
+            s.fin_count.zero_()
 
     # -- one step: device tensors only -----------------------------------------------------------------------------
     def _log_probs(self, s: _State, min_len: int) -> Tensor:
@@ -229,12 +232,14 @@ class StaticDecoder:
         s.fin_logps.copy_(torch.cat([s.fin_logps, new_logps], 1).gather(1, best_w))
         s.length.copy_(torch.cat([s.length, (t + 1).expand(B, k)], 1).gather(1, best))
         s.fin_scores.copy_(best_scores)
+        s.fin_count.add_(new_scores.gt(NEG_INF).sum(1))
 
         alive_scores, alive_tokens, alive_rows = alive_candidates(cand_scores, cand_tokens, cand_rows, cand_eos, k)
         alive_logps = alive_scores - s.scores[alive_rows]
 
         # Early termination; a done sentence's rows die.
-        s.done.logical_or_(search_over(s.fin_scores[:, nbest - 1], alive_scores[:, 0], s.limit, t, search))
+        over = search_over(s.fin_scores[:, nbest - 1], alive_scores[:, 0], s.fin_count, s.limit, t, search)
+        s.done.logical_or_(over)
         alive_scores = alive_scores.masked_fill(s.done[:, None], NEG_INF)
 
         index = alive_rows.reshape(-1)  # (N,) the row of each new hypothesis's prefix

@@ -11,6 +11,7 @@ any trained model) and still leave beam search choices that differ from greedy s
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 import subprocess
@@ -267,6 +268,19 @@ def test_ct2_search_gives_aiayn_tokens(which, model, row_b, ct2_dirs, src, lines
     assert [t.tokens for t in theirs] == [h.tokens for h in ours]
     assert torch.allclose(torch.tensor([t.score for t in theirs]), torch.tensor([h.score for h in ours]), atol=1e-4)
     assert [h.tokens for h in ours] != best_tokens(m, src, greedy)  # the beams did matter
+
+    # --beam-patience is CTranslate2's patience: stop once beam * patience hypotheses have finished.
+    exhaustive = [h.tokens for h in ours]
+    stopped_sooner = 0
+    for patience in (1.0, 0.5):
+        early = dataclasses.replace(beam, beam_patience=patience)
+        ours = [h[0] for h in beam_search(MaskedBeforeSoftmax(m), src, early)]
+        stopped_sooner += [h.tokens for h in ours] != exhaustive
+        theirs = [t for t, in ct2.translate_nbest(lines, early)]
+        assert [t.tokens for t in theirs] == [h.tokens for h in ours]
+        assert torch.allclose(torch.tensor([t.score for t in theirs]), torch.tensor([h.score for h in ours]),
+                              atol=1e-4)
+    assert stopped_sooner  # the rule mattered
 
 
 def test_ct2_prefix_and_ngram_blocking_give_aiayn_tokens(model, ct2_dirs, src, lines, vocab):

@@ -1,6 +1,7 @@
 """Greedy and beam search: a scripted model whose answers are worked out by hand, then the real model."""
 
 import math
+import re
 
 import pytest
 import torch
@@ -144,6 +145,25 @@ def test_beam_with_length_penalty_by_hand():
     # |Y|^1: "a b" = ln .175 / 3 = -0.581 beats "b" = ln .24 / 2 = -0.714.
     (h,), = run([1], beam=2, alpha=1.0, lp="power")
     assert h.tokens == [A, B] and h.score == pytest.approx(ln(0.175) / 3)
+
+
+def test_beam_patience_by_hand():
+    # The case above, stopped by count (fairseq's and CTranslate2's rule): at step 1 "b" and "a" finish (the top 2
+    # candidates end in EOS), so beam 2 x patience 1 = 2 finished hypotheses end the search with "b", before "a b"
+    # (the exhaustive rule's winner) is found; patience 0.5 needs one, the same here; patience 2 (4) goes on.
+    for patience in (1.0, 0.5):
+        model = ScriptedModel(TABLES)
+        (h,), = beam_search(model, src_of(1), beam=2, alpha=2.0, beam_patience=patience, max_len_a=0.0,
+                            max_len_b=3, min_len=0)
+        assert h.tokens == [B] and h.score == pytest.approx(ln(0.24) / (7 / 6) ** 2) and model.calls == 2
+    (h,), = run([1], beam=2, alpha=2.0, beam_patience=2.0)
+    assert h.tokens == [A, B]
+    for bad, says in [(dict(beam_patience=-1.0), "beam_patience must be >= 0"),
+                      (dict(beam_patience=float("nan")), "beam_patience must be >= 0"),
+                      (dict(beam=4, nbest=3, beam_patience=0.5), "fewer than nbest 3: make it >= 0.75")]:
+        with pytest.raises(ValueError, match=re.escape(says)):
+            SearchConfig(**bad)
+    assert SearchConfig(beam=4, beam_patience=0.3).finished_enough == 2  # ceil(1.2)
 
 
 def test_early_eos_and_min_len_by_hand():

@@ -58,10 +58,13 @@ SEARCHES = [
     SearchConfig(beam=2, nbest=2, max_len_b=12),
     SearchConfig(beam=4, nbest=3, max_len_a=0.5, max_len_b=2, min_len=3, lp="power", alpha=1.0),
     SearchConfig(beam=3, nbest=2, max_len_b=10, alpha=0.0),
+    SearchConfig(beam=4, max_len_b=12, beam_patience=1.0),
+    SearchConfig(beam=4, nbest=2, max_len_b=12, beam_patience=0.5, lp="power"),
 ]
 
 
-@pytest.mark.parametrize("search", SEARCHES, ids=lambda s: f"beam{s.beam}-nbest{s.nbest}-{s.lp}-min{s.min_len}")
+@pytest.mark.parametrize("search", SEARCHES,
+                         ids=lambda s: f"beam{s.beam}-nbest{s.nbest}-{s.lp}-min{s.min_len}-p{s.beam_patience}")
 @pytest.mark.parametrize("name", list(MODELS))
 def test_static_search_equals_search(name, search):
     model, src = _model(name, 5.5 if search.beam == 1 else 3.2), _sources()  # beam search ends sooner

@@ -131,6 +131,10 @@ def add_search_args(p: argparse.ArgumentParser, defaults: SearchConfig = PAPER_S
     g.add_argument("--nbest", type=positive_int, default=defaults.nbest,
                    help="hypotheses per input (<= --beam; with --sampling: samples per input); >1 prints "
                         "'LINE ||| TEXT ||| SCORE' lines (Moses n-best)")
+    g.add_argument("--beam-patience", type=non_negative_float, default=defaults.beam_patience,
+                   help="stop a sentence's beam search once beam x P hypotheses have finished (fairseq's rule at 1, "
+                        "CTranslate2's patience; faster, may miss a longer, better translation); default "
+                        f"{defaults.beam_patience:g}: when no live hypothesis can still win (the paper's)")
     g.add_argument("--no-repeat-ngram-size", type=non_negative_int, default=defaults.no_repeat_ngram_size,
                    help="ban a token that would repeat an n-gram of this size already in the output (0: off; "
                         f"default {defaults.no_repeat_ngram_size})")
@@ -164,6 +168,7 @@ def search_config(args: argparse.Namespace) -> SearchConfig:
                 if hasattr(args, name)}
     return SearchConfig(beam=args.beam, alpha=args.alpha, lp=args.lp, max_len_a=args.max_len_a,
                         max_len_b=args.max_len_b, min_len=args.min_len, nbest=args.nbest,
+                        beam_patience=args.beam_patience,
                         no_repeat_ngram_size=args.no_repeat_ngram_size, **sampling)
 
 

@@ -55,9 +55,10 @@ DECODING_NOTES = """\
 * PAD and BOS are never generated, EOS not before `min_len` words: CTranslate2 masks these before its
   log-softmax, aiayn after, so beam scores differ by log(1 - p(masked)): nothing for a trained model, whose
   p(PAD), p(BOS) and p(EOS first) are ~0, but it can reorder near-ties. Greedy outputs are unaffected.
-* Beam search stops after `beam * patience` finished hypotheses in CTranslate2, and only when no live hypothesis
-  can still win in aiayn. patience 1 (CTranslate2's default, fastest) can miss a longer, better hypothesis that
-  aiayn finds; a large patience searches as long as aiayn does (to the length limit).
+* Beam search stops after `beam * patience` finished hypotheses in CTranslate2, as in aiayn with
+  `--beam-patience P` (its `patience`); aiayn's default (0) stops only when no live hypothesis can still win, and
+  then CTranslate2 runs with its own default, patience 1, which can miss a longer, better hypothesis that aiayn
+  finds (a large patience searches as long as aiayn does, to the length limit).
 * A target prefix is CTranslate2's `target_prefix` (the pieces, no EOS), and `no_repeat_ngram_size` its option of
   that name. Greedy outputs are the same; CTranslate2 leaves the prefix's log-probs out of a score (aiayn counts
   them), so its scores differ and its beam search can rank, and so choose, differently.
@@ -243,13 +244,14 @@ class CT2Translator:
                                                  intra_threads=threads or torch.get_num_threads())
 
     def translate_nbest(self, lines: Sequence[str], search: SearchConfig, batch_size: int = 64,
-                        max_input_len: int | None = None, patience: float = 1.0,
+                        max_input_len: int | None = None, patience: float | None = None,
                         prefixes: Sequence[str | None] | None = None) -> list[list[Translation]]:
         """Up to search.nbest translations per line, best first; a blank line gives one empty translation.
 
         search.lp must be "power" (DECODING_NOTES: what maps how). Inputs longer than max_input_len tokens (EOS
         included; default the model's max_positions) are cut, with a warning, as aiayn's Translator cuts them.
-        patience: CTranslate2's beam stopping rule (DECODING_NOTES). prefixes: per line, the text its translations
+        patience: CTranslate2's beam stopping rule (DECODING_NOTES; default search.beam_patience, or CTranslate2's
+        own 1 where that is 0). prefixes: per line, the text its translations
         start with (CTranslate2's target_prefix; "" or None: none)."""
         if search.lp != "power":
             raise UsageError("CTranslate2's length penalty is |Y|^alpha: decode with --lp power (the paper's GNMT "
@@ -270,6 +272,7 @@ class CT2Translator:
             if len(prefix_ids[i]) > limit:
                 raise UsageError(f"input line {i + 1}: its prefix has {len(prefix_ids[i])} words, more than the "
                                  f"{limit} its translation may have (--max-len-a, --max-len-b)")
+        patience = patience or search.beam_patience or 1.0
         options = dict(no_repeat_ngram_size=search.no_repeat_ngram_size, beam_size=search.beam, patience=patience,
                        num_hypotheses=search.nbest, length_penalty=search.alpha, min_decoding_length=search.min_len,
                        max_input_length=0, suppress_sequences=[[vocab.piece(PAD_ID)], [vocab.piece(BOS_ID)]],
