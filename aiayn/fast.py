@@ -91,11 +91,13 @@ def set_layer_norm_output(model: nn.Module, autocast: bool) -> nn.Module:
 
 def use_matmul_attention(q: Tensor, decoding: bool) -> bool:
     """Whether eq. 1 should run as two matmuls (model.scaled_dot_product_attention) rather than torch's fused kernel
-    (model.attention asks): on the CPU for bf16 (torch's flash kernel is slower there, with or without fp32 casts)
-    and for decoding steps (a few queries per sentence; this also keeps the cache in the autocast dtype). Everywhere
-    else (fp32 training on CPU; GPUs, where a decoding step is bound by kernel launches and the fused kernel is one
-    launch against the matmul path's six) the fused kernel."""
-    return q.device.type == "cpu" and (decoding or q.dtype == torch.bfloat16)
+    (model.attention asks): on the CPU for bf16 training (torch's flash kernel is slower there, with or without fp32
+    casts) and for fp32 decoding steps (a few queries per sentence). Everywhere else the fused kernel: bf16 decoding
+    on the CPU (the matmul path's bf16 matmuls meet a new key length at every step, and oneDNN compiles a kernel for
+    each), GPUs (a decoding step is bound by kernel launches: the fused kernel is one, the matmul path six)."""
+    if q.device.type != "cpu":
+        return False
+    return q.dtype != torch.bfloat16 if decoding else q.dtype == torch.bfloat16
 
 
 # ---------------------------------------------------------------------------------------------------------

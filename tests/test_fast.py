@@ -80,11 +80,13 @@ def test_matmul_attention_equals_fused_kernel():
     torch.testing.assert_close(ours, F.scaled_dot_product_attention(q, k, v, is_causal=True))
     last, _ = scaled_dot_product_attention(q[:, :, -2:], k, v, is_causal=True)
     torch.testing.assert_close(last, ours[:, :, -2:])
-    # The choice: matmuls on the CPU for decoding and bf16; the fused kernel for fp32 training and off the CPU (a
-    # device other than the CPU stands in for a GPU here: the choice reads only the device's type).
+    # The choice: matmuls on the CPU for fp32 decoding and bf16 training; the fused kernel for fp32 training, bf16
+    # decoding and off the CPU (a device other than the CPU stands in for a GPU here: the choice reads only the
+    # device's type).
     assert use_matmul_attention(q, decoding=True)
     assert use_matmul_attention(q.bfloat16(), decoding=False)
     assert not use_matmul_attention(q, decoding=False)
+    assert not use_matmul_attention(q.bfloat16(), decoding=True)
     gpu_q = q.to("meta")
     assert not use_matmul_attention(gpu_q, decoding=True)
     assert not use_matmul_attention(gpu_q.bfloat16(), decoding=False)
