@@ -92,12 +92,14 @@ def test_matmul_attention_equals_fused_kernel():
     assert not use_matmul_attention(gpu_q.bfloat16(), decoding=False)
 
 
-@pytest.mark.parametrize("v", [32000, 37000, 100])  # blocks divide V; V padded to whole blocks; V too small
+@pytest.mark.parametrize("v", [32000, 37000, 8000, 8030, 100])  # blocks divide V; a partial last block; V too small
 def test_row_topk_equals_topk(v):
     torch.manual_seed(0)
     x = torch.randn(5, v)
     x[1, :] = x[1, 0]  # a row of ties: any k of them are right
     x[2, -3:] = 50.0  # the best in the last (possibly partial) block
+    x[3, -70:-3] = 40.0  # the best in the last whole blocks, and the partial block's after them
+    x[3, -3:] = 30.0
     for k in (1, 8):
         values, index = row_topk(x, k)
         ref, _ = x.topk(k, dim=1)
