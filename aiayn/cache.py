@@ -191,7 +191,7 @@ class FixedLayerCache:
             k, v = attention.keys_values(source)  # (N, h, 1, dk), (N, h, 1, dv)
             self.self_k.index_copy_(2, self.t.view(1), k)
             self.self_v.index_copy_(2, self.t.view(1), v)
-            seen = torch.arange(self.self_k.size(2), device=q.device).le(self.t)  # (W,): positions <= t
+            seen = torch.arange(self.self_k.size(2), device=q.device).le(self.t)[None]  # (1, W): positions <= t
             return attention.attention(q, self.self_k, self.self_v, seen, False, decoding)
         return by_sentence(attention.attention, q, self.cross_k, self.cross_v, mask, False, decoding)
 

@@ -282,8 +282,8 @@ class Transformer(nn.Module):
                     "shorten the input or train with a larger max_positions"
                 )
             return self.positions.weight[offset: offset + n]
-        if offset + n > self.sinusoids.size(0):
-            return sinusoidal_positions(n, self.cfg.d_model, offset).to(device)
+        if offset + n > self.sinusoids.size(0):  # past the table: computed, in the table's dtype (bf16 decoding)
+            return sinusoidal_positions(n, self.cfg.d_model, offset).to(device, self.sinusoids.dtype)
         return self.sinusoids[offset: offset + n]
 
     def embed(self, tokens: Tensor, offset: int = 0) -> Tensor:

@@ -39,3 +39,36 @@ def test_gpu_sitting_script_cpu_smoke(tmp_path):
     train = [r for r in records(tmp_path / "gpu_train.jsonl") if r["what"] == "train"]
     calls = [r for r in records(tmp_path / "gpu_train.jsonl") if r["what"] == "device"]
     assert len(calls) == 5 and len(train) == 5 and all("error" not in r and r["impl"] == "aiayn" for r in train)
+
+
+def test_gpu_userpath_part_cpu_smoke(copy_data, tmp_path):
+    """all.sh's userpath part with SMOKE=1 on a tiny run: `aiayn translate` with the fixed-shape and the eager search,
+    fp32 and bf16, and HF generate on the exported model, each a whole process timed, and a BLEU line for each; the
+    two searches give the same file."""
+    pytest.importorskip("transformers")
+    import shutil
+
+    from helpers import save_run, tiny_model
+
+    from aiayn.data import Vocab
+
+    qs = tmp_path / "qs"
+    vocab_model = copy_data / "vocab.model"
+    save_run(tiny_model(len(Vocab.load(vocab_model)), eos_bias=4.0), vocab_model, qs / "run")
+    (qs / "data").mkdir()
+    for name in ("test.src.txt", "test.tgt.txt"):
+        lines = (copy_data / name).read_text().splitlines()[:6]
+        (qs / "data" / name).write_text("\n".join(lines) + "\n")
+    out = tmp_path / "out"
+    env = {**os.environ, "SMOKE": "1", "OUT": str(out), "PY": sys.executable, "QS_DIR": str(qs)}
+    subprocess.run(["bash", "benchmarks/gpu/all.sh", "userpath"], cwd=REPO, env=env, check=True, capture_output=True,
+                   text=True, timeout=600)
+    report = (out / "userpath.txt").read_text()
+    assert "failed" not in report, report
+    for label in ("aiayn translate --precision fp32 --search-impl fixed", "aiayn translate --precision bf16 "
+                  "--search-impl eager", "HF generate fp32", "HF generate bf16"):
+        assert f"{label}: " in report and " s, " in report.split(f"{label}: ")[1].splitlines()[0]
+    assert report.count("BLEU userpath-") == 6
+    fixed, eager = (out / f"userpath-aiayn-fp32-{impl}.hyp" for impl in ("fixed", "eager"))
+    assert fixed.read_text() == eager.read_text() and len(fixed.read_text().splitlines()) == 6
+    shutil.rmtree(qs)

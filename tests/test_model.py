@@ -109,14 +109,15 @@ def test_beam_rows_share_their_sentence_memory(bf16):
         grouped = model.decode(tgt[:, 1:3], memory, src_pad, cache=cache)
         prefix = torch.cat([tgt[::g, :1].repeat_interleave(g, 0), tgt[:, 1:3]], 1)
         ref = model.decode(prefix, *per_row)[:, 1:]
-        torch.testing.assert_close(grouped, ref, rtol=0, atol=2e-2 if bf16 else 1e-5)
+        # bf16: the steps' attention is torch's fused kernel, the reference's two matmuls, rounded differently
+        torch.testing.assert_close(grouped, ref, rtol=0, atol=4e-2 if bf16 else 1e-5)
         # beams move within their sentence, and sentence 1 leaves the batch
         rows = torch.tensor([1, 1, 0, 3, 11, 8, 8, 9])
         cache.reorder(rows, torch.tensor([0, 2]))
         step = model.decode(tgt[rows, 3:4], memory[[0, 2]], src_pad[[0, 2]], cache=cache)
         prefix = torch.cat([prefix[rows], tgt[rows, 3:4]], 1)
         ref = model.decode(prefix, per_row[0][rows], per_row[1][rows])[:, -1:]
-        torch.testing.assert_close(step, ref, rtol=0, atol=2e-2 if bf16 else 1e-5)
+        torch.testing.assert_close(step, ref, rtol=0, atol=4e-2 if bf16 else 1e-5)
     with pytest.raises(ValueError, match="do not group evenly"):
         model.decode(tgt[:5, :1], memory, src_pad, cache=model.new_cache())
 

@@ -143,3 +143,19 @@ def _counting(calls, kind, *args):
 
     calls[kind] += 1
     return attention(*args)
+
+
+def test_bf16_decoding_copy_runs_the_fixed_shape_search():
+    """The bf16 decoding copy (what `--precision bf16` runs) through the fixed-shape steps: its attention takes the
+    fused kernel, whose mask must broadcast; the hypotheses are the eager search's up to bf16 rounding."""
+    from aiayn.inference import decoding_copy
+
+    model, src = decoding_copy(_model("post-norm", 3.2), "bf16"), _sources()
+    search = SearchConfig(beam=2, max_len_b=12)
+    got, want = static_search(model, src, search), beam_search(model, src, search)
+    same = sum(g[0].tokens == w[0].tokens for g, w in zip(got, want))
+    assert same >= len(want) - 1
+    table = model.sinusoids.size(0)  # a decoder sized past the sinusoid table computes the rest in bf16 too
+    long = StaticDecoder(model, max_len=table + 10)
+    assert long.positions.dtype == torch.bfloat16 and long.positions.size(0) == table + 11
+    _assert_same(long.search(src, search), got)

@@ -19,9 +19,13 @@
 #   train     benchmarks/gpu/peers.py's training cells in one short list: base and big in bf16, fp16 and fp32,
 #             packed and padded, beside HF Marian and torch.nn.Transformer; one shape and a new shape every step;
 #             base packed compiled
+#   userpath  the user's path on the GPU: `aiayn translate` (device auto: the GPU; its default fixed-shape, graphed
+#             search, and --search-impl eager) on the quickstart's test set as a whole process, fp32 and bf16, beside
+#             HF generate on the same model exported (benchmarks/gpu/hf_generate.py); wall seconds, peak host memory
+#             and BLEU in $OUT/userpath.txt (run the quickstart part first in the same call, or set QS_DIR)
 # All take ~31 minutes; where a command may run 10 minutes at most, run them as several (say `all.sh peers quickstart`
 # with QS_MINUTES=1.5, then `all.sh ttb` with TTB_BUDGETS=1,2, then `all.sh tests check multi30k`). A lease of about
-# a quarter of an hour: `QS_MINUTES=2 bash benchmarks/gpu/all.sh quickstart decode train` (~8 minutes), then
+# a quarter of an hour: `QS_MINUTES=2 bash benchmarks/gpu/all.sh quickstart userpath decode train` (~9 minutes), then
 # `TTB_BUDGETS=1 bash benchmarks/gpu/all.sh ttb` if time is left. From the root:
 #
 #   bash benchmarks/gpu/all.sh [PART ...]      (no part: the first seven)
@@ -103,4 +107,31 @@ if want train; then  # eager cells first (seconds each), the one compiled cell l
     run_cells 40 --presets base --dtype fp32 --impls "aiayn packed,hf_marian,torch_nn"
     run_cells 50 --presets base --dtype bf16 --vary-shapes --impls "aiayn packed,aiayn,hf_marian"
     run_cells 90 --presets base --dtype bf16 --compile --impls "aiayn packed"
+fi
+if want userpath; then  # aiayn translate as a user runs it on a GPU, beside HF generate on the exported model
+    SRC="$Q/data/test.src.txt"; REF="$Q/data/test.tgt.txt"; H=$(mktemp -d)/hf
+    DEV=${SMOKE_FLAG:+--device cpu}; IMPLS="auto eager"; [ -n "$SMOKE_FLAG" ] && IMPLS="fixed eager"
+    timed() {  # LABEL CMD...: wall seconds (and peak host RSS where GNU time is installed) of one whole process
+        local label=$1; shift
+        local t0=$EPOCHREALTIME rss=""
+        if [ -x /usr/bin/time ]; then set -- /usr/bin/time -f "peak RSS %M KB" -o "$OUT/userpath-rss" "$@"; fi
+        timeout ${USERPATH_TIMEOUT:-120} "$@" > "$OUT/userpath-last.json" 2> "$OUT/userpath-last.err" \
+            || { echo "$label: failed"; tail -3 "$OUT/userpath-last.err"; return; }
+        [ -f "$OUT/userpath-rss" ] && rss=$(tail -1 "$OUT/userpath-rss")
+        echo "$label: $(awk "BEGIN {printf \"%.2f\", $EPOCHREALTIME - $t0}") s, $rss $(tail -1 "$OUT/userpath-last.json")"
+    }
+    $PY -m aiayn export --checkpoint "$Q/run" --to hf "$H" > /dev/null 2>&1 || echo "export --to hf failed"
+    { for p in fp32 bf16; do
+          for impl in $IMPLS; do
+              timed "aiayn translate --precision $p --search-impl $impl" $PY -m aiayn translate --checkpoint "$Q/run" \
+                  --input "$SRC" --output "$OUT/userpath-aiayn-$p-$impl.hyp" --precision $p --lp power \
+                  --search-impl $impl --no-progress $DEV
+          done
+          timed "HF generate $p" $PY benchmarks/gpu/hf_generate.py "$H" "$SRC" "$OUT/userpath-hf-$p.hyp" \
+              --precision $p ${SMOKE_FLAG:+--device cpu}
+      done
+      for hyp in "$OUT"/userpath-*.hyp; do
+          echo "BLEU $(basename "$hyp" .hyp): $($PY -m sacrebleu "$REF" -i "$hyp" -b 2>/dev/null)"
+      done
+    } 2>&1 | tee "$OUT/userpath.txt"
 fi
