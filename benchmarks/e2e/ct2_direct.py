@@ -1,7 +1,7 @@
 """CTranslate2 as its own users call it, for benchmarks/e2e/realtext.py: SentencePiece pieces in, one
 `translate_batch` call over the whole file, text out. torch is not imported (this file imports nothing of aiayn's).
 
-    python benchmarks/e2e/ct2_direct.py CT2_DIR SRC OUT THREADS COMPUTE_TYPE [BEAM ALPHA BATCH]
+    python benchmarks/e2e/ct2_direct.py CT2_DIR SRC OUT THREADS COMPUTE_TYPE [BEAM ALPHA BATCH PATIENCE]
 
 Prints one JSON line: the seconds spent loading and in translate_batch (in process), and the sentences.
 """
@@ -16,7 +16,9 @@ import sentencepiece as spm
 
 def main() -> None:
     folder, src, out, threads, compute_type = sys.argv[1:6]
-    beam, alpha, batch = (int(sys.argv[6]), float(sys.argv[7]), int(sys.argv[8])) if len(sys.argv) > 6 else (4, .6, 64)
+    beam, alpha, batch, patience = 4, 0.6, 64, 1.0  # CTranslate2's own default patience: 1
+    if len(sys.argv) > 6:
+        beam, alpha, batch, patience = int(sys.argv[6]), float(sys.argv[7]), int(sys.argv[8]), float(sys.argv[9])
     start = time.perf_counter()
     sp = spm.SentencePieceProcessor(model_file=f"{folder}/vocab.model")
     translator = ctranslate2.Translator(folder, device="cpu", compute_type=compute_type, intra_threads=int(threads),
@@ -26,7 +28,7 @@ def main() -> None:
     pieces = [sp.encode(line, out_type=str) for line in lines]
     loaded = time.perf_counter()
     results = translator.translate_batch(pieces, beam_size=beam, length_penalty=alpha, max_batch_size=batch,
-                                         max_decoding_length=256)
+                                         max_decoding_length=256, patience=patience)
     texts = [sp.decode(r.hypotheses[0]) for r in results]
     done = time.perf_counter()
     with open(out, "w", encoding="utf-8") as f:

@@ -5,7 +5,8 @@
 
 The model is exported once with `aiayn export --to ct2` (float32; int8 is CTranslate2's compute_type at load). Every
 cell is a fresh process pinned to OMP_NUM_THREADS (and CTranslate2's intra_threads) = the thread count, on the whole
-test file, beam 4, |Y|^0.6 (`--lp power`: the penalty CTranslate2 has), batch 64:
+test file, beam 4, |Y|^0.6 (`--lp power`: the penalty CTranslate2 has), batch 64, and the same stopping rule:
+CTranslate2's default patience 1, aiayn's `--beam-patience 1` (--beam-patience sets both):
 
     aiayn          `aiayn translate --precision P --lp power` as a user runs it: whole-process wall seconds and peak RSS
     aiayn (in)     the same decoding in process (benchmarks/e2e/realtext.py inprocess): Translator.load, then
@@ -13,6 +14,8 @@ test file, beam 4, |Y|^0.6 (`--lp power`: the penalty CTranslate2 has), batch 64
     ct2            CTranslate2 called directly (benchmarks/e2e/ct2_direct.py, torch never imported): one translate_batch
                    over the file, max_batch_size 64; whole process and in process
     aiayn --engine ct2   `aiayn translate --engine ct2` on the same folder: whole process
+    aiayn (in), paper's rule   in process with aiayn's default stopping rule (`--beam-patience 0`: stop when no live
+                   hypothesis can win), for what that rule costs and gains
 
 Precisions: fp32 against CTranslate2's float32, int8 against its int8, and aiayn's bf16 (where the CPU multiplies bf16
 natively) against CTranslate2's fastest type on this CPU (int8: it has no CPU bf16). Cells run round-robin, --rounds
@@ -72,7 +75,7 @@ def inprocess(args: argparse.Namespace) -> None:
     from aiayn.translate import Translator
 
     start = time.perf_counter()
-    search = dataclasses.replace(PAPER_SEARCH, lp="power")
+    search = dataclasses.replace(PAPER_SEARCH, lp="power", beam_patience=args.beam_patience)
     translator = Translator.load(args.run, search, args.precision, device="cpu", batch_size=args.batch_size)
     lines = Path(args.src).read_text(encoding="utf-8").splitlines()
     loaded = time.perf_counter()
@@ -92,12 +95,15 @@ def main() -> None:
     one.add_argument("--output", required=True)
     one.add_argument("--precision", default="fp32")
     one.add_argument("--batch-size", type=int, default=64)
+    one.add_argument("--beam-patience", type=float, default=1.0)
     ap.add_argument("--run", help="aiayn run directory (or checkpoint)")
     ap.add_argument("--src", help="source text, one sentence per line")
     ap.add_argument("--ref", help="reference translations, aligned")
     ap.add_argument("--threads", type=int, nargs="+", default=[1, 2])
     ap.add_argument("--precisions", nargs="+", default=["fp32", "int8", "bf16"])
     ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--beam-patience", type=float, default=1.0,
+                    help="the stopping rule of aiayn and CTranslate2 alike (default 1: CTranslate2's default)")
     ap.add_argument("--engine-ct2", action="store_true", help="also time `aiayn translate --engine ct2`")
     ap.add_argument("--out", help="folder for cells.jsonl, table.md and the outputs (default: a temporary one)")
     args = ap.parse_args()
@@ -116,33 +122,56 @@ def main() -> None:
     for threads in args.threads:
         for precision in args.precisions:
             name = f"{precision}-{threads}t"
+            patience = ["--beam-patience", str(args.beam_patience)]
             cells.append((threads, precision, "aiayn", ["aiayn", "translate", "--checkpoint", args.run, "--input",
                           args.src, "--output", str(out / "out" / f"aiayn-{name}.txt"), "--precision", precision,
-                          "--lp", "power", "--no-progress"]))
-            cells.append((threads, precision, "aiayn (in)", [py, "-m", "benchmarks.e2e.realtext", "inprocess", "--run",
-                          args.run, "--src", args.src, "--output", str(out / "out" / f"aiayn-in-{name}.txt"),
-                          "--precision", precision]))
+                          "--lp", "power", "--no-progress", *patience]))
+            inprocess_cell = [py, "-m", "benchmarks.e2e.realtext", "inprocess", "--run", args.run, "--src", args.src,
+                              "--precision", precision]
+            cells.append((threads, precision, "aiayn (in)", [*inprocess_cell, *patience, "--output",
+                          str(out / "out" / f"aiayn-in-{name}.txt")]))
+            cells.append((threads, precision, "aiayn (in), paper's rule", [*inprocess_cell, "--beam-patience", "0",
+                          "--output", str(out / "out" / f"aiayn-paper-{name}.txt")]))
             ct = CT2_TYPE[precision]
             cells.append((threads, precision, "ct2", [py, str(here / "ct2_direct.py"), str(ct2_dir), args.src,
-                          str(out / "out" / f"ct2-{ct}-{threads}t.txt"), str(threads), ct]))
+                          str(out / "out" / f"ct2-{ct}-{threads}t.txt"), str(threads), ct, "4", "0.6", "64",
+                          str(args.beam_patience)]))
             if args.engine_ct2 and precision != "bf16":
                 cells.append((threads, precision, "aiayn --engine ct2", [
                     "aiayn", "translate", "--engine", "ct2", "--checkpoint", str(ct2_dir), "--input", args.src,
                     "--output", str(out / "out" / f"engine-ct2-{name}.txt"), "--precision", precision, "--lp",
-                    "power", "--no-progress"]))
-    raw = out / "cells.jsonl"
+                    "power", "--no-progress", *patience]))
+    raw = out / "cells.jsonl"  # resumable: a cell already recorded for its round is not run again
+    done = {(c["round"], c["threads"], c["precision"], c["system"]) for c in
+            (json.loads(line) for line in (raw.read_text().splitlines() if raw.is_file() else []))}
     with raw.open("a") as log:
         for r in range(args.rounds):
             for threads, precision, system, cmd in cells:
+                if (r, threads, precision, system) in done:
+                    continue
                 result = {"round": r, "threads": threads, "precision": precision, "system": system,
                           **_run(cmd, threads)}
                 log.write(json.dumps(result) + "\n")
                 log.flush()
                 print(f"round {r} {system:18} {precision} {threads}t: {result['wall_s']:.2f} s", file=sys.stderr)
-    print(report(raw, out, Path(args.ref), args.rounds))
+    print(report(raw, out, Path(args.ref), args.rounds, " ".join(["python -m benchmarks.e2e.realtext", *sys.argv[1:]])))
 
 
-def report(raw: Path, out: Path, ref: Path, rounds: int) -> str:
+def machine() -> str:
+    """The CPU, the instruction sets aiayn's doctor names, and the versions: one line for the table's header."""
+    import platform
+
+    import ctranslate2
+    import torch
+
+    from aiayn.runtime import cpu_flags, cpu_model
+
+    flags = sorted(f for f in cpu_flags() if f in ("avx2", "avx512f", "avx512_bf16", "amx_bf16", "avx512_vnni"))
+    return (f"{cpu_model()} ({', '.join(flags)}), {os.cpu_count()} cores; Python {platform.python_version()}, torch "
+            f"{torch.__version__}, ctranslate2 {ctranslate2.__version__}; {time.strftime('%Y-%m-%d')}")
+
+
+def report(raw: Path, out: Path, ref: Path, rounds: int, command: str = "") -> str:
     rows = [json.loads(line) for line in raw.read_text().splitlines()]
     rows = [r for r in rows if r["round"] < rounds]
 
@@ -155,8 +184,9 @@ def report(raw: Path, out: Path, ref: Path, rounds: int) -> str:
         return path.read_text(encoding="utf-8").splitlines() if path.is_file() else []
 
     head = ["threads", "aiayn", "CTranslate2", "aiayn process s", "CT2 process s", "process: CT2 / aiayn",
-            "aiayn sent/s (in process)", "CT2 sent/s (in process)", "in process: CT2 / aiayn",
-            "`--engine ct2` process s", "peak MB aiayn / CT2", "BLEU aiayn / CT2", "aiayn lines = fp32"]
+            "aiayn sent/s (in process)", "CT2 sent/s (in process)", "in process: aiayn / CT2",
+            "`--engine ct2` process s", "peak MB aiayn / CT2", "BLEU aiayn / CT2", "aiayn lines = fp32",
+            "paper's rule: sent/s, BLEU"]
     table = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     keys = sorted({(r["threads"], r["precision"]) for r in rows}, key=lambda k: (k[0], ["fp32", "int8", "bf16"].index(
         k[1]) if k[1] in ("fp32", "int8", "bf16") else 9))
@@ -171,12 +201,15 @@ def report(raw: Path, out: Path, ref: Path, rounds: int) -> str:
         c_out = out / "out" / f"ct2-{ct}-{threads}t.txt"
         fp32 = lines(out / "out" / f"aiayn-fp32-{threads}t.txt")
         same = sum(a == b for a, b in zip(lines(a_out), fp32))
+        paper = n / med("aiayn (in), paper's rule", precision, threads, "translate_s")
+        p_out = out / "out" / f"aiayn-paper-{precision}-{threads}t.txt"
         table.append("| " + " | ".join([
             str(threads), precision, ct, f"{a_p:.2f}", f"{c_p:.2f}", f"**{c_p / a_p:.2f}**", f"{a_in:.1f}",
             f"{c_in:.1f}", f"**{a_in / c_in:.2f}**", f"{eng:.2f}" if eng == eng else "",
             f"{med('aiayn', precision, threads, 'peak_mb'):.0f} / {med('ct2', precision, threads, 'peak_mb'):.0f}",
-            f"{bleu(a_out, ref):.1f} / {bleu(c_out, ref):.1f}", f"{same} / {len(fp32)}"]) + " |")
-    text = "\n".join(table) + "\n"
+            f"{bleu(a_out, ref):.1f} / {bleu(c_out, ref):.1f}", f"{same} / {len(fp32)}",
+            f"{paper:.1f}, {bleu(p_out, ref):.1f}" if p_out.is_file() else ""]) + " |")
+    text = f"`{command}`\n\n{machine()}; medians of {rounds} rounds\n\n" + "\n".join(table) + "\n"
     (out / "table.md").write_text(text)
     return text
 
