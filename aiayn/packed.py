@@ -27,10 +27,21 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-try:  # torch 2.10 and later
-    from torch.nn.attention.varlen import varlen_attn
-except ImportError:
-    varlen_attn = None
+_UNLOADED = object()
+varlen_attn = _UNLOADED  # torch's variable-length flash kernel (torch 2.10 and later; None before): `_varlen`
+
+
+def _varlen():
+    """torch.nn.attention.varlen.varlen_attn, or None where this torch lacks it; imported at first use, not with
+    this module: importing it imports torch.compile's machinery, about a second of every command's start."""
+    global varlen_attn
+    if varlen_attn is _UNLOADED:
+        try:
+            from torch.nn.attention.varlen import varlen_attn as kernel
+        except ImportError:
+            kernel = None
+        varlen_attn = kernel
+    return varlen_attn
 
 
 @dataclass(frozen=True)
@@ -99,11 +110,10 @@ class PackedMask:
 # The CUDA kernel.
 
 
-@torch.compiler.assume_constant_result  # torch.compile asks while tracing instead of tracing the question
 def _flash_runs_on(device: torch.device) -> bool:
     """Whether torch has the variable-length flash kernel and this GPU runs it (compute capability 8.0 or newer;
     both answers cached by torch)."""
-    return (varlen_attn is not None and torch.backends.cuda.is_flash_attention_available()
+    return (_varlen() is not None and torch.backends.cuda.is_flash_attention_available()
             and torch.cuda.get_device_capability(device) >= (8, 0))
 
 
@@ -115,18 +125,25 @@ def use_varlen_attention(q: Tensor, v: Tensor) -> bool:
             and width <= 256 and _flash_runs_on(q.device))
 
 
-@torch.compiler.assume_constant_result
 def _varlen_takes_window() -> bool:
     """How this torch asks varlen_attn for causal attention: torch 2.10 took is_causal=True, later versions a
     window_size of (-1, 0) (every key before the query, none after)."""
-    return "window_size" in inspect.signature(varlen_attn).parameters
+    return "window_size" in inspect.signature(_varlen()).parameters
+
+
+def mark_constant_for_compile() -> None:
+    """Tell torch.compile that the two questions above have constant answers (torch.compiler.assume_constant_result:
+    it asks them while tracing instead of tracing them). runtime.Runtime.wrap calls it before compiling; marking them
+    here at import would import torch.compile's machinery into every command."""
+    for question in (_flash_runs_on, _varlen_takes_window):
+        torch.compiler.assume_constant_result(question)
 
 
 def varlen_attention(q: Tensor, k: Tensor, v: Tensor, mask: PackedMask, is_causal: bool) -> Tensor:
     """Eq. 1 within each sentence by torch's variable-length flash kernel: q (Nq, h, dk), k (Nk, h, dk),
     v (Nk, h, dv) -> (Nq, h, dv). is_causal: query j of a sentence sees keys 0..j of the same sentence."""
     causal = {} if not is_causal else {"window_size": (-1, 0)} if _varlen_takes_window() else {"is_causal": True}
-    return varlen_attn(q, k, v, mask.queries.cu_seqlens, mask.keys.cu_seqlens, mask.queries.max_len,
+    return _varlen()(q, k, v, mask.queries.cu_seqlens, mask.keys.cu_seqlens, mask.queries.max_len,
                        mask.keys.max_len, **causal)
 
 

@@ -84,7 +84,12 @@ class Runtime:
         if self.world_size > 1:
             module = torch.nn.parallel.DistributedDataParallel(
                 module, device_ids=[self.device.index] if self.device.type == "cuda" else None)
-        return torch.compile(module) if compile else module
+        if not compile:
+            return module
+        from aiayn.packed import mark_constant_for_compile
+
+        mark_constant_for_compile()
+        return torch.compile(module)
 
 
 # --device's help in every command (cli.common.add_device_arg, TrainConfig.device): the names resolve_device reads.

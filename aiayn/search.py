@@ -3,12 +3,12 @@
 The paper decodes with beam size 4, length penalty alpha = 0.6 (GNMT: lp(Y) = ((5 + |Y|) / 6)^alpha),
 maximum output length = input length + 50, and stops early once no live hypothesis can still win.
 
-Both searches run many sentences at once: the decoder batch holds `sentences x beams` rows (the encoder
-output and the cross-attention keys/values stay one per sentence), and a sentence whose search is over leaves
-the batch (its rows are dropped from the cache), so the cost of a step follows the sentences still being
-searched. One step of beam search is fairseq's: add the running log-probs to this
-step's log-softmax, take the top 2*beam of beam*vocab candidates, recover (beam, token) by div/mod, finish
-the candidates among the top `beam` that end in EOS, keep the best `beam` others alive.
+Both searches run many sentences at once: the decoder batch holds `sentences x beams` rows (the encoder output and
+the cross-attention keys/values stay one per sentence), and a sentence whose search is over leaves the batch, so a
+step's cost follows the sentences still searched. One beam step is fairseq's: add the running log-probs to this
+step's log-softmax, take the top 2*beam of beam*vocab candidates, finish the candidates among the top `beam` that end
+in EOS, keep the best `beam` others alive. Those pieces (constrain, top_candidates, finish_scores, alive_candidates,
+search_over) are also aiayn.static_search's fixed-shape step.
 
 Conventions (docs/decoding.md):
     * |Y| counts the EOS: a hypothesis of n words has |Y| = n + 1 (as fairseq).
@@ -19,10 +19,8 @@ Conventions (docs/decoding.md):
     * a target prefix (per sentence, words without EOS) is forced: at step t < len(prefix) only the prefix's t-th
       word is allowed, and its log-prob counts in the score like any other token's.
     * no_repeat_ngram_size n: a token that would complete an n-gram already in the hypothesis is banned.
-    * a sentence's beam search is over when no live hypothesis can still beat its nbest-th finished one (the rule
-      of the paper's tensor2tensor), or, with beam_patience p > 0, once ceil(beam * p) of its hypotheses have finished
-      (fairseq's rule at p = 1; CTranslate2's `patience`, Kasai et al. 2022): faster, and it may miss a longer,
-      better hypothesis.
+    * a sentence's beam search is over when nothing alive can beat its nbest-th finished hypothesis (tensor2tensor's
+      rule), or with beam_patience p > 0 once ceil(beam * p) have finished (CTranslate2's patience; fairseq at 1).
     * sampling draws each token from softmax(log-probs / T), cut to the top_k most probable tokens and then to the
       top_p nucleus; a Hypothesis still scores with the model's own log-probs (before T, top-k, top-p).
 
@@ -32,7 +30,6 @@ t the step (= words generated so far by every live hypothesis).
 
 from __future__ import annotations
 
-import hashlib
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -44,6 +41,7 @@ from torch import Tensor
 from aiayn.config import BOS_ID, EOS_ID, PAD_ID
 from aiayn.errors import UsageError
 from aiayn.fast import row_topk
+from aiayn.sampling import Sampler
 
 NEG_INF = float("-inf")
 
@@ -268,53 +266,8 @@ def _allowed(constraint: Constraint | None, sent: Tensor, tokens: Tensor, V: int
     return allowed
 
 
-def sentence_generator(seed: int, line: int) -> torch.Generator:
-    """The random numbers sampling draws for input line `line`: the same whatever the batch the line is in."""
-    digest = hashlib.blake2b(f"{seed}:{line}".encode(), digest_size=8).digest()
-    return torch.Generator().manual_seed(int.from_bytes(digest, "little") >> 1)
-
-
-def sample_from(lprobs: Tensor, uniforms: Tensor, top_k: int = 0, top_p: float = 1.0,
-                temperature: float = 1.0) -> Tensor:
-    """One token per row of log-probs (N, V) from softmax(lprobs / temperature), cut to the top_k most probable
-    tokens (0: all), renormalized, then cut to the nucleus (the fewest most probable tokens whose mass is >= top_p),
-    drawn by inverse CDF with one uniform in [0, 1) per row (N,). Ties in probability are ranked by token id, lower
-    first (a stable sort), so which of equal tokens top-k and top-p keep is the lower ids. -> (N,) tokens."""
-    # Banned tokens (-inf) stay banned at any temperature, also one past float32's range (-inf / inf would be NaN).
-    scaled = ((lprobs - lprobs.amax(-1, keepdim=True)) / temperature).masked_fill(lprobs.isneginf(), NEG_INF)
-    probs = torch.softmax(scaled, dim=-1)
-    sorted_probs, order = probs.sort(dim=-1, descending=True, stable=True)  # (N, V)
-    if top_k:
-        sorted_probs[:, top_k:] = 0.0
-    if top_p < 1.0:
-        sorted_probs = sorted_probs / sorted_probs.sum(-1, keepdim=True)
-        mass_before = sorted_probs.cumsum(-1) - sorted_probs
-        sorted_probs = sorted_probs.masked_fill(mass_before.ge(top_p), 0.0)
-    cdf = sorted_probs.cumsum(-1)  # (N, V)
-    pick = torch.searchsorted(cdf, (uniforms.to(cdf) * cdf[:, -1])[:, None], right=True).squeeze(1)
-    last = sorted_probs.gt(0).sum(-1) - 1  # the last token with probability > 0 (rounding may reach past it)
-    return order.gather(1, torch.minimum(pick, last)[:, None]).squeeze(1)
-
-
 def _argmax(lprobs: Tensor, sent: Tensor, sample: Tensor) -> Tensor:
     return row_topk(lprobs, 1)[1].squeeze(1)
-
-
-class _Sampler:
-    """Draws for sample_search: sentence i's uniforms come from sentence_generator(seed, lines[i]), `n` per step (one
-    per sample, finished or not), so each sentence's samples depend on nothing else in its batch."""
-
-    def __init__(self, search: SearchConfig, lines: Tensor, n: int):
-        self.search, self.n = search, n
-        self.generators = [sentence_generator(search.seed, line) for line in lines.tolist()]
-
-    def __call__(self, lprobs: Tensor, sent: Tensor, sample: Tensor) -> Tensor:
-        sent, sample = sent.cpu(), sample.cpu()
-        alive = sent.unique()  # sorted
-        draws = torch.stack([torch.rand(self.n, generator=self.generators[i]) for i in alive.tolist()])  # (b, n)
-        uniforms = draws[torch.searchsorted(alive, sent), sample]  # (N,)
-        s = self.search
-        return sample_from(lprobs, uniforms.to(lprobs.device), s.top_k, s.top_p, s.temperature)
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -341,7 +294,7 @@ def sample_search(model, src: Tensor, search: SearchConfig, max_len: int | None 
     sentence_generator(search.seed, lines[i]), so a line's samples do not depend on its batch. Otherwise as
     greedy_search."""
     lines = torch.arange(src.size(0)) if lines is None else lines
-    pick = _argmax if search.temperature == 0 else _Sampler(search, lines, search.nbest)
+    pick = _argmax if search.temperature == 0 else Sampler(search, lines, search.nbest)
     return _row_search(model, src, search, max_len, constraint, prefixes, lines, search.nbest, pick)
 
 
