@@ -1,7 +1,9 @@
 """Real-text decoding on the user's path: `aiayn translate` beside CTranslate2 on the same exported model, in one run.
 
     python -m benchmarks.e2e.realtext --run runs/quickstart/run --src test.en --ref test.es \
-        [--threads 1 2] [--precisions fp32 int8 bf16] [--rounds 3] [--out DIR]
+        [--threads 1 2] [--precisions fp32 int8 bf16] [--rounds 3] [--engine-ct2] [--out DIR]
+    OMP_NUM_THREADS=1 python -m benchmarks.e2e.realtext inprocess --run RUN --src SRC --output OUT --precision bf16 \
+        --profile        # one in-process cell, then its torch.profiler table
 
 The model is exported once with `aiayn export --to ct2` (float32; int8 is CTranslate2's compute_type at load). Every
 cell is a fresh process pinned to OMP_NUM_THREADS (and CTranslate2's intra_threads) = the thread count, on the whole
@@ -82,6 +84,10 @@ def inprocess(args: argparse.Namespace) -> None:
     texts = [hyps[0].text for hyps in translator.translate_nbest(lines)]
     done = time.perf_counter()
     Path(args.output).write_text("".join(t + "\n" for t in texts), encoding="utf-8")
+    if args.profile:  # where the time goes: the same file again under torch.profiler, the top operators by self time
+        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+            translator.translate_nbest(lines)
+        print(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=20, max_name_column_width=44))
     print(json.dumps({"load_s": loaded - start, "translate_s": done - loaded, "sentences": len(lines),
                       "threads": torch.get_num_threads()}))
 
@@ -96,6 +102,7 @@ def main() -> None:
     one.add_argument("--precision", default="fp32")
     one.add_argument("--batch-size", type=int, default=64)
     one.add_argument("--beam-patience", type=float, default=1.0)
+    one.add_argument("--profile", action="store_true", help="translate again under torch.profiler, print its table")
     ap.add_argument("--run", help="aiayn run directory (or checkpoint)")
     ap.add_argument("--src", help="source text, one sentence per line")
     ap.add_argument("--ref", help="reference translations, aligned")
