@@ -22,6 +22,7 @@ from typing import Any
 import torch
 from safetensors import SafetensorError
 from safetensors.torch import load_file, safe_open, save_file
+from torch.overrides import TorchFunctionMode
 
 from aiayn import rundir
 from aiayn.config import ModelConfig
@@ -65,12 +66,22 @@ def read_header(path: Path) -> tuple[dict[str, str], ModelConfig, dict[str, list
     return meta, cfg, shapes
 
 
+class _ShapesOnly(TorchFunctionMode):
+    """Modules built for their shapes alone: the random initialization is skipped (on the meta device torch's
+    normal_ and uniform_ load torch.compile's machinery, a second of every `aiayn translate`'s start)."""
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        if getattr(func, "__name__", None) in ("normal_", "uniform_"):  # torch.nn.init's (tensor, ...) or the method
+            return args[0] if args else kwargs["tensor"]
+        return func(*args, **(kwargs or {}))
+
+
 def check_shapes(path: Path, cfg: ModelConfig, shapes: dict[str, list[int]]) -> None:
     """Refuse a checkpoint whose tensors are not exactly those of the model its config describes (compared on the
     meta device: no memory is allocated)."""
     from aiayn.model import Transformer
 
-    with torch.device("meta"):
+    with torch.device("meta"), _ShapesOnly():
         expected = {k: list(v.shape) for k, v in Transformer(cfg).state_dict().items()}
     missing, unexpected = sorted(set(expected) - set(shapes)), sorted(set(shapes) - set(expected))
     wrong = [f"{k} is {shapes[k]}, the config needs {expected[k]}" for k in sorted(expected.keys() & shapes.keys())

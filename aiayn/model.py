@@ -60,11 +60,11 @@ def scaled_dot_product_attention(
 
 def sinusoidal_positions(n_positions: int, d_model: int, offset: int = 0) -> Tensor:
     """PE(pos, 2i) = sin(pos / 10000^(2i/D)), PE(pos, 2i+1) = cos(pos / 10000^(2i/D)), for pos in
-    [offset, offset + n_positions). Returns (n_positions, D) in fp32."""
-    pos = torch.arange(offset, offset + n_positions, dtype=torch.float64).unsqueeze(1)  # (n, 1)
-    two_i = torch.arange(0, d_model, 2, dtype=torch.float64)  # (D/2,)
+    [offset, offset + n_positions). Returns (n_positions, D) in fp32, on the CPU (whatever the default device)."""
+    pos = torch.arange(offset, offset + n_positions, dtype=torch.float64, device="cpu").unsqueeze(1)  # (n, 1)
+    two_i = torch.arange(0, d_model, 2, dtype=torch.float64, device="cpu")  # (D/2,)
     angle = pos / torch.pow(10000.0, two_i / d_model)  # (n, D/2)
-    pe = torch.empty(n_positions, d_model, dtype=torch.float64)
+    pe = torch.empty(n_positions, d_model, dtype=torch.float64, device="cpu")
     pe[:, 0::2] = torch.sin(angle)
     pe[:, 1::2] = torch.cos(angle)
     return pe.float()

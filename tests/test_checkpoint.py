@@ -59,3 +59,20 @@ def test_checkpoint_config_is_untrusted_input(copy_data, tmp_path, change, says)
         ckpt.load_for_inference(bad)
     model, _, _ = ckpt.load_for_inference(path)  # the untouched file loads
     assert torch.equal(model.state_dict()["embedding.weight"], state["embedding.weight"])
+
+
+def test_loading_for_inference_leaves_torch_compile_unimported(copy_data, tmp_path):
+    """`aiayn translate`'s start: importing aiayn and loading a run (its shapes checked on the meta device) must not
+    import torch.compile's machinery (torch._dynamo: about a second of every command's start)."""
+    import subprocess
+    import sys
+
+    from helpers import REPO, save_run, tiny_model
+
+    from aiayn.data import Vocab
+
+    run = save_run(tiny_model(len(Vocab.load(copy_data / "vocab.model"))), copy_data / "vocab.model", tmp_path / "run")
+    code = ("import sys\nfrom aiayn.translate import Translator\n"
+            f"Translator.load({str(run)!r}, precision='fp32')\nprint('torch._dynamo' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"
