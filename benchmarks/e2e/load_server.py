@@ -152,13 +152,19 @@ async def load(port: int, lines: list[str], clients: int, time_limit: float) -> 
                 answers[i] = answer["translatedText"]
                 latencies.append(time.perf_counter() - t)
 
+    wall = await run_clients(port, clients, client)
+    return {"answers": answers, "sent": sum(sent), "latencies": latencies, "wall": wall}
+
+
+async def run_clients(port: int, clients: int, client) -> float:
+    """Run `client(connection)` on `clients` keep-alive connections to localhost:port at once; the wall seconds."""
     conns = [Connection("127.0.0.1", port) for _ in range(clients)]
     start = time.perf_counter()
     await asyncio.gather(*(client(c) for c in conns))
     wall = time.perf_counter() - start
     for c in conns:
         c.close()
-    return {"answers": answers, "sent": sum(sent), "latencies": latencies, "wall": wall}
+    return wall
 
 
 def serve_and_load(checkpoint: Path, args: argparse.Namespace, lines: list[str], workers: str, batching: bool,

@@ -46,7 +46,16 @@ import sys
 import time
 from pathlib import Path
 
-from benchmarks.e2e.load_server import REPO, Connection, cpu_model, free_port, int_list, percentile, start_server
+from benchmarks.e2e.load_server import (
+    REPO,
+    Connection,
+    cpu_model,
+    free_port,
+    int_list,
+    percentile,
+    run_clients,
+    start_server,
+)
 from benchmarks.timing import table
 
 # What argostranslate does at each translation, as aiayn serve flags (aiayn.export.argos.ARGOS_DECODING)
@@ -97,12 +106,7 @@ async def load(port: int, lines: list[str], clients: int, time_limit: float, pai
             records.append({"i": i, "status": status, "ms": round(1000 * (time.perf_counter() - t), 2),
                             "answer": text, "error": error})
 
-    conns = [Connection("127.0.0.1", port) for _ in range(clients)]
-    start = time.perf_counter()
-    await asyncio.gather(*(client(c) for c in conns))
-    wall = time.perf_counter() - start
-    for c in conns:
-        c.close()
+    wall = await run_clients(port, clients, client)
     return {"records": sorted(records, key=lambda r: r["i"]), "wall": wall}
 
 
