@@ -12,7 +12,6 @@ input order. Rules for awkward input (docs/decoding.md):
 from __future__ import annotations
 
 import sys
-import warnings
 from collections.abc import Sequence
 from functools import partial
 from pathlib import Path
@@ -41,25 +40,6 @@ def padded(rows: Sequence[Sequence[int]], device: str | torch.device = "cpu") ->
 
 def _warn(msg: str) -> None:
     print(f"warning: {msg}", file=sys.stderr)
-
-
-def _prepack(prepack: bool | None, packed: bool | None) -> bool | None:
-    """Translator's `prepack` (oneDNN's prepacked weights: aiayn.inference), or its deprecated old name `packed`."""
-    if packed is None:
-        return prepack
-    warnings.warn("Translator(packed=...) is deprecated: use prepack=... (packed now means only unpadded training "
-                  "batches)", DeprecationWarning, stacklevel=3)
-    return packed if prepack is None else prepack
-
-
-def _precision(precision: str, weights: str | None) -> str:
-    """Translator's `precision` (the number format decoding runs in: aiayn.inference), or its deprecated old name
-    `weights`."""
-    if weights is None:
-        return precision
-    warnings.warn("Translator(weights=...) is deprecated: use precision=... (weights now means only a model's "
-                  "tensors and their files)", DeprecationWarning, stacklevel=3)
-    return weights
 
 
 def encode_sources(vocab, lines: Sequence[str], max_input_len: int) -> list[list[int] | None]:
@@ -148,10 +128,9 @@ class Translator:
 
     def __init__(self, model, vocab, search: SearchConfig = PAPER_SEARCH, precision: str = "fp32",
                  device: str | torch.device = "cpu", batch_size: int = 64, max_input_len: int | None = None,
-                 prepack: bool | None = None, packed: bool | None = None, shortlist: Shortlist | None = None,
-                 weights: str | None = None, search_impl: str = "auto"):
+                 prepack: bool | None = None, shortlist: Shortlist | None = None, search_impl: str = "auto"):
         self.vocab, self.search, self.device = vocab, search, torch.device(device)
-        prepack, self.precision = _prepack(prepack, packed), _precision(precision, weights)
+        self.precision = precision
         # aiayn.inference: the formats; a model already in the asked one (Translator.load's) is taken as it is
         members = [inference.decoding_copy(m.to(self.device), self.precision, prepack)
                    for m in (model if isinstance(model, (list, tuple)) else [model])]
@@ -197,12 +176,10 @@ class Translator:
     @classmethod
     def load(cls, checkpoint: str | Path | Sequence[str | Path], search: SearchConfig = PAPER_SEARCH,
              precision: str = "fp32", device: str | torch.device = "cpu", prepack: bool | None = None,
-             packed: bool | None = None, shortlist: bool | str | Path | None = None, weights: str | None = None,
-             **kw) -> Translator:
+             shortlist: bool | str | Path | None = None, **kw) -> Translator:
         """From a run directory (its averaged, else best, else newest checkpoint) or a checkpoint file; from several,
         an ensemble of them (one vocabulary). Each is loaded and converted once, by aiayn.inference.load. shortlist:
         True, the shortlist of the (first) checkpoint's run; a path, that file; None or False, none."""
-        prepack, precision = _prepack(prepack, packed), _precision(precision, weights)
         paths = [checkpoint] if isinstance(checkpoint, (str, Path)) else list(checkpoint)
         lexical = run_file(paths[0], None if shortlist is True else shortlist) if shortlist else None
         loaded = [inference.load(path, precision, device, prepack) for path in paths]

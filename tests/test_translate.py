@@ -89,9 +89,8 @@ def test_cli_end_to_end(setup, copy_data, tmp_path, monkeypatch, capsys):
     assert main(["translate", "--checkpoint", str(run), "--beam", "2", "--nbest", "3"]) == 2
 
 
-def test_precision_and_its_old_name_weights(setup, copy_data, tmp_path):
-    # translate --precision int8 decodes as Translator.load(precision=) does; Translator(weights=) and
-    # Translator.load(weights=) still work, with a DeprecationWarning (the CLI's --weights is gone).
+def test_precision_flag_and_keyword(setup, copy_data, tmp_path):
+    # translate --precision int8 decodes as Translator.load(precision=) does; the old keywords are gone.
     model, vocab, lines = setup
     run = save_run(model, copy_data / "vocab.model", tmp_path / "run")
     src = tmp_path / "in.txt"
@@ -103,12 +102,12 @@ def test_precision_and_its_old_name_weights(setup, copy_data, tmp_path):
     new = Translator.load(run, SearchConfig(max_len_b=10), precision="int8")
     assert new.precision == new.model.precision == "int8"
     assert got[0] == new.translate(lines[:4])
-    with pytest.warns(DeprecationWarning, match="use precision="):
-        old = Translator.load(run, SearchConfig(max_len_b=10), weights="int8")
-    assert old.precision == old.model.precision == "int8" and old.translate(lines[:4]) == got[0]
-    with pytest.warns(DeprecationWarning, match="use precision="):
-        bf = Translator(model, vocab, weights="bf16")
+    bf = Translator(model, vocab, precision="bf16")
     assert bf.precision == bf.model.precision == "bf16"
+    with pytest.raises(TypeError):
+        Translator(model, vocab, weights="bf16")
+    with pytest.raises(TypeError):
+        Translator(model, vocab, packed=False)
 
 
 def test_sampling_same_in_any_batch_size(setup):

@@ -27,7 +27,7 @@ def rss_mb() -> float:
 
 async def run(checkpoint: str, src: str, seconds: float, packed: bool) -> None:
     torch.set_num_threads(1)
-    translator = Translator.load(checkpoint, SearchConfig(), packed=packed)
+    translator = Translator.load(checkpoint, SearchConfig(), prepack=packed)
     lines = [line for line in open(src).read().splitlines() if line.strip()][:300]
     batcher, rng, start = Batcher(translator, BatchConfig(max_wait_ms=2)), random.Random(0), time.monotonic()
 
@@ -49,7 +49,7 @@ def main() -> None:
     ap.add_argument("--checkpoint", required=True)
     ap.add_argument("--src", required=True, help="source sentences, one a line (the first 300 are used)")
     ap.add_argument("--seconds", type=float, default=600)
-    ap.add_argument("--unpacked", action="store_true", help="Translator(..., packed=False)")
+    ap.add_argument("--unpacked", action="store_true", help="Translator(..., prepack=False)")
     args = ap.parse_args()
     asyncio.run(run(args.checkpoint, args.src, args.seconds, not args.unpacked))
 
