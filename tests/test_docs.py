@@ -84,6 +84,28 @@ def test_every_evidence_folder_says_how_it_was_made():
     assert not missing
 
 
+def test_evidence_is_lean():
+    """Raw text over 1 kB is kept as .xz (python -m benchmarks.evidence compress), and the evidence stays at most a
+    fifth of the repository's tracked bytes."""
+    from benchmarks import evidence
+
+    loose = [str(p.relative_to(REPO)) for d in RESULTS.iterdir() if d.is_dir() for p in evidence.compressible(d)]
+    assert not loose, "compress them: python -m benchmarks.evidence compress FOLDER"
+    kept_bytes, total = evidence.tracked_bytes(REPO)
+    assert kept_bytes <= evidence.MOST_SHARE * total, f"evidence is {kept_bytes / total:.1%} of the repository"
+
+
+def test_evidence_reader_takes_either_form(tmp_path):
+    from benchmarks import evidence
+
+    (tmp_path / "a.jsonl").write_text('{"step": 1}\n' * 600)
+    assert evidence.compress(tmp_path) == [tmp_path / "a.jsonl.xz"] and not (tmp_path / "a.jsonl").exists()
+    assert evidence.read_jsonl(tmp_path / "a.jsonl") == [{"step": 1}] * 600
+    (tmp_path / "b.json").write_text("[]")  # small: left as it is
+    assert evidence.compress(tmp_path) == [] and evidence.read_text(tmp_path / "b.json") == "[]"
+    assert evidence.read_jsonl(tmp_path / "missing.jsonl") == []
+
+
 def defines(module: Path, name: str) -> bool:
     return re.search(rf"^\s*(?:class|def|async def)\s+{name}\b|^{name}\s*[:=]", module.read_text(encoding="utf-8"),
                      flags=re.M) is not None

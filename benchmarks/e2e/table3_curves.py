@@ -8,18 +8,18 @@ import argparse
 import json
 from pathlib import Path
 
+from benchmarks.evidence import kept, read_jsonl, read_text
+
 STEPS = (200, 400, 600, 800, 1000, 1200, 1400, 1600, 1800, 2000)
 
 
 def curve(row: Path) -> dict[int, float]:
     """Dev PPL by step of one row: its training log where copied, else its result's dev curve."""
-    log = row / "log.jsonl"
-    if log.is_file():
-        rows = [json.loads(line) for line in log.read_text().splitlines() if line.strip()]
-        return {r["step"]: r["ppl"] for r in rows if r["kind"] == "valid"}
-    result = row / "result.json"
-    if result.is_file():
-        return {p["step"]: p["dev_ppl"] for p in json.loads(result.read_text()).get("dev_curve", [])}
+    log, result = kept(row / "log.jsonl"), kept(row / "result.json")  # either may be kept as .xz
+    if log:
+        return {r["step"]: r["ppl"] for r in read_jsonl(row / "log.jsonl") if r["kind"] == "valid"}
+    if result:
+        return {p["step"]: p["dev_ppl"] for p in json.loads(read_text(row / "result.json")).get("dev_curve", [])}
     return {}
 
 

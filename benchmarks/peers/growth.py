@@ -38,6 +38,8 @@ import sys
 import time
 from pathlib import Path
 
+from benchmarks.evidence import read_jsonl
+
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
 HARNESS = Path(os.environ.get("HARNESS", REPO.parent / "shared" / "bench" / "peers")).resolve()
@@ -158,9 +160,7 @@ def run_train(args, out: Path) -> None:
 
 
 def load(path: Path) -> list[dict]:
-    if not path.exists():
-        return []
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    return read_jsonl(path)  # the file or its .xz (benchmarks/evidence.py)
 
 
 def decode_name(r: dict) -> str:

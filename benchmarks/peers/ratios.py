@@ -21,13 +21,13 @@ import argparse
 import json
 from pathlib import Path
 
+from benchmarks.evidence import read_jsonl
+
 OURS = "aiayn"
 
 
 def load(path: Path) -> list[dict]:
-    if not path.exists():
-        return []
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    return read_jsonl(path)  # the file or its .xz (benchmarks/evidence.py)
 
 
 def name(r: dict) -> str:
