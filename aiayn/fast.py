@@ -1,16 +1,23 @@
-"""Measured fast paths: each changes how fast something runs, never what is computed, and each sits beside the
-reference it is tested against (tests/test_fast.py). Why each was kept, with its measurements: docs/speed.md.
+"""Measured fast paths, each beside the reference it stands in for (tests/test_fast.py). Some compute exactly what
+their reference computes; some change it, and the table says what changes (tests/test_fast.py checks each row's
+claim against the code). Why each was kept, with its measurements: docs/speed.md.
 
-    fast path                          reference it must equal
-    Dropout (15-bit CPU mask)          nn.Dropout: drop probability p, survivors scaled by 1 / (1 - p)
-    LayerNorm (16-bit, CPU autocast)   nn.LayerNorm (the same normalization; its output stays in the autocast
-                                       dtype instead of fp32, so the residual stream is 16-bit)
-    use_matmul_attention               chooses between model.scaled_dot_product_attention (eq. 1 as two matmuls,
-                                       fp32 softmax) and torch's F.scaled_dot_product_attention (flash); both
-                                       compute eq. 1
-    row_topk                           torch.topk(x, k, dim=1)
-    keep_freed_memory                  glibc's default allocator settings (speed only, no numerics)
-    bound_kernel_cache                 oneDNN's and ideep's per-shape caches of 1,024 entries (memory only, no numerics)
+    fast path              reference                          same result?    what changes
+    Dropout                nn.Dropout                         no              the mask: 15 random bits per element,
+                                                                              so the drop probability is p to within
+                                                                              2^-16 (0.1 -> 0.100006), from another
+                                                                              stream of torch's generator (CPU only)
+    LayerNorm              nn.LayerNorm                       no              under CPU autocast its output stays bf16
+                                                                              instead of fp32: the residual stream is
+                                                                              16-bit (statistics still in fp32)
+    use_matmul_attention   F.scaled_dot_product_attention     to rounding     eq. 1 as two matmuls with an fp32
+                                                                              softmax: the order of the sums
+    row_topk               torch.topk(x, k, dim=1)            yes             nothing (values equal; among equal
+                                                                              values the index may differ)
+    keep_freed_memory      glibc's default allocator          yes             nothing computed: memory kept in the
+                                                                              process
+    bound_kernel_cache     oneDNN's and ideep's 1,024-entry   yes             nothing computed: fewer compiled
+                           per-shape caches                                   kernels kept
 
 The fused label-smoothed loss is a fast path too; it lives in aiayn/losses.py beside its reference formula. The
 decoding precisions (bf16, int8; prepacked weights) live in aiayn/inference.py, beside the model they equal.

@@ -126,3 +126,70 @@ def test_bound_kernel_cache_sets_a_default_and_keeps_the_users(monkeypatch):
         assert os.environ["ONEDNN_PRIMITIVE_CACHE_CAPACITY"] == os.environ["LRU_CACHE_CAPACITY"] == str(KERNEL_CACHE)
         monkeypatch.setenv(name, "256")  # the user's choice wins
         assert not bound_kernel_cache() and os.environ[name] == "256"
+
+
+def _observed(out, ref) -> str:
+    """'yes' (bitwise equal), 'to rounding' (close) or 'no', for a fast path's output against its reference's."""
+    if out.dtype != ref.dtype or out.shape != ref.shape:
+        return "no"
+    if torch.equal(out, ref):
+        return "yes"
+    return "to rounding" if torch.allclose(out.float(), ref.float(), rtol=1e-4, atol=1e-5) else "no"
+
+
+def _dropout():
+    x = torch.ones(1 << 16)
+    torch.manual_seed(0)
+    fast = Dropout(0.1).train()(x)
+    torch.manual_seed(0)
+    assert abs((fast == 0).float().mean().item() - round(0.1 * 2**15) / 2**15) < 0.01  # p to within 2^-16
+    return fast, nn.Dropout(0.1).train()(x)
+
+
+def _layer_norm():
+    x = torch.randn(4, 16)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        return LayerNorm(16)(x), nn.LayerNorm(16)(x)
+
+
+def _matmul_attention():
+    torch.manual_seed(0)
+    q, k, v = (torch.randn(2, 4, 64, 32) for _ in range(3))
+    return scaled_dot_product_attention(q, k, v)[0], F.scaled_dot_product_attention(q, k, v)
+
+
+def _row_topk():
+    x = torch.randn(16, 8_000)
+    return row_topk(x, 8)[0], x.topk(8, dim=1)[0]
+
+
+def _process_setting(apply):
+    def check(monkeypatch):
+        for name in ("ONEDNN_PRIMITIVE_CACHE_CAPACITY", "LRU_CACHE_CAPACITY"):
+            monkeypatch.setenv(name, os.environ.get(name, "1024"))  # restored after the test
+        torch.manual_seed(0)
+        a, b = torch.randn(64, 64), torch.randn(64, 64)
+        before = a @ b
+        apply()
+        return a @ b, before
+    return check
+
+
+_CLAIMS = {"Dropout": _dropout, "LayerNorm": _layer_norm, "use_matmul_attention": _matmul_attention,
+           "row_topk": _row_topk, "keep_freed_memory": _process_setting(keep_freed_memory),
+           "bound_kernel_cache": _process_setting(lambda: __import__("aiayn.fast").fast.bound_kernel_cache())}
+
+
+def test_what_changes_table_says_what_the_code_does(monkeypatch):
+    """aiayn/fast.py's table: every fast path it names, and whether it computes what its reference does ('yes',
+    'to rounding', 'no'), observed on the code."""
+    import re
+
+    import aiayn.fast as fast
+
+    rows = re.findall(r"^    (\w+) +.+?  (yes|no|to rounding)  ", fast.__doc__, flags=re.M)
+    assert [name for name, _ in rows] == list(_CLAIMS) and all(hasattr(fast, name) for name, _ in rows)
+    for name, claim in rows:
+        check = _CLAIMS[name]
+        out, ref = check(monkeypatch) if name in ("keep_freed_memory", "bound_kernel_cache") else check()
+        assert _observed(out, ref) == claim, name
