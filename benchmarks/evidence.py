@@ -38,9 +38,9 @@ def kept(path: str | Path) -> Path | None:
 
 
 def read_text(path: str | Path) -> str:
-    """The text of `path`, or of `path`.xz where only the compressed file is kept."""
+    """The text of `path` (decompressed if it is FILE.xz), or of `path`.xz where only the compressed file is kept."""
     found = kept(path) or Path(path)
-    if found.suffix == ".xz" and found != Path(path):
+    if found.suffix == ".xz":
         return lzma.decompress(found.read_bytes()).decode("utf-8")
     return found.read_text(encoding="utf-8")
 

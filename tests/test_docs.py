@@ -106,6 +106,39 @@ def test_evidence_reader_takes_either_form(tmp_path):
     assert evidence.read_jsonl(tmp_path / "missing.jsonl") == []
 
 
+def _section(text: str, start: str, end: str) -> str:
+    return text[text.index(start):text.index(end, text.index(start))]
+
+
+def test_readme_quickstart_rows_match_their_logs():
+    """Each row of the README's table by kind of CPU: its test BLEU / chrF are what the linked raw log printed."""
+    from benchmarks import evidence
+
+    readme = (REPO / "README.md").read_text(encoding="utf-8")
+    rows = [r for r in _section(readme, "## On your hardware", "Not measured").splitlines() if "**" in r]
+    assert len(rows) >= 3
+    for row in rows:
+        bleu, chrf = re.search(r"\*\*([\d.]+)\*\* / ([\d.]+)", row).groups()
+        log = evidence.read_text(REPO / re.search(r"\]\((benchmarks/results/[^)]+\.log(?:\.xz)?)\)", row).group(1))
+        assert re.search(rf"test BLEU {re.escape(bleu)} +chrF {re.escape(chrf)}", log), row[:60]
+
+
+def test_real_text_ratios_match_the_evidence():
+    """The README's and docs/speed.md's real-text ratios (whole process / in process) are rows of the committed
+    table the benchmark wrote."""
+    table = (RESULTS / "realtext-xeon-amx" / "quickstart" / "table.md").read_text(encoding="utf-8")
+    measured = {(m[1], m[2], re.findall(r"\*\*([\d.]+)\*\*", line)[0], re.findall(r"\*\*([\d.]+)\*\*", line)[1])
+                for line in table.splitlines() if (m := re.match(r"\| (\d) \| (\w+) \|", line)) and "**" in line}
+    assert len(measured) == 6
+    speed = _section((REPO / "docs" / "speed.md").read_text(encoding="utf-8"), "## Real text", "The other models")
+    quoted = {(t, p, a, b) for t, p, a, b in re.findall(
+        r"^\| (\d) \| (\w+) \| \w+ \| [^|]+ \| \*\*([\d.]+)\*\* \| [^|]+ \| \*\*([\d.]+)\*\*", speed, flags=re.M)}
+    assert quoted == measured
+    readme = _section((REPO / "README.md").read_text(encoding="utf-8"), "**Translating real text", "## Results")
+    pairs = set(re.findall(r"(?<![\d.-])(\d\.\d\d)x / (\d\.\d\d)x", readme))
+    assert len(pairs) >= 6 and pairs <= {(a, b) for _, _, a, b in measured}
+
+
 def defines(module: Path, name: str) -> bool:
     return re.search(rf"^\s*(?:class|def|async def)\s+{name}\b|^{name}\s*[:=]", module.read_text(encoding="utf-8"),
                      flags=re.M) is not None
