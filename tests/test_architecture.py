@@ -47,7 +47,7 @@ def test_importing_the_core_loads_no_feature_and_no_optional_dependency():
 
 # The core's floors, lowest first (docs/architecture.md): a module imports only modules on floors below its own.
 FLOORS = [
-    ["errors", "fast", "packed", "cache", "progress", "sampling"],
+    ["errors", "fast", "packed", "cache", "progress", "sampling", "sentences"],
     ["files", "config", "extras", "metrics.bleu", "metrics.evalb", "ensemble", "languages"],
     ["data.folder", "data.vocab", "data.batching", "model", "runtime", "search", "metrics.significance"],
     ["data.prepare", "data.corpora", "rundir", "losses", "doctor", "static_search"],

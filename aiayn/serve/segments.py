@@ -5,9 +5,7 @@ ones kept as they are (line breaks, the spaces around them, empty lines; in HTML
 contents of <script>, <style>, <code> and <pre>). The answer joins the translated and kept pieces in their order,
 so a text of three lines comes back as three lines, and an HTML fragment keeps its tags and attributes.
 
-Sentences: a line is cut after ., ! or ? (and any closing quote or bracket) followed by spaces and an upper-case
-letter, unless the word before the stop is a single letter or a known abbreviation (Mr., Dr., St., ...): a
-conservative rule that rather leaves two sentences together than cuts one in half.
+Sentences: aiayn.sentences.split_sentences, the rule `aiayn translate` splits lines with.
 """
 
 from __future__ import annotations
@@ -17,30 +15,12 @@ import re
 from html.parser import HTMLParser
 from typing import NamedTuple
 
-# A sentence end: stop, closing quotes/brackets, spaces; what follows must start with an upper-case letter.
-_END = re.compile(r"""[.!?]+["'”’»)\]]*(\s+)(?=["'“‘«(\[¿¡]*\w)""")
-_ABBREVIATIONS = {"mr", "mrs", "ms", "dr", "prof", "sr", "sra", "jr", "st", "vs", "etc", "no", "vol", "fig", "dept",
-                  "approx", "cf", "e.g", "i.e", "sen", "gen", "col", "lt", "sgt", "capt", "rev"}
+from aiayn.sentences import split_sentences
 
 
 class Piece(NamedTuple):
     text: str
     translate: bool  # False: kept as it is
-
-
-def split_sentences(line: str) -> list[str]:
-    """A line without line breaks as its sentences, the spaces between kept at the end of each (they join back to
-    the line)."""
-    out, start = [], 0
-    for m in _END.finditer(line):
-        after = line[m.end():].lstrip("\"'“‘«([¿¡")
-        word = line[:m.start()].rsplit(None, 1)[-1].rstrip(".!?").lstrip("\"'“‘«([¿¡") if line[:m.start()].strip() \
-            else ""
-        if after[:1].isupper() and len(word) > 1 and word.lower() not in _ABBREVIATIONS:
-            out.append(line[start:m.end()])
-            start = m.end()
-    out.append(line[start:])
-    return [s for s in out if s]
 
 
 def text_pieces(text: str) -> list[Piece]:
