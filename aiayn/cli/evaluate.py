@@ -69,7 +69,7 @@ def _check_systems(args: argparse.Namespace) -> None:
         raise UsageError(f"--hyp {twice[0]} is given twice; give each system once")
 
 
-def _score(hyps: list[str], refs: list[str], lang: str, split: bool) -> None:
+def _print_metrics(hyps: list[str], refs: list[str], lang: str, split: bool) -> None:
     bleu, ch = corpus_bleu(hyps, refs), chrf(hyps, refs)
     tok = tokenized_bleu(hyps, refs, lang, compound_split=split)
     print(f"sacreBLEU       {bleu.score:6.2f}  {bleu.line}")
@@ -89,7 +89,7 @@ def _evaluate_translation(args: argparse.Namespace) -> None:
     lang = args.target_lang or _guess_lang(args.ref)
     split = not args.no_compound_split and lang == "de"
     if len(systems) == 1:
-        _score(systems[args.hyp[0]], refs, lang, split)
+        _print_metrics(systems[args.hyp[0]], refs, lang, split)
         return
     folder, names = _short_names(args.hyp)
     test = "bs" if args.paired_bs else "ar"
@@ -126,7 +126,7 @@ def run(args: argparse.Namespace) -> int:
 
 def register(sub) -> None:
     p = sub.add_parser("evaluate", help="BLEU (sacreBLEU and the paper's tokenized kind), chrF, perplexity",
-                       description="Score translations against references (sacreBLEU with signature, chrF, "
+                       description="Measure translations against references (sacreBLEU with signature, chrF, "
                                    "tokenized BLEU as in the paper) and/or a checkpoint's per-token "
                                    "perplexity; compare two or more systems on the same references with "
                                    "a paired significance test (--paired-bs, --paired-ar). Tokenized BLEU "

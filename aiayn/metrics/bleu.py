@@ -1,4 +1,4 @@
-"""Translation scores: sacreBLEU and chrF on detokenized text, and the paper's tokenized (compound-split) BLEU.
+"""Corpus metrics of translations: sacreBLEU and chrF on detokenized text, and the paper's tokenized (compound-split) BLEU.
 
 Two BLEU numbers, and why they differ (docs/decoding.md):
     * `corpus_bleu` is sacreBLEU on detokenized output with its own 13a tokenization: comparable across
@@ -20,7 +20,7 @@ from sacrebleu.metrics import BLEU, CHRF
 
 
 @dataclass(frozen=True)
-class Score:
+class CorpusMetric:
     """A corpus score, sacreBLEU's one-line summary of it, and the signature that makes it reproducible."""
 
     score: float
@@ -33,20 +33,20 @@ def _check(hyps: Sequence[str], refs: Sequence[str]) -> None:
         raise ValueError(f"{len(hyps)} hypotheses but {len(refs)} references; they must be line-aligned")
 
 
-def _score(metric, hyps: Sequence[str], refs: Sequence[str]) -> Score:
+def _corpus_metric(metric, hyps: Sequence[str], refs: Sequence[str]) -> CorpusMetric:
     _check(hyps, refs)
     result = metric.corpus_score(list(hyps), [list(refs)])
-    return Score(result.score, str(result), str(metric.get_signature()))
+    return CorpusMetric(result.score, str(result), str(metric.get_signature()))
 
 
-def corpus_bleu(hyps: Sequence[str], refs: Sequence[str]) -> Score:
+def corpus_bleu(hyps: Sequence[str], refs: Sequence[str]) -> CorpusMetric:
     """sacreBLEU with its defaults (13a tokenization, exp smoothing) on detokenized text."""
-    return _score(BLEU(), hyps, refs)
+    return _corpus_metric(BLEU(), hyps, refs)
 
 
-def chrf(hyps: Sequence[str], refs: Sequence[str]) -> Score:
+def chrf(hyps: Sequence[str], refs: Sequence[str]) -> CorpusMetric:
     """chrF2 (sacreBLEU's defaults) on detokenized text."""
-    return _score(CHRF(), hyps, refs)
+    return _corpus_metric(CHRF(), hyps, refs)
 
 
 @lru_cache(maxsize=8)
@@ -85,9 +85,9 @@ def paper_bleu_metric(**kwargs) -> BLEU:
 
 
 def tokenized_bleu(hyps: Sequence[str], refs: Sequence[str], lang: str,
-                   compound_split: bool | None = None) -> Score:
+                   compound_split: bool | None = None) -> CorpusMetric:
     """The paper's BLEU: Moses-tokenize both sides, split compounds (default: for German), then BLEU on
     whitespace tokens without smoothing (= multi-bleu.perl)."""
     _check(hyps, refs)
-    return _score(paper_bleu_metric(), paper_tokens(hyps, lang, compound_split),
+    return _corpus_metric(paper_bleu_metric(), paper_tokens(hyps, lang, compound_split),
                   paper_tokens(refs, lang, compound_split))

@@ -26,7 +26,7 @@ from aiayn.experiments.table3.plan import (
     run_dir,
 )
 from aiayn.experiments.table3.rows import paper_row, replica_seed, row_of
-from aiayn.metrics import Score, corpus_bleu, perplexity
+from aiayn.metrics import CorpusMetric, corpus_bleu, perplexity
 from aiayn.model import Transformer, count_parameters
 from aiayn.runtime import Runtime, cpu_model, resolve_device
 from aiayn.search import PAPER_SEARCH
@@ -114,7 +114,7 @@ def machine(dev: torch.device) -> dict[str, Any]:
 
 
 def dev_bleu(model: Transformer, data: Path, text_paths: tuple[Path, Path], sentences: int | None,
-             dev: torch.device) -> tuple[list[str], Score]:
+             dev: torch.device) -> tuple[list[str], CorpusMetric]:
     """Beam-search translations of the dev sources (the first `sentences` of them; None: all) and their sacreBLEU."""
     src_path, ref_path = text_paths
     sources = files.read_lines(src_path)[:sentences]
