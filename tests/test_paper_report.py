@@ -241,6 +241,6 @@ def test_a_reused_run_is_scored_on_its_whole_test_split(tmp_path, monkeypatch):
         def translate(self, lines):
             return list(lines)
 
-    monkeypatch.setattr("aiayn.translate.Translator", Echo)
+    monkeypatch.setattr(parts, "Translator", Echo)
     assert parts._score_run(tmp_path / "run", None)["test_sentences"] == 150
     assert parts._score_run(tmp_path / "run", 40)["test_sentences"] == 40

@@ -17,13 +17,36 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import torch
+
+from aiayn import checkpoint as ckpt
 from aiayn import files, rundir
-from aiayn.config import PAPER_VOCAB
+from aiayn.config import PAPER_VOCAB, ModelConfig
 from aiayn.errors import UserError
 from aiayn.experiments import paper
+from aiayn.experiments.params import format_table as format_params
+from aiayn.experiments.params import parameter_table
 from aiayn.experiments.report.budgets import Budget
 from aiayn.experiments.report.sources import parser_runs, parser_systems, training_pairs
+from aiayn.experiments.table1 import format_table as format_table1
+from aiayn.experiments.table1 import plot as plot_table1
+from aiayn.experiments.table1 import run_table1
+from aiayn.experiments.table2 import run_cost
 from aiayn.experiments.table3.plan import PLAN, RESULT
+from aiayn.experiments.table3.report import report
+from aiayn.experiments.table3.runner import run_variations
+from aiayn.metrics import chrf, corpus_bleu
+from aiayn.metrics.evalb import parse_report, score_parses
+from aiayn.parsing.parse import Parser
+from aiayn.parsing.prepare import prepare_parse
+from aiayn.parsing.trees import iter_tree_strings
+from aiayn.quickstart import quickstart
+from aiayn.runtime import configure_process, resolve_device
+from aiayn.search import SearchConfig
+from aiayn.train import TrainConfig, resume, train
+from aiayn.translate import Translator
+from aiayn.viz.alignment import word_ids
+from aiayn.viz.attention import attention_data, plot_lines, render_html
 
 Say = Callable[[str], None]
 
@@ -94,8 +117,6 @@ def _machine(result: dict[str, Any]) -> str:
 
 def params(ctx: Context) -> dict[str, Any]:
     """Table 3's params column: every preset counted (aiayn params)."""
-    from aiayn.experiments.params import format_table, parameter_table
-
     rows = parameter_table()
     files.write_json(ctx.part_dir("params") / "params.json", rows)
     compared = [r for r in rows if r["paper_M"]]
@@ -104,7 +125,7 @@ def params(ctx: Context) -> dict[str, Any]:
     close = sum(abs(o) <= 0.05 for _, o in off)
     return {"title": "Table 3, parameter column", "command": "aiayn params",
             "paper": "Table 3's params column (millions; the paper leaves rows (A), (D), (E) blank).",
-            "ours": format_table(rows), "rows": rows,
+            "ours": format_params(rows), "rows": rows,
             "verdict": f"{close} of {len(compared)} rows within 5 % of the paper's count; the largest difference is "
                        f"{worst[0]} ({100 * worst[1]:+.1f} %). The paper does not give the exact vocabulary behind "
                        f"its column; ours counts a shared vocabulary of {PAPER_VOCAB:,} pieces."}
@@ -112,17 +133,12 @@ def params(ctx: Context) -> dict[str, Any]:
 
 def table1(ctx: Context) -> dict[str, Any]:
     """Table 1 measured (aiayn table1), or a measurement reused."""
-    from aiayn.experiments.table1 import format_table, plot, run_table1
 
     given = ctx.sources.get("table1")
     if given:
         res, extra = json.loads(given.read_text(encoding="utf-8")), _reused(given, "not recorded in table1.json")
         command = f"aiayn table1 --json {given.name} (its output, reused)"
     else:
-        import torch
-
-        from aiayn.runtime import configure_process
-
         threads = torch.get_num_threads()
         configure_process(threads=1)  # as `aiayn table1` measures by default: a shared machine's second core is noise
         try:
@@ -132,14 +148,14 @@ def table1(ctx: Context) -> dict[str, Any]:
         files.write_json(ctx.part_dir("table1") / "table1.json", res)
         extra = {}
         command = "aiayn table1 " + " ".join(_flags(ctx.budget.table1))
-    plot(res, ctx.image("table1.png"))
+    plot_table1(res, ctx.image("table1.png"))
     e = res["time_exponent"]
     cross = res["crossover_time"]
     rows = "\n".join(f"| {kind} | {c} | {s} | {p} |" for kind, (c, s, p) in paper.TABLE1.items())
     return {**extra, "title": "Table 1: self-attention against recurrence and convolution", "command": command,
             "paper": "| layer type | complexity per layer | sequential operations | maximum path length |\n"
                      f"|---|---|---|---|\n{rows}\n\nSelf-attention is cheaper than recurrence when n < d.",
-            "ours": format_table(res), "table1": res,
+            "ours": format_table1(res), "table1": res,
             "images": [{"file": "img/table1.png", "alt": "Table 1: forward time and FLOPs against n"}],
             "verdict": f"Time exponents in n over the largest sizes: the attention core {e['self-attention core']:.2f} "
                        f"(paper: 2), self-attention with projections {e['self-attention']:.2f}, the LSTM "
@@ -177,8 +193,6 @@ def _flags(options: dict[str, Any]) -> list[str]:
 def translation(ctx: Context) -> dict[str, Any]:
     """The translation model the figures are drawn from: aiayn quickstart (the built-in corpus, or --data), or a
     run reused and scored on its test split."""
-    from aiayn.quickstart import quickstart
-
     given = ctx.sources.get("translation")
     if given:
         scores, extra, run = _score_run(given, ctx.budget.translation.get("test_sentences")), _reused(given, "not "
@@ -213,9 +227,6 @@ def translation(ctx: Context) -> dict[str, Any]:
 def _score_run(run: Path, n: int | None) -> dict[str, Any]:
     """BLEU of a reused run on its data's test split: its test.hyp if it has one, else the first n (None: all) test
     sentences translated now."""
-    from aiayn.metrics import chrf, corpus_bleu
-    from aiayn.translate import Translator
-
     data = Path(rundir.read_config(run)["data"])
     if not (data / "test.tgt.txt").is_file():
         return {"bleu": None, "note": f"{data} has no test split"}
@@ -233,12 +244,6 @@ def _score_run(run: Path, n: int | None) -> dict[str, Any]:
 def attention(ctx: Context, translation_section: dict[str, Any]) -> dict[str, Any]:
     """The appendix's figures 3-5 from the translation model: encoder self-attention of the second layer from the
     top (the paper's layer 5 of 6: FIGURES_LAYER), drawn by aiayn.viz.attention as `aiayn attention` draws them."""
-    from aiayn.runtime import resolve_device
-    from aiayn.search import SearchConfig
-    from aiayn.translate import Translator
-    from aiayn.viz.alignment import word_ids
-    from aiayn.viz.attention import attention_data, plot_lines, render_html
-
     run = Path(translation_section["run"])
     translator = Translator.load(run, SearchConfig(beam=ctx.budget.attention_beam), device=resolve_device(ctx.device))
     images, lines, datas, ratios = [], [], {}, {}
@@ -298,9 +303,6 @@ def _attention_verdict(ratios: dict[str, tuple[float, str, str]]) -> str:
 def table3(ctx: Context, translation_section: dict[str, Any]) -> dict[str, Any]:
     """Table 3's variations (aiayn variations) at the budget's scale, or a study reused; the report's numbers are
     table3.report's own, computed on a copy of the study's results (the study folder itself is not written)."""
-    from aiayn.experiments.table3.report import report
-    from aiayn.experiments.table3.runner import run_variations
-
     study = ctx.part_dir("table3") / "study"
     given = ctx.sources.get("table3")
     if given:
@@ -396,16 +398,6 @@ def train_parser(ctx: Context) -> Path:
     """The parser trained on --treebank as configs/ptb-parse.yaml trains it (at the budget's size): prepare-parse,
     train (resumed if interrupted), average, parse the dev sentences, score them; into OUT/parts/table4/ laid out
     as a parser results folder (eval.log as benchmarks' eval scripts write it, the run beside it)."""
-    from aiayn import checkpoint as ckpt
-    from aiayn.config import ModelConfig
-    from aiayn.metrics.evalb import parse_report, score_parses
-    from aiayn.parsing.parse import Parser
-    from aiayn.parsing.prepare import prepare_parse
-    from aiayn.parsing.trees import iter_tree_strings
-    from aiayn.search import SearchConfig
-    from aiayn.train import TrainConfig, resume, train
-    from aiayn.translate import Translator
-
     o, folder = ctx.budget.parser, ctx.part_dir("table4")
     data, run = folder / "data", folder / "run"
     prepare_parse(ctx.treebank / "train.trees", data, ctx.treebank / "dev.trees", vocab_size=o["vocab_size"],
@@ -440,8 +432,6 @@ def _dev_trees(folder: Path) -> str:
 
 def table2(ctx: Context, runs: list[Path]) -> dict[str, Any]:
     """Table 2's training cost (aiayn table2) for each run made or reused that logged its speed."""
-    from aiayn.experiments.table2 import run_cost
-
     rows = []
     for run in runs:
         try:
