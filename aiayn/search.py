@@ -33,6 +33,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Protocol
 
 import torch
 import torch.nn.functional as F
@@ -44,6 +45,19 @@ from aiayn.fast import row_topk
 from aiayn.sampling import Sampler
 
 NEG_INF = float("-inf")
+
+class LexicalHook(Protocol):
+    """What must appear in the output (aiayn.glossary.DynamicBeamAllocation), plugged into beam_search's step:
+    `restrict` the (N, V) allowed mask before the step (sent: each active sentence's index, kk rows each), `alive`
+    choose the k live candidates of each sentence (bsz, k), best first, from the step's top_candidates and
+    alive_candidates' choice."""
+
+    def restrict(self, allowed: Tensor | None, sent: Tensor, kk: int, tokens: Tensor, t: int, V: int
+                 ) -> Tensor | None: ...
+
+    def alive(self, lprobs: Tensor, scores: Tensor, cands: tuple[Tensor, Tensor, Tensor],
+              alive: tuple[Tensor, Tensor, Tensor], sent: Tensor, kk: int, k: int) -> tuple[Tensor, Tensor, Tensor]: ...
+
 
 # A constraint on what may come next (e.g. parsing's well-formed trees): given the original sentence index of each
 # decoder row (N,) and the rows' prefixes (N, t+1) (BOS first), a bool (N, V) mask of the tokens allowed next.
@@ -355,9 +369,9 @@ def search_function(search: SearchConfig) -> Callable[..., list[list[Hypothesis]
 @torch.no_grad()
 def beam_search(model, src: Tensor, search: SearchConfig = PAPER_SEARCH, max_len: int | None = None,
                 constraint: Constraint | None = None, prefixes: Sequence[Sequence[int]] | None = None,
-                lines: Tensor | None = None) -> list[list[Hypothesis]]:
+                lines: Tensor | None = None, lexical: LexicalHook | None = None) -> list[list[Hypothesis]]:
     """Beam search. src (B, S) padded with PAD_ID -> per sentence up to `search.nbest` Hypothesis, best first.
-    prefixes, lines: as greedy_search's.
+    prefixes, lines: as greedy_search's. lexical: terms the output must hold (aiayn.glossary).
 
     A sentence stops when its nbest-th finished score is at least the best score any live hypothesis
     could still reach (its log-prob can only fall, its lp is at most lp at the word limit), or at its
@@ -386,6 +400,8 @@ def beam_search(model, src: Tensor, search: SearchConfig = PAPER_SEARCH, max_len
         logits = _step_logits(model, tokens, memory, src_pad, cache)  # (N, V)
         V = logits.size(1)
         allowed = _allowed(constraint, sent.repeat_interleave(kk), tokens, V, search.no_repeat_ngram_size, prefix)
+        if lexical is not None:
+            allowed = lexical.restrict(allowed, sent, kk, tokens, t, V)
 
         # fairseq's step: top 2k of (running score + next log-prob) over kk*V.
         lprobs = constrain(_log_probs(logits), t, min_len, row_limit, t >= int(row_limit.min()), allowed)
@@ -395,15 +411,13 @@ def beam_search(model, src: Tensor, search: SearchConfig = PAPER_SEARCH, max_len
 
         # Finish the EOS candidates among the top k (as fairseq: so beam 1 is greedy), keeping the nbest
         # best finished hypotheses of each sentence.
-        fin_now = cand_eos[:, :k]  # (bsz, k)
-        if fin_now.any():
-            s_idx = fin_now.any(1).nonzero().squeeze(1)  # active sentences finishing something
-            rows, c_scores = cand_rows[s_idx, :k], cand_scores[s_idx, :k]  # (b, k) prefix rows and their scores
-            new_scores = finish_scores(c_scores, fin_now[s_idx], t, search)  # (b, k)
-            new_logps = torch.cat([logps[rows], (c_scores - scores[rows])[..., None]], -1)  # (b, k, t+1)
-            finished.add(sent[s_idx], new_scores, tokens[rows, 1:], new_logps)
+        finished.add_candidates(sent, cand_scores[:, :k], cand_eos[:, :k], cand_rows[:, :k], t, search, tokens,
+                                logps, scores)
 
-        alive_scores, alive_tokens, alive_rows = alive_candidates(cand_scores, cand_tokens, cand_rows, cand_eos, k)
+        alive = alive_candidates(cand_scores, cand_tokens, cand_rows, cand_eos, k)  # the best k, best first
+        if lexical is not None:
+            alive = lexical.alive(lprobs, scores, (cand_scores, cand_tokens, cand_rows), alive, sent, kk, k)
+        alive_scores, alive_tokens, alive_rows = alive
         alive_logps = alive_scores - scores[alive_rows]  # log-prob of the newest token
 
         nth_finished, n_finished = finished.scores[sent, nbest - 1], finished.count[sent]
@@ -442,6 +456,18 @@ class _Finished:
         self.logps = torch.zeros(n_sentences, nbest, width, device=device)
         self.length = torch.zeros(n_sentences, nbest, dtype=torch.long, device=device)
         self.count = torch.zeros(n_sentences, dtype=torch.long, device=device)  # hypotheses finished, kept or not
+
+    def add_candidates(self, sent: Tensor, cand_scores: Tensor, finishing: Tensor, cand_rows: Tensor, t: int,
+                       search: SearchConfig, tokens: Tensor, logps: Tensor, scores: Tensor) -> None:
+        """Finish the candidates that end in EOS (`finishing`, (bsz, k)) among a step's best k: their running scores
+        (bsz, k), prefix rows (bsz, k); the live rows' words (N, t+1), log-probs (N, t) and running scores (N,)."""
+        if not finishing.any():
+            return
+        s_idx = finishing.any(1).nonzero().squeeze(1)  # active sentences finishing something
+        rows, c_scores = cand_rows[s_idx], cand_scores[s_idx]  # (b, k) prefix rows and their scores
+        new_scores = finish_scores(c_scores, finishing[s_idx], t, search)  # (b, k)
+        new_logps = torch.cat([logps[rows], (c_scores - scores[rows])[..., None]], -1)  # (b, k, t+1)
+        self.add(sent[s_idx], new_scores, tokens[rows, 1:], new_logps)
 
     def add(self, orig: Tensor, scores: Tensor, words: Tensor, logps: Tensor) -> None:
         """Offer new hypotheses of sentences `orig` (b,): normalized scores (b, k) (-inf: not finished), their words

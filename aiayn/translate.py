@@ -23,8 +23,10 @@ from aiayn import inference
 from aiayn.config import EOS_ID, PAD_ID, UNK_ID
 from aiayn.ensemble import Ensemble, check_same_vocabulary
 from aiayn.errors import UsageError
+from aiayn.glossary import Glossary, Term, constrained_beam_search, encode_terms
 from aiayn.progress import Progress
 from aiayn.search import PAPER_SEARCH, Constraint, Hypothesis, SearchConfig, max_output_lengths, search_function
+from aiayn.sentences import split_sentences
 from aiayn.shortlist import Shortlist, run_file
 from aiayn.shortlist import load as load_shortlist
 from aiayn.static_search import StaticDecoder
@@ -94,6 +96,54 @@ def encode_prefixes(vocab, prefixes: Sequence[str]) -> list[list[int]]:
     return out
 
 
+class Layout(NamedTuple):
+    """Where a line's sentences lie in the list of sentences translated: the first one's index, and the spaces that
+    follow each sentence but the last (so a line of n sentences has n - 1 of them)."""
+
+    first: int
+    spaces: tuple[str, ...]
+
+
+def split_lines(lines: Sequence[str], prefixes: Sequence[str] | None = None
+                ) -> tuple[list[str], list[str] | None, list[Layout]]:
+    """Lines cut into sentences (aiayn.sentences): (sentences, their prefixes or None, each line's Layout). A line
+    of one sentence, a blank line and a line with a target prefix stay whole, as they are."""
+    sentences: list[str] = []
+    sentence_prefixes: list[str] = []
+    layouts = []
+    for n, line in enumerate(lines):
+        prefix = prefixes[n] if prefixes is not None else ""
+        parts = split_sentences(line.strip()) if not prefix else []
+        if len(parts) < 2:
+            parts = [line]
+        layouts.append(Layout(len(sentences), tuple(p[len(p.rstrip()):] for p in parts[:-1])))
+        sentences += [p.rstrip() if len(parts) > 1 else p for p in parts]
+        sentence_prefixes += [prefix] + [""] * (len(parts) - 1)
+    return sentences, (sentence_prefixes if prefixes is not None else None), layouts
+
+
+def join_lines(nbests: Sequence[Sequence[Translation]], layouts: Sequence[Layout]) -> list[list[Translation]]:
+    """The translations of split lines put back together: hypothesis i of a line joins hypothesis i of each of its
+    sentences (a sentence's last where it has fewer) with the source's spaces between; its tokens and token scores
+    are theirs one after the other, its score their scores' mean weighted by their lengths (|Y|, EOS included)."""
+    out = []
+    for layout in layouts:
+        parts = nbests[layout.first: layout.first + len(layout.spaces) + 1]
+        if len(parts) == 1:
+            out.append(list(parts[0]))
+            continue
+        line = []
+        for i in range(max(map(len, parts))):
+            hyps = [hs[min(i, len(hs) - 1)] for hs in parts]
+            text = "".join(h.text + space for h, space in zip(hyps, layout.spaces + ("",)))
+            lengths = [len(h.tokens) + 1 for h in hyps]
+            score = sum(h.score * n for h, n in zip(hyps, lengths)) / sum(lengths)
+            line.append(Translation(text, score, [t for h in hyps for t in h.tokens],
+                                    [p for h in hyps for p in h.positional_scores]))
+        out.append(line)
+    return out
+
+
 class Translation(NamedTuple):
     """One hypothesis for one input line: detokenized text, normalized score, subword ids (no BOS/EOS), and the
     log-prob of each token, EOS last (where the engine gives them)."""
@@ -159,19 +209,20 @@ class Translator:
             most = min(most, cfg.max_positions - 1)
         return StaticDecoder(self.model, most)
 
-    def _decode_function(self, constraint, prefixes):
+    def _decode_function(self, constraint, prefixes, terms):
         """The search to run a batch with: the fixed-shape decoder's where it was asked for and covers the batch's
-        options, else aiayn.search's (the fallback said once)."""
+        options, else aiayn.search's (the fallback said once); with glossary terms, aiayn.glossary's."""
+        eager = partial(constrained_beam_search, terms=terms) if terms else search_function(self.search)
         if not self.fixed_asked:
-            return search_function(self.search)
-        unsupported = StaticDecoder.unsupported(self.search, constraint, prefixes)
+            return eager
+        unsupported = StaticDecoder.unsupported(self.search, constraint, prefixes) + ["a glossary"] * bool(terms)
         unsupported += ["a shortlist"] * (self.shortlist is not None) + ["an ensemble"] * (self.fixed_shape is None)
         if not unsupported:  # the model is the Translator's own (no shortlist): the decoder holds it
             return lambda model, src, search, max_len, *_, **__: self.fixed_shape.search(src, search, max_len)
         if not self._fell_back:
             _warn(f"the fixed-shape search does not do {', '.join(unsupported)}: decoding with the eager search")
             self._fell_back = True
-        return search_function(self.search)
+        return eager
 
     @classmethod
     def load(cls, checkpoint: str | Path | Sequence[str | Path], search: SearchConfig = PAPER_SEARCH,
@@ -194,12 +245,14 @@ class Translator:
 
     def search_ids(self, sources: Sequence[list[int] | None], progress: bool = False,
                    constraint: Constraint | None = None, prefixes: Sequence[list[int]] | None = None,
-                   line_numbers: Sequence[int] | None = None) -> list[list[Hypothesis]]:
+                   line_numbers: Sequence[int] | None = None, terms: Sequence[Sequence[Term]] | None = None
+                   ) -> list[list[Hypothesis]]:
         """Search every source (ids with EOS; None = blank) in length-sorted batches; answers in input order.
         A blank source gets one empty hypothesis of score 0. `constraint` (see aiayn.search.Constraint, called with
         input line numbers) restricts what the search may generate. prefixes: per source, the word ids its
         translations start with ([]: none). Sampling seeds each source by its input line number: line_numbers[i]
-        (from 0; default i)."""
+        (from 0; default i). terms: per source, the target terms (piece ids) its translations must hold
+        (`glossary_terms`; aiayn.glossary)."""
         cfg, search = self.cfg, self.search
         max_len = cfg.max_positions - 1 if cfg.positional == "learned" else None  # BOS + words < table size
         results: list[list[Hypothesis]] = [[Hypothesis([], 0.0, [])] for _ in sources]
@@ -222,7 +275,8 @@ class Translator:
                 src, batch_prefixes = src.to(self.device), prefixes and [prefixes[i] for i in idx]
                 model = self.model if self.shortlist is None else self.shortlist.restrict(self.model, src,
                                                                                           batch_prefixes)
-                decode = self._decode_function(on_lines, batch_prefixes)
+                batch_terms = [terms[i] for i in idx] if terms and any(terms[i] for i in idx) else None
+                decode = self._decode_function(on_lines, batch_prefixes, batch_terms)
                 hyps = decode(model, src, search, max_len, on_lines, prefixes=batch_prefixes, lines=lines)
                 for i, h in zip(idx, hyps):  # empty only if the model gave EOS probability 0 at the limit
                     results[i] = h or [Hypothesis([], float("-inf"), [])]
@@ -244,19 +298,26 @@ class Translator:
                 raise UsageError(f"input line {n}: its prefix has {len(words)} words, more than the {most} its "
                                  "translation may have (--max-len-a, --max-len-b)")
 
-    def translate_nbest(self, lines: Sequence[str], progress: bool = False,
-                        prefixes: Sequence[str] | None = None, first_line: int = 0) -> list[list[Translation]]:
+    def glossary_terms(self, lines: Sequence[str], glossary) -> list[list[Term]] | None:
+        """Per line, the piece ids of the target terms `glossary` asks for in it (a Glossary, a {source: target}
+        dict or pairs; None: no glossary): what search_ids takes as `terms` (a server: per request)."""
+        return None if glossary is None else encode_terms(self.vocab, Glossary.of(glossary), lines)
+
+    def translate_nbest(self, lines: Sequence[str], progress: bool = False, prefixes: Sequence[str] | None = None,
+                        first_line: int = 0, glossary=None) -> list[list[Translation]]:
         """Up to search.nbest translations per line, best first; prefixes: per line, the text its translations start
         with ("" or None: no prefix). first_line: the input line number (from 0) of lines[0], when `lines` is one
-        buffer of a longer input: sampling seeds each line by its number in the whole input."""
+        buffer of a longer input: sampling seeds each line by its number in the whole input. glossary: terms each
+        translation must hold (glossary_terms; aiayn.glossary)."""
         prefix_ids = None if prefixes is None else encode_prefixes(self.vocab, [p or "" for p in prefixes])
         numbers = range(first_line, first_line + len(lines))
-        hyps = self.search_ids(self.encode(lines), progress, prefixes=prefix_ids, line_numbers=numbers)
+        hyps = self.search_ids(self.encode(lines), progress, prefixes=prefix_ids, line_numbers=numbers,
+                               terms=self.glossary_terms(lines, glossary))
         return [[translation_of(self.vocab, h) for h in hs] for hs in hyps]
 
-    def translate(self, lines: Sequence[str], progress: bool = False) -> list[str]:
-        """The best translation of each line."""
-        return [hs[0].text for hs in self.translate_nbest(lines, progress)]
+    def translate(self, lines: Sequence[str], progress: bool = False, glossary=None) -> list[str]:
+        """The best translation of each line (glossary: as translate_nbest's)."""
+        return [hs[0].text for hs in self.translate_nbest(lines, progress, glossary=glossary)]
 
 
 def _on_lines(constraint: Constraint, lines: torch.Tensor, sent: torch.Tensor, prefix: torch.Tensor) -> torch.Tensor:

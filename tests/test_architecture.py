@@ -50,7 +50,7 @@ FLOORS = [
     ["errors", "fast", "packed", "cache", "progress", "sampling", "sentences"],
     ["files", "config", "extras", "metrics.bleu", "metrics.evalb", "ensemble", "languages"],
     ["data.folder", "data.vocab", "data.batching", "model", "runtime", "search", "metrics.significance"],
-    ["data.prepare", "data.corpora", "rundir", "losses", "doctor", "static_search"],
+    ["data.prepare", "data.corpora", "rundir", "losses", "doctor", "static_search", "glossary"],
     ["data", "shortlist"],
     ["checkpoint", "metrics.perplexity"],
     ["metrics", "inference", "run"],

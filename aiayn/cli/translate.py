@@ -18,9 +18,10 @@ from aiayn.cli.common import (
 from aiayn.errors import UsageError
 from aiayn.extras import require
 from aiayn.files import atomic_text_output, check_output_path, line_buffers, read_lines
+from aiayn.glossary import Glossary
 from aiayn.runtime import resolve_device
 from aiayn.scoring import SCORE_KINDS, score_columns, token_scores
-from aiayn.translate import Translator, split_prefixes
+from aiayn.translate import Translator, join_lines, split_lines, split_prefixes
 
 
 def run(args: argparse.Namespace) -> int:
@@ -40,17 +41,25 @@ def run(args: argparse.Namespace) -> int:
     if args.print_scores == "tokens" and args.engine == "ct2":
         raise UsageError("--print-scores tokens needs --engine aiayn (CTranslate2 gives sentence scores only)")
     prefix_lines = read_lines(args.prefix) if args.prefix else None
-    translate = _translate_function(args, search)
+    if args.glossary and (args.engine != "aiayn" or args.print_alignment or args.prefix or search.sampling):
+        raise UsageError("--glossary needs --engine aiayn and beam or greedy search, without --print-alignment, "
+                         "--sampling or target prefixes")
+    glossary = Glossary.read(args.glossary) if args.glossary else None
+    translate = _translate_function(args, search, glossary)
+    split = args.split_sentences and not args.print_alignment  # alignments are of whole lines
     # stdin: as lines arrive (a bad byte names the line); --prefix FILE: all at once, its lines aligned with them
     buffers = [read_lines(args.input)] if prefix_lines is not None else line_buffers(args.input, args.buffer_size)
     with atomic_text_output(args.output) as out:  # a file appears complete or not at all
-        done = 0  # lines answered so far: the n-best format numbers lines across buffers
+        done = sentences = 0  # lines answered so far (the n-best format numbers lines across buffers); sentences
         for lines in buffers:
             lines, prefixes = split_prefixes(lines, prefix_lines)  # source<TAB>prefix
-            if prefixes is not None and args.print_alignment:
+            if prefixes is not None and (args.print_alignment or glossary):
                 raise UsageError("target prefixes (a tab-separated column or --prefix) do not work with "
-                                 "--print-alignment")
-            nbests, tails = translate(lines, prefixes, done)
+                                 "--print-alignment or --glossary")
+            parts, part_prefixes, layouts = split_lines(lines, prefixes) if split else (lines, prefixes, None)
+            nbests, tails = translate(parts, part_prefixes, sentences)
+            nbests = join_lines(nbests, layouts) if split else nbests
+            sentences += len(parts)
             for n, hyps in enumerate(nbests, done):
                 out.writelines(_output_lines(n, hyps, tails and tails[n - done], search.nbest, args.print_scores))
             out.flush()  # a line typed into a pipe is answered now, not when stdin closes
@@ -58,9 +67,9 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _translate_function(args: argparse.Namespace, search):
-    """(lines, target prefixes or None, input line number of the first line) -> (n-best translations per line, per
-    hypothesis what follows its text or None), by the engine and options asked for."""
+def _translate_function(args: argparse.Namespace, search, glossary):
+    """(lines, target prefixes or None, input number of the first line) -> (n-best translations per line, per
+    hypothesis what follows its text or None), by the engine and options asked for (glossary: aiayn's engine)."""
     progress = args.input not in (None, "-") and not args.no_progress
     if args.engine == "ct2":  # an exported CTranslate2 folder; the search flags map as aiayn.export.ct2 says
         from aiayn.export.ct2 import CT2Translator
@@ -83,7 +92,8 @@ def _translate_function(args: argparse.Namespace, search):
             nbests, alignments = translate_with_alignment(translator, lines, args.alignment_layer, progress=progress)
             return nbests, [[" ||| " + format_alignment(pairs) for pairs in line] for line in alignments]
         return aligned
-    return lambda lines, prefixes, first: (translator.translate_nbest(lines, progress, prefixes, first), None)
+    return lambda lines, prefixes, first: (translator.translate_nbest(lines, progress, prefixes, first, glossary),
+                                           None)
 
 
 def _output_lines(n: int, hyps, tails: list[str] | None, nbest: int, print_scores: str | None) -> list[str]:
@@ -135,6 +145,15 @@ def register(sub) -> None:
     p.add_argument("--prefix", help="target prefixes, one per input line (an empty line: none): each translation "
                                     "starts with its line's pieces and the search goes on from there; or give "
                                     "them as a second input column, source<TAB>prefix")
+    p.add_argument("--glossary", metavar="FILE",
+                   help="terms that must appear in the output: a TSV of 'source term<TAB>target term' lines (# "
+                        "comments and blank lines allowed); a source term found in a sentence as whole words (case as "
+                        "written) makes its target term a constraint of the beam search (aiayn engine, beam or greedy "
+                        "search); docs/decoding.md")
+    p.add_argument("--no-split-sentences", dest="split_sentences", action="store_false",
+                   help="translate each input line whole (default: a line of several sentences is translated "
+                        "sentence by sentence, as aiayn serve does, and joined back into one output line; lines with "
+                        "a target prefix, and all lines with --print-alignment, are never split)")
     p.add_argument("--shortlist", nargs="?", const=True, default=None, metavar="FILE",
                    help="decode with a lexical shortlist (faster: each batch's output projection covers only the "
                         "target pieces its source pieces translate to): the run's (built by `aiayn shortlist`), or "
