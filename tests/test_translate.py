@@ -230,7 +230,8 @@ def test_split_lines_and_join_lines_by_hand():
     assert split_lines(lines)[1] is None
     t = Translation
     nbests = [[t("A.", -1.0, [1], [-1.0, -1.0]), t("A2.", -2.0, [2], [-2.0, -2.0])],
-              [t("B!", -3.0, [3, 4], [-1.0] * 3)], [t("C?", -0.5, [5], [-0.5, -0.5])], [t("", 0.0, [])], [t("D.", -1.0, [6])], [t("E.", -2.0, [7])]]
+              [t("B!", -3.0, [3, 4], [-1.0] * 3)], [t("C?", -0.5, [5], [-0.5, -0.5])],
+              [t("", 0.0, [])], [t("D.", -1.0, [6])], [t("E.", -2.0, [7])]]
     joined = join_lines(nbests, layouts)
     best, second = joined[0]
     # scores weighted by |Y| = tokens + EOS: (2 * -1 + 3 * -3 + 2 * -0.5) / 7; the second: sentence 1's second
