@@ -1,14 +1,16 @@
-"""`aiayn serve`: a checkpoint behind HTTP (aiayn.serve): LibreTranslate's POST /translate, a page at /, /docs."""
+"""`aiayn serve`: a checkpoint, or many language pairs, behind HTTP (aiayn.serve): LibreTranslate's POST /translate,
+/detect and /languages, a page at /, /docs."""
 
 from __future__ import annotations
 
 import argparse
 import contextlib
 import os
+import re
 from pathlib import Path
 
 from aiayn.cli.common import (
-    add_checkpoint_arg,
+    CHECKPOINT_HELP,
     add_device_arg,
     add_language_args,
     add_precision_arg,
@@ -35,33 +37,120 @@ def run(args: argparse.Namespace) -> int:
 
     if args.nbest != 1:
         raise UsageError('--nbest does not apply to serve: each request asks for its n-best ("alternatives": n)')
+    many = len(args.checkpoint or []) > 1 or args.models is not None
+    if not args.checkpoint and args.models is None:
+        raise UsageError("give the model to serve: --checkpoint PATH (repeat it, or --models FOLDER, for several)")
+    if not many and (args.max_models or args.max_model_memory):
+        raise UsageError("--max-models and --max-model-memory apply to a server of several models (repeat "
+                         "--checkpoint, or --models FOLDER)")
     try:
         batching = BatchConfig(max_batch_tokens=args.max_batch_tokens, max_wait_ms=args.max_wait_ms,
                                max_queue=args.max_queue, timeout_s=args.timeout, enabled=not args.no_batching)
         limits = Limits(max_chars=args.max_chars, max_texts=args.max_texts)
-        pair, said = serve_languages(args.checkpoint, args.source_lang, args.target_lang)
         admin_key = read_admin_key(args.admin_key) if args.admin_key else None
+        if many:
+            pairs = serve_catalog(args)
+        else:
+            named, path = model_arg(args.checkpoint[0])
+            pair, said = serve_languages(path, *(named or (args.source_lang, args.target_lang)))
+            said = "--checkpoint SRC:TGT=PATH" if named else said
     except ValueError as e:
         raise UsageError(str(e)) from None
-    checkpoint = inference_checkpoint(args.checkpoint)  # a missing one is said here, before any worker starts
-    if args.shortlist:
-        from aiayn.shortlist import run_file
+    if many and len({pair.source for pair, _ in pairs}) > 1:
+        require("aiayn serve of several source languages (their detection)", "serve", ("lingua",))
+    if not many:
+        checkpoint = inference_checkpoint(path)  # a missing one is said here, before any worker starts
+        if args.shortlist:
+            from aiayn.shortlist import run_file
 
-        run_file(args.checkpoint, None if args.shortlist is True else args.shortlist)  # likewise
+            run_file(path, None if args.shortlist is True else args.shortlist)  # likewise
     device = str(resolve_device(args.device))
     workers = auto_workers(device) if args.workers == "auto" else args.workers
     threads = args.threads or (0 if "OMP_NUM_THREADS" in os.environ else max(1, usable_cores() // workers))
-    # app_options: create_app's other arguments (each worker makes its own app)
-    source = ModelSource(args.checkpoint, search_config(args), args.precision, device, args.shortlist)
-    spec = ServeSpec(source, batching, limits, host=args.host, port=args.port, threads=threads,
-                     log_level=args.log_level, read_timeout_s=args.read_timeout, max_connections=args.max_connections,
-                     admin_key=admin_key, app_options={"pair": pair, **access_options(args)})
-    banner = (f"serving {checkpoint}{' with its shortlist' if args.shortlist else ''}, {pair} ({said}), at "
-              f"http://{args.host}:{args.port}/ (API docs: /docs)")
+
+    def source(path: str) -> ModelSource:
+        return ModelSource(path, search_config(args), args.precision, device, args.shortlist)
+
+    options = dict(batching=batching, limits=limits, host=args.host, port=args.port, threads=threads,
+                   log_level=args.log_level, read_timeout_s=args.read_timeout, max_connections=args.max_connections,
+                   admin_key=admin_key)
+    if many:  # app_options: create_app's other arguments (each worker makes its own app)
+        spec = ServeSpec(None, **options, app_options=access_options(args), max_models=args.max_models,
+                         catalog=tuple((pair, source(path)) for pair, path in pairs),
+                         max_bytes=int(args.max_model_memory * 2**20))
+        budget = ", ".join(f for f in [f"at most {args.max_models} at once" if args.max_models else "",
+                                       f"{args.max_model_memory:g} MB of weights at most"
+                                       if args.max_model_memory else ""] if f) or "no budget"
+        what = (f"{len(pairs)} pairs ({', '.join(f'{p.source}->{p.target}' for p, _ in pairs)}), each model loaded "
+                f"when first asked for ({budget})")
+    else:
+        spec = ServeSpec(source(path), **options, app_options={"pair": pair, **access_options(args)})
+        what = f"{checkpoint}{' with its shortlist' if args.shortlist else ''}, {pair} ({said})"
+    banner = f"serving {what}, at http://{args.host}:{args.port}/ (API docs: /docs)"
     # Ctrl-C or SIGTERM: uvicorn stops accepting, lets the requests in flight finish, then the app's lifespan drains
-    # the batcher (in every worker); SIGHUP: every worker loads the checkpoint again (aiayn.serve.reload)
+    # the batchers (in every worker); SIGHUP: every worker loads the checkpoints again (aiayn.serve.reload)
     with metrics_shared_by_workers() if workers > 1 else contextlib.nullcontext():  # any /metrics answers for all
         return serve(spec, workers, banner)
+
+
+MODEL_ARG = re.compile(r"([A-Za-z][A-Za-z0-9_-]*):([A-Za-z][A-Za-z0-9_-]*)=(.+)")
+PAIR_FOLDER = re.compile(r"([a-z]{2,3})[-_]([a-z]{2,3})")  # models/en-es: a folder named by its pair
+
+
+def model_arg(text: str) -> tuple[tuple[str, str] | None, str]:
+    """--checkpoint's value: ((source, target) or None, the path): "en:es=runs/a" names the pair, "runs/a" not."""
+    found = MODEL_ARG.fullmatch(text)
+    return ((found[1], found[2]), found[3]) if found else (None, text)
+
+
+def serve_catalog(args: argparse.Namespace) -> list:
+    """[(LanguagePair, path)] of a server of several models: each --checkpoint, then each model folder under
+    --models; a model's languages are the ones named (SRC:TGT=PATH), else the ones its run records, else (under
+    --models) the folder's name (en-es). ValueError for a model whose languages nothing says, or a path missing."""
+    import sys
+
+    from aiayn.data.folder import run_languages
+    from aiayn.serve import LanguagePair
+
+    if args.source_lang or args.target_lang:
+        raise ValueError("--source-lang/--target-lang name the languages of one model; for several, name each "
+                         "model's pair: --checkpoint SRC:TGT=PATH")
+    if args.shortlist not in (None, True):
+        raise ValueError("--shortlist FILE belongs to one model's vocabulary; with several models give --shortlist "
+                         "alone (each run's own)")
+    pairs = []
+    for text in args.checkpoint or []:
+        named, path = model_arg(text)
+        if not Path(path).exists():
+            raise ValueError(f"--checkpoint {path}: no such file or folder")
+        languages = named or run_languages(path)
+        if languages is None:
+            raise ValueError(f"--checkpoint {path}: its run records no languages; name them: --checkpoint "
+                             f"SRC:TGT={path} (e.g. en:es={path})")
+        pairs.append((LanguagePair(*languages), path))
+    if args.models is not None:
+        if not args.models.is_dir():
+            raise ValueError(f"--models {args.models}: no such folder")
+        found = 0
+        for folder in sorted(p for p in args.models.iterdir() if p.is_dir() and not p.name.startswith(".")):
+            named = PAIR_FOLDER.fullmatch(folder.name)
+            languages = run_languages(folder) or (named and (named[1], named[2]))
+            if not languages:
+                print(f"warning: --models: {folder} is skipped: its run records no languages and its name is not a "
+                      "pair (name the folder SRC-TGT, e.g. en-es)", file=sys.stderr, flush=True)
+                continue
+            pairs.append((LanguagePair(*languages), str(folder)))
+            found += 1
+        if not found:
+            raise ValueError(f"--models {args.models}: no model folder in it (one folder per model: a run "
+                             "directory, named by its pair where its run records none, e.g. en-es)")
+    seen: dict = {}
+    for pair, path in pairs:
+        if (pair.source, pair.target) in seen:
+            raise ValueError(f"two models translate {pair}: {seen[pair.source, pair.target]} and {path}; serve one "
+                             "(or name another pair: --checkpoint SRC:TGT=PATH)")
+        seen[pair.source, pair.target] = path
+    return pairs
 
 
 def serve_languages(checkpoint: str, source: str | None, target: str | None):
@@ -145,15 +234,29 @@ def workers_arg(text: str) -> int | str:
 
 
 def register(sub) -> None:
-    p = sub.add_parser("serve", help="serve a trained model over HTTP (API + web page)",
-                       description="Serve a model over HTTP: POST /translate in LibreTranslate's shape, /attention, "
-                                   "/health, /info, OpenAPI at /docs and a page at / that translates as you type. "
-                                   "Concurrent requests are decoded together (dynamic batching). Binds to "
-                                   "127.0.0.1 unless --host says otherwise. The language pair (GET /languages, "
-                                   "a request's source and target): --source-lang and --target-lang, else the one "
-                                   "`aiayn prepare` recorded for the run's data, else en -> de, the paper's. "
-                                   "docs/serving.md.")
-    add_checkpoint_arg(p)
+    p = sub.add_parser("serve", help="serve trained models over HTTP (API + web page)",
+                       description="Serve a model, or many language pairs, over HTTP: POST /translate in "
+                                   "LibreTranslate's shape, /detect, /languages, /attention, /health, /info, OpenAPI "
+                                   "at /docs and a page at / that translates as you type. Concurrent requests are "
+                                   "decoded together (dynamic batching). Binds to 127.0.0.1 unless --host says "
+                                   "otherwise. One model's pair: --source-lang and --target-lang, else the one "
+                                   "`aiayn prepare` recorded for the run's data, else en -> de, the paper's. Several "
+                                   "models (--checkpoint repeated, --models FOLDER): each loaded when first asked for, "
+                                   "within --max-models / --max-model-memory; a pair no model translates goes "
+                                   "through a pivot language where two models chain; source \"auto\" detects the "
+                                   "language among the sources served. docs/serving.md.")
+    p.add_argument("--checkpoint", action="append", metavar="[SRC:TGT=]PATH",
+                   help=f"the model to serve: {CHECKPOINT_HELP}; repeat it to serve several pairs, each named by "
+                        "SRC:TGT= (e.g. en:es=runs/a) or by what its run records")
+    g = p.add_argument_group("many pairs, one server (docs/serving.md)")
+    g.add_argument("--models", type=Path, metavar="FOLDER",
+                   help="serve every model under FOLDER (a run directory per subfolder; its languages from its run, "
+                        "else from the subfolder's name, e.g. en-es); with --checkpoint, both")
+    g.add_argument("--max-models", type=non_negative_int, default=0,
+                   help="models loaded at once (per worker); the least recently used idle one is unloaded to load "
+                        "another (default 0: no limit)")
+    g.add_argument("--max-model-memory", type=non_negative_float, default=0.0, metavar="MB",
+                   help="the loaded models' weights in MB at most (per worker), likewise (default 0: no limit)")
     p.add_argument("--host", default="127.0.0.1",
                    help="address to bind (default 127.0.0.1: this machine only; 0.0.0.0 exposes it to the network)")
     p.add_argument("--port", type=number(int, low=0, below=65536), default=8000, help="port (default 8000)")

@@ -1,23 +1,26 @@
-"""The HTTP API and the page: `create_app(translator)` -> a FastAPI app (run it with uvicorn; `aiayn serve` does).
+"""The HTTP API and the page: `create_app(translator)` or `create_app(models=...)` -> a FastAPI app (run it with
+uvicorn; `aiayn serve` does).
 
 Routes (docs/serving.md has examples); every POST takes JSON or a form (aiayn.serve.bodies), as LibreTranslate's:
     POST /translate   LibreTranslate's: {"q": str | [str], "source", "target", "alternatives": n} -> {"translatedText":
                       str | [str], "alternatives": [...] (n-best after the best, when asked), "detectedLanguage" (when
-                      source is "auto"), "scores": [...] (aiayn's: the normalized log-prob of the best then of each
-                      alternative)}. The model translates its one pair (aiayn.serve.libre.LanguagePair).
-    POST /detect      LibreTranslate's: {"q": str} -> [{"confidence": 100.0, "language": the model's source}]
-    GET  /languages   LibreTranslate's: [{"code", "name", "targets"}] for the pair
-    POST /attention   {"q": str, "translation": str | null} -> aiayn.viz.attention.attention_data's JSON
+                      source is "auto": each text's language, aiayn.serve.detect), "scores": [...] (aiayn's: the
+                      normalized log-prob of the best then of each alternative), "pivot" (aiayn's: the language a
+                      text went through where no model translates its pair directly, aiayn.serve.models)}
+    POST /detect      LibreTranslate's: {"q": str} -> [{"confidence": 0-100, "language"}, ...] among the sources served
+    GET  /languages   LibreTranslate's: [{"code", "name", "targets"}] for every language served
+    POST /attention   {"q": str, "translation": str | null, "source", "target"} -> aiayn.viz.attention's JSON
     GET  /health      {"status": "ok", "queued": sentences}
-    GET  /info        model config, languages, vocabulary size, search defaults, limits, batching, version
+    GET  /info        models (each pair, checkpoint, loaded or not), search defaults, limits, batching, version
     GET  /metrics     Prometheus metrics (aiayn.serve.observe); API keys, budgets and CORS: aiayn.serve.access
     GET  /            the page: translation as you type, n-best with scores, the attention view
     GET  /docs        Swagger UI, served from this server (no CDN); /redoc likewise; /openapi.json the schema
 
 Every error is JSON {"error": message} (plus "limit" and "max" when a limit was hit): 400 a body that is empty, not
-UTF-8, not JSON or an unreadable form, or a language pair not served; 413 a body, text or list over its limit; 415 a
-Content-Type not read; 422 a well-formed request that is wrong (missing q, empty text, too many alternatives);
-503 + Retry-After a full queue; 504 no answer within the timeout.
+UTF-8, not JSON or an unreadable form, or a language pair not served (nor through a pivot); 413 a body, text or list
+over its limit; 415 a Content-Type not read; 422 a well-formed request that is wrong (missing q, empty text, too many
+alternatives); 500 a pair whose model cannot be loaded; 503 + Retry-After a full queue; 504 no answer within the
+timeout.
 """
 
 from __future__ import annotations
@@ -36,9 +39,10 @@ from starlette.exceptions import HTTPException
 import aiayn
 from aiayn.errors import UsageError
 from aiayn.serve.access import AccessConfig, install_access
-from aiayn.serve.batcher import BatchConfig, Batcher, QueueFull, RequestTimeout
+from aiayn.serve.batcher import BatchConfig, QueueFull, RequestTimeout
 from aiayn.serve.bodies import ApiError, body_schema, check_text, read_body, validate
 from aiayn.serve.buckets import LocalBuckets, SharedBuckets
+from aiayn.serve.detect import Detector
 from aiayn.serve.libre import (
     AttentionRequest,
     DetectedLanguage,
@@ -50,7 +54,9 @@ from aiayn.serve.libre import (
     TranslateResponse,
     language_name,
 )
+from aiayn.serve.models import Models
 from aiayn.serve.observe import ObserveConfig, install_observability
+from aiayn.serve.pivot import translate_along
 from aiayn.serve.reload import Reloader
 from aiayn.serve.segments import Piece, join, pieces
 from aiayn.serve.state import Limits, Server, model_info
@@ -67,7 +73,8 @@ def _server(request: Request) -> Server:
 
 def _errors(*statuses: int) -> dict:
     """OpenAPI's entries for the errors a route may answer, each in the one error shape."""
-    said = {400: "a body that cannot be read, or a language pair not served", 413: "a body, text or list over its "
+    said = {400: "a body that cannot be read, or a language pair not served", 500: "the pair's model cannot be "
+            "loaded (the other pairs are served)", 413: "a body, text or list over its "
             "limit", 415: "a Content-Type other than JSON or a form", 422: "a well-formed request that is wrong",
             501: "attention views need aiayn.viz", 503: "the queue is full (Retry-After) or the server is stopping",
             504: "no answer within the timeout"}
@@ -79,14 +86,13 @@ router = APIRouter()
 
 
 @router.post("/translate", response_model=TranslateResponse, response_model_exclude_none=True,
-             openapi_extra=body_schema(TranslateRequest), responses=_errors(*BODY_ERRORS, 503, 504),
+             openapi_extra=body_schema(TranslateRequest), responses=_errors(*BODY_ERRORS, 500, 503, 504),
              summary="Translate a text or a list of texts (LibreTranslate's request and response)")
 async def translate(request: Request) -> TranslateResponse:
     server = _server(request)
     limits, most = server.limits, server.max_alternatives
     req = validate(TranslateRequest, await read_body(request, limits.max_body_bytes),
                    expected={"q": "a string or a list of strings"})
-    server.pair.check(req.source, req.target)
     texts = [req.q] if isinstance(req.q, str) else req.q
     if not texts:
         raise ApiError(422, "q is an empty list; give at least one text")
@@ -96,39 +102,47 @@ async def translate(request: Request) -> TranslateResponse:
     for i, text in enumerate(texts):
         check_text(text, "q" if isinstance(req.q, str) else f"q[{i}]", limits.max_chars)
     if req.alternatives > most:
-        raise ApiError(422, f"alternatives {req.alternatives} is more than this server's beam "
-                            f"{server.translator.search.beam} allows (at most {most})", limit="max_alternatives",
-                       max=most)
-    if req.shortlist and server.translator.shortlist is None:
-        raise ApiError(422, "shortlist: this server has no shortlist (aiayn serve --shortlist starts one with it); "
-                            "leave the field out or send false")
+        raise ApiError(422, f"alternatives {req.alternatives} is more than this server's beam {server.search.beam} "
+                            f"allows (at most {most})", limit="max_alternatives", max=most)
     prefixes = None if req.prefix is None else [req.prefix] if isinstance(req.prefix, str) else req.prefix
     if prefixes is not None and (isinstance(req.prefix, str) != isinstance(req.q, str) or len(prefixes) != len(texts)):
         raise ApiError(422, f"prefix must be like q: a string for a string q, a list of {len(texts)} for a list of "
                             f"{len(texts)}")
+    detected = [_source(server, text, req.source, req.target) for text in texts]
+    routes = [server.models.route(d["language"], req.target) for d in detected]
     split = [pieces(text, req.format) for text in texts]  # lines and sentences (and HTML text nodes)
-    sentences = [p.text for parts in split for p in parts if p.translate]
-    if prefixes is not None:  # a text's prefix starts the translation of its first sentence
-        prefixes = [prefix if k == 0 else "" for parts, prefix in zip(split, prefixes)
-                    for k in range(sum(p.translate for p in parts))]
     try:
-        found = await server.batcher.submit(sentences, nbest=req.alternatives + 1, options=req.search_options(),
-                                            prefixes=prefixes, full_vocabulary=req.shortlist is False
-                                            ) if sentences else []
+        nbests = await translate_along(server.models, routes, split, prefixes, nbest=req.alternatives + 1,
+                                       options=req.search_options(), shortlist=req.shortlist)
     except UsageError as e:  # a search option that does not fit (top_k without sampling), a prefix too long or UNK
         raise ApiError(422, str(e)) from None
-    nbests = iter(found)
-    answers = [_joined(parts, [next(nbests) for p in parts if p.translate], req.alternatives + 1, req.format)
-               for parts in split]
+    answers = [_joined(parts, found, req.alternatives + 1, req.format) for parts, found in zip(split, nbests)]
     best = [texts_[0] for texts_, _ in answers]
     alts = [texts_[1:] for texts_, _ in answers] if req.alternatives else None
     scores = [scores_ for _, scores_ in answers]
-    detected = DetectedLanguage(**server.pair.detection()) if req.source == "auto" else None
+    detections = [DetectedLanguage(**d) for d in detected] if req.source == "auto" else None
+    pivots = [route[0].target if len(route) > 1 else None for route in routes]
     if isinstance(req.q, str):
         return TranslateResponse(translatedText=best[0], alternatives=alts and alts[0], scores=scores[0],
-                                 detectedLanguage=detected)
-    return TranslateResponse(translatedText=best, alternatives=alts, scores=scores,
-                             detectedLanguage=detected and [detected] * len(texts))
+                                 detectedLanguage=detections and detections[0], pivot=pivots[0])
+    return TranslateResponse(translatedText=best, alternatives=alts, scores=scores, detectedLanguage=detections,
+                             pivot=pivots if any(pivots) else None)
+
+
+def _source(server: Server, text: str, source: str | None, target: str | None) -> dict:
+    """{"confidence", "language"}: the source given (confidence 100), else (auto, or absent where several languages
+    are read) the detected one among those that reach `target`, else the detector's best guess."""
+    sources = server.models.sources()
+    if source not in (None, "auto") or (source is None and len(sources) == 1):
+        return {"confidence": 100.0, "language": source or sources[0]}
+    found = server.detector.detect(text)
+    reach = [s for s in sources if server.models.reaches(s, target)]
+    for candidate in found:
+        if candidate["language"] in reach:
+            return candidate
+    if found[0]["confidence"] == 0 and reach:  # nothing to detect: the fallback that reaches the target
+        return {"confidence": 0.0, "language": "en" if "en" in reach else reach[0]}
+    return found[0]  # the route then says it reaches no such target
 
 
 def _joined(parts: list[Piece], nbests: list[list[Translation]], n: int, format: str
@@ -141,21 +155,23 @@ def _joined(parts: list[Piece], nbests: list[list[Translation]], n: int, format:
 
 
 @router.post("/detect", response_model=list[DetectedLanguage], openapi_extra=body_schema(DetectRequest),
-             responses=_errors(*BODY_ERRORS), summary="The text's language: always the model's source language "
-                                                      "(the model reads one; the text is checked, not analysed)")
+             responses=_errors(*BODY_ERRORS), summary="The text's language among the source languages served, up to "
+                                                      "three candidates best first (confidence 0-100)")
 async def detect(request: Request) -> JSONResponse:
     server = _server(request)
     req = validate(DetectRequest, await read_body(request, server.limits.max_body_bytes))
     check_text(req.q, "q", server.limits.max_chars)
-    return JSONResponse([server.pair.detection()])
+    return JSONResponse(server.detector.detect(req.q))
 
 
-@router.get("/languages", response_model=list[Language], summary="The language pair served (LibreTranslate's list)")
+@router.get("/languages", response_model=list[Language], summary="Every language served, each with the languages "
+                                                                  "it is translated into (LibreTranslate's list)")
 async def languages(request: Request) -> JSONResponse:
-    return JSONResponse(_server(request).pair.languages())
+    return JSONResponse(_server(request).models.languages())
 
 
-@router.post("/attention", openapi_extra=body_schema(AttentionRequest), responses=_errors(*BODY_ERRORS, 501, 503),
+@router.post("/attention", openapi_extra=body_schema(AttentionRequest),
+             responses=_errors(*BODY_ERRORS, 500, 501, 503),
              summary="Every head's attention weights for one sentence (aiayn.viz.attention's JSON)")
 async def attention(request: Request) -> JSONResponse:
     server = _server(request)
@@ -167,23 +183,31 @@ async def attention(request: Request) -> JSONResponse:
         from aiayn.viz.attention import attention_data
     except ImportError as e:
         raise ApiError(501, f"attention views need aiayn.viz ({e})") from None
+    source = _source(server, req.q, req.source, req.target)["language"]
+    route = server.models.route(source, req.target)
+    if len(route) > 1:
+        raise ApiError(422, f"{source} -> {route[-1].target} is translated through {route[0].target} (two models); "
+                            "attention is shown for one model: ask for a pair served directly")
+    batcher = await server.models.batcher(route[0])
     # On the model's thread: recording switches flags on the shared model, which no batch may see meanwhile.
-    data = await server.batcher.run(attention_data, server.translator, None, req.q, req.translation)
+    data = await batcher.run(lambda: attention_data(batcher.translator, None, req.q, req.translation))
     return JSONResponse(data)
 
 
 @router.get("/health", summary="Liveness: ok, and how many sentences are queued")
 async def health(request: Request) -> JSONResponse:
-    batcher = _server(request).batcher
-    if batcher.closing:
-        return JSONResponse({"status": "shutting down", "queued": batcher.queued}, status_code=503)
-    return JSONResponse({"status": "ok", "queued": batcher.queued})
+    models = _server(request).models
+    if models.closing:
+        return JSONResponse({"status": "shutting down", "queued": models.queued}, status_code=503)
+    return JSONResponse({"status": "ok", "queued": models.queued})
 
 
 @router.get("/info", summary="Model config, languages, vocabulary size, search defaults, limits, batching, version")
 async def info(request: Request) -> JSONResponse:
     server = _server(request)
-    return JSONResponse({**server.info, "stats": dict(server.batcher.stats)})
+    models = server.models
+    return JSONResponse({**server.info, "models": [entry.describe() for entry in models.entries.values()],
+                         "loaded_models": len(models.loaded()), "stats": models.stats})
 
 
 @router.get("/", response_class=HTMLResponse, include_in_schema=False)
@@ -216,17 +240,22 @@ async def _invalid(request: Request, e: RequestValidationError) -> JSONResponse:
     return _error(422, "; ".join(f"{'.'.join(map(str, err['loc']))}: {err['msg']}" for err in e.errors()))
 
 
-def create_app(translator: Translator, batching: BatchConfig | None = None, limits: Limits | None = None,
+def create_app(translator: Translator | None = None, batching: BatchConfig | None = None, limits: Limits | None = None,
                checkpoint: str | None = None, access: AccessConfig | None = None,
                observe: ObserveConfig | None = None, pair: LanguagePair | None = None,
-               reloader: Reloader | None = None, buckets: LocalBuckets | SharedBuckets | None = None) -> FastAPI:
-    """The API and page around one Translator (its search settings are the server's; requests choose only the
-    n-best size) translating `pair` (default en -> de). `app.state.server.batcher` starts with the first request
-    and drains at shutdown. `reloader` (aiayn.serve.reload): POST /admin/reload, GET /workers, and the swap of the
-    model when a reload is asked for. buckets: where the per-minute budgets live (aiayn.serve.buckets; workers share
-    one SharedBuckets, so a client's budget holds across them)."""
-    batching, limits, pair = batching or BatchConfig(), limits or Limits(), pair or LanguagePair()
-    batcher = Batcher(translator, batching)
+               reloader: Reloader | None = None, buckets: LocalBuckets | SharedBuckets | None = None,
+               models: Models | None = None) -> FastAPI:
+    """The API and page around one Translator translating `pair` (default en -> de), or around `models` (many pairs,
+    loaded when first asked for: aiayn.serve.models); the search settings are the server's (requests choose the
+    n-best size and aiayn's decoding fields). Batchers start with the first request and drain at shutdown.
+    `reloader` (aiayn.serve.reload): POST /admin/reload, GET /workers, and the swap of the models when a reload is
+    asked for. buckets: where the per-minute budgets live (aiayn.serve.buckets; workers share one SharedBuckets, so
+    a client's budget holds across them)."""
+    batching, limits = batching or BatchConfig(), limits or Limits()
+    if models is None:
+        models = Models.single(translator, pair or LanguagePair(), checkpoint, batching)
+    entries = list(models.entries.values())
+    search = translator.search if translator is not None else entries[0].source.search
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):
@@ -235,28 +264,27 @@ def create_app(translator: Translator, batching: BatchConfig | None = None, limi
         yield
         if reloader is not None:
             await reloader.stop()
-        await batcher.close()  # uvicorn has let the requests in flight finish first: they needed the batcher
+        await models.close()  # uvicorn has let the requests in flight finish first: they needed the batchers
 
     # FastAPIOffline: FastAPI whose /docs and /redoc load Swagger UI and ReDoc from this server, not from a CDN.
     # validatorUrl None: Swagger UI would otherwise send the schema's address to an online validator.
     app = FastAPIOffline(title="aiayn translation server", version=aiayn.__version__, lifespan=lifespan,
                          swagger_ui_parameters={"validatorUrl": None},
                          description="The Transformer of 'Attention Is All You Need': translation with dynamic "
-                                     f"batching, {pair}. POST /translate, /detect and GET /languages speak "
-                                     "LibreTranslate's API; every POST takes JSON or a form.")
+                                     f"batching, {models.describe()}. POST /translate, /detect and GET /languages "
+                                     "speak LibreTranslate's API; every POST takes JSON or a form.")
     static_info = {
         "name": "aiayn",
         "version": aiayn.__version__,
-        "languages": {side: {"code": code, "name": language_name(code)}
-                      for side, code in (("source", pair.source), ("target", pair.target))},
-        **model_info(translator, checkpoint),
-        "search": dataclasses.asdict(translator.search),
-        "max_alternatives": translator.search.beam - 1,
+        **(_one_model_info(entries[0]) if len(entries) == 1 and entries[0].translator is not None else {}),
+        "search": dataclasses.asdict(search),
+        "max_alternatives": search.beam - 1,
         "limits": {**dataclasses.asdict(limits), "max_body_bytes": limits.max_body_bytes},
         "batching": dataclasses.asdict(batching),
+        "budget": {"max_models": models.max_models or None, "max_model_memory_mb": models.max_bytes // 2**20 or None},
         "api_key_required": bool(access and access.api_keys),  # the page asks for one (LibreTranslate: keyRequired)
     }
-    app.state.server = Server(translator, batcher, limits, pair, static_info, _page())
+    app.state.server = Server(models, Detector(models.sources()), search, limits, static_info, _page())
     app.openapi = _openapi(app, app.state.server)
     app.include_router(router)
     if reloader is not None:
@@ -269,13 +297,21 @@ def create_app(translator: Translator, batching: BatchConfig | None = None, limi
     return app
 
 
+def _one_model_info(entry) -> dict:
+    """/info of a server of one model: its languages and the model itself (a reload updates the latter)."""
+    languages = {side: {"code": code, "name": language_name(code)}
+                 for side, code in (("source", entry.pair.source), ("target", entry.pair.target))}
+    return {"languages": languages, **model_info(entry.translator, entry.path)}
+
+
 def _openapi(app: FastAPI, server: Server):
-    """app.openapi, saying what this server accepts: its language pair as enums, its limits as maxLength, maxItems
-    and maximum (so Swagger UI offers the pair, and a fuzzer's valid requests are mostly translated)."""
-    pair, limits = server.pair, server.limits
+    """app.openapi, saying what this server accepts: its languages as enums, its limits as maxLength, maxItems
+    and maximum (so Swagger UI offers the pairs, and a fuzzer's valid requests are mostly translated)."""
+    models, limits = server.models, server.limits
+    targets = sorted({t for _, t in models.entries})
     narrow = {"q": {"maxLength": limits.max_chars, "minLength": 1, "maxItems": limits.max_texts, "minItems": 1},
               "translation": {"maxLength": limits.max_chars, "minLength": 1},
-              "source": {"enum": ["auto", pair.source]}, "target": {"enum": [pair.target]},
+              "source": {"enum": ["auto", *models.sources()]}, "target": {"enum": targets},
               "alternatives": {"maximum": server.max_alternatives},
               "prefix": {"maxLength": limits.max_chars, "maxItems": limits.max_texts}}
 

@@ -1,15 +1,13 @@
-"""LibreTranslate's side of the API: the language pair a server translates, and the shapes of its requests and answers.
+"""LibreTranslate's side of the API: a language pair a model translates, and the shapes of requests and answers.
 
-A LibreTranslate server holds many Argos models and picks one per request from `source` and `target`; an aiayn
-server holds one model, trained on one pair. So `GET /languages` lists that pair, `source` must be its source code
-or "auto", `target` its target code (or absent), and anything else is a 400 naming the pair. "auto" is not language
-detection: the model reads one language, so the answer's `detectedLanguage` is always that language, and
-`POST /detect` answers it for any text (docs/serving.md, "LibreTranslate compatibility").
+A LibreTranslate server holds many Argos models and picks one per request from `source` and `target`; so does an
+aiayn server of many models (aiayn.serve.models: the routing, the pivot, GET /languages), and one of a single model
+serves its one pair. "auto" detects each text's language among the sources served (aiayn.serve.detect).
 
-The pair comes from the run's prepared data (`aiayn prepare --source-lang --target-lang`, or train.en/train.es:
-aiayn.languages), or from `aiayn serve --source-lang --target-lang`; `LanguagePair` holds it here. A text is
-translated line by line and sentence by sentence, an HTML one text node by text node (aiayn.serve.segments), as
-LibreTranslate does.
+A model's pair comes from the run's prepared data (`aiayn prepare --source-lang --target-lang`, or train.en/train.es:
+aiayn.languages), or from `aiayn serve` (--source-lang/--target-lang, or --checkpoint SRC:TGT=PATH); `LanguagePair`
+holds it here. A text is translated line by line and sentence by sentence, an HTML one text node by text node
+(aiayn.serve.segments), as LibreTranslate does.
 """
 
 from __future__ import annotations
@@ -20,7 +18,6 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from aiayn.languages import check_code
-from aiayn.serve.bodies import ApiError
 
 # English names of the codes LibreTranslate's language list uses most (ISO 639-1); any other code is its own name.
 LANGUAGE_NAMES = {
@@ -36,7 +33,7 @@ LANGUAGE_NAMES = {
 
 @dataclass(frozen=True)
 class LanguagePair:
-    """The one translation direction a model serves (default: the paper's English -> German)."""
+    """The translation direction a model serves (default: the paper's English -> German)."""
 
     source: str = "en"
     target: str = "de"
@@ -50,24 +47,6 @@ class LanguagePair:
 
     def __str__(self) -> str:
         return f"{self.source} ({language_name(self.source)}) -> {self.target} ({language_name(self.target)})"
-
-    def languages(self) -> list[dict]:
-        """GET /languages: LibreTranslate lists every language it knows, each with the codes it translates into."""
-        return [{"code": self.source, "name": language_name(self.source), "targets": [self.target]},
-                {"code": self.target, "name": language_name(self.target), "targets": []}]
-
-    def detection(self) -> dict:
-        """What "auto" detects: the one language the model reads (the text is not looked at)."""
-        return {"confidence": 100.0, "language": self.source}
-
-    def check(self, source: str | None, target: str | None) -> None:
-        """A 400 naming the pair unless source is ours (or "auto", or absent) and target is ours (or absent)."""
-        if source not in (None, "auto", self.source):
-            raise ApiError(400, f'source {source!r} is not served: this server translates {self} only; send source '
-                                f'"{self.source}" or "auto"')
-        if target not in (None, self.target):
-            raise ApiError(400, f"target {target!r} is not served: this server translates {self} only; send target "
-                                f'"{self.target}"')
 
 
 def language_name(code: str) -> str:
@@ -84,9 +63,10 @@ class TranslateRequest(BaseModel):
     model_config = ConfigDict(extra="ignore")
     q: str | list[str] = Field(description="a text, or a list of texts translated independently (in a form: the "
                                            "field once, or repeated)")
-    source: str | None = Field(None, description='the source language code, or "auto" (the answer then carries '
-                                                 "detectedLanguage); GET /languages lists the one pair served")
-    target: str | None = Field(None, description="the target language code; absent: the model's target")
+    source: str | None = Field(None, description='the source language code, or "auto": each text\'s language is '
+                                                 "detected among the sources served (the answer then carries "
+                                                 "detectedLanguage); GET /languages lists what is served")
+    target: str | None = Field(None, description="the target language code; absent: the source's one target")
     format: Literal["text", "html"] = Field("text", description="text: each line and sentence translated, line breaks "
                                                                 "and blank lines kept; html: the text of an HTML "
                                                                 "fragment translated, its tags kept (not inside "
@@ -116,7 +96,9 @@ class TranslateRequest(BaseModel):
 
 
 class DetectedLanguage(BaseModel):
-    confidence: float = Field(description="0-100; always 100: the model reads one language")
+    confidence: float = Field(description="0-100: how likely the text is in this language rather than in another "
+                                          "source language served; 0: nothing to detect (digits, punctuation, "
+                                          "emoji), the fallback language")
     language: str
 
 
@@ -124,7 +106,10 @@ class TranslateResponse(BaseModel):
     translatedText: str | list[str]
     alternatives: list[str] | list[list[str]] | None = None
     detectedLanguage: DetectedLanguage | list[DetectedLanguage] | None = Field(
-        None, description='when source was "auto": the model\'s source language (a list, one per text, for a list q)')
+        None, description='when source was "auto": the language detected (a list, one per text, for a list q)')
+    pivot: str | list[str | None] | None = Field(None, description="aiayn: where no model translates the pair "
+                                                                   "directly, the language the text went through "
+                                                                   "(a list, null where direct, for a list q)")
     scores: list[float] | list[list[float]] = Field(description="normalized log-prob of translatedText, then of "
                                                                 "each alternative (a list per text for a list q)")
 
@@ -146,6 +131,8 @@ class AttentionRequest(BaseModel):
     q: str = Field(description="one source sentence")
     translation: str | None = Field(None, description="the translation to show attention for; null or absent: the "
                                                       "model's own")
+    source: str | None = Field(None, description='the source language code, or "auto" (as /translate\'s)')
+    target: str | None = Field(None, description="the target language code (a pair one model translates)")
 
 
 class ErrorResponse(BaseModel):

@@ -103,9 +103,9 @@ class Metrics:
 
     def note_batcher(self) -> None:
         """The queue's depth now, and the busy seconds added since last time (from the batcher's counters)."""
-        batcher = self.app.state.server.batcher
-        self.queue.set(batcher.queued)
-        busy = batcher.stats["model_busy_s"]
+        models = self.app.state.server.models  # every model's batcher, summed
+        self.queue.set(models.queued)
+        busy = models.stats["model_busy_s"]
         self.busy.inc(busy - self._busy_seen if busy >= self._busy_seen else busy)  # less: a new batcher
         self._busy_seen = busy
 
@@ -216,7 +216,7 @@ def install_observability(app, config: ObserveConfig) -> Metrics:
     log = AccessLog(config)
     if log.enabled:  # this line replaces uvicorn's own (set before uvicorn configures logging, which keeps it)
         logging.getLogger("uvicorn.access").disabled = True
-    app.state.server.batcher.on_batch = metrics.observe_batch
+    app.state.server.models.on_batch = metrics.observe_batch
     app.add_api_route("/metrics", metrics_route, methods=["GET"], include_in_schema=True,
                       response_class=PlainTextResponse,  # what OpenAPI says it answers: text, not JSON
                       summary="Prometheus metrics (text format): requests, latency, batches, queue, busy time")

@@ -146,7 +146,7 @@ class Reloader:
     """One worker's side of reloading: watches the board, loads and swaps; serves POST /admin/reload and
     GET /workers (its `router`)."""
 
-    def __init__(self, source: ModelSource, board: WorkerBoard, worker: int = 0, admin_key: str | None = None):
+    def __init__(self, source: ModelSource | None, board: WorkerBoard, worker: int = 0, admin_key: str | None = None):
         self.source, self.board, self.worker = source, board, worker
         self._admin_key = admin_key.encode() if admin_key else None
         self._lock = asyncio.Lock()
@@ -173,7 +173,7 @@ class Reloader:
 
     async def _watch(self) -> None:
         while True:
-            self.board.publish(self.worker, self._app.state.server.batcher.stats)
+            self.board.publish(self.worker, self._app.state.server.models.stats)
             target = self.board.requested
             if target > max(self.board.served(self.worker), self.board.failed(self.worker)):
                 try:
@@ -182,25 +182,34 @@ class Reloader:
                     pass
             await asyncio.sleep(POLL_S)
 
-    async def reload(self, app, generation: int) -> Path:
+    async def reload(self, app, generation: int) -> str:
         """Load the checkpoint (in a thread: the model thread goes on decoding) and swap it into `app` on the event
-        loop."""
+        loop; a server of many models (source None): every loaded model reads its own again (aiayn.serve.models).
+        What was read."""
         server = app.state.server
         async with self._lock:
             if self.board.served(self.worker) >= generation:
-                return Path(server.info["checkpoint"])
+                return str(server.info.get("checkpoint", "the models loaded"))
             try:
-                translator, path = await asyncio.to_thread(self.source.load)
+                if self.source is None:
+                    paths = await server.models.reload()
+                    read = ", ".join(paths) or "no model loaded (each reads its checkpoint when first asked for)"
+                else:
+                    translator, path = await asyncio.to_thread(self.source.load)
+                    server.swap(translator, str(path))
+                    read = str(path)
             except Exception as e:
                 self.board.mark(self.worker, generation, ok=False)
-                print(f"error: worker {self.worker} (pid {os.getpid()}) could not load {self.source.checkpoint}: "
-                      f"{e}; it goes on serving the model it has", file=sys.stderr, flush=True)
+                print(f"error: worker {self.worker} (pid {os.getpid()}) could not load {self._what()}: {e}; it goes "
+                      "on serving the model it has", file=sys.stderr, flush=True)
                 raise
-            server.swap(translator, str(path))
             self.board.mark(self.worker, generation, ok=True)
-            print(f"worker {self.worker} (pid {os.getpid()}) serves {path} (generation {generation})",
+            print(f"worker {self.worker} (pid {os.getpid()}) serves {read} (generation {generation})",
                   file=sys.stderr, flush=True)
-            return path
+            return read
+
+    def _what(self) -> str:
+        return self.source.checkpoint if self.source is not None else "every model"
 
     def _authorized(self, request: Request) -> JSONResponse | None:
         """None if the request carries the admin key, else the error to answer."""
@@ -221,7 +230,7 @@ class Reloader:
         try:
             path = await self.reload(request.app, generation)
         except Exception as e:
-            return JSONResponse({"error": f"could not load {self.source.checkpoint}: {e}; the server goes on serving "
+            return JSONResponse({"error": f"could not load {self._what()}: {e}; the server goes on serving "
                                           "the model it had"}, status_code=500)
         deadline = started + RELOAD_WAIT_S
         others = [w for w in range(self.board.workers) if w != self.worker]
@@ -235,7 +244,7 @@ class Reloader:
             await asyncio.sleep(POLL_S / 2)
         late = behind()
         failed = [w for w in late if self.board.failed(w) >= generation]
-        answer = {"checkpoint": str(path), "generation": generation, "workers": self.board.workers,
+        answer = {"checkpoint": path, "generation": generation, "workers": self.board.workers,
                   "reloaded": self.board.workers - len(late), "seconds": round(time.perf_counter() - started, 3)}
         if failed:
             return JSONResponse({**answer, "error": f"worker(s) {failed} could not load it (their log says why) "
@@ -246,5 +255,5 @@ class Reloader:
         return JSONResponse(answer)
 
     async def _workers_route(self, request: Request) -> JSONResponse:
-        self.board.publish(self.worker, request.app.state.server.batcher.stats)
+        self.board.publish(self.worker, request.app.state.server.models.stats)
         return JSONResponse(self.board.report())

@@ -1,13 +1,15 @@
-"""What the routes (app.py) and a reload (reload.py) share: the server's state around one Translator, and the
-request limits it holds."""
+"""What the routes (app.py) and a reload (reload.py) share: the server's state around its models (one Translator,
+or many pairs: aiayn.serve.models), and the request limits it holds."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 from aiayn.model import expected_parameters
+from aiayn.search import SearchConfig
 from aiayn.serve.batcher import Batcher
-from aiayn.serve.libre import LanguagePair
+from aiayn.serve.detect import Detector
+from aiayn.serve.models import Models
 from aiayn.translate import Translator
 
 
@@ -31,24 +33,38 @@ class Limits:
 
 @dataclass
 class Server:
-    """What the routes share (app.state.server): the translator, its batcher, the limits, the languages, the static
-    answers."""
+    """What the routes share (app.state.server): the models and their batchers, the language detector, the search
+    settings, the limits, the static answers."""
 
-    translator: Translator
-    batcher: Batcher
+    models: Models
+    detector: Detector
+    search: SearchConfig
     limits: Limits
-    pair: LanguagePair
     info: dict
     page: str
 
     @property
     def max_alternatives(self) -> int:
-        return self.translator.search.beam - 1
+        return self.search.beam - 1
+
+    @property
+    def batcher(self) -> Batcher:
+        """The batcher of a server of one model (loaded)."""
+        (entry,) = self.models.entries.values()
+        return entry.batcher
+
+    @property
+    def translator(self) -> Translator:
+        """The translator of a server of one model (loaded)."""
+        (entry,) = self.models.entries.values()
+        return entry.translator
 
     def swap(self, translator: Translator, checkpoint: str) -> None:
-        """Serve `translator` (loaded from `checkpoint`) from the next batch on (a reload)."""
-        self.batcher.swap(translator)
-        self.translator = translator
+        """Serve `translator` (loaded from `checkpoint`) from the next batch on (the reload of a server of one
+        model)."""
+        (entry,) = self.models.entries.values()
+        entry.batcher.swap(translator)
+        entry.translator, entry.path = translator, checkpoint
         self.info.update(model_info(translator, checkpoint))
 
 

@@ -52,7 +52,7 @@ BACKLOG = 2048
 class ServeSpec:
     """Everything a worker needs to serve (it crosses to spawned processes, so plain data only)."""
 
-    source: ModelSource
+    source: ModelSource | None  # one model, loaded at start; None: the models of `catalog`, loaded when asked for
     batching: BatchConfig = BatchConfig()
     limits: Limits = Limits()
     host: str = "127.0.0.1"
@@ -63,6 +63,9 @@ class ServeSpec:
     max_connections: int = 1000  # per worker; more get 503 (uvicorn's limit_concurrency)
     admin_key: str | None = field(default=None, repr=False)  # never printed
     app_options: dict = field(default_factory=dict)  # create_app's other keyword arguments (access, observe, pair)
+    catalog: tuple = ()  # many pairs: ((LanguagePair, ModelSource), ...) (aiayn.serve.models)
+    max_models: int = 0  # models loaded at once per worker (0: no limit)
+    max_bytes: int = 0  # their weights' bytes at most per worker (0: no limit)
 
 
 def usable_cores() -> int:
@@ -76,17 +79,24 @@ def auto_workers(device: str) -> int:
 
 
 def build_server(spec: ServeSpec, board: WorkerBoard, worker: int):
-    """Load the model and make worker `worker`'s uvicorn.Server (not started)."""
+    """Load the model (a server of many: their catalogue; each loads when first asked for) and make worker
+    `worker`'s uvicorn.Server (not started)."""
     import uvicorn
 
     from aiayn.serve.app import create_app
+    from aiayn.serve.models import Models
     from aiayn.serve.reload import Reloader
 
     configure_process(threads=spec.threads)
-    translator, path = spec.source.load()
     reloader = Reloader(spec.source, board, worker, spec.admin_key)
-    app = create_app(translator, spec.batching, spec.limits, checkpoint=str(path), reloader=reloader,
-                     buckets=board.buckets, **spec.app_options)
+    if spec.source is None:
+        models = Models.from_sources(spec.catalog, spec.batching, spec.max_models, spec.max_bytes)
+        app = create_app(None, spec.batching, spec.limits, reloader=reloader, buckets=board.buckets, models=models,
+                         **spec.app_options)
+    else:
+        translator, path = spec.source.load()
+        app = create_app(translator, spec.batching, spec.limits, checkpoint=str(path), reloader=reloader,
+                         buckets=board.buckets, **spec.app_options)
     app.add_exception_handler(ClientDisconnect, client_gone)
     config = uvicorn.Config(app, host=spec.host, port=spec.port, log_level=spec.log_level,
                             http=guarded_protocol(spec.read_timeout_s), timeout_keep_alive=KEEP_ALIVE_S,

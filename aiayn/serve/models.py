@@ -1,0 +1,281 @@
+"""Many language pairs behind one server: which model translates what, loaded when first asked for and unloaded
+least recently used first under a budget (docs/serving.md "Many pairs, one server").
+
+    Models                the server's catalogue: one `Entry` per direct pair (source, target), each a model that
+    ├── route(src, tgt)   is loaded on its first request (in a thread, while the others go on decoding) with a
+    │                     Batcher and model thread of its own; the direct pair, else a pivot src -> X -> tgt through
+    │                     a language X that both legs share (English first, as Argos pivots), else a 400
+    ├── batcher(pair)     the pair's batcher, loading its model (and unloading the least recently used idle ones
+    │                     while more than max_models are loaded, or their weights exceed max_bytes)
+    └── reload()          every loaded model reads its checkpoint again, each on its own (one that fails keeps the
+                          model it has and says why); the others load their checkpoint as it is when next asked for
+
+A model that cannot be loaded answers 500 for its pair alone (the error is kept RETRY_S seconds, then loading is
+tried again); the other pairs are served meanwhile. A model answering requests is never unloaded: while every
+loaded model is busy, the budget may be exceeded until one is idle at the next load. A server of one in-process
+Translator (`Models.single`, create_app's `translator`) holds it pinned: loaded from the start and never unloaded.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from aiayn.serve.batcher import BatchConfig, Batcher, QueueFull
+from aiayn.serve.bodies import ApiError
+from aiayn.serve.libre import LanguagePair, language_name
+from aiayn.serve.reload import ModelSource
+from aiayn.translate import Translator
+
+RETRY_S = 10.0  # a model that failed to load is tried again after this long (each request meanwhile: the error)
+PIVOT_FIRST = "en"  # the pivot language tried first, where both legs exist
+
+
+@dataclass(eq=False)
+class Entry:
+    """One direct pair and its model: where it loads from, and while loaded its translator and batcher."""
+
+    pair: LanguagePair
+    source: ModelSource | None  # None: a translator given in process (pinned)
+    translator: Translator | None = None
+    batcher: Batcher | None = None
+    path: str | None = None  # the checkpoint file loaded
+    bytes: int = 0  # its weights' bytes (what max_bytes counts)
+    used: float = 0.0  # time.monotonic() of its last request
+    error: str | None = None  # the last load failure
+    failed_at: float = 0.0
+    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+
+    @property
+    def pinned(self) -> bool:
+        return self.source is None
+
+    def describe(self) -> dict:
+        """What /info says of it."""
+        return {"source": self.pair.source, "target": self.pair.target,
+                "checkpoint": self.path or (self.source and self.source.checkpoint), "loaded": self.batcher is not None,
+                "weights_mb": round(self.bytes / 2**20, 1) if self.batcher is not None else None, "error": self.error}
+
+
+def weight_bytes(translator: Translator) -> int:
+    """Bytes of a model's parameters and buffers (its weights as decoding holds them)."""
+    model = translator.model
+    return sum(t.numel() * t.element_size() for t in [*model.parameters(), *model.buffers()])
+
+
+class Models:
+    """The pairs a server translates and their models (see the module docstring)."""
+
+    def __init__(self, entries: Sequence[Entry], batching: BatchConfig | None = None, max_models: int = 0,
+                 max_bytes: int = 0):
+        self.batching, self.max_models, self.max_bytes = batching or BatchConfig(), max_models, max_bytes
+        self.entries: dict[tuple[str, str], Entry] = {}
+        for entry in entries:
+            key = (entry.pair.source, entry.pair.target)
+            if key in self.entries:
+                raise ValueError(f"two models translate {entry.pair}: {self.entries[key].source.checkpoint} and "
+                                 f"{entry.source.checkpoint}; give one (or name another pair: SRC:TGT=PATH)")
+            self.entries[key] = entry
+        if not self.entries:
+            raise ValueError("no model to serve")
+        self._on_batch: Callable[[int, int, int], None] | None = None
+        self._retired = {"batches": 0, "sentences": 0, "requests": 0, "rejected": 0, "timed_out": 0,
+                         "model_busy_s": 0.0}  # counters of unloaded models' batchers
+        self._closing = False
+        self._unloading: set[asyncio.Task] = set()
+        self.loads = 0  # models loaded since start (reloads not counted)
+        self.unloads = 0
+
+    @classmethod
+    def single(cls, translator: Translator, pair: LanguagePair, checkpoint: str | None,
+               batching: BatchConfig | None = None) -> Models:
+        """One translator, loaded and pinned (create_app's translator=)."""
+        entry = Entry(pair, None, translator, Batcher(translator, batching), checkpoint, weight_bytes(translator))
+        return cls([entry], batching)
+
+    @classmethod
+    def from_sources(cls, sources: Sequence[tuple[LanguagePair, ModelSource]], batching: BatchConfig | None = None,
+                     max_models: int = 0, max_bytes: int = 0) -> Models:
+        return cls([Entry(pair, source) for pair, source in sources], batching, max_models, max_bytes)
+
+    # ---- what is served
+
+    @property
+    def pairs(self) -> list[LanguagePair]:
+        return [entry.pair for entry in self.entries.values()]
+
+    def sources(self) -> list[str]:
+        """The source languages of the direct pairs (what "auto" chooses among)."""
+        return sorted({pair.source for pair in self.pairs})
+
+    def targets(self, source: str) -> list[str]:
+        """Every language `source` is translated into: directly, or through one pivot."""
+        direct = {t for s, t in self.entries if s == source}
+        pivoted = {t for x in direct for s, t in self.entries if s == x and t != source}
+        return sorted(direct | pivoted)
+
+    def languages(self) -> list[dict]:
+        """GET /languages: every language, each with the codes it is translated into (LibreTranslate's list)."""
+        codes = sorted({code for pair in self.entries for code in pair})
+        return [{"code": code, "name": language_name(code), "targets": self.targets(code)} for code in codes]
+
+    def describe(self) -> str:
+        if len(self.entries) == 1:
+            return f"{self.pairs[0]} only"
+        return f"{len(self.entries)} pairs: {', '.join(f'{s}->{t}' for s, t in self.entries)}"
+
+    def reaches(self, source: str, target: str | None) -> bool:
+        """Whether `source` is translated into `target` (None: into anything) here, directly or through a pivot."""
+        return target in self.targets(source) if target is not None else any(s == source for s, _ in self.entries)
+
+    def route(self, source: str, target: str | None) -> list[LanguagePair]:
+        """The pairs that translate `source` into `target`: the direct one, else two through a pivot; a 400 naming
+        what is served otherwise. target None: the source's one target (a 400 where it has several)."""
+        sources = self.sources()
+        if source not in sources:
+            named = " or ".join(f'"{s}"' for s in [*sources, "auto"])
+            raise ApiError(400, f"source {source!r} is not served: this server translates {self.describe()}; send "
+                                f"source {named}")
+        direct = [t for s, t in self.entries if s == source]
+        if target is None:
+            if len(direct) > 1:
+                raise ApiError(400, f"target is missing: {source} is translated into {', '.join(direct)} here; "
+                                    "send one of them as target")
+            target = direct[0]
+        if (source, target) in self.entries:
+            return [self.entries[source, target].pair]
+        pivots = sorted((x for x in direct if (x, target) in self.entries), key=lambda x: (x != PIVOT_FIRST, x))
+        if pivots:
+            return [self.entries[source, pivots[0]].pair, self.entries[pivots[0], target].pair]
+        reachable = ", ".join(f'"{t}"' for t in self.targets(source))
+        raise ApiError(400, f"target {target!r} is not served from {source!r}: this server translates "
+                            f"{self.describe()}; send target {reachable} (directly or through one pivot)")
+
+    def entry(self, pair: LanguagePair) -> Entry:
+        return self.entries[pair.source, pair.target]
+
+    # ---- loading and unloading
+
+    async def batcher(self, pair: LanguagePair) -> Batcher:
+        """The pair's batcher, its model loaded first if need be; a 500 for a model that cannot be loaded."""
+        entry = self.entry(pair)
+        if entry.batcher is None and self._closing:
+            raise QueueFull("the server is shutting down", retry_after_s=1)
+        if entry.batcher is None:
+            async with entry.lock:
+                if entry.batcher is None:
+                    await self._load(entry)
+        entry.used = time.monotonic()
+        return entry.batcher
+
+    async def _load(self, entry: Entry) -> None:
+        if entry.error is not None and time.monotonic() - entry.failed_at < RETRY_S:
+            raise ApiError(500, self._failure(entry))
+        self._make_room(keep=entry, count=1)
+        try:
+            translator, path = await asyncio.to_thread(entry.source.load)
+        except Exception as e:  # a broken checkpoint, a missing vocabulary, out of memory: this pair alone fails
+            entry.error, entry.failed_at = f"{type(e).__name__}: {e}" if not str(e) else str(e), time.monotonic()
+            print(f"error: the {entry.pair} model ({entry.source.checkpoint}) could not be loaded: {entry.error}",
+                  file=sys.stderr, flush=True)
+            raise ApiError(500, self._failure(entry)) from None
+        entry.error = None
+        self._attach(entry, translator, path)
+        self.loads += 1
+        self._make_room(keep=entry, count=0)
+
+    def _failure(self, entry: Entry) -> str:
+        return (f"the {entry.pair.source}->{entry.pair.target} model ({entry.source.checkpoint}) could not be loaded: "
+                f"{entry.error}; the server's other pairs are served")
+
+    def _attach(self, entry: Entry, translator: Translator, path: Path) -> None:
+        entry.translator, entry.path, entry.bytes = translator, str(path), weight_bytes(translator)
+        if entry.batcher is None:
+            entry.batcher = Batcher(translator, self.batching)
+            entry.batcher.on_batch = self._on_batch
+        else:  # a reload: queued requests keep the model that encoded them (aiayn.serve.batcher)
+            entry.batcher.swap(translator)
+
+    def _make_room(self, keep: Entry, count: int) -> None:
+        """Unload idle models, least recently used first, while the loaded ones and `count` more exceed the budget
+        of models or weights."""
+        def over() -> bool:
+            loaded = [e for e in self.entries.values() if e.batcher is not None]
+            return (self.max_models and len(loaded) + count > self.max_models) or \
+                (self.max_bytes and sum(e.bytes for e in loaded) > self.max_bytes)
+
+        idle = sorted((e for e in self.entries.values() if e is not keep and e.batcher is not None and not e.pinned
+                       and e.batcher.queued == 0), key=lambda e: e.used)
+        while idle and over():
+            self._unload(idle.pop(0))
+
+    def _unload(self, entry: Entry) -> None:
+        batcher, entry.batcher, entry.translator, entry.bytes = entry.batcher, None, None, 0
+        for name, value in batcher.stats.items():
+            self._retired[name] += value
+        task = asyncio.get_running_loop().create_task(batcher.close())  # its model thread ends; the model is freed
+        self._unloading.add(task)
+        task.add_done_callback(self._unloading.discard)
+        self.unloads += 1
+
+    async def reload(self) -> list[str]:
+        """Every loaded model reads its checkpoint again (a reload); the checkpoints read, or the failures (each
+        model on its own: one that fails keeps the model it has). Unloaded models read theirs when next loaded."""
+        done, failed = [], []
+        for entry in [e for e in self.entries.values() if e.batcher is not None and not e.pinned]:
+            async with entry.lock:
+                try:
+                    translator, path = await asyncio.to_thread(entry.source.load)
+                except Exception as e:
+                    failed.append(f"{entry.pair.source}->{entry.pair.target} ({entry.source.checkpoint}): {e}")
+                    continue
+                if entry.batcher is not None:  # not unloaded meanwhile
+                    self._attach(entry, translator, path)
+                done.append(str(path))
+        for entry in self.entries.values():  # a failed model is tried again at its next request
+            entry.error = None if entry.batcher is None else entry.error
+        if failed:
+            raise RuntimeError("; ".join(failed))
+        return done
+
+    # ---- what the routes, metrics and shutdown see of every model together
+
+    @property
+    def on_batch(self) -> Callable[[int, int, int], None] | None:
+        return self._on_batch
+
+    @on_batch.setter
+    def on_batch(self, hook: Callable[[int, int, int], None] | None) -> None:
+        self._on_batch = hook
+        for entry in self.entries.values():
+            if entry.batcher is not None:
+                entry.batcher.on_batch = hook
+
+    def loaded(self) -> list[Entry]:
+        return [entry for entry in self.entries.values() if entry.batcher is not None]
+
+    @property
+    def queued(self) -> int:
+        return sum(entry.batcher.queued for entry in self.loaded())
+
+    @property
+    def stats(self) -> dict:
+        """The batchers' counters summed, those of unloaded models included."""
+        total = dict(self._retired)
+        for entry in self.loaded():
+            for name, value in entry.batcher.stats.items():
+                total[name] += value
+        return total
+
+    @property
+    def closing(self) -> bool:
+        return self._closing
+
+    async def close(self) -> None:
+        """Stop every batcher (each answers what it has queued first)."""
+        self._closing = True
+        await asyncio.gather(*(entry.batcher.close() for entry in self.loaded()), *self._unloading)

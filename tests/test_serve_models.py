@@ -1,0 +1,229 @@
+"""serve, many pairs in one server (aiayn.serve.models, aiayn.serve.pivot): GET /languages, routing, the pivot,
+models loaded when asked for and unloaded under a budget, a broken model, per-model reloads, "auto" detection among
+the sources; through the HTTP API, LibreTranslate's Python client, and the command line."""
+
+import asyncio
+import json
+import os
+import subprocess
+import sys
+import time
+import urllib.error
+
+import httpx
+import pytest
+
+pytest.importorskip("fastapi")
+pytest.importorskip("lingua", reason="the serve extra installs lingua-language-detector")
+from serving import REPO, SEARCH, free_port, save_run, tiny_model  # noqa: E402
+
+from aiayn.data import Vocab  # noqa: E402
+from aiayn.search import SearchConfig  # noqa: E402
+from aiayn.serve import LanguagePair, create_app  # noqa: E402
+from aiayn.serve.models import Models  # noqa: E402
+from aiayn.serve.reload import ModelSource  # noqa: E402
+from aiayn.translate import Translator  # noqa: E402
+
+# six direct pairs: every language to and from English; the others go through English
+PAIRS = [("en", "de"), ("en", "es"), ("en", "fr"), ("de", "en"), ("es", "en"), ("fr", "en")]
+TEXT = {"en": "The children are playing in the garden with their dog.",
+        "de": "Die Kinder spielen mit ihrem Hund im Garten.",
+        "es": "Los niños juegan en el jardín con su perro."}
+
+
+@pytest.fixture(scope="module")
+def runs(copy_data, tmp_path_factory):
+    """A run per pair (tiny random models over the copy task's vocabulary, each its own seed), a broken one
+    (en -> it: a checkpoint file that is not one), and the copy task's test lines."""
+    root = tmp_path_factory.mktemp("models")
+    vocab = Vocab.load(copy_data / "vocab.model")
+    made = {}
+    for seed, (src, tgt) in enumerate(PAIRS):
+        model = tiny_model(len(vocab), seed=seed, eos_bias=1.0)
+        made[src, tgt] = save_run(model, copy_data / "vocab.model", root / f"{src}-{tgt}")
+    broken = root / "en-it"
+    (broken / "checkpoints").mkdir(parents=True)
+    (broken / "checkpoints" / "step_00000010.safetensors").write_bytes(b"not a checkpoint")
+    (broken / "vocab.model").write_bytes((copy_data / "vocab.model").read_bytes())
+    made["en", "it"] = broken
+    return root, made, (copy_data / "test.src.txt").read_text().splitlines()
+
+
+def models_of(made: dict, **budget) -> Models:
+    return Models.from_sources([(LanguagePair(*pair), ModelSource(str(run), SEARCH)) for pair, run in made.items()],
+                               **budget)
+
+
+def offline(run, lines: list[str]) -> list[str]:
+    return Translator.load(run, SEARCH).translate(lines)
+
+
+def in_order(app, requests: list[tuple[str, str, object]]) -> list[httpx.Response]:
+    """Send (method, path, json) requests one after the other in one event loop; then stop every batcher."""
+    async def go():
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app), base_url="http://test") as client:
+            out = [await client.request(method, path, json=body) for method, path, body in requests]
+        await app.state.server.models.close()
+        return out
+    return asyncio.run(go())
+
+
+def test_languages_routes_pivots_and_errors(runs):
+    root, made, lines = runs
+    app = create_app(models=models_of(made))
+    got = in_order(app, [
+        ("GET", "/languages", None),
+        ("POST", "/translate", {"q": lines[0], "source": "en", "target": "de"}),
+        ("POST", "/translate", {"q": lines[:2], "source": "es", "target": "en"}),
+        ("POST", "/translate", {"q": lines[0], "source": "de", "target": "fr", "alternatives": 1}),  # via en
+        ("POST", "/translate", {"q": lines[0], "source": "it", "target": "en"}),
+        ("POST", "/translate", {"q": lines[0], "source": "de", "target": "zh"}),
+        ("POST", "/translate", {"q": lines[0], "source": "en"}),
+        ("POST", "/translate", {"q": lines[0], "source": "en", "target": "it"}),  # the broken model
+        ("POST", "/translate", {"q": lines[1], "source": "fr", "target": "en"}),  # the others go on
+    ])
+    languages, direct, listed, pivot, no_source, no_target, no_choice, broken, after = got
+    assert languages.json() == [
+        {"code": "de", "name": "German", "targets": ["en", "es", "fr", "it"]},
+        {"code": "en", "name": "English", "targets": ["de", "es", "fr", "it"]},
+        {"code": "es", "name": "Spanish", "targets": ["de", "en", "fr", "it"]},
+        {"code": "fr", "name": "French", "targets": ["de", "en", "es", "it"]},
+        {"code": "it", "name": "Italian", "targets": []}]
+    assert direct.json()["translatedText"] == offline(made["en", "de"], lines[:1])[0] and "pivot" not in direct.json()
+    assert listed.json()["translatedText"] == offline(made["es", "en"], lines[:2])
+    via = offline(made["de", "en"], lines[:1])
+    nbest = Translator.load(made["en", "fr"], SearchConfig(beam=4, nbest=2, max_len_b=10)).translate_nbest(via)[0]
+    assert pivot.status_code == 200 and pivot.json()["pivot"] == "en", pivot.text
+    assert [pivot.json()["translatedText"], *pivot.json()["alternatives"]] == [h.text for h in nbest]
+    assert no_source.status_code == 400 and no_source.json()["error"].startswith(
+        "source 'it' is not served: this server translates 7 pairs: en->de, en->es")
+    assert no_target.status_code == 400 and 'send target "en", "es", "fr", "it"' in no_target.json()["error"]
+    assert no_choice.status_code == 400 and "target is missing" in no_choice.json()["error"]
+    assert broken.status_code == 500 and "the en->it model" in broken.json()["error"] and \
+        "other pairs are served" in broken.json()["error"]
+    assert after.status_code == 200 and after.json()["translatedText"] == offline(made["fr", "en"], lines[1:2])[0]
+    info = {m["source"] + m["target"]: m for m in in_order(create_app(models=models_of(made)),
+                                                           [("GET", "/info", None)])[0].json()["models"]}
+    assert info["enit"]["loaded"] is False and info["enit"]["error"] is None
+
+
+def test_auto_detects_each_text_and_routes_it(runs):
+    """A list q in three languages, source auto, target fr: each text detected, translated by its route (en
+    directly, de and es through en); nothing to detect: the fallback, confidence 0; /detect answers the same."""
+    root, made, _ = runs
+    app = create_app(models=models_of(made))
+    texts = [TEXT["en"], TEXT["de"], TEXT["es"], "12345 !!"]
+    translated, detect_de, detect_none = in_order(app, [
+        ("POST", "/translate", {"q": texts, "source": "auto", "target": "fr"}),
+        ("POST", "/detect", {"q": TEXT["de"]}),
+        ("POST", "/detect", {"q": "12345 !!"}),
+    ])
+    body = translated.json()
+    assert [d["language"] for d in body["detectedLanguage"]] == ["en", "de", "es", "en"]
+    assert all(d["confidence"] > 50 for d in body["detectedLanguage"][:3])
+    assert body["detectedLanguage"][3]["confidence"] == 0
+    assert body["pivot"] == [None, "en", "en", None]
+    fr = Translator.load(made["en", "fr"], SEARCH)
+    assert body["translatedText"][0] == fr.translate(texts[:1])[0]
+    assert body["translatedText"][1] == fr.translate(offline(made["de", "en"], texts[1:2]))[0]
+    assert detect_de.json()[0]["language"] == "de" and detect_de.json()[0]["confidence"] > 50
+    assert detect_none.json() == [{"confidence": 0.0, "language": "en"}]
+
+
+def test_models_load_when_asked_and_the_least_recently_used_go(runs):
+    """max_models 2: after en->de, es->en, en->de, fr->en, the loaded ones are en->de and fr->en (es->en, least
+    recently used, went); every answer equals its model's offline one; a budget of weights does the same."""
+    root, made, lines = runs
+    models = models_of(made, max_models=2)
+    app = create_app(models=models)
+    order = [("en", "de"), ("es", "en"), ("en", "de"), ("fr", "en"), ("es", "en")]
+    got = in_order(app, [("POST", "/translate", {"q": lines[0], "source": s, "target": t}) for s, t in order])
+    assert [r.json()["translatedText"] for r in got] == [offline(made[p], lines[:1])[0] for p in order]
+    assert (models.loads, models.unloads) == (4, 2)  # es->en loaded twice; es->en then en->de unloaded
+    assert sorted((e.pair.source, e.pair.target) for e in models.loaded()) == [("es", "en"), ("fr", "en")]
+    assert models.stats["requests"] == 5  # unloaded models' counters kept
+
+    one_model = models_of(made)
+    asyncio.run(one_model.batcher(LanguagePair("en", "de")))
+    size = one_model.entry(LanguagePair("en", "de")).bytes
+    asyncio.run(one_model.close())
+    by_weights = models_of(made, max_bytes=int(size * 2.5))
+    in_order(create_app(models=by_weights), [("POST", "/translate", {"q": lines[0], "source": s, "target": t})
+                                             for s, t in order[:4]])
+    assert len(by_weights.loaded()) == 2 and by_weights.unloads == 1
+
+
+def test_a_reload_reads_each_loaded_model_again(runs, copy_data, tmp_path):
+    """Models.reload: a loaded model whose run has a newer checkpoint serves it from then on; a model whose run
+    became unreadable keeps the one it has (the error names it)."""
+    root, made, lines = runs
+    vocab = Vocab.load(copy_data / "vocab.model")
+    a = save_run(tiny_model(len(vocab), seed=20, eos_bias=1.0), copy_data / "vocab.model", tmp_path / "a")
+    b = save_run(tiny_model(len(vocab), seed=21, eos_bias=1.0), copy_data / "vocab.model", tmp_path / "b")
+    models = models_of({("en", "de"): a, ("en", "es"): b})
+    app = create_app(models=models)
+
+    async def go():
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app), base_url="http://test") as client:
+            async def ask(target):
+                r = await client.post("/translate", json={"q": lines[0], "source": "en", "target": target})
+                return r.json()["translatedText"]
+            before = [await ask("de"), await ask("es")]
+            save_run(tiny_model(len(vocab), seed=22, eos_bias=1.0), copy_data / "vocab.model", a, step=20)
+            (b / "checkpoints" / "step_00000010.safetensors").write_bytes(b"broken")
+            with pytest.raises(RuntimeError, match="en->es"):
+                await models.reload()
+            after = [await ask("de"), await ask("es")]
+        await models.close()
+        return before, after
+    before, after = asyncio.run(go())
+    assert after[0] == offline(a, lines[:1])[0] != before[0]  # the newer checkpoint
+    assert after[1] == before[1]  # kept
+
+
+def test_libretranslate_client_and_the_command_line(runs, tmp_path):
+    """`aiayn serve --models FOLDER --checkpoint SRC:TGT=PATH --max-models 2` as a process, with libretranslatepy
+    2.1.4 unchanged: languages, a direct pair, a pivot, auto, detect, a pair not served, the broken model."""
+    from libretranslatepy import LibreTranslateAPI
+
+    root, made, lines = runs
+    folder = tmp_path / "models"
+    folder.mkdir()
+    for pair in [("en", "de"), ("de", "en"), ("en", "it")]:
+        (folder / "-".join(pair)).symlink_to(made[pair])
+    (folder / "notes").mkdir()  # no languages: skipped with a warning
+    port = free_port()
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO)}
+    cmd = [sys.executable, "-m", "aiayn", "serve", "--models", str(folder), "--checkpoint", f"es:en={made['es', 'en']}",
+           "--max-models", "2", "--port", str(port), "--beam", "4", "--max-len-b", "10", "--log-level", "warning",
+           "--workers", "1"]
+    proc = subprocess.Popen(cmd, env=env, stderr=subprocess.PIPE, text=True)
+    base = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 120
+        while True:
+            try:
+                httpx.get(base + "/health", timeout=1)
+                break
+            except httpx.TransportError:
+                assert proc.poll() is None and time.monotonic() < deadline, "the server did not start"
+                time.sleep(0.2)
+        client = LibreTranslateAPI(base + "/")
+        assert [(lang["code"], lang["targets"]) for lang in client.languages()] == [
+            ("de", ["en", "it"]), ("en", ["de", "it"]), ("es", ["de", "en", "it"]), ("it", [])]
+        assert client.translate(lines[0], "en", "de") == offline(made["en", "de"], lines[:1])[0]
+        assert client.translate(lines[0], "es", "de") == offline(made["en", "de"], offline(made["es", "en"],
+                                                                                          lines[:1]))[0]
+        assert client.detect(TEXT["es"])[0]["language"] == "es"
+        assert client.translate(TEXT["de"], "auto", "en") == offline(made["de", "en"], [TEXT["de"]])[0]
+        for source, target, status in [("en", "fr", 400), ("en", "it", 500)]:
+            with pytest.raises(urllib.error.HTTPError) as refused:
+                client.translate(lines[0], source, target)
+            assert refused.value.code == status, json.load(refused.value)
+        info = httpx.get(base + "/info").json()
+        assert info["loaded_models"] <= 2 and info["budget"]["max_models"] == 2
+    finally:
+        proc.kill()
+        _, err = proc.communicate(timeout=30)
+    assert "notes is skipped" in err
+
