@@ -30,7 +30,7 @@ from torch import Tensor, nn
 from aiayn.errors import UsageError
 from aiayn.fast import release_freed_memory
 from aiayn.model import Transformer
-from aiayn.runtime import configure_process, warn_if_bf16_slow
+from aiayn.runtime import configure_process, int8_packing, warn_if_bf16_slow
 
 PRECISIONS = ("fp32", "bf16", "int8")  # the number formats decoding runs in
 _DTYPE = {"fp32": torch.float32, "bf16": torch.bfloat16}
@@ -235,7 +235,7 @@ def _prepacked_copy(model: nn.Module, precision: str, consume: bool = False) -> 
 
 
 # ---------------------------------------------------------------------------------------------------------
-# int8 (CPU): dynamic quantization, fbgemm's int8 GEMM.
+# int8 (CPU): dynamic quantization, the int8 GEMM of oneDNN (VNNI, AMX) or fbgemm (runtime.int8_engine).
 
 
 class _Int8TiedProjection:
@@ -251,7 +251,7 @@ class _Int8TiedProjection:
         linear = nn.utils.skip_init(nn.Linear, d, v, bias=False)  # no random init: the weight is copied in
         linear.weight.data.copy_(weight.detach().float())
         linear.qconfig = per_channel_dynamic_qconfig
-        with warnings.catch_warnings():  # torch.ao.quantization announces its move to torchao
+        with warnings.catch_warnings(), int8_packing():  # torch.ao.quantization announces its move to torchao
             warnings.simplefilter("ignore")
             self.linear = DynamicLinear.from_float(linear)
 
@@ -270,7 +270,7 @@ def _int8_copy(model: nn.Module, consume: bool = False) -> DecodingTransformer:
     if next(model.parameters()).device.type != "cpu":
         raise UsageError("int8 decoding runs on CPU (fbgemm); use --precision bf16 on GPUs")
     q = (model if consume else copy.deepcopy(model)).float().eval()
-    with warnings.catch_warnings():  # torch.ao.quantization announces its move to torchao
+    with warnings.catch_warnings(), int8_packing():  # torch.ao.quantization announces its move to torchao
         warnings.simplefilter("ignore")
         q = quantize_dynamic(q, {nn.Linear: per_channel_dynamic_qconfig}, dtype=torch.qint8, inplace=True)
         projection = _Int8TiedProjection(q.embedding.weight)

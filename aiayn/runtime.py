@@ -130,6 +130,38 @@ def native_bf16(device: torch.device) -> bool:
     return "avx512_bf16" in flags or "amx_bf16" in flags
 
 
+INT8_ENGINES = ("fbgemm", "onednn")  # torch's quantized engines int8 decoding can pack its weights for
+
+
+def int8_engine() -> str:
+    """The quantized engine int8 decoding packs its weights for: oneDNN's where the CPU has int8 dot products
+    (AVX512-VNNI or AMX-INT8, and oneDNN is not capped below them by ONEDNN_MAX_CPU_ISA), fbgemm's elsewhere (an
+    AVX2 CPU, where oneDNN's int8 GEMM is the slower one). Both quantize each row of activations to 8 bits on the fly
+    and give the same products to rounding; speeds: docs/speed.md. AIAYN_INT8_ENGINE=fbgemm|onednn chooses."""
+    asked = os.environ.get("AIAYN_INT8_ENGINE", "").strip().lower()
+    if asked:
+        if asked not in INT8_ENGINES:
+            raise UsageError(f"AIAYN_INT8_ENGINE must be one of {', '.join(INT8_ENGINES)}, not {asked!r}")
+        return asked
+    capped = os.environ.get("ONEDNN_MAX_CPU_ISA", "").upper()
+    if capped and capped != "ALL" and "VNNI" not in capped and "AMX" not in capped:
+        return "fbgemm"
+    vnni = {"avx512_vnni", "amx_int8"} & cpu_flags()
+    return "onednn" if vnni and "onednn" in torch.backends.quantized.supported_engines else "fbgemm"
+
+
+@contextlib.contextmanager
+def int8_packing(engine: str | None = None):
+    """Within: int8 weights are quantized and packed for `engine` (default int8_engine()); a packed weight keeps its
+    engine's kernels wherever it runs afterwards."""
+    before = torch.backends.quantized.engine
+    torch.backends.quantized.engine = engine or int8_engine()
+    try:
+        yield
+    finally:
+        torch.backends.quantized.engine = before
+
+
 def cpu_flags() -> set[str]:
     """The CPU feature flags Linux reports (empty elsewhere)."""
     try:

@@ -5,6 +5,7 @@ import os
 import pytest
 import torch
 from helpers import tiny_model
+from torch import nn
 
 from aiayn import inference, runtime
 from aiayn.errors import UsageError
@@ -192,3 +193,56 @@ def test_process_settings_are_applied_once(monkeypatch):
         assert runtime.APPLIED == {"kernel_cache": True, "keep_freed_memory": True, "threads": threads + 1}
     finally:
         torch.set_num_threads(threads)
+
+
+def test_int8_engine_follows_the_cpu_and_the_users_choice(monkeypatch):
+    monkeypatch.delenv("AIAYN_INT8_ENGINE", raising=False)
+    monkeypatch.delenv("ONEDNN_MAX_CPU_ISA", raising=False)
+    onednn = "onednn" in torch.backends.quantized.supported_engines
+    monkeypatch.setattr(runtime, "cpu_flags", lambda: {"avx2", "avx512f", "avx512_vnni"})
+    assert runtime.int8_engine() == ("onednn" if onednn else "fbgemm")
+    monkeypatch.setattr(runtime, "cpu_flags", lambda: {"avx2", "fma"})  # no int8 dot products: fbgemm
+    assert runtime.int8_engine() == "fbgemm"
+    monkeypatch.setattr(runtime, "cpu_flags", lambda: {"avx2", "amx_int8"})
+    monkeypatch.setenv("ONEDNN_MAX_CPU_ISA", "AVX2")  # oneDNN capped below VNNI: fbgemm
+    assert runtime.int8_engine() == "fbgemm"
+    monkeypatch.setenv("AIAYN_INT8_ENGINE", "FBGEMM")  # the user's choice wins, any case
+    assert runtime.int8_engine() == "fbgemm"
+    monkeypatch.setenv("AIAYN_INT8_ENGINE", "mkl")
+    with pytest.raises(UsageError, match="AIAYN_INT8_ENGINE must be one of fbgemm, onednn"):
+        runtime.int8_engine()
+
+
+@pytest.mark.parametrize("engine", ["fbgemm", "onednn"])
+def test_int8_packing_packs_for_an_engine_and_restores_the_setting(engine):
+    from torch.ao.nn.quantized.dynamic import Linear as DynamicLinear
+    from torch.ao.quantization import per_channel_dynamic_qconfig
+
+    from aiayn.runtime import int8_packing
+
+    if engine not in torch.backends.quantized.supported_engines:
+        pytest.skip(f"torch has no {engine} engine here")
+    before = torch.backends.quantized.engine
+    torch.manual_seed(0)
+    linear, x = nn.Linear(64, 96), torch.randn(8, 64)
+    linear.qconfig = per_channel_dynamic_qconfig
+    with int8_packing(engine):
+        assert torch.backends.quantized.engine == engine
+        q = DynamicLinear.from_float(linear)
+    assert torch.backends.quantized.engine == before
+    torch.testing.assert_close(q(x), linear(x), rtol=0.05, atol=0.05)  # int8 products, to quantization error
+
+
+def test_int8_decoding_packs_every_projection_with_the_chosen_engine(monkeypatch):
+    import contextlib
+
+    packed = []
+
+    @contextlib.contextmanager
+    def spy(engine=None):
+        packed.append(engine)
+        yield
+
+    monkeypatch.setattr(inference, "int8_packing", spy)
+    inference.decoding_copy(tiny_model(64), "int8")
+    assert len(packed) == 2  # the layers' projections, then the tied output projection
