@@ -40,6 +40,10 @@ class ModelConfig:
     norm_first: bool = False  # False = post-norm LayerNorm(x + Dropout(Sublayer(x))) as the paper
     layer_norm_eps: float = 1e-5
     init: str = "xavier"  # projections' initialization (the paper gives none): "xavier" or "fairseq" (docs/model.md)
+    # Imported OPUS-MT models (aiayn import; docs/import.md), not the paper's: the feed-forward activation ("relu" as
+    # eq. 2, or "swish": x * sigmoid(x)) and a bias on the tied output projection (Marian's final_logits_bias).
+    activation: str = "relu"
+    output_bias: bool = False
 
     def __post_init__(self) -> None:
         check_types(self)
@@ -47,6 +51,8 @@ class ModelConfig:
             raise UsageError(f"positional must be 'sinusoidal' or 'learned', not {self.positional!r}")
         if self.init not in INITS:
             raise UsageError(f"init must be one of {', '.join(INITS)}, not {self.init!r}")
+        if self.activation not in ACTIVATIONS:
+            raise UsageError(f"activation must be one of {', '.join(ACTIVATIONS)}, not {self.activation!r}")
         if self.d_model % 2:
             raise UsageError(f"d_model must be even for sinusoidal positions, got {self.d_model}")
         for name, most in _MAX_SIZES.items():
@@ -87,6 +93,9 @@ class ModelConfig:
 # everywhere; "fairseq" = fairseq 0.12's transformer: W^Q/W^K/W^V Xavier-uniform with gain 1/sqrt(2), W^O
 # Xavier-uniform with zero bias, and torch's nn.Linear default for the Q/K/V biases and the feed-forward layers.
 INITS = ("xavier", "fairseq")
+
+# The feed-forward activation: "relu", max(0, x) as eq. 2; "swish", x * sigmoid(x) (torch's silu), OPUS-MT's.
+ACTIVATIONS = ("relu", "swish")
 
 # Upper bounds far beyond any published Transformer (big: d_model 1024, d_ff 4096, 16 heads, 6 layers). A config read
 # from a checkpoint is untrusted input: these bound what building its model allocates (the sinusoid table alone is

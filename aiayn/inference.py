@@ -27,6 +27,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from aiayn import rundir
 from aiayn.errors import UsageError
 from aiayn.fast import release_freed_memory
 from aiayn.model import Transformer
@@ -53,16 +54,15 @@ class DecodingTransformer(Transformer):
 
     def output_logits(self, hidden: Tensor) -> Tensor:
         if self.output_projection is not None:
-            return self.output_projection(hidden)
+            return self.add_output_bias(self.output_projection(hidden))
         return super().output_logits(hidden)
 
     def output_rows(self, ids: Tensor) -> Callable[[Tensor], Tensor]:
         """The output projection of the pieces `ids` (V',) alone, in this model's format: hidden (..., D) -> logits
         (..., V'), output_logits(hidden)[..., ids] up to the order of the sums (aiayn.shortlist decodes with it)."""
-        if self.output_projection is not None:
-            return self.output_projection.rows(ids)
-        weight = self.embedding.weight.index_select(0, ids)  # (V', D)
-        return lambda hidden: F.linear(hidden, weight)
+        rows = self.output_projection.rows(ids) if self.output_projection is not None else functools.partial(
+            F.linear, weight=self.embedding.weight.index_select(0, ids))  # (V', D)
+        return rows if self.output_bias is None else lambda hidden: self.add_output_bias(rows(hidden), ids)
 
 
 def _mark(q: nn.Module, precision: str, prepacked: bool) -> DecodingTransformer:
@@ -121,15 +121,13 @@ def load(path: str | Path, precision: str = "fp32", device: str | torch.device =
          prepack: bool | None = None) -> tuple[DecodingTransformer, object]:
     """(decoding model, vocabulary) from a run directory (its averaged, else best, else newest checkpoint) or a
     checkpoint file: the one place that loads a model for decoding (Translator.load, once per ensemble member). The
-    file is read as aiayn.checkpoint reads it (header and shapes checked first, then the vocabulary, then the
-    weights), onto `device`, and converted once to `precision` (PRECISIONS), prepacked or not; decoding_copy returns the
-    result as it is. bf16 is converted in place first: the fp32 weights are not needed again, so the process never
+    file is read as aiayn.rundir.load_for_inference reads it (header and shapes checked first, then the vocabulary,
+    then the weights), onto `device`, and converted once to `precision` (PRECISIONS), prepacked or not; decoding_copy
+    returns the result as it is. bf16 is converted in place first: the fp32 weights are not needed again, so the process never
     holds fp32 and bf16 copies at once; the other formats consume the loaded model likewise."""
-    from aiayn.checkpoint import load_for_inference
-
     check_precision(precision)  # before reading a file that may be large
     device = torch.device(device)
-    model, vocab, _ = load_for_inference(path, device=device)
+    model, vocab, _ = rundir.load_for_inference(path, device=device)
     configure_process(device=device)  # cuDNN's attention out: decoding meets a new shape at every step
     if precision == "bf16":
         model.to(torch.bfloat16)

@@ -12,6 +12,8 @@ Reading guide, paper -> code:
     3.3   position-wise feed-forward     -> `FeedForward`
     3.1   encoder / decoder stacks       -> `EncoderLayer`, `DecoderLayer`, `Encoder`, `Decoder`
     3.4   shared embeddings, sqrt(D)     -> `Transformer.embed`, `Transformer.output_logits`
+    imported OPUS-MT (not in the paper)  -> `FeedForward`'s swish, `Transformer.output_bias` (ModelConfig.activation,
+                                            .output_bias; aiayn.export.marian): off unless a config asks
     3.5   positional encoding            -> `sinusoidal_positions`
     5.4   residual dropout, post-norm    -> `SublayerConnection`
     packed batches (not in the paper)    -> `Transformer.encode_packed/decode_hidden_packed`, aiayn.packed
@@ -142,15 +144,18 @@ class MultiHeadAttention(nn.Module):
 
 
 class FeedForward(nn.Module):
-    """FFN(x) = max(0, x W1 + b1) W2 + b2  (eq. 2), applied to each position separately."""
+    """FFN(x) = max(0, x W1 + b1) W2 + b2  (eq. 2), applied to each position separately.
 
-    def __init__(self, d_model: int, d_ff: int):
+    activation "swish" puts x * sigmoid(x) where eq. 2 has max(0, x): OPUS-MT's models (aiayn import)."""
+
+    def __init__(self, d_model: int, d_ff: int, activation: str = "relu"):
         super().__init__()
         self.w_1 = nn.Linear(d_model, d_ff)
         self.w_2 = nn.Linear(d_ff, d_model)
+        self.activation = F.silu if activation == "swish" else F.relu
 
     def forward(self, x: Tensor) -> Tensor:
-        return self.w_2(F.relu(self.w_1(x)))
+        return self.w_2(self.activation(self.w_1(x)))
 
 
 class SublayerConnection(nn.Module):
@@ -174,7 +179,7 @@ class EncoderLayer(nn.Module):
     def __init__(self, cfg: ModelConfig):
         super().__init__()
         self.self_attn = MultiHeadAttention(cfg.d_model, cfg.n_heads, cfg.d_k, cfg.d_v, True)
-        self.ffn = FeedForward(cfg.d_model, cfg.d_ff)
+        self.ffn = FeedForward(cfg.d_model, cfg.d_ff, cfg.activation)
         self.sublayers = nn.ModuleList(
             SublayerConnection(cfg.d_model, cfg.dropout, cfg.norm_first, cfg.layer_norm_eps) for _ in range(2)
         )
@@ -191,7 +196,7 @@ class DecoderLayer(nn.Module):
         super().__init__()
         self.self_attn = MultiHeadAttention(cfg.d_model, cfg.n_heads, cfg.d_k, cfg.d_v, True)
         self.cross_attn = MultiHeadAttention(cfg.d_model, cfg.n_heads, cfg.d_k, cfg.d_v, False)
-        self.ffn = FeedForward(cfg.d_model, cfg.d_ff)
+        self.ffn = FeedForward(cfg.d_model, cfg.d_ff, cfg.activation)
         self.sublayers = nn.ModuleList(
             SublayerConnection(cfg.d_model, cfg.dropout, cfg.norm_first, cfg.layer_norm_eps) for _ in range(3)
         )
@@ -244,6 +249,8 @@ class Transformer(nn.Module):
             self.positions = nn.Embedding(cfg.max_positions, cfg.d_model)
         else:
             self.register_buffer("sinusoids", sinusoidal_positions(cfg.max_positions, cfg.d_model), persistent=False)
+        # A bias on the output projection (V,): none in the paper; Marian's final_logits_bias (aiayn import)
+        self.output_bias = nn.Parameter(torch.zeros(cfg.vocab_size)) if cfg.output_bias else None
         self.dropout = Dropout(cfg.dropout)
         self.encoder = Encoder(cfg)
         self.decoder = Decoder(cfg)
@@ -300,7 +307,14 @@ class Transformer(nn.Module):
 
     def output_logits(self, hidden: Tensor) -> Tensor:
         """Pre-softmax linear transformation, tied to the embedding: (..., D) -> (..., V)."""
-        return F.linear(hidden, self.embedding.weight)
+        return self.add_output_bias(F.linear(hidden, self.embedding.weight))
+
+    def add_output_bias(self, logits: Tensor, ids: Tensor | None = None) -> Tensor:
+        """logits (..., V) plus the output bias, where the config has one (of the pieces `ids` (V',) alone: logits
+        (..., V')); logits unchanged otherwise."""
+        if self.output_bias is None:
+            return logits
+        return logits + (self.output_bias if ids is None else self.output_bias.index_select(0, ids)).to(logits.dtype)
 
     # -- the three entry points ---------------------------------------------------------------------------
     @staticmethod
@@ -371,4 +385,5 @@ def expected_parameters(cfg: ModelConfig) -> int:
     dec = cfg.n_dec_layers * (2 * attention + ffn + 3 * norm)
     final_norms = 2 * norm if cfg.norm_first else 0
     positions = cfg.max_positions * d if cfg.positional == "learned" else 0
-    return cfg.vocab_size * d + positions + enc + dec + final_norms
+    output_bias = cfg.vocab_size if cfg.output_bias else 0
+    return cfg.vocab_size * d + positions + enc + dec + final_norms + output_bias

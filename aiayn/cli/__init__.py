@@ -29,6 +29,7 @@ COMMANDS = [
     "aiayn.cli.attention",
     "aiayn.cli.serve",
     "aiayn.cli.export",
+    "aiayn.cli.import_",
     "aiayn.cli.parse",
     "aiayn.cli.evaluate",
     "aiayn.cli.params",

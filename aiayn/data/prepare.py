@@ -146,7 +146,7 @@ def _encode_split(
 
     def flush(chunk: list[tuple[str, str]]) -> None:
         for side, column in zip(("src", "tgt"), zip(*chunk)):
-            n, n_unk = _write_ids(list(column), vocab, dtype, bins[side])
+            n, n_unk = _write_ids(list(column), vocab if side == "src" else vocab.target, dtype, bins[side])
             lengths[side].append(n)
             unk[side] += n_unk
             if keep_text:

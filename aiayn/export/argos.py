@@ -31,6 +31,7 @@ from aiayn.data.vocab import MODEL_FILE
 from aiayn.errors import UsageError, UserError
 from aiayn.export.card import Provenance, write_card
 from aiayn.export.ct2 import AIAYN_FILE, QUANTIZATIONS, ct2_spec
+from aiayn.export.hf import spm_files
 from aiayn.files import atomic_write
 from aiayn.model import Transformer
 
@@ -135,7 +136,7 @@ def export_argos(model: Transformer, vocab, out: Path, source_lang: str, target_
         folder = Path(tmp) / out.stem
         folder.mkdir()
         _write_model(model, vocab, folder / "model", quantization)
-        shutil.copyfile(vocab.model_path, folder / "sentencepiece.model")
+        (folder / "sentencepiece.model").write_bytes(spm_files(vocab)[0])  # an OPUS-MT import's: its source model
         sentence_splitter(source_lang, folder / "spacy")
         (folder / "metadata.json").write_text(json.dumps(metadata(source_lang, target_lang, package_version),
                                                          indent=2) + "\n")

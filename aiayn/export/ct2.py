@@ -12,6 +12,7 @@ aiayn config exports: Table 3 rows A, B and E, and pre-norm, included.
                                               leaves softmax(Q K^T / sqrt(d_k)) V unchanged
     shared vocabulary                      -> the SentencePiece pieces in id order on both sides; vocab.model is
                                               copied into the folder so `translate_ct2` can tokenize
+    an imported OPUS-MT model (marian.py)  -> CTranslate2's swish, its output bias as the projection's bias
     the run's lexical shortlist            -> vmap.txt, CTranslate2's vocabulary map (use_vmap)
 
 How `translate_ct2` maps aiayn's SearchConfig onto CTranslate2's options, and what cannot map: DECODING_NOTES
@@ -120,13 +121,15 @@ def ct2_spec(model: Transformer, vocab):
     from ctranslate2.specs import TransformerSpec, common_spec, transformer_spec
 
     cfg = model.cfg
-    sides = dict(num_heads=cfg.n_heads, pre_norm=cfg.norm_first, activation=common_spec.Activation.RELU,
-                 head_dim=head_dim(cfg))
+    activation = {"relu": common_spec.Activation.RELU, "swish": common_spec.Activation.SWISH}[cfg.activation]
+    sides = dict(num_heads=cfg.n_heads, pre_norm=cfg.norm_first, activation=activation, head_dim=head_dim(cfg))
     spec = TransformerSpec(transformer_spec.TransformerEncoderSpec(cfg.n_enc_layers, **sides),
                            transformer_spec.TransformerDecoderSpec(cfg.n_dec_layers, **sides))
     for name, value in ct2_variables(model).items():
         _set(spec, name, value)
-    spec.decoder.projection.bias = np.zeros(cfg.vocab_size, dtype=np.float32)  # aiayn's tied output has none
+    bias = model.output_bias  # the paper's tied output has none; an imported OPUS-MT model's has one
+    spec.decoder.projection.bias = np.zeros(cfg.vocab_size, dtype=np.float32) if bias is None else \
+        bias.detach().float().cpu().numpy().copy()
     scale = np.float32(1 / math.sqrt(cfg.d_k))  # the paper's 1/sqrt(d_k), whatever the padded head width
     for layer in [*spec.encoder.layer, *spec.decoder.layer]:
         for attention in (layer.self_attention, getattr(layer, "attention", None)):
@@ -285,7 +288,7 @@ class CT2Translator:
                 target_prefix=target_prefix, max_decoding_length=limit, max_batch_size=len(idx), **options)
             for i, res in zip(idx, out):
                 results[i] = [Translation(vocab.decode(ids), score, ids) for ids, score in
-                              (([vocab.sp.piece_to_id(p) for p in h], s) for h, s in zip(res.hypotheses, res.scores))]
+                              (([vocab.piece_id(p) for p in h], s) for h, s in zip(res.hypotheses, res.scores))]
 
         # One call per batch of length-sorted sentences, at the batch's largest limit: few, full batches, as
         # CTranslate2 runs fastest. A sentence whose output reached its own, smaller limit is decoded again alone at

@@ -9,6 +9,9 @@ sqrt(d_model) and shared by encoder, decoder and output layer). Two differences 
   computes the aiayn model's residual stream with its features reordered, and the same logits.
 * Marian's defaults (gelu, unscaled embeddings, pad 58100, forced EOS 0) are all replaced in `marian_config`.
 
+A model imported from OPUS-MT (marian.py) exports back with its swish and its output bias (final_logits_bias), and
+its tokenizer's two SentencePiece models.
+
 What Marian cannot represent is refused (`check_marian`): pre-norm, learned positions (Table 3 row E), and
 h * d_k != d_model or h * d_v != d_model (Table 3 row B; CTranslate2 takes those, see ct2.py).
 
@@ -73,7 +76,7 @@ def marian_config(cfg: ModelConfig):
         vocab_size=cfg.vocab_size, decoder_vocab_size=cfg.vocab_size, d_model=cfg.d_model,
         encoder_layers=cfg.n_enc_layers, decoder_layers=cfg.n_dec_layers,
         encoder_attention_heads=cfg.n_heads, decoder_attention_heads=cfg.n_heads,
-        encoder_ffn_dim=cfg.d_ff, decoder_ffn_dim=cfg.d_ff, activation_function="relu",
+        encoder_ffn_dim=cfg.d_ff, decoder_ffn_dim=cfg.d_ff, activation_function=cfg.activation,
         max_position_embeddings=max(1024, cfg.max_positions),  # aiayn's sinusoids have no end; Marian's table does
         dropout=cfg.dropout, attention_dropout=0.0, activation_dropout=0.0,
         scale_embedding=True, share_encoder_decoder_embeddings=True, tie_word_embeddings=True,
@@ -92,11 +95,13 @@ def to_marian(model: Transformer):
     state = model.state_dict()
     hf_state = {name: _permute_d(state[p.aiayn].float(), p.axes, perm) for p in parameter_map(cfg) for name in p.hf}
     missing, unexpected = hf.load_state_dict(hf_state, strict=False)
-    # Only Marian's own may be missing: the sinusoid tables (rebuilt from the config), the output bias (zeroed).
+    # Only Marian's own may be missing: the sinusoid tables (rebuilt from the config), the output bias (set here).
     if unexpected or any("embed_positions" not in k and k != "final_logits_bias" for k in missing):
         raise RuntimeError(f"names.py does not match MarianMTModel: missing {missing}, unexpected {unexpected}")
     with torch.no_grad():
         hf.final_logits_bias.zero_()
+        if model.output_bias is not None:
+            hf.final_logits_bias[0] = model.output_bias.float()
     hf.generation_config = GenerationConfig(**{**hf.generation_config.to_dict(), **GENERATION_DEFAULTS})
     return hf.eval()
 
@@ -104,15 +109,16 @@ def to_marian(model: Transformer):
 def from_marian(hf) -> Transformer:
     """The aiayn Transformer of a MarianMTModel of the paper's architecture (what `to_marian` makes)."""
     c = hf.config
-    if c.activation_function != "relu" or not c.scale_embedding or not getattr(c, "share_encoder_decoder_embeddings",
-                                                                              True):
-        raise UserError("this Marian model is not the paper's architecture (it needs relu, scaled and shared "
+    if c.activation_function not in ("relu", "swish") or not c.scale_embedding or not getattr(
+            c, "share_encoder_decoder_embeddings", True):
+        raise UserError("this Marian model is not the paper's architecture (it needs relu or swish, scaled and shared "
                         f"embeddings; it has {c.activation_function}, scale_embedding={c.scale_embedding}); "
                         "aiayn cannot import it")
     if (c.pad_token_id, c.eos_token_id, c.decoder_start_token_id) != (PAD_ID, EOS_ID, BOS_ID):
         ids = (c.pad_token_id, c.eos_token_id, c.decoder_start_token_id)
         raise UserError(f"this Marian model uses pad/eos/start ids {ids}; aiayn needs {(PAD_ID, EOS_ID, BOS_ID)}")
-    if hf.final_logits_bias.abs().max() > 0:
+    aiayn_cfg = getattr(c, "aiayn", None) or {}
+    if hf.final_logits_bias.abs().max() > 0 and not aiayn_cfg.get("output_bias"):
         raise UserError("this Marian model has a non-zero final_logits_bias, which aiayn's tied output layer lacks")
     if (c.encoder_attention_heads, c.encoder_ffn_dim) != (c.decoder_attention_heads, c.decoder_ffn_dim):
         raise UserError("this Marian model's encoder and decoder differ in heads or d_ff; aiayn's share them")
@@ -122,7 +128,7 @@ def from_marian(hf) -> Transformer:
         h = c.encoder_attention_heads
         cfg = ModelConfig(vocab_size=c.vocab_size, n_enc_layers=c.encoder_layers, n_dec_layers=c.decoder_layers,
                           d_model=c.d_model, d_ff=c.encoder_ffn_dim, n_heads=h, d_k=c.d_model // h,
-                          d_v=c.d_model // h, dropout=c.dropout)
+                          d_v=c.d_model // h, dropout=c.dropout, activation=c.activation_function)
     hf_state = hf.state_dict()
     params = parameter_map(cfg)
     for p in params:  # one aiayn tensor may be several tied Marian ones; they must be equal
@@ -130,17 +136,29 @@ def from_marian(hf) -> Transformer:
             raise UserError(f"this Marian model's {', '.join(p.hf)} differ; aiayn shares one embedding for all")
     model = Transformer(cfg)
     inverse = torch.argsort(sinusoid_permutation(cfg.d_model))
-    model.load_state_dict({p.aiayn: _permute_d(hf_state[p.hf[0]], p.axes, inverse) for p in params})
+    state = {p.aiayn: _permute_d(hf_state[p.hf[0]], p.axes, inverse) for p in params}
+    if cfg.output_bias:
+        state["output_bias"] = hf_state["final_logits_bias"].reshape(-1)
+    model.load_state_dict(state)
     return model.eval()
 
 
+def spm_files(vocab) -> tuple[bytes, bytes]:
+    """The SentencePiece models (source, target) of a vocabulary: its one model twice, or a MarianVocab's two."""
+    if hasattr(vocab, "spm_bytes"):
+        return vocab.spm_bytes
+    model = Path(vocab.model_path).read_bytes()
+    return model, model
+
+
 def save_tokenizer(vocab, folder: Path, max_length: int = 1024) -> None:
-    """MarianTokenizer files giving aiayn's ids: one SentencePiece model for both sides and its pieces in id order."""
+    """MarianTokenizer files giving aiayn's ids: the SentencePiece model of each side (one for both but for an
+    imported OPUS-MT model's MarianVocab) and the pieces in id order."""
     from transformers import MarianTokenizer
 
-    model_bytes = Path(vocab.model_path).read_bytes()
-    (folder / "source.spm").write_bytes(model_bytes)
-    (folder / "target.spm").write_bytes(model_bytes)
+    source, target = spm_files(vocab)
+    (folder / "source.spm").write_bytes(source)
+    (folder / "target.spm").write_bytes(target)
     pieces = {vocab.piece(i): i for i in range(len(vocab))}
     (folder / "vocab.json").write_text(json.dumps(pieces, ensure_ascii=False, indent=1), encoding="utf-8")
     tok = MarianTokenizer(str(folder / "source.spm"), str(folder / "target.spm"), str(folder / "vocab.json"),

@@ -1,0 +1,35 @@
+"""`aiayn import`: an HF MarianMTModel folder (an OPUS-MT model, or aiayn's own HF export) -> an aiayn run directory
+(aiayn.export.marian; docs/import.md)."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from aiayn.extras import require
+
+
+def run(args: argparse.Namespace) -> int:
+    require("aiayn import --from hf", "export", ("transformers",))
+    from aiayn.export.marian import import_run
+
+    checkpoint, cfg = import_run(args.folder, args.out)
+    print(f"imported {args.folder} -> {args.out} ({cfg.n_enc_layers}+{cfg.n_dec_layers} layers, d_model "
+          f"{cfg.d_model}, {cfg.n_heads} heads, {cfg.activation}, {cfg.vocab_size:,} pieces): {checkpoint}")
+    return 0
+
+
+def register(sub) -> None:
+    p = sub.add_parser("import", help="import an HF MarianMTModel folder (OPUS-MT) as an aiayn run",
+                       description="Read a MarianMTModel folder (config.json, weights, source.spm, target.spm, "
+                                   "vocab.json), e.g. a Helsinki-NLP opus-mt-* model you downloaded, and write an "
+                                   "aiayn run directory that translate, serve, export, shortlist and train "
+                                   "--init-from take. aiayn never downloads it: fetch the folder yourself, e.g. "
+                                   "`huggingface-cli download Helsinki-NLP/opus-mt-en-de --local-dir opus-mt-en-de`. "
+                                   "Refused with one line: untied or separate source/target embeddings, unscaled "
+                                   "embeddings, an activation other than swish or relu (docs/import.md).")
+    p.add_argument("--from", dest="source_format", required=True, choices=["hf"],
+                   help="the folder's format: hf (a transformers MarianMTModel folder)")
+    p.add_argument("folder", type=Path, help="the model folder to read")
+    p.add_argument("--out", type=Path, required=True, help="the run directory to write (new, or an empty folder)")
+    p.set_defaults(func=run)

@@ -1,0 +1,182 @@
+"""OPUS-MT -> aiayn: an HF MarianMTModel folder (Helsinki-NLP's ~1,000 opus-mt-* pairs) as an aiayn run directory.
+
+`aiayn import --from hf FOLDER --out RUN` (aiayn/cli/import_.py) runs `import_run`. RUN then holds one checkpoint and
+the vocabulary, and is what translate, serve, export, shortlist and `train --init-from` take (docs/import.md).
+
+What an OPUS-MT folder holds, and where it goes:
+
+    config.json (MarianConfig)       -> ModelConfig: layers, d_model, heads, d_ff, activation (swish or relu),
+                                        output_bias=True; the rest of Marian is the paper's layout (post-norm,
+                                        sinusoids, LayerNorm eps 1e-5, embeddings x sqrt(d_model), tied)
+    model weights                    -> names.py's rows, every d_model axis permuted back from Marian's [sin | cos]
+                                        sinusoid layout (hf.py: sinusoid_permutation), rows renumbered (below)
+    final_logits_bias (1, V)         -> Transformer.output_bias, renumbered likewise
+    source.spm, target.spm,          -> RUN/vocab.model: a MarianVocab (aiayn.data.vocab), which tokenizes as
+    vocab.json (one joint list)         MarianTokenizer: source text by source.spm, target text by target.spm
+
+Special ids. OPUS-MT has </s> 0, <unk> 1 and <pad> last, and its decoder starts from <pad>; aiayn's ids are fixed
+(PAD 0, UNK 1, BOS 2, EOS 3) in every search, loss and exporter. Making all of those read ids from the vocabulary
+would touch a dozen modules; renumbering at import touches none, so the import renumbers: Marian's <pad> row becomes
+aiayn's BOS (<s>, the decoder's start; neither engine ever generates it), </s> EOS, <unk> UNK, every other piece keeps
+its order from id 4, and aiayn's PAD is one new row (V + 1 in all): a zero embedding (padding is never attended to)
+and output bias NEVER, so that its probability is exactly 0 in float32 and the softmax over V + 1 rows is Marian's
+over V. The renumbered model computes Marian's log-probs (tests/test_import_marian.py: HF generate's tokens and
+scores).
+
+Refused, with one line each (`check_opus_mt`): separate source and target vocabularies (untied embeddings), an
+output layer not tied to the embedding, unscaled embeddings, an activation other than swish/relu, encoder and
+decoder of different widths or heads, a decoder that starts from another token than <pad>.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import torch
+
+from aiayn import checkpoint as ckpt
+from aiayn import rundir
+from aiayn.config import BOS_ID, EOS_ID, PAD_ID, UNK_ID, ModelConfig
+from aiayn.data.vocab import MODEL_FILE, SPECIAL_PIECES, MarianVocab
+from aiayn.errors import CheckpointError, UserError
+from aiayn.export.card import fresh_folder
+from aiayn.export.hf import _permute_d, import_hf, sinusoid_permutation
+from aiayn.export.names import parameter_map
+from aiayn.model import Transformer
+
+NEVER = -1e4  # the output bias of the new PAD row: exp(-1e4 - max logit) is 0 in float32, float16 and bfloat16
+ACTIVATIONS = {"swish": "swish", "silu": "swish", "relu": "relu"}  # Marian's activation_function -> aiayn's
+MAX_POSITIONS = 1 << 16  # ModelConfig's bound; OPUS-MT's tables have 512 rows
+
+
+def read_json(path: Path) -> dict:
+    try:
+        return json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise UserError(f"cannot read {path}: {e}") from None
+
+
+def is_opus_mt(config: dict) -> bool:
+    """Whether an HF Marian config.json is OPUS-MT's kind (its decoder starts from <pad>), not an aiayn export."""
+    return "aiayn" not in config and config.get("decoder_start_token_id") == config.get("pad_token_id")
+
+
+def check_opus_mt(config: dict) -> None:
+    """Raise UserError naming every feature of an OPUS-MT config.json that an aiayn Transformer cannot hold."""
+    c, problems = config, []
+    if c.get("model_type") != "marian":
+        problems.append(f"model_type is {c.get('model_type')!r}, not 'marian'")
+    if not c.get("share_encoder_decoder_embeddings", True) or c.get("decoder_vocab_size") not in (
+            None, c.get("vocab_size")):
+        problems.append("separate source and target vocabularies (share_encoder_decoder_embeddings false): aiayn "
+                        "shares one embedding")
+    if not c.get("tie_word_embeddings", True):
+        problems.append("an output layer not tied to the embedding (tie_word_embeddings false)")
+    if not c.get("scale_embedding", False):
+        problems.append("unscaled embeddings (scale_embedding false): aiayn multiplies them by sqrt(d_model)")
+    if c.get("activation_function", "gelu") not in ACTIVATIONS:
+        problems.append(f"activation {c.get('activation_function', 'gelu')!r} (aiayn has {', '.join(ACTIVATIONS)})")
+    enc = (c.get("encoder_attention_heads"), c.get("encoder_ffn_dim"))
+    if enc != (c.get("decoder_attention_heads"), c.get("decoder_ffn_dim")):
+        problems.append("encoder and decoder of different heads or d_ff (aiayn's share them)")
+    if c.get("d_model", 0) % max(1, c.get("encoder_attention_heads") or 1):
+        problems.append("d_model not divisible by the heads")
+    if c.get("decoder_start_token_id") != c.get("pad_token_id"):
+        problems.append("a decoder that starts from another token than <pad>")
+    if problems:
+        raise UserError("aiayn cannot hold this Marian model: " + "; ".join(problems))
+
+
+def renumbering(config: dict, pieces: dict[str, int]) -> tuple[list[int | None], list[str]]:
+    """(for each aiayn id, the Marian id whose row it takes (None: the new PAD row); the pieces in aiayn's id order)."""
+    size = config["vocab_size"]
+    if sorted(pieces.values()) != list(range(size)):
+        raise UserError(f"vocab.json does not give the ids 0..{size - 1} of the model's {size} embedding rows")
+    if "<unk>" not in pieces:
+        raise UserError("vocab.json has no <unk> piece")
+    special = {UNK_ID: pieces["<unk>"], BOS_ID: config["pad_token_id"], EOS_ID: config["eos_token_id"]}
+    clash = sorted(set(pieces) & set(SPECIAL_PIECES.values()) - {"<unk>", "</s>", "<pad>"})
+    if clash or len(set(special.values())) < 3:
+        raise UserError(f"vocab.json's special pieces are not OPUS-MT's (<unk>, </s>, <pad>: {clash or special})")
+    by_id = sorted(pieces, key=pieces.get)
+    rest = [i for i in range(size) if i not in special.values()]
+    rows = [None, special[UNK_ID], special[BOS_ID], special[EOS_ID], *rest]
+    return rows, [SPECIAL_PIECES[i] for i in range(4)] + [by_id[i] for i in rest]
+
+
+def model_config(config: dict) -> ModelConfig:
+    """The aiayn ModelConfig of an OPUS-MT config.json (one vocabulary row more: aiayn's PAD)."""
+    c = config
+    h = c["encoder_attention_heads"]
+    return ModelConfig(vocab_size=c["vocab_size"] + 1, n_enc_layers=c["encoder_layers"],
+                       n_dec_layers=c["decoder_layers"], d_model=c["d_model"], d_ff=c["encoder_ffn_dim"], n_heads=h,
+                       d_k=c["d_model"] // h, d_v=c["d_model"] // h, dropout=c.get("dropout", 0.1),
+                       max_positions=min(c.get("max_position_embeddings", 512), MAX_POSITIONS),
+                       activation=ACTIVATIONS[c["activation_function"]], output_bias=True)
+
+
+def from_opus_mt(hf, rows: list[int | None]) -> Transformer:
+    """The aiayn Transformer computing what the MarianMTModel `hf` computes, its vocabulary rows renumbered (`rows`:
+    for each aiayn id its Marian id, None for the new PAD row)."""
+    cfg = model_config(hf.config.to_dict())
+    hf_state = hf.state_dict()
+    inverse = torch.argsort(sinusoid_permutation(cfg.d_model))
+    state = {}
+    for p in parameter_map(cfg):
+        tied = [hf_state[name] for name in p.hf if name in hf_state]
+        if any(not torch.equal(t, tied[0]) for t in tied[1:]):
+            raise UserError(f"this Marian model's {', '.join(p.hf)} differ; aiayn shares one embedding for all")
+        state[p.aiayn] = _permute_d(tied[0].float(), p.axes, inverse)
+    taken = torch.tensor([0 if r is None else r for r in rows])
+    state["embedding.weight"] = state["embedding.weight"].index_select(0, taken)
+    state["embedding.weight"][PAD_ID] = 0.0
+    state["output_bias"] = hf_state["final_logits_bias"].float().reshape(-1).index_select(0, taken)
+    state["output_bias"][PAD_ID] = NEVER
+    model = Transformer(cfg)
+    model.load_state_dict(state)
+    return model.eval()
+
+
+def read_opus_mt(folder: Path) -> tuple[Transformer, list[str]]:
+    """(the aiayn Transformer, its pieces in id order) of an OPUS-MT folder; refused with one line where aiayn cannot
+    hold it."""
+    from transformers import MarianMTModel
+
+    config = read_json(folder / "config.json")
+    check_opus_mt(config)
+    rows, pieces = renumbering(config, read_json(folder / "vocab.json"))
+    return from_opus_mt(MarianMTModel.from_pretrained(folder).float(), rows), pieces
+
+
+def import_run(folder: Path, out: Path) -> tuple[Path, ModelConfig]:
+    """Write the run directory `out` (new or empty; all or nothing) of the HF Marian folder `folder`: an OPUS-MT
+    model, or one `aiayn export --to hf` wrote. Returns (its checkpoint, its model config)."""
+    folder = Path(folder)
+    if not (folder / "config.json").is_file():
+        raise CheckpointError(f"{folder} is not an HF model folder (no config.json)")
+    missing = [name for name in ("vocab.json", "source.spm", "target.spm") if not (folder / name).is_file()]
+    if missing:
+        raise UserError(f"{folder} lacks {', '.join(missing)}: a MarianMTModel folder holds its tokenizer's files "
+                        "(source.spm, target.spm, vocab.json) beside its weights")
+    config = read_json(folder / "config.json")
+    with fresh_folder(out) as tmp:
+        if is_opus_mt(config):
+            model, pieces = read_opus_mt(folder)
+            MarianVocab.write(tmp / MODEL_FILE, (folder / "source.spm").read_bytes(),
+                              (folder / "target.spm").read_bytes(), pieces)
+        elif (folder / "source.spm").read_bytes() == (folder / "target.spm").read_bytes():
+            model, vocab = import_hf(folder)  # aiayn's own export, one SentencePiece model
+            vocab.copy_to(tmp)
+        else:  # aiayn's export of an imported model: the pieces are already in aiayn's order
+            from transformers import MarianMTModel
+
+            from aiayn.export.hf import from_marian
+
+            ids = read_json(folder / "vocab.json")
+            MarianVocab.write(tmp / MODEL_FILE, (folder / "source.spm").read_bytes(),
+                              (folder / "target.spm").read_bytes(), sorted(ids, key=ids.get))
+            model = from_marian(MarianMTModel.from_pretrained(folder).float())
+        checkpoint = rundir.step_checkpoint_path(tmp, 0)
+        ckpt.save_weights(checkpoint, model.state_dict(), model.cfg, 0)
+    return rundir.step_checkpoint_path(out, 0), model.cfg

@@ -1,0 +1,305 @@
+"""aiayn import: an OPUS-MT MarianMTModel folder becomes an aiayn run that computes what HF transformers computes.
+
+No OPUS-MT model can be downloaded here, so each test builds one as Helsinki-NLP's are built, at a small size with
+random weights: two SentencePiece models trained on real text (Multi30k English for the source, German for the
+target; unigram, as Marian's spm_train makes them), one joint vocab.json as OPUS-MT's (</s> 0, <unk> 1, the source
+pieces then the target ones, <pad> last), and a MarianConfig carrying each published variant's fields (VARIANTS).
+HF `generate` on the folder, loaded as a user loads it, is the independent implementation: aiayn's greedy and beam-4
+tokens (and beam scores) on real sentences must be its own.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+
+import pytest
+import torch
+from helpers import SHARED_DATA
+
+from aiayn.cli import main
+from aiayn.config import EOS_ID, PAD_ID
+from aiayn.data.vocab import MarianVocab, Vocab
+from aiayn.errors import UserError
+from aiayn.search import SearchConfig, beam_search, greedy_search
+
+transformers = pytest.importorskip("transformers")
+spm = pytest.importorskip("sentencepiece")
+MULTI30K = SHARED_DATA / "multi30k"
+pytestmark = pytest.mark.skipif(not (MULTI30K / "train.en").is_file(), reason="needs ../shared/data/multi30k")
+
+from aiayn.checkpoint import load_for_inference  # noqa: E402
+from aiayn.export.marian import NEVER, import_run  # noqa: E402
+
+# The published OPUS-MT configurations (config.json on the HF hub), and the small sizes built here. Fields every
+# variant shares: post-norm, static sinusoid positions, scale_embedding true, share_encoder_decoder_embeddings and
+# tie_word_embeddings true, eos 0, pad = decoder start = last id, a final_logits_bias, max_position_embeddings 512.
+VARIANTS = {
+    # opus-mt-* (the ~1,000 original pairs, e.g. opus-mt-en-de): 6+6 layers, d_model 512, 8 heads, d_ff 2048, swish.
+    "opus-mt": dict(d_model=32, encoder_layers=2, decoder_layers=2, encoder_attention_heads=4,
+                    decoder_attention_heads=4, encoder_ffn_dim=64, decoder_ffn_dim=64, activation_function="swish"),
+    # opus-mt-tc-big-* (Tatoeba Challenge big): 6+6 layers, d_model 1024, 16 heads, d_ff 4096, relu.
+    "tc-big": dict(d_model=48, encoder_layers=2, decoder_layers=2, encoder_attention_heads=6,
+                   decoder_attention_heads=6, encoder_ffn_dim=96, decoder_ffn_dim=96, activation_function="relu"),
+    # Encoder and decoder of different depths (Marian's students are built so; aiayn holds any pair of depths).
+    "deep-encoder": dict(d_model=32, encoder_layers=3, decoder_layers=1, encoder_attention_heads=4,
+                         decoder_attention_heads=4, encoder_ffn_dim=64, decoder_ffn_dim=64,
+                         activation_function="swish"),
+}
+LIMIT = 40  # word limit of both engines; outputs that reach it are compared as far as both rank them alike
+# Added to EOS's output bias, per variant: a random model otherwise never stops (it loops); with these some lines stop
+# at once, some later, some never (tokens still compared to the limit). Chosen once by looking at aiayn's lengths.
+EOS_BOOST = {"opus-mt": 1.5, "tc-big": 6.0, "deep-encoder": 3.0}
+
+
+def train_spm(path, size: int) -> bytes:
+    out = io.BytesIO()
+    spm.SentencePieceTrainer.train(sentence_iterator=iter(path.read_text(encoding="utf-8").splitlines()[:3000]),
+                                   model_writer=out, vocab_size=size, model_type="unigram", minloglevel=2)
+    return out.getvalue()
+
+
+@pytest.fixture(scope="module")
+def spm_models() -> tuple[bytes, bytes]:
+    return train_spm(MULTI30K / "train.en", 300), train_spm(MULTI30K / "train.de", 320)
+
+
+def opus_vocab(models: tuple[bytes, bytes]) -> list[str]:
+    """OPUS-MT's joint vocabulary: </s>, <unk>, every normal piece of the source then the target model, <pad>."""
+    pieces = ["</s>", "<unk>"]
+    for model in models:
+        sp = spm.SentencePieceProcessor(model_proto=model)
+        pieces += [sp.id_to_piece(i) for i in range(sp.get_piece_size()) if not (sp.is_control(i) or sp.is_unknown(i))]
+    return [*dict.fromkeys(pieces), "<pad>"]
+
+
+def opus_folder(folder, models, variant: str, seed: int = 0, **overrides):
+    """An OPUS-MT folder: tokenizer files, config of `variant`, random weights (a random <pad> row too: aiayn's BOS
+    takes it), saved by save_pretrained."""
+    folder.mkdir(parents=True)
+    (folder / "source.spm").write_bytes(models[0])
+    (folder / "target.spm").write_bytes(models[1])
+    pieces = opus_vocab(models)
+    (folder / "vocab.json").write_text(json.dumps({p: i for i, p in enumerate(pieces)}), encoding="utf-8")
+    v = len(pieces)
+    config = transformers.MarianConfig(
+        vocab_size=v, decoder_vocab_size=v, max_position_embeddings=512, scale_embedding=True,
+        share_encoder_decoder_embeddings=True, pad_token_id=v - 1, eos_token_id=0, decoder_start_token_id=v - 1,
+        forced_eos_token_id=0, dropout=0.1, **{**VARIANTS[variant], **overrides})
+    torch.manual_seed(seed)
+    hf = transformers.MarianMTModel(config)
+    with torch.no_grad():  # wide random weights: the logits of different tokens are far apart (no near-ties)
+        for name, p in hf.named_parameters():
+            if "layer_norm" in name:
+                p.copy_((1.0 if name.endswith("weight") else 0.0) + 0.1 * torch.randn_like(p))
+            else:
+                p.copy_(torch.randn_like(p) * (0.3 if p.dim() > 1 else 0.1))
+        hf.final_logits_bias.copy_(torch.randn_like(hf.final_logits_bias))
+        hf.final_logits_bias[0, 0] += EOS_BOOST[variant]
+    hf.save_pretrained(folder)
+    transformers.MarianTokenizer(str(folder / "source.spm"), str(folder / "target.spm"),
+                                 str(folder / "vocab.json")).save_pretrained(folder)
+    return folder
+
+
+@pytest.fixture(scope="module")
+def lines() -> list[str]:
+    return (MULTI30K / "test_2016_flickr.en").read_text(encoding="utf-8").splitlines()[:32]
+
+
+@pytest.fixture(scope="module", params=list(VARIANTS))
+def imported(request, spm_models, tmp_path_factory):
+    """(variant, OPUS-MT folder, the aiayn run imported from it)."""
+    root = tmp_path_factory.mktemp(request.param)
+    folder = opus_folder(root / "opus", spm_models, request.param)
+    import_run(folder, root / "run")
+    return request.param, folder, root / "run"
+
+
+def padded(rows: list[list[int]], pad: int) -> torch.Tensor:
+    x = torch.full((len(rows), max(map(len, rows))), pad)
+    for i, r in enumerate(rows):
+        x[i, : len(r)] = torch.tensor(r)
+    return x
+
+
+def test_import_writes_a_run_with_the_variant_config(imported):
+    variant, folder, run = imported
+    model, vocab, cfg = load_for_inference(run)
+    spec = VARIANTS[variant]
+    assert isinstance(vocab, MarianVocab) and len(vocab) == cfg.vocab_size == len(opus_vocab_of(folder)) + 1
+    assert (cfg.d_model, cfg.n_enc_layers, cfg.n_dec_layers, cfg.n_heads, cfg.d_ff) == (
+        spec["d_model"], spec["encoder_layers"], spec["decoder_layers"], spec["encoder_attention_heads"],
+        spec["encoder_ffn_dim"])
+    assert cfg.activation == {"swish": "swish", "relu": "relu"}[spec["activation_function"]] and cfg.output_bias
+    assert [vocab.piece(i) for i in range(4)] == ["<pad>", "<unk>", "<s>", "</s>"]
+    assert model.output_bias[PAD_ID] == NEVER and not model.embedding.weight[PAD_ID].any()
+
+
+def opus_vocab_of(folder) -> dict[str, int]:
+    return json.loads((folder / "vocab.json").read_text(encoding="utf-8"))
+
+
+def aiayn_ids(folder, vocab) -> dict[int, int]:
+    """{Marian id: aiayn id}: the pieces by name, Marian's <pad> (its decoder start) as aiayn's <s>."""
+    marian = opus_vocab_of(folder)
+    return {marian["<pad>" if vocab.piece(i) == "<s>" else vocab.piece(i)]: i for i in range(1, len(vocab))}
+
+
+def test_tokenizer_gives_marian_tokenizer_ids_renumbered(imported, lines):
+    _, folder, run = imported
+    vocab = Vocab.load(run)
+    tok = transformers.MarianTokenizer.from_pretrained(folder)
+    to_aiayn = aiayn_ids(folder, vocab)
+    texts = lines[:8] + ["Ünïcödé ✓ and ~~ odd ~~ characters", ">>deu<< a target-language token first"]
+    unknown = 0
+    for text in texts:
+        ids = vocab.encode(text)
+        assert [to_aiayn[t] for t in tok(text).input_ids] == ids + [EOS_ID]
+        unknown += vocab.unk_id in ids
+    assert unknown  # the odd characters were unknown, as MarianTokenizer found
+    targets = (MULTI30K / "test_2016_flickr.de").read_text(encoding="utf-8").splitlines()[:8]
+    for text in targets:  # target text: target.spm's pieces (what `aiayn prepare` writes for the targets)
+        ids = vocab.target.encode(text)
+        assert [to_aiayn[t] for t in tok(text_target=text).input_ids] == ids + [EOS_ID]
+        assert vocab.decode(ids) == tok.decode(tok(text_target=text).input_ids, skip_special_tokens=True)
+
+
+@pytest.mark.parametrize("beam", [1, 4])
+def test_search_gives_hf_generate_tokens_and_scores(imported, lines, beam):
+    _, folder, run = imported
+    model, vocab, _ = load_for_inference(run)
+    hf = transformers.MarianMTModel.from_pretrained(folder).eval()
+    tok = transformers.MarianTokenizer.from_pretrained(folder)
+    from_hf = aiayn_ids(folder, vocab)
+    src = padded([vocab.encode(line) + [EOS_ID] for line in lines], PAD_ID)
+    search = SearchConfig(beam=beam, lp="power", alpha=0.6, max_len_a=0.0, max_len_b=LIMIT)
+    ours = [h[0] for h in (greedy_search if beam == 1 else beam_search)(model, src, search)]
+    pad = hf.config.pad_token_id
+    generated = hf.generate(**tok(lines, return_tensors="pt", padding=True), num_beams=beam, do_sample=False,
+                            max_length=LIMIT + 1, min_new_tokens=1, length_penalty=0.6, early_stopping="never",
+                            bad_words_ids=[[pad]], forced_eos_token_id=None, output_scores=True,
+                            return_dict_in_generate=True)  # max_length: the start token + LIMIT words
+    theirs = [[from_hf[t] for t in row.tolist()[1:] if t != pad] for row in generated.sequences]
+    theirs = [t[: t.index(EOS_ID)] if EOS_ID in t else t for t in theirs]
+    ended = [i for i, h in enumerate(ours) if len(h.tokens) < LIMIT]
+    assert len({len(ours[i].tokens) for i in ended}) >= 2  # outputs of several lengths ended by themselves
+    if beam == 1:  # greedy: the same words, to the limit
+        assert theirs == [h.tokens for h in ours]
+    else:  # beam: the same best hypothesis and the same normalized score where it ended before the limit
+        assert [theirs[i] for i in ended] == [ours[i].tokens for i in ended]
+        scores = generated.sequences_scores[ended]
+        assert torch.allclose(scores, torch.tensor([ours[i].score for i in ended]), atol=1e-4)
+
+
+def test_refusals_are_one_line(spm_models, tmp_path):
+    folder = opus_folder(tmp_path / "gelu", spm_models, "opus-mt", activation_function="gelu")
+    with pytest.raises(UserError, match="activation 'gelu'"):
+        import_run(folder, tmp_path / "run")
+    assert not (tmp_path / "run").exists()
+    config = json.loads((folder / "config.json").read_text())
+    for field, value, reason in [("share_encoder_decoder_embeddings", False, "separate source and target"),
+                                 ("scale_embedding", False, "unscaled embeddings"),
+                                 ("tie_word_embeddings", False, "not tied"),
+                                 ("decoder_ffn_dim", 128, "different heads or d_ff")]:
+        (folder / "config.json").write_text(json.dumps({**config, "activation_function": "swish", field: value}))
+        with pytest.raises(UserError, match=reason):
+            import_run(folder, tmp_path / "run")
+    (folder / "config.json").write_text(json.dumps({**config, "activation_function": "swish"}))
+    (folder / "vocab.json").unlink()
+    with pytest.raises(UserError, match="lacks vocab.json"):
+        import_run(folder, tmp_path / "run")
+
+
+def test_cli_import_then_translate(spm_models, lines, tmp_path, capsys):
+    folder = opus_folder(tmp_path / "opus", spm_models, "opus-mt")
+    assert main(["import", "--from", "hf", str(folder), "--out", str(tmp_path / "run")]) == 0
+    assert "imported" in capsys.readouterr().out
+    (tmp_path / "in.txt").write_text("\n".join(lines[:4]) + "\n")
+    assert main(["translate", "--checkpoint", str(tmp_path / "run"), "--input", str(tmp_path / "in.txt"),
+                 "--output", str(tmp_path / "out.txt"), "--device", "cpu"]) == 0
+    assert len((tmp_path / "out.txt").read_text().splitlines()) == 4
+    assert main(["import", "--from", "hf", str(tmp_path / "nothing"), "--out", str(tmp_path / "run2")]) == 1
+    assert capsys.readouterr().err.count("\n") == 1
+
+
+# ---------------------------------------------------------------------------------------------------------
+# What an imported run goes on to: CTranslate2 (and int8), an HF export back, fine-tuning, a shortlist.
+
+
+@pytest.fixture(scope="module")
+def opus_run(spm_models, tmp_path_factory):
+    """The opus-mt variant imported (swish, output bias: what the paper's model lacks)."""
+    root = tmp_path_factory.mktemp("opus-run")
+    import_run(opus_folder(root / "opus", spm_models, "opus-mt"), root / "run")
+    return root / "run"
+
+
+def test_ct2_export_gives_aiayn_tokens(opus_run, lines, tmp_path):
+    pytest.importorskip("ctranslate2")
+    from aiayn.config import BOS_ID
+    from aiayn.export.ct2 import CT2Translator, export_ct2
+
+    model, vocab, _ = load_for_inference(opus_run)
+    export_ct2(model, vocab, tmp_path / "ct2")
+    ct2 = CT2Translator(tmp_path / "ct2")
+    # CTranslate2 suppresses <s> (here Marian's <pad> row) before its softmax: the same model with <s>'s bias NEVER
+    masked, _, _ = load_for_inference(opus_run)
+    with torch.no_grad():
+        masked.output_bias[BOS_ID] = NEVER
+    src = padded([vocab.encode(line) + [EOS_ID] for line in lines], PAD_ID)
+    for beam in (1, 4):
+        search = SearchConfig(beam=beam, lp="power", alpha=0.6, max_len_a=0.0, max_len_b=LIMIT, beam_patience=1)
+        ours = [h[0].tokens for h in (greedy_search if beam == 1 else beam_search)(masked, src, search)]
+        theirs = [hyps[0].tokens for hyps in ct2.translate_nbest(lines, search)]
+        if beam == 1:
+            assert theirs == [t[: LIMIT] for t in ours]
+        else:
+            ended = [i for i, t in enumerate(ours) if len(t) < LIMIT]
+            assert len(ended) > 5 and [theirs[i] for i in ended] == [ours[i] for i in ended]
+    export_ct2(model, vocab, tmp_path / "ct2-int8", quantization="int8")
+    int8 = CT2Translator(tmp_path / "ct2-int8").translate(lines[:4], SearchConfig(beam=4, lp="power"))
+    assert len(int8) == 4
+
+
+def test_int8_decoding_and_hf_export_back(opus_run, lines, tmp_path):
+    from aiayn.export.hf import export_hf
+    from aiayn.translate import Translator
+
+    model, vocab, _ = load_for_inference(opus_run)
+    search = SearchConfig(beam=1, max_len_a=0.0, max_len_b=LIMIT)
+    fp32 = Translator.load(opus_run, search, precision="fp32").translate(lines)
+    int8 = Translator.load(opus_run, search, precision="int8").translate(lines)
+    assert len(int8) == len(lines) and sum(a == b for a, b in zip(fp32, int8)) >= len(lines) // 2
+    export_hf(model, vocab, tmp_path / "hf")  # swish, the output bias, both SentencePiece models
+    import_run(tmp_path / "hf", tmp_path / "back")
+    back, back_vocab, cfg = load_for_inference(tmp_path / "back")
+    assert cfg == model.cfg and isinstance(back_vocab, MarianVocab) and back_vocab.pieces == vocab.pieces
+    assert all(torch.equal(v, model.state_dict()[k]) for k, v in back.state_dict().items())
+
+
+def test_fine_tuning_and_shortlist_on_a_corpus_prepared_with_its_vocabulary(opus_run, tmp_path, capsys):
+    en, de = (MULTI30K / "train.en").read_text().splitlines(), (MULTI30K / "train.de").read_text().splitlines()
+    (tmp_path / "src.txt").write_text("\n".join(en[5000:5200]) + "\n")
+    (tmp_path / "tgt.txt").write_text("\n".join(de[5000:5200]) + "\n")
+    data, child = tmp_path / "data", tmp_path / "child"
+    assert main(["prepare", "--src", str(tmp_path / "src.txt"), "--tgt", str(tmp_path / "tgt.txt"), "--out",
+                 str(data), "--vocab", str(opus_run), "--valid-src", str(tmp_path / "src.txt"), "--valid-tgt",
+                 str(tmp_path / "tgt.txt")]) == 0
+    vocab = Vocab.load(data)
+    assert isinstance(vocab, MarianVocab)
+    from aiayn.data import load_split
+
+    pair = load_split(data, "train")[0]  # the target side was tokenized by target.spm
+    assert list(map(int, pair[1])) == vocab.target.encode(de[5000]) != vocab.encode(de[5000])
+    assert main(["train", "--data", str(data), "--out", str(child), "--init-from", str(opus_run), "--max-steps",
+                 "3", "--max-tokens", "400", "--device", "cpu", "--no-progress"]) == 0
+    model, child_vocab, _ = load_for_inference(child)
+    parent, _, _ = load_for_inference(opus_run)
+    assert isinstance(child_vocab, MarianVocab)
+    assert not torch.equal(model.output_bias, parent.output_bias)  # the bias trains with the rest
+    assert model.output_bias[PAD_ID] < NEVER / 2  # and PAD stays impossible
+    assert main(["shortlist", "--out", str(child), "--data", str(data)]) == 0
+    (tmp_path / "in.txt").write_text("A dog runs.\n")
+    assert main(["translate", "--checkpoint", str(child), "--shortlist", "--input", str(tmp_path / "in.txt"),
+                 "--device", "cpu"]) == 0
