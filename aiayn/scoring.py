@@ -34,7 +34,7 @@ def encode_targets(vocab, lines: Sequence[str], max_len: int | None) -> list[lis
     """Target ids + EOS per line; a DataError naming the line if one is longer than the model can place."""
     out = []
     for n, line in enumerate(lines, 1):
-        ids = vocab.encode(line) + [EOS_ID]
+        ids = vocab.target.encode(line) + [EOS_ID]
         if max_len is not None and len(ids) > max_len:
             raise DataError(f"target line {n} has {len(ids)} tokens (EOS included), more than this model's "
                             f"{max_len} positions; it cannot be scored")

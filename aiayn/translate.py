@@ -87,7 +87,7 @@ def encode_prefixes(vocab, prefixes: Sequence[str]) -> list[list[int]]:
     is an error naming the line and the piece."""
     out = []
     for n, text in enumerate(prefixes, 1):
-        ids = vocab.encode(text) if text.strip() else []
+        ids = vocab.target.encode(text) if text.strip() else []
         if UNK_ID in ids:
             pieces = vocab.sp.encode(text, out_type=str)
             unknown = next(p for p, i in zip(pieces, ids) if i == UNK_ID)

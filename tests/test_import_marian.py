@@ -28,8 +28,8 @@ spm = pytest.importorskip("sentencepiece")
 MULTI30K = SHARED_DATA / "multi30k"
 pytestmark = pytest.mark.skipif(not (MULTI30K / "train.en").is_file(), reason="needs ../shared/data/multi30k")
 
-from aiayn.checkpoint import load_for_inference  # noqa: E402
 from aiayn.export.marian import NEVER, import_run  # noqa: E402
+from aiayn.rundir import load_for_inference  # noqa: E402
 
 # The published OPUS-MT configurations (config.json on the HF hub), and the small sizes built here. Fields every
 # variant shares: post-norm, static sinusoid positions, scale_embedding true, share_encoder_decoder_embeddings and
@@ -192,6 +192,26 @@ def test_search_gives_hf_generate_tokens_and_scores(imported, lines, beam):
         assert torch.allclose(scores, torch.tensor([ours[i].score for i in ended]), atol=1e-4)
 
 
+def test_forced_decoding_scores_are_hf_log_probs(imported, lines):
+    """aiayn score's log-probs of given targets (tokenized by target.spm) are HF's teacher-forced ones."""
+    from aiayn.scoring import score_pairs
+
+    _, folder, run = imported
+    model, vocab, _ = load_for_inference(run)
+    hf = transformers.MarianMTModel.from_pretrained(folder).eval()
+    tok = transformers.MarianTokenizer.from_pretrained(folder)
+    targets = (MULTI30K / "test_2016_flickr.de").read_text(encoding="utf-8").splitlines()[:8]
+    ours = score_pairs(model, vocab, lines[:8], targets)
+    batch = tok(lines[:8], text_target=targets, return_tensors="pt", padding=True)
+    labels = batch.pop("labels")
+    with torch.no_grad():  # HF shifts the labels right behind its decoder start, <pad>
+        lprobs = hf(**batch, labels=labels).logits.log_softmax(-1)
+    real = labels.ne(hf.config.pad_token_id)
+    theirs = (lprobs.gather(-1, labels.unsqueeze(-1)).squeeze(-1) * real).sum(-1)
+    assert [s.tokens for s in ours] == real.sum(-1).tolist()
+    assert torch.allclose(torch.tensor([s.total for s in ours]), theirs, atol=1e-3)
+
+
 def test_refusals_are_one_line(spm_models, tmp_path):
     folder = opus_folder(tmp_path / "gelu", spm_models, "opus-mt", activation_function="gelu")
     with pytest.raises(UserError, match="activation 'gelu'"):
@@ -303,3 +323,22 @@ def test_fine_tuning_and_shortlist_on_a_corpus_prepared_with_its_vocabulary(opus
     (tmp_path / "in.txt").write_text("A dog runs.\n")
     assert main(["translate", "--checkpoint", str(child), "--shortlist", "--input", str(tmp_path / "in.txt"),
                  "--device", "cpu"]) == 0
+
+
+@pytest.mark.slow  # a fresh Python importing argostranslate
+def test_argos_package_translates_as_the_ct2_export(opus_run, lines, tmp_path):
+    """argostranslate decodes the target pieces with the package's one SentencePiece model (the source's): the
+    same text as aiayn's target.spm gives, line for line."""
+    pytest.importorskip("argostranslate")
+    from test_export_argos import NAME, argos_search, argos_translate
+
+    from aiayn.export.argos import export_argos
+    from aiayn.export.ct2 import CT2Translator, export_ct2
+
+    model, vocab, _ = load_for_inference(opus_run)
+    one_sentence = [line for line in lines if line.count(".") == 1 and line.endswith(".")]
+    expect = CT2Translator(export_ct2(model, vocab, tmp_path / "ct2")).translate(one_sentence, argos_search())
+    package = export_argos(model, vocab, tmp_path / f"{NAME}.argosmodel", "en", "de")
+    out = argos_translate(package, one_sentence, tmp_path / "home")["translations"]
+    kept = [i for i, text in enumerate(expect) if "⁇" not in text]  # argostranslate rewrites a generated <unk>
+    assert len(kept) > 10 and [out[i] for i in kept] == [expect[i] for i in kept]

@@ -134,7 +134,7 @@ def attention_data(translator_or_model, vocab, src: str, tgt: str | None = None,
         with _eval(translator.model):
             tgt_ids, tgt_source = translator.search_ids([src_ids])[0][0].tokens, "beam search"
     else:
-        tgt_ids, tgt_source = vocab.encode(tgt), "given"
+        tgt_ids, tgt_source = vocab.target.encode(tgt), "given"
     model = translator.model
     device = next(model.parameters()).device
     tgt_in = [BOS_ID, *tgt_ids]
