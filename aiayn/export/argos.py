@@ -161,8 +161,9 @@ ARGOS_NOTES = """\
   `--lp power --alpha 0.2`; the paper's GNMT penalty has no CTranslate2 equivalent), CTranslate2's patience 1 and
   at most 256 words. `aiayn translate --engine ct2 --beam 4 --lp power --alpha 0.2 --max-len-a 0 --max-len-b 256`
   on the same sentences gives the same translations (aiayn's tests/test_export_argos.py checks it).
-* argostranslate runs the model with ARGOS_COMPUTE_TYPE, default "auto" (int8 on a CPU that has it, whatever the
-  weights above); ARGOS_COMPUTE_TYPE=default keeps them.
+* argostranslate runs the model with ARGOS_COMPUTE_TYPE, default "auto": argostranslate 1.11 then decodes in int8 on
+  a CPU that has it, whatever the weights above, while argos-translate-lt 1.12 (LibreTranslate 1.9.6's) passes no
+  compute type, so CTranslate2 keeps the stored float32; ARGOS_COMPUTE_TYPE=default keeps them in both.
 * PAD and BOS have output bias -1e4 (argostranslate cannot suppress them): the log-probabilities are aiayn's
   renormalized over the other tokens, as when aiayn's CTranslate2 decoding suppresses them.
 * A line is split into sentences (by ARGOS_CHUNK_TYPE's splitter), each translated alone; aiayn translates the
