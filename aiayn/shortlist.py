@@ -26,6 +26,7 @@ shortlist that holds every piece decodes exactly as the full vocabulary.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,7 +34,8 @@ from pathlib import Path
 import numpy as np
 import torch
 from safetensors import SafetensorError, safe_open
-from safetensors.torch import load_file, save_file
+from safetensors.torch import load_file
+from safetensors.torch import save as safetensors_bytes
 from torch import Tensor, nn
 
 from aiayn import rundir
@@ -94,7 +96,15 @@ class Shortlist:
         tensors = {"per_source": self.per_source.int().contiguous(), "frequent": self.frequent.int().contiguous()}
         meta = {"format": FORMAT, "score": SCORE, "vocab_sha256": self.vocab_sha256, **{
             k: str(v) for k, v in self.describe().items() if k != "score"}}
-        return atomic_write(path, lambda p: save_file(tensors, str(p), metadata=meta))
+        return atomic_write(path, lambda p: Path(p).write_bytes(_same_bytes(safetensors_bytes(tensors, metadata=meta))))
+
+
+def _same_bytes(data: bytes) -> bytes:
+    """A safetensors file with its JSON header's keys sorted: safetensors writes them in a hash map's random order,
+    so the same tables would otherwise give different bytes on every save."""
+    n = int.from_bytes(data[:8], "little")
+    header = json.dumps(json.loads(data[8:8 + n]), sort_keys=True, separators=(",", ":")).encode()
+    return data[:8] + header.ljust(n) + data[8 + n:]
 
 
 def pair_counts(src: np.ndarray, src_offsets: np.ndarray, tgt: np.ndarray, tgt_offsets: np.ndarray, vocab_size: int
