@@ -15,7 +15,7 @@ import pytest
 
 pytest.importorskip("fastapi")
 pytest.importorskip("lingua", reason="the serve extra installs lingua-language-detector")
-from serving import REPO, SEARCH, free_port, save_run, tiny_model  # noqa: E402
+from serving import REPO, SEARCH, ServerThread, browser, free_port, save_run, tiny_model  # noqa: E402
 
 from aiayn.data import Vocab  # noqa: E402
 from aiayn.search import SearchConfig  # noqa: E402
@@ -227,3 +227,31 @@ def test_libretranslate_client_and_the_command_line(runs, tmp_path):
         _, err = proc.communicate(timeout=30)
     assert "notes is skipped" in err
 
+
+
+def test_page_offers_every_pair(runs):
+    """In a real browser: the menus list the sources (and detect) and each source's targets; de -> fr is translated
+    through en, and the page says so."""
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import Select, WebDriverWait
+
+    root, made, lines = runs
+    expect = offline(made["en", "fr"], offline(made["de", "en"], lines[:1]))[0]
+    driver = browser()
+    try:
+        with ServerThread(create_app(models=models_of(made))) as base:
+            driver.get(base + "/")
+            wait = WebDriverWait(driver, 30)
+            wait.until(lambda d: len(Select(d.find_element(By.ID, "source-lang")).options) > 1)
+            source = Select(driver.find_element(By.ID, "source-lang"))
+            assert [o.get_attribute("value") for o in source.options] == ["auto", "de", "en", "es", "fr"]
+            source.select_by_value("de")
+            target = Select(driver.find_element(By.ID, "target-lang"))
+            assert [o.get_attribute("value") for o in target.options] == ["en", "es", "fr", "it"]
+            target.select_by_value("fr")
+            driver.find_element(By.ID, "src").send_keys(lines[0])
+            wait.until(lambda d: d.find_element(By.ID, "translation").get_attribute("data-src") == lines[0])
+            assert driver.find_element(By.ID, "translation").text == expect
+            assert "through en" in driver.find_element(By.ID, "status").text
+    finally:
+        driver.quit()
