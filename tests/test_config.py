@@ -30,6 +30,8 @@ def test_every_preset_round_trips_through_json():
     ({"dropout": 1.0}, "dropout must lie in"),
     ({"n_heads": "8"}, "n_heads must be an integer"),
     ({"positional": "rotary"}, "positional must be"),
+    ({"activation": "gelu"}, "activation must be one of relu, swish"),
+    ({"output_bias": 1}, "output_bias must be true or false"),
     ({"widht": 3}, "widht"),
 ])
 def test_bad_fields_are_refused(change, says):

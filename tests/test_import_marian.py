@@ -212,6 +212,29 @@ def test_forced_decoding_scores_are_hf_log_probs(imported, lines):
     assert torch.allclose(torch.tensor([s.total for s in ours]), theirs, atol=1e-3)
 
 
+@pytest.mark.parametrize("precision, prepack", [("fp32", False), ("fp32", None), ("bf16", None), ("int8", None)])
+def test_every_decoding_format_adds_the_output_bias(precision, prepack):
+    """fp32, bf16 and int8 decoding copies (their own output projections) and a shortlist's rows add the bias."""
+    from aiayn.config import ModelConfig
+    from aiayn.inference import decoding_copy
+    from aiayn.model import Transformer
+
+    torch.manual_seed(0)
+    model = Transformer(ModelConfig.preset("tiny", vocab_size=60, activation="swish", output_bias=True)).eval()
+    with torch.no_grad():
+        model.output_bias.copy_(torch.randn(60) * 5)
+    q = decoding_copy(model, precision, prepack)
+    hidden = torch.randn(2, 3, 32)
+    ids = torch.tensor([0, 3, 7, 8, 41, 59])
+    tol = dict(rtol=0.05, atol=0.1) if precision != "fp32" else dict(rtol=1e-5, atol=1e-5)
+    with torch.no_grad():
+        expect = model.output_logits(hidden)
+        logits = q.output_logits(hidden.to(q.embedding.weight.dtype)).float()
+        torch.testing.assert_close(logits, expect, **tol)
+        rows = q.output_rows(ids)(hidden.to(q.embedding.weight.dtype)).float()
+        torch.testing.assert_close(rows, expect[..., ids], **tol)
+
+
 def test_refusals_are_one_line(spm_models, tmp_path):
     folder = opus_folder(tmp_path / "gelu", spm_models, "opus-mt", activation_function="gelu")
     with pytest.raises(UserError, match="activation 'gelu'"):
@@ -231,6 +254,17 @@ def test_refusals_are_one_line(spm_models, tmp_path):
         import_run(folder, tmp_path / "run")
 
 
+def test_a_damaged_paired_vocabulary_is_refused(opus_run, tmp_path):
+    import zipfile
+
+    from aiayn.errors import DataError
+
+    with zipfile.ZipFile(tmp_path / "vocab.model", "w") as zf:
+        zf.writestr("source.spm", (opus_run / "vocab.model").read_bytes())
+    with pytest.raises(DataError, match="not a paired vocabulary"):
+        Vocab.load(tmp_path)
+
+
 def test_cli_import_then_translate(spm_models, lines, tmp_path, capsys):
     folder = opus_folder(tmp_path / "opus", spm_models, "opus-mt")
     assert main(["import", "--from", "hf", str(folder), "--out", str(tmp_path / "run")]) == 0
@@ -239,6 +273,18 @@ def test_cli_import_then_translate(spm_models, lines, tmp_path, capsys):
     assert main(["translate", "--checkpoint", str(tmp_path / "run"), "--input", str(tmp_path / "in.txt"),
                  "--output", str(tmp_path / "out.txt"), "--device", "cpu"]) == 0
     assert len((tmp_path / "out.txt").read_text().splitlines()) == 4
+    for impl, precision in (("fixed", "fp32"), ("eager", "bf16")):  # the fixed-shape search; bf16 weights
+        assert main(["translate", "--checkpoint", str(tmp_path / "run"), "--input", str(tmp_path / "in.txt"),
+                     "--output", str(tmp_path / f"{impl}.txt"), "--device", "cpu", "--search-impl", impl,
+                     "--precision", precision]) == 0
+    assert (tmp_path / "fixed.txt").read_text() == (tmp_path / "out.txt").read_text()
+    assert len((tmp_path / "eager.txt").read_text().splitlines()) == 4
+    assert main(["export", "--checkpoint", str(tmp_path / "run"), "--to", "ct2", str(tmp_path / "ct2")]) == 0
+    assert main(["translate", "--engine", "ct2", "--checkpoint", str(tmp_path / "ct2"), "--lp", "power", "--beam",
+                 "1", "--input", str(tmp_path / "in.txt"), "--output", str(tmp_path / "ct2.txt")]) == 0
+    assert main(["translate", "--checkpoint", str(tmp_path / "run"), "--lp", "power", "--beam", "1", "--input",
+                 str(tmp_path / "in.txt"), "--output", str(tmp_path / "greedy.txt"), "--device", "cpu"]) == 0
+    assert (tmp_path / "ct2.txt").read_text() == (tmp_path / "greedy.txt").read_text()
     assert main(["import", "--from", "hf", str(tmp_path / "nothing"), "--out", str(tmp_path / "run2")]) == 1
     assert capsys.readouterr().err.count("\n") == 1
 

@@ -219,6 +219,24 @@ def test_embeddings_tied_and_scaled():
     assert model.embedding.weight.grad is not None
 
 
+def test_options_for_imported_models():
+    """activation="swish" puts x * sigmoid(x) in eq. 2; output_bias adds a (V,) bias to the tied projection; both
+    off by default, so the paper's model has exactly the tensors it had (older checkpoints load unchanged)."""
+    paper, imported = make_model(), make_model(activation="swish", output_bias=True)
+    assert set(imported.state_dict()) - set(paper.state_dict()) == {"output_bias"}
+    assert paper.output_bias is None and not imported.output_bias.any()  # starts at zero
+    assert count_parameters(imported) == expected_parameters(imported.cfg) == count_parameters(paper) + V
+    ffn, x = imported.encoder.layers[0].ffn, torch.randn(2, 3, 32)
+    hidden = ffn.w_1(x)
+    torch.testing.assert_close(ffn(x), ffn.w_2(hidden * torch.sigmoid(hidden)))
+    relu = paper.encoder.layers[0].ffn
+    torch.testing.assert_close(relu(x), relu.w_2(relu.w_1(x).clamp(min=0)))
+    with torch.no_grad():
+        imported.output_bias.normal_()
+    h = torch.randn(2, 3, 32)
+    torch.testing.assert_close(imported.output_logits(h), h @ imported.embedding.weight.T + imported.output_bias)
+
+
 def test_initialization_scale():
     torch.manual_seed(0)
     cfg = ModelConfig.preset("small")
