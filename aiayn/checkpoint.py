@@ -1,16 +1,16 @@
-"""Checkpoint files: the one place that reads and writes model weights and trainer state.
+"""Checkpoint files: their format, the one place that reads and writes model weights and trainer state.
 
     save_weights / load_weights     model weights as safetensors, the model config in the file's metadata
     read_header / check_shapes      what a checkpoint says about itself, validated before any tensor is allocated
     save_checkpoint / load_trainer_state   a step checkpoint: trainer state (optimizer, step, data position, fp16's
-                                    loss scaler, the best dev evaluation) beside the weights
-    load_for_inference              a run directory or checkpoint file -> model, vocabulary, config
+                                    loss scaler, the best dev evaluation) beside the weights (state_path)
     average_checkpoints             the paper's averaging of the last checkpoints
+    load_parent / parent_record     a fine-tuning run's parent checkpoint: its weights, what the run remembers of it
 
 Every file is written atomically (aiayn.files), so a kill at any instant leaves the previous checkpoint intact.
 Nothing is unpickled: weights are safetensors, trainer state is loaded with `torch.load(weights_only=True)`.
-Where the files lie in a run directory: aiayn.rundir; a training run writes, prunes and resumes from its step
-checkpoints through aiayn.run.Run.
+A checkpoint that a pre-release aiayn wrote in an older format is refused with one error naming the commit that reads
+it (PRE_RELEASE). Where the files lie in a run, and loading a run's model to decode: aiayn.rundir.
 """
 
 from __future__ import annotations
@@ -24,9 +24,8 @@ from safetensors import SafetensorError
 from safetensors.torch import load_file, safe_open, save_file
 from torch.overrides import TorchFunctionMode
 
-from aiayn import rundir
 from aiayn.config import ModelConfig
-from aiayn.errors import CheckpointError, DataError, UserError
+from aiayn.errors import CheckpointError, UserError
 from aiayn.files import atomic_write, sha256_file
 
 # ---------------------------------------------------------------------------------------------------------
@@ -112,17 +111,29 @@ def load_weights(path: Path) -> tuple[dict[str, torch.Tensor], ModelConfig, dict
 # Step checkpoints: weights and trainer state side by side (where: aiayn.rundir).
 
 
+def state_path(weights_path: Path) -> Path:
+    """The trainer state beside a step checkpoint's weights."""
+    return Path(str(weights_path).removesuffix(".safetensors") + ".state.pt")
+
+
 def save_checkpoint(path: Path, model_state: dict[str, torch.Tensor], cfg: ModelConfig, step: int,
                     trainer_state: dict) -> None:
-    """A step checkpoint at `path`: its trainer state beside it (rundir.state_path), then the weights (each
-    atomically): the weights file appearing marks a complete checkpoint."""
-    atomic_write(rundir.state_path(path), lambda p: torch.save(trainer_state, p))
+    """A step checkpoint at `path`: its trainer state beside it (state_path), then the weights (each atomically): the
+    weights file appearing marks a complete checkpoint."""
+    atomic_write(state_path(path), lambda p: torch.save(trainer_state, p))
     save_weights(path, model_state, cfg, step)
+
+
+# The trainer state's entries that pre-release versions of aiayn did not write yet (fp16's loss scaler and its skip
+# count; the early-stopping state); this version reads none of those older checkpoints. The commit of aiayn 0.1.0
+# named here is the last that reads them: a run resumed with it saves its next checkpoint in this format.
+PRE_RELEASE_ENTRIES = ("scaler", "overflow_skips", "early_stopping")
+PRE_RELEASE = "aiayn 0.1.0 at commit 6fa8d35"
 
 
 def load_trainer_state(weights_path: Path) -> dict:
     """The trainer state beside a step checkpoint, checked to hold what resuming reads."""
-    path = rundir.state_path(weights_path)
+    path = state_path(weights_path)
     if not path.is_file():
         raise CheckpointError(f"{weights_path} has no trainer state beside it ({path.name}); cannot resume from it")
     try:
@@ -132,40 +143,24 @@ def load_trainer_state(weights_path: Path) -> dict:
             f"trainer state {path} is corrupt ({type(e).__name__}: {e}). Delete {weights_path.name} and this file "
             "to resume from the previous checkpoint."
         ) from e
+    missing = [k for k in PRE_RELEASE_ENTRIES if k not in trainer] if isinstance(trainer, dict) else []
+    if missing and all(k in trainer for k in ("optimizer", "sampler", "step")):
+        raise CheckpointError(f"trainer state {path} was written by a pre-release aiayn (it has no "
+                              f"{', '.join(missing)} entry), which this version does not resume: resume the run with "
+                              f"{PRE_RELEASE} until its next checkpoint (saved in this format), or start it again")
     ok = (isinstance(trainer, dict) and isinstance(trainer.get("optimizer"), dict)
           and isinstance(trainer.get("sampler"), dict)
           and all(isinstance(trainer["sampler"].get(k), int) for k in ("epoch", "position"))
           and isinstance(trainer.get("step"), int) and trainer["step"] >= 0
           and isinstance(trainer.get("best_dev_loss"), float) and isinstance(trainer.get("train_seconds"), float)
-          # the loss scaler (empty unless fp16) and its skip count: absent from checkpoints older than fp16
-          and isinstance(trainer.get("scaler", {}), dict) and isinstance(trainer.get("overflow_skips", 0), int)
-          # the best dev evaluation and the evaluations since (absent from checkpoints older than early stopping)
-          and isinstance(trainer.get("early_stopping", {}), dict)
-          and set(trainer.get("early_stopping") or ("best", "best_step", "evals_since_best")) == {
-              "best", "best_step", "evals_since_best"})
+          and isinstance(trainer.get("scaler"), dict) and isinstance(trainer.get("overflow_skips"), int)
+          and isinstance(trainer.get("early_stopping"), dict)
+          and set(trainer["early_stopping"]) == {"best", "best_step", "evals_since_best"})
     if not ok:
-        raise CheckpointError(f"trainer state {path} lacks the optimizer, sampler, step, best_dev_loss or "
-                              f"train_seconds entry (or one, or the scaler, has the wrong type); delete "
-                              f"{weights_path.name} and this file to resume from the previous checkpoint")
+        raise CheckpointError(f"trainer state {path} lacks one of the optimizer, sampler, step, best_dev_loss, "
+                              "train_seconds, scaler, overflow_skips or early_stopping entries (or one has the wrong "
+                              f"type); delete {weights_path.name} and this file to resume from the previous checkpoint")
     return trainer
-
-
-def load_for_inference(path: Path, device: str | torch.device = "cpu"):
-    """(model in eval mode, vocabulary, config) from a run directory or a checkpoint file."""
-    from aiayn.data import Vocab
-    from aiayn.model import Transformer
-
-    ckpt = rundir.inference_checkpoint(Path(path))
-    _, cfg, shapes = read_header(ckpt)
-    check_shapes(ckpt, cfg, shapes)  # before the model or its weights take any memory
-    vocab = Vocab.load(rundir.find_vocab(ckpt))
-    if len(vocab) != cfg.vocab_size:
-        raise CheckpointError(f"vocabulary {vocab.model_path} has {len(vocab)} entries but the model of {ckpt} "
-                              f"expects {cfg.vocab_size}; it belongs to another run")
-    state, _, _ = load_weights(ckpt)
-    model = Transformer(cfg)
-    model.load_state_dict(state)
-    return model.to(device).eval(), vocab, cfg
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -197,16 +192,6 @@ def average_checkpoints(paths: list[Path]) -> tuple[dict[str, torch.Tensor], Mod
 FINE_TUNE_FIELDS = ("dropout", "label_smoothing")
 
 
-def parent_checkpoint(init_from: Path) -> tuple[Path, ModelConfig]:
-    """--init-from RUN|CHECKPOINT -> (the checkpoint file: for a run its averaged, else best, else newest checkpoint,
-    as translate picks; its model config)."""
-    init_from = Path(init_from)
-    if not init_from.exists():
-        raise CheckpointError(f"--init-from {init_from}: no such run directory or checkpoint file")
-    path = rundir.inference_checkpoint(init_from)
-    return path, read_header(path)[1]
-
-
 def load_parent(model: torch.nn.Module, path: Path) -> None:
     """The weights of a fine-tuning run's parent checkpoint into `model` (checked against its shapes first)."""
     _, _, shapes = read_header(path)
@@ -220,13 +205,3 @@ def parent_record(checkpoint: Path) -> dict[str, Any]:
     step = read_header(checkpoint)[0].get("step")
     return {"checkpoint": str(Path(checkpoint).resolve()), "step": None if step is None else int(step),
             "sha256": sha256_file(checkpoint)}
-
-
-def check_parent_vocab(checkpoint: Path, data_vocab: Path) -> None:
-    """Refuse to fine-tune a checkpoint on data prepared with another vocabulary: its token ids mean other pieces."""
-    parent_vocab = rundir.find_vocab(checkpoint)
-    ours, theirs = sha256_file(parent_vocab)[:12], sha256_file(data_vocab)[:12]
-    if ours != theirs:
-        raise DataError(f"the data's vocabulary {data_vocab} (sha256 {theirs}) is not the one {checkpoint} was "
-                        f"trained with, {parent_vocab} (sha256 {ours}); a fine-tuned model keeps its parent's token "
-                        f"ids: prepare the new data with `aiayn prepare --vocab {parent_vocab} ...`")

@@ -93,7 +93,7 @@ def quickstart(out: Path, minutes: float = 12.0, preset: str = DEFAULT_PRESET, v
 
     run = out / "run"
     summary = None
-    if not (run / rundir.CONFIG).is_file():  # a new run (or one whose start was interrupted: train reuses it)
+    if not rundir.is_run(run):  # a new run (or one whose start was interrupted: train reuses it)
         shape = (f"{cfg.n_enc_layers}+{cfg.n_dec_layers} layers, d_model {cfg.d_model}, d_ff {cfg.d_ff}, "
                  f"{cfg.n_heads} heads, {vocab_size:,} pieces, {max_tokens:,}-token batches")
         print(f"[2/5] training in {dtype} on {where}: {shape}; for {budget} into {run}", flush=True)

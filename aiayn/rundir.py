@@ -1,6 +1,6 @@
-"""The run directory: its layout, written and read here only.
-
-A run directory (written by `aiayn train`) holds everything to resume, evaluate and translate:
+"""A run on disk: its layout, its one writer (Run) and what its readers find in it. The only module that knows where
+a run keeps anything; the checkpoint files' own format (weights, trainer state, headers, shapes, averaging) is
+aiayn.checkpoint's.
 
     RUN/config.json                                   model config, training config, the data it trains on (path,
                                                       content digest), the vocabulary's SHA-256 and, when
@@ -18,24 +18,47 @@ A run directory (written by `aiayn train`) holds everything to resume, evaluate 
 
 config.json is written last when a run starts: a folder with it is a run. A run refuses to resume on data prepared
 again since it started (digests differ). The prepared-data folder it trains on has its own format
-(aiayn.data.folder); each format recognises the other and says so when one is given for the other. The trainer holds
-its run through one object, aiayn.run.Run, which writes with the functions here; everything else only reads.
+(aiayn.data.folder); each recognises the other and says so when one is given for the other.
+
+The trainer writes through one Run, held from start to end (in a torchrun job every process holds one; only the
+main one takes the lock and writes, the others read what it wrote):
+
+    run = Run.new(folder, main)                   refuses a folder that is a run already or holds anything else;
+                                                  writes nothing yet (a start that fails later leaves nothing)
+    with run.create(record, vocab): ...           the folder, the lock, the check again under it, interrupted writes'
+                                                  temp files removed, vocabulary and config.json (run_record)
+    with Run.resume(folder, saved, main) as run:  the lock; the data checked to be those the run started on
+                                                  (run.data_dir); a fine-tuning run with no checkpoint yet: its
+                                                  parent (run.parent), checked unchanged
+    run.restore(model) -> (trainer state, path)   the newest resumable checkpoint (run.latest) into the model
+    run.save(...), run.save_best(...)             a step checkpoint (older ones dropped); checkpoint_best (run.best)
+    run.open_log(), run.log(kind, step, ...)      log.jsonl and TensorBoard
+
+Everything else only reads: read_config, is_run, checkpoint_paths, latest_checkpoint, read_log, and for decoding
+inference_checkpoint / find_vocab / load_for_inference (a run or checkpoint -> model, vocabulary, config).
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
 import shutil
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import torch
+
+from aiayn import checkpoint as ckpt
 from aiayn import files
+from aiayn.config import ModelConfig
 from aiayn.data.folder import META_FILE, RUN_CONFIG, prepared_sha256, read_meta
-from aiayn.data.vocab import MODEL_FILE
+from aiayn.data.vocab import MODEL_FILE, Vocab
 from aiayn.errors import CheckpointError, DataError, UsageError
+from aiayn.model import Transformer
 
 CONFIG = RUN_CONFIG
 VOCAB = MODEL_FILE
@@ -195,7 +218,7 @@ class RunLock:
 
 
 # ---------------------------------------------------------------------------------------------------------
-# Checkpoints: where they are.
+# Checkpoints: where they are, and the model a reader decodes with.
 
 
 def checkpoint_paths(run_dir: Path) -> list[Path]:
@@ -209,14 +232,9 @@ def step_checkpoint_path(run_dir: Path, step: int) -> Path:
     return Path(run_dir) / CHECKPOINT_DIR / f"step_{step:08d}.safetensors"
 
 
-def state_path(weights_path: Path) -> Path:
-    """The trainer state beside a step checkpoint's weights."""
-    return Path(str(weights_path).removesuffix(".safetensors") + ".state.pt")
-
-
 def latest_checkpoint(run_dir: Path, resumable: bool = False) -> Path | None:
     """Newest step checkpoint; with resumable=True, the newest that also has its trainer state."""
-    paths = [p for p in checkpoint_paths(run_dir) if not resumable or state_path(p).is_file()]
+    paths = [p for p in checkpoint_paths(run_dir) if not resumable or ckpt.state_path(p).is_file()]
     return paths[-1] if paths else None
 
 
@@ -251,6 +269,41 @@ def find_vocab(checkpoint: Path) -> Path:
 def shortlist_path(checkpoint: Path) -> Path:
     """Where the run a checkpoint (or run directory) belongs to keeps its shortlist (it may not exist yet)."""
     return find_vocab(checkpoint).parent / SHORTLIST
+
+
+def load_for_inference(path: Path, device: str | torch.device = "cpu") -> tuple[Transformer, Vocab, ModelConfig]:
+    """(model in eval mode, vocabulary, config) from a run directory (inference_checkpoint) or a checkpoint file: the
+    header and shapes checked first, then the vocabulary, then the weights (what aiayn.inference.load converts)."""
+    path = inference_checkpoint(Path(path))
+    _, cfg, shapes = ckpt.read_header(path)
+    ckpt.check_shapes(path, cfg, shapes)  # before the model or its weights take any memory
+    vocab = Vocab.load(find_vocab(path))
+    if len(vocab) != cfg.vocab_size:
+        raise CheckpointError(f"vocabulary {vocab.model_path} has {len(vocab)} entries but the model of {path} "
+                              f"expects {cfg.vocab_size}; it belongs to another run")
+    model = Transformer(cfg)
+    model.load_state_dict(ckpt.load_weights(path)[0])
+    return model.to(device).eval(), vocab, cfg
+
+
+def parent_checkpoint(init_from: Path) -> tuple[Path, ModelConfig]:
+    """--init-from RUN|CHECKPOINT -> (the checkpoint file: for a run the one translate picks, inference_checkpoint;
+    its model config)."""
+    init_from = Path(init_from)
+    if not init_from.exists():
+        raise CheckpointError(f"--init-from {init_from}: no such run directory or checkpoint file")
+    path = inference_checkpoint(init_from)
+    return path, ckpt.read_header(path)[1]
+
+
+def check_parent_vocab(checkpoint: Path, data_vocab: Path) -> None:
+    """Refuse to fine-tune a checkpoint on data prepared with another vocabulary: its token ids mean other pieces."""
+    parent_vocab = find_vocab(checkpoint)
+    ours, theirs = files.sha256_file(parent_vocab)[:12], files.sha256_file(data_vocab)[:12]
+    if ours != theirs:
+        raise DataError(f"the data's vocabulary {data_vocab} (sha256 {theirs}) is not the one {checkpoint} was "
+                        f"trained with, {parent_vocab} (sha256 {ours}); a fine-tuned model keeps its parent's token "
+                        f"ids: prepare the new data with `aiayn prepare --vocab {parent_vocab} ...`")
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -318,3 +371,125 @@ def _drop_torn_line(path: Path) -> None:
                 return
             pos = begin
         f.truncate(0)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Run: the trainer's one handle on its run (see the module's docstring).
+
+
+class Run:
+    """One run directory held by its trainer, from Run.new + create or Run.resume to the end of its `with` block
+    (which lets the lock go and closes the log)."""
+
+    def __init__(self, folder: Path, main: bool = True):
+        self.folder, self.main = Path(folder), main
+        self.data_dir: Path | None = None  # a resumed run's data, checked to be those it started on
+        self.parent: Path | None = None  # the checkpoint a resumed fine-tuning run with no checkpoint starts from
+        self._held = contextlib.ExitStack()  # the lock, from opening to the end of the `with` block
+        self._log: Logger | None = None
+
+    @classmethod
+    def new(cls, folder: Path, main: bool = True) -> Run:
+        """A run to start in `folder`: missing, empty, or left by a start interrupted before its config.json."""
+        run = cls(folder, main)
+        if main:
+            check_new(run.folder)
+        return run
+
+    def create(self, record: dict[str, Any], vocab_path: Path) -> Run:
+        """Create the run on disk (record: what config.json holds, run_record; vocab_path: the data's vocabulary)."""
+        if self.main:
+            self.folder.mkdir(parents=True, exist_ok=True)
+        with self._locking():
+            if self.main:
+                check_new(self.folder)  # again under the lock: another process may have started it meanwhile
+                self._remove_stale_temps()
+                start(self.folder, record, vocab_path)
+        return self
+
+    @classmethod
+    def resume(cls, folder: Path, saved: dict[str, Any], main: bool = True) -> Run:
+        """The run in `folder` (saved: its config.json, read_config), to continue where it stopped."""
+        run = cls(folder, main)
+        with run._locking():
+            run.data_dir = check_same_data(run.folder, saved)
+            # A fine-tuning run stopped before its first checkpoint starts again from its parent, as it first did.
+            run.parent = check_parent(run.folder, saved) if run.latest is None else None
+        return run
+
+    @contextlib.contextmanager
+    def _locking(self) -> Iterator[None]:
+        """Take the run's lock (main process) for the block, and hold it after it until the run is closed; let it go
+        at once if the block fails."""
+        with contextlib.ExitStack() as stack:
+            if self.main:
+                stack.enter_context(RunLock(self.folder))
+            yield
+            self._held = stack.pop_all()
+
+    def __enter__(self) -> Run:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self._log is not None:
+            self._log.close()
+            self._log = None
+        self._held.close()
+
+    def _remove_stale_temps(self) -> None:
+        removed = remove_stale_temps(self.folder)
+        if removed:
+            print(f"removed {len(removed)} temp file(s) that interrupted writes had left in {self.folder} (e.g. "
+                  f"{removed[0].name})", flush=True)
+
+    @property
+    def latest(self) -> Path | None:
+        """The newest step checkpoint that has its trainer state beside it: where a resume continues."""
+        return latest_checkpoint(self.folder, resumable=True)
+
+    @property
+    def best(self) -> Path:
+        return self.folder / BEST
+
+    def save(self, step: int, model: Transformer, trainer_state: dict[str, Any], keep_last: int) -> Path:
+        """The step checkpoint of `model` and `trainer_state` at `step`, then all but the newest `keep_last` step
+        checkpoints dropped. Main process only."""
+        path = step_checkpoint_path(self.folder, step)
+        ckpt.save_checkpoint(path, model.state_dict(), model.cfg, step, trainer_state)
+        for old in checkpoint_paths(self.folder)[:-keep_last]:
+            old.unlink(missing_ok=True)
+            ckpt.state_path(old).unlink(missing_ok=True)
+        return path
+
+    def save_best(self, step: int, model: Transformer) -> None:
+        """checkpoint_best: the weights of `model` at `step`. Main process only."""
+        ckpt.save_weights(self.best, model.state_dict(), model.cfg, step)
+
+    def restore(self, model: Transformer) -> tuple[dict[str, Any], Path] | None:
+        """Where the run stopped: the temp files interrupted writes left are removed (main process), then the newest
+        resumable checkpoint, if there is one, is loaded into `model`, each part checked to belong to this run first.
+        Returns its trainer state (checkpoint.load_trainer_state) and path, or None at step 0."""
+        if self.main:
+            self._remove_stale_temps()
+        path = self.latest
+        if path is None:
+            return None
+        meta, cfg, shapes = ckpt.read_header(path)
+        if cfg != model.cfg:
+            differ = [k for k, v in cfg.to_dict().items() if getattr(model.cfg, k) != v]
+            raise CheckpointError(f"{path} holds another model (differs in {', '.join(differ)}) than the run's "
+                                  "config.json describes; it does not belong to this run: move it away")
+        ckpt.check_shapes(path, cfg, shapes)
+        model.load_state_dict(ckpt.load_weights(path)[0])
+        trainer = ckpt.load_trainer_state(path)
+        if meta.get("step") != str(trainer["step"]):
+            raise CheckpointError(f"{path} is step {meta.get('step')} but its trainer state is step {trainer['step']}; "
+                                  f"delete both {path.name} files to resume from the previous checkpoint")
+        return trainer, path
+
+    def open_log(self) -> None:
+        """Start appending to log.jsonl (a line a kill left torn is cut first). Main process only writes."""
+        self._log = Logger(self.folder, self.main)
+
+    def log(self, kind: str, step: int, **values: Any) -> None:
+        self._log.log(kind, step, **values)

@@ -1,8 +1,8 @@
-"""What a training run does at each checkpoint: the dev evaluation (loss, NLL, perplexity, and with
---eval-bleu-lines BLEU and chrF of the checkpoint's own translations), the step checkpoint, checkpoint_best by
---best-metric, and early stopping (--patience). aiayn.train calls `save`; `tc` is its TrainConfig, `state` its
-TrainState (both only read here, but for the early-stopping state and the best dev loss) and `run` its aiayn.run.Run,
-which writes the files."""
+"""Which checkpoint is best: the dev evaluation at each checkpoint (loss, NLL, perplexity, and with --eval-bleu-lines
+BLEU and chrF of the checkpoint's own translations), whether it beats every earlier one by --best-metric, and early
+stopping (--patience). aiayn.train calls `judge` at each checkpoint and saves what it decides through its
+aiayn.rundir.Run; `tc` is its TrainConfig, `state` its TrainState (only read here, but for the early-stopping state
+and the best dev loss)."""
 
 from __future__ import annotations
 
@@ -17,7 +17,6 @@ from aiayn.files import read_lines
 from aiayn.metrics import chrf, corpus_bleu
 from aiayn.metrics.perplexity import perplexity
 from aiayn.model import Transformer
-from aiayn.run import Run
 from aiayn.runtime import Runtime
 from aiayn.search import PAPER_SEARCH
 from aiayn.translate import Translator
@@ -83,30 +82,25 @@ def evaluate(model: Transformer, valid: PreparedSplit, tc, rt: Runtime) -> dict[
     return scores
 
 
-def save(state, run: Run, tc, rt: Runtime, valid) -> str:
-    """Dev evaluation (if there is a dev split and `valid` is given; it counts towards early stopping), then a step
-    checkpoint, and checkpoint_best where the evaluation beat every earlier one by --best-metric. Returns a line to
-    print. The dev split needs no check against max_tokens: perplexity() raises its batch limit to the longest pair."""
-    scores = evaluate(state.model, valid, tc, rt) if valid else None
-    improved = False
-    if scores:
-        state.best_dev_loss = min(state.best_dev_loss, scores["loss"])
-        improved = state.early.update(scores[tc.best_metric], state.step)
-    msg = f"step {state.step}"
-    if rt.is_main:
-        if improved:  # before the step checkpoint: resuming from the previous one writes it again, the same
-            run.save_best(state)
-        path = run.save(state, tc.keep_last)
-        msg += f": saved {path.name}"
-        if scores:
-            run.log("valid", state.step, **scores, improved=improved, evals_since_best=state.early.evals_since_best)
-            msg += f"; dev loss {scores['loss']:.3f} nll {scores['nll']:.3f} ppl {scores['ppl']:.2f}"
-            if "bleu" in scores:
-                msg += f" BLEU {scores['bleu']:.2f} chrF {scores['chrf']:.2f}"
-            msg += f" ({scores['eval_seconds']:.1f} s)"
-            if improved:
-                msg += f"; best {tc.best_metric} so far -> {run.best.name}"
-            elif tc.patience:
-                msg += f"; no better {tc.best_metric} for {state.early.evals_since_best}/{tc.patience} evaluations"
-    rt.barrier()  # nobody runs ahead (or exits) while the main process writes: the checkpoint exists for all after
+def judge(state, tc, rt: Runtime, valid: PreparedSplit | None) -> tuple[dict[str, float] | None, bool]:
+    """The dev evaluation of `state`'s model (None without a dev split or `valid`), and whether it beat every earlier
+    one by --best-metric (it counts towards early stopping). The dev split needs no check against max_tokens:
+    perplexity() raises its batch limit to the longest pair."""
+    if not valid:
+        return None, False
+    scores = evaluate(state.model, valid, tc, rt)
+    state.best_dev_loss = min(state.best_dev_loss, scores["loss"])
+    return scores, state.early.update(scores[tc.best_metric], state.step)
+
+
+def describe(scores: dict[str, float], improved: bool, early: EarlyStopping, tc, best_name: str) -> str:
+    """The dev evaluation as the progress line tells it ("; dev loss ... ; best loss so far -> checkpoint_best...")."""
+    msg = f"; dev loss {scores['loss']:.3f} nll {scores['nll']:.3f} ppl {scores['ppl']:.2f}"
+    if "bleu" in scores:
+        msg += f" BLEU {scores['bleu']:.2f} chrF {scores['chrf']:.2f}"
+    msg += f" ({scores['eval_seconds']:.1f} s)"
+    if improved:
+        msg += f"; best {tc.best_metric} so far -> {best_name}"
+    elif tc.patience:
+        msg += f"; no better {tc.best_metric} for {early.evals_since_best}/{tc.patience} evaluations"
     return msg

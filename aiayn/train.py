@@ -10,8 +10,9 @@ resuming on data prepared again in the same folder is refused. Ctrl-C/SIGTERM st
 checkpoint (no dev evaluation: stopping stays quick) and the summary says which signal ("interrupted_by").
 
 Where the rest lives: the loss in aiayn.losses, device/dtype/processes in aiayn.runtime, the run on disk (lock,
-config.json, log, step checkpoints) in aiayn.run, checkpoint files in aiayn.checkpoint, batches in aiayn.data, dev
-perplexity in aiayn.metrics.perplexity, plots in aiayn.viz.curves.
+config.json, log, step checkpoints: one rundir.Run) in aiayn.rundir, the checkpoint files' format in aiayn.checkpoint,
+which checkpoint is best in aiayn.selection, batches in aiayn.data, dev perplexity in aiayn.metrics.perplexity, plots
+in aiayn.viz.curves.
 """
 
 from __future__ import annotations
@@ -35,9 +36,9 @@ from aiayn.fast import set_layer_norm_output
 from aiayn.losses import TrainingObjective
 from aiayn.model import Transformer, count_parameters
 from aiayn.progress import TrainingProgress
-from aiayn.run import Run
+from aiayn.rundir import Run
 from aiayn.runtime import DEVICE_HELP, DTYPES, Runtime, StopOnSignal, setup_runtime
-from aiayn.selection import BEST_METRICS, EarlyStopping, save
+from aiayn.selection import BEST_METRICS, EarlyStopping, describe, judge
 
 
 def noam_lr(step: int, d_model: int, warmup: int = 4000, factor: float = 1.0) -> float:
@@ -175,33 +176,30 @@ class TrainState:
 
     def state_dict(self) -> dict[str, Any]:
         """The trainer state a step checkpoint holds beside the weights (checked when read back:
-        checkpoint.load_trainer_state)."""
+        checkpoint.load_trainer_state, which refuses one without any of these entries)."""
         return {"optimizer": self.optimizer.state_dict(), "sampler": self.sampler.state_dict(), "step": self.step,
                 "best_dev_loss": self.best_dev_loss, "train_seconds": self.train_seconds,
                 "scaler": self.scaler.state_dict(), "overflow_skips": self.overflow_skips,
                 "early_stopping": self.early.state_dict()}
 
     def load_state_dict(self, trainer: dict[str, Any], path: Path) -> None:
-        """The trainer state of the step checkpoint `path` (Run.restore has loaded its weights and checked that both
-        belong to this run): optimizer, batch order, loss scaler, counters."""
+        """The trainer state of the step checkpoint `path` (Run.restore has loaded its weights, checked that both
+        belong to this run, and returned this): optimizer, batch order, loss scaler, counters."""
         try:
             self.optimizer.load_state_dict(trainer["optimizer"])
         except (ValueError, KeyError, TypeError, RuntimeError) as e:
-            raise CheckpointError(f"{rundir.state_path(path)}: its optimizer state does not fit the model ({e}); "
+            raise CheckpointError(f"{ckpt.state_path(path)}: its optimizer state does not fit the model ({e}); "
                                   f"delete both {path.name} files to resume from the previous checkpoint") from None
         self.sampler.load_state_dict(trainer["sampler"])
         if self.scaler.is_enabled():
             if not trainer.get("scaler"):
-                raise CheckpointError(f"{rundir.state_path(path)} has no loss-scaler state, which an fp16 run saves; "
+                raise CheckpointError(f"{ckpt.state_path(path)} has no loss-scaler state, which an fp16 run saves; "
                                       "it does not belong to this run")
             self.scaler.load_state_dict(trainer["scaler"])
-        self.overflow_skips = trainer.get("overflow_skips", 0)
+        self.overflow_skips = trainer["overflow_skips"]
         self.step, self.best_dev_loss = trainer["step"], trainer["best_dev_loss"]
         self.train_seconds = trainer["train_seconds"]
-        if "early_stopping" in trainer:
-            self.early.load_state_dict(trainer["early_stopping"])
-        elif self.early.metric == "loss" and math.isfinite(self.best_dev_loss):  # a checkpoint older than the field
-            self.early.best = self.best_dev_loss
+        self.early.load_state_dict(trainer["early_stopping"])
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -220,8 +218,8 @@ def train(data_dir: Path, run_dir: Path, cfg: ModelConfig, tc: TrainConfig, prog
     vocab = Vocab.load(data_dir)
     parent = None
     if init_from is not None:
-        parent, parent_cfg = ckpt.parent_checkpoint(init_from)
-        ckpt.check_parent_vocab(parent, vocab.model_path)
+        parent, parent_cfg = rundir.parent_checkpoint(init_from)
+        rundir.check_parent_vocab(parent, vocab.model_path)
     if len(vocab) != cfg.vocab_size:
         cfg = cfg.replace(vocab_size=len(vocab))  # the model always matches the prepared vocabulary
     if parent is not None:
@@ -253,7 +251,9 @@ def resume(run_dir: Path, progress: bool = True, **stopping: Any) -> dict[str, A
     tc = dataclasses.replace(tc, **{k: v for k, v in stopping.items() if v is not None})
     with setup_runtime(tc.device, tc.dtype, tc.threads) as rt, Run.resume(run_dir, saved, rt.is_main) as run:
         state, train_set, valid = _setup(open_prepared(run.data_dir), cfg, tc, rt, run.parent)
-        run.restore(state)
+        restored = run.restore(state.model)
+        if restored is not None:
+            state.load_state_dict(*restored)
         return _loop(state, train_set, valid, run, tc, rt, progress)
 
 
@@ -439,7 +439,7 @@ def _loop(state: TrainState, train_set: PreparedSplit, valid: PreparedSplit | No
                          (tc.save_every_minutes > 0 and (time.time() - t_save) / 60 >= tc.save_every_minutes))
             if due or out_of_time:
                 state.train_seconds = seconds_before + time.time() - t_start
-                bar.write(save(state, run, tc, rt, valid))
+                bar.write(_save(state, run, tc, rt, valid))
                 last_saved, t_save = state.step, time.time()
             if state.early.stop:
                 bar.write(f"early stop at step {state.step}: {_early_stop_reason(state, tc)}")
@@ -451,7 +451,7 @@ def _loop(state: TrainState, train_set: PreparedSplit, valid: PreparedSplit | No
         if state.step != last_saved:
             state.train_seconds = seconds_before + time.time() - t_start
             # Stopping on a signal saves at once: the dev evaluation waits for the next scheduled save.
-            bar.write(save(state, run, tc, rt, None if stop.signal else valid))
+            bar.write(_save(state, run, tc, rt, None if stop.signal else valid))
         if stop.signal is not None:
             bar.write(f"interrupted at step {state.step}; checkpoint saved. Continue with: "
                       f"aiayn train --resume {run.folder}")
@@ -460,6 +460,23 @@ def _loop(state: TrainState, train_set: PreparedSplit, valid: PreparedSplit | No
             "best": {"metric": tc.best_metric, "value": state.early.best, "step": state.early.best_step},
             "stopped_early": state.early.stop, "elapsed_s": time.time() - t_start,
             "train_seconds": state.train_seconds, "interrupted_by": stop.signal}
+
+
+def _save(state: TrainState, run: Run, tc: TrainConfig, rt: Runtime, valid: PreparedSplit | None) -> str:
+    """The dev evaluation (if `valid`: selection.judge), then a step checkpoint, and checkpoint_best where the
+    evaluation beat every earlier one. Returns a line to print."""
+    scores, improved = judge(state, tc, rt, valid)
+    msg = f"step {state.step}"
+    if rt.is_main:
+        if improved:  # before the step checkpoint: resuming from the previous one writes it again, the same
+            run.save_best(state.step, state.model)
+        path = run.save(state.step, state.model, state.state_dict(), tc.keep_last)
+        msg += f": saved {path.name}"
+        if scores:
+            run.log("valid", state.step, **scores, improved=improved, evals_since_best=state.early.evals_since_best)
+            msg += describe(scores, improved, state.early, tc, run.best.name)
+    rt.barrier()  # nobody runs ahead (or exits) while the main process writes: the checkpoint exists for all after
+    return msg
 
 
 def _early_stop_reason(state: TrainState, tc: TrainConfig) -> str:

@@ -56,8 +56,8 @@ def test_checkpoint_config_is_untrusted_input(copy_data, tmp_path, change, says)
     shutil.copyfile(copy_data / "vocab.model", bad.parent / "vocab.model")
     save_file(state, str(bad), metadata={**meta, "config": json.dumps({**json.loads(meta["config"]), **change})})
     with pytest.raises(ckpt.CheckpointError, match=says):
-        ckpt.load_for_inference(bad)
-    model, _, _ = ckpt.load_for_inference(path)  # the untouched file loads
+        rundir.load_for_inference(bad)
+    model, _, _ = rundir.load_for_inference(path)  # the untouched file loads
     assert torch.equal(model.state_dict()["embedding.weight"], state["embedding.weight"])
 
 
@@ -76,3 +76,21 @@ def test_loading_for_inference_leaves_torch_compile_unimported(copy_data, tmp_pa
             f"Translator.load({str(run)!r}, precision='fp32')\nprint('torch._dynamo' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
+
+
+@pytest.mark.parametrize("entry", ckpt.PRE_RELEASE_ENTRIES)
+def test_a_pre_release_trainer_state_is_refused_naming_the_version_that_reads_it(tmp_path, entry):
+    model = tiny_model(40)
+    trainer = {"optimizer": {}, "sampler": {"epoch": 0, "position": 3}, "step": 3, "best_dev_loss": 1.0,
+               "train_seconds": 2.0, "scaler": {}, "overflow_skips": 0,
+               "early_stopping": {"best": 1.0, "best_step": 3, "evals_since_best": 0}}
+    path = tmp_path / "step_00000003.safetensors"
+    ckpt.save_checkpoint(path, model.state_dict(), model.cfg, 3, trainer)
+    assert ckpt.load_trainer_state(path) == trainer
+    ckpt.save_checkpoint(path, model.state_dict(), model.cfg, 3, {k: v for k, v in trainer.items() if k != entry})
+    with pytest.raises(ckpt.CheckpointError, match=f"written by a pre-release aiayn \\(it has no {entry} entry\\).*"
+                                                   "aiayn 0.1.0 at commit 6fa8d35"):
+        ckpt.load_trainer_state(path)
+    ckpt.save_checkpoint(path, model.state_dict(), model.cfg, 3, {**trainer, entry: "damaged"})
+    with pytest.raises(ckpt.CheckpointError, match="lacks one of the optimizer"):
+        ckpt.load_trainer_state(path)

@@ -19,7 +19,7 @@ from aiayn.experiments.paper import TABLE2_COST, TABLE2_HOURS, TABLE3
 from aiayn.experiments.table3 import report, rows, runner
 from aiayn.experiments.table3.plan import finished, make_plan, trained_steps
 from aiayn.experiments.table3.report import load_results, spearman
-from aiayn.experiments.table3.score import run_row
+from aiayn.experiments.table3.score import train_row
 from aiayn.model import Transformer, count_parameters
 
 # --- the rows ----------------------------------------------------------------------------------------------
@@ -170,7 +170,7 @@ def test_interrupted_row_resumes_in_a_subprocess_to_the_same_result_and_folders_
     out, _, _ = tiny_table
     other = tmp_path / "other"
     plan = make_plan(other, copy_data, 32, 20, None, TINY)
-    assert run_row(other, plan, "C1", 10, "cpu", threads=1) is None  # stopped at step 10: not scored
+    assert train_row(other, plan, "C1", 10, "cpu", threads=1) is None  # stopped at step 10: not scored
     assert trained_steps(other, "C1") == 10 and not finished(other, "C1")
     # finished by a subprocess (--jobs > 1), which resumes the run where this process left it
     runner.run_variations(None, other, ["C1"], jobs=2, device="cpu", threads=1, say=lambda s: None)

@@ -109,9 +109,9 @@ def test_run_part_skips_a_finished_part(tmp_path):
         calls.append(1)
         return {"title": "t", "paper": "p", "ours": "o", "verdict": "v", "command": "c"}
 
-    first = parts.run_part(ctx, "thing", make)
+    first = parts.part_section(ctx, "thing", make)
     assert (ctx.out / "parts" / "thing.json").is_file() and calls == [1]
-    assert parts.run_part(ctx, "thing", make) == first and calls == [1]
+    assert parts.part_section(ctx, "thing", make) == first and calls == [1]
 
 
 def test_bad_input_is_one_line(tmp_path, capsys):
@@ -217,7 +217,7 @@ def test_table4_trains_the_parser_on_a_treebank(tmp_path):
     assert system["name"] == "tiny-avg1" and system["command"].startswith(f"aiayn parse --checkpoint {folder / 'run'}")
     assert system["f1"] == round(score_parses(trees, gold[:20]).all.f1, 2)
     assert f"reaches F1 {system['f1']:.1f}" in section["verdict"] and "our 300-tree sample" in section["verdict"]
-    assert section.get("source") is None and "hardware" not in section  # made here: run_part adds both
+    assert section.get("source") is None and "hardware" not in section  # made here: part_section adds both
 
 
 def test_attention_verdict_says_how_each_figure_compares_with_even_attention():

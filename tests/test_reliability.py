@@ -322,10 +322,10 @@ def test_trainer_state_is_checked_before_resuming_from_it(lab, tmp_path):
     shutil.copytree(lab.run, copy)
     last = rundir.checkpoint_paths(copy)[-1]
     trainer = ckpt.load_trainer_state(last)
-    torch.save({k: v for k, v in trainer.items() if k != "sampler"}, rundir.state_path(last))
-    with pytest.raises(CheckpointError, match="lacks the optimizer, sampler"):
+    torch.save({k: v for k, v in trainer.items() if k != "sampler"}, ckpt.state_path(last))
+    with pytest.raises(CheckpointError, match="lacks one of the optimizer, sampler"):
         resume(copy, progress=False, max_steps=3)
-    torch.save(trainer, rundir.state_path(last))
+    torch.save(trainer, ckpt.state_path(last))
     other = tiny_model(120, d_ff=128)  # weights of another model in the run's place
     ckpt.save_weights(last, other.state_dict(), other.cfg, 2)
     with pytest.raises(CheckpointError, match="holds another model \\(differs in d_ff\\)"):

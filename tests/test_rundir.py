@@ -1,12 +1,17 @@
-"""aiayn.rundir: the run directory's layout; a run and a prepared-data folder each say so when given for the other."""
+"""aiayn.rundir: the run directory's layout; a run and a prepared-data folder each say so when given for the other; a
+run is created once and held by one writer, its step checkpoints kept, pruned and restored by its Run alone (exact
+resumption end to end: test_train.py, test_reliability.py)."""
 
 import json
 
 import pytest
+import torch
 from helpers import save_run, tiny_model
 
+from aiayn import checkpoint as ckpt
 from aiayn import rundir
 from aiayn.errors import CheckpointError, UsageError
+from aiayn.rundir import Run
 
 
 def _record(tmp_path):
@@ -52,7 +57,7 @@ def test_checkpoints_in_step_order_and_which_one_translates(tmp_path, copy_data)
     paths = rundir.checkpoint_paths(run)
     assert [p.name for p in paths] == [f"step_{s:08d}.safetensors" for s in (9, 10, 100)]
     assert rundir.latest_checkpoint(run) == paths[-1] and rundir.latest_checkpoint(run, resumable=True) is None
-    rundir.state_path(paths[1]).write_bytes(b"")
+    ckpt.state_path(paths[1]).write_bytes(b"")
     assert rundir.latest_checkpoint(run, resumable=True) == paths[1]
     assert rundir.inference_checkpoint(run) == paths[-1]
     for name in (rundir.BEST, rundir.AVERAGED):  # averaged beats best beats the newest step
@@ -75,3 +80,87 @@ def test_log_lines_survive_a_torn_last_line(tmp_path):
     logger.close()
     assert [(r["kind"], r["step"], r["loss"]) for r in rundir.read_log(tmp_path)] == [("train", 1, 2.5),
                                                                                      ("valid", 2, 2.0)]
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Run: the trainer's one handle on its run.
+
+
+def _trainer_state(step):
+    return {"optimizer": {}, "sampler": {"epoch": 0, "position": step}, "step": step, "best_dev_loss": 1.0,
+            "train_seconds": 2.0, "scaler": {}, "overflow_skips": 0,
+            "early_stopping": {"best": None, "best_step": 0, "evals_since_best": 0}}
+
+
+def _created(copy_data, folder, run=None):
+    record = rundir.run_record(tiny_model(120).cfg.to_dict(), {}, copy_data, copy_data / "vocab.model")
+    return (run or Run.new(folder)).create(record, copy_data / "vocab.model")
+
+
+def test_a_run_is_created_once_and_held_by_one_writer(copy_data, tmp_path):
+    folder = tmp_path / "run"
+    run = Run.new(folder)
+    assert not folder.exists()  # nothing is written before create(): a start that fails leaves nothing
+    with _created(copy_data, folder, run):
+        assert rundir.read_config(folder)["data"] == str(copy_data.resolve())
+        assert (folder / rundir.VOCAB).read_bytes() == (copy_data / "vocab.model").read_bytes()
+        with pytest.raises(CheckpointError, match="is in use by another training process"):
+            Run.resume(folder, rundir.read_config(folder))
+        with Run.resume(folder, rundir.read_config(folder), main=False) as other:  # torchrun's others: no lock
+            assert other.data_dir == copy_data.resolve() and other.parent is None and other.latest is None
+        with pytest.raises(UsageError, match="it is a run already"):
+            Run.new(folder)
+    with Run.resume(folder, rundir.read_config(folder)) as run:  # the lock went with the `with` block
+        assert run.data_dir == copy_data.resolve()
+    (folder / rundir.VOCAB).unlink()
+    with pytest.raises(CheckpointError, match="is missing"):
+        Run.resume(folder, rundir.read_config(folder))
+    (folder / rundir.VOCAB).write_bytes((copy_data / "vocab.model").read_bytes())
+    with Run.resume(folder, rundir.read_config(folder)):  # a failed resume let the lock go too
+        pass
+
+
+def test_save_keeps_the_newest_and_restore_loads_the_latest(copy_data, tmp_path, capsys):
+    model = tiny_model(120, seed=1)
+    with _created(copy_data, tmp_path / "run") as run:
+        assert run.restore(tiny_model(120)) is None  # step 0: nothing to restore
+        for step in (1, 2, 3, 4):
+            assert run.save(step, model, _trainer_state(step), keep_last=2).name == f"step_{step:08d}.safetensors"
+        run.save_best(2, model)
+        run.open_log()
+        run.log("valid", 4, loss=1.5)
+    names = sorted(p.name for p in (tmp_path / "run" / rundir.CHECKPOINT_DIR).iterdir())
+    assert names == ["step_00000003.safetensors", "step_00000003.state.pt", "step_00000004.safetensors",
+                     "step_00000004.state.pt"]
+    assert ckpt.read_header(tmp_path / "run" / rundir.BEST)[0]["step"] == "2"
+    assert rundir.read_log(tmp_path / "run")[0]["loss"] == 1.5
+    stale = tmp_path / "run" / rundir.CHECKPOINT_DIR / ".step_00000005.safetensors.abcd1234.tmp"
+    stale.write_bytes(b"")  # what a kill in mid-write leaves
+
+    fresh = tiny_model(120, seed=2)
+    with Run.resume(tmp_path / "run", rundir.read_config(tmp_path / "run")) as run:
+        trainer, path = run.restore(fresh)
+    assert not stale.exists() and "removed 1 temp file(s)" in capsys.readouterr().out
+    assert all(torch.equal(v, model.state_dict()[k]) for k, v in fresh.state_dict().items())
+    assert trainer == _trainer_state(4) and path == rundir.step_checkpoint_path(tmp_path / "run", 4)
+
+
+def test_restore_refuses_a_checkpoint_of_another_model_or_step(copy_data, tmp_path):
+    with _created(copy_data, tmp_path / "run") as run:
+        path = run.save(5, tiny_model(120), _trainer_state(5), keep_last=1)
+        with pytest.raises(CheckpointError, match=r"holds another model \(differs in dropout\)"):
+            run.restore(tiny_model(120, dropout=0.3))
+        ckpt.save_checkpoint(path, tiny_model(120).state_dict(), tiny_model(120).cfg, 5, _trainer_state(4))
+        with pytest.raises(CheckpointError, match="is step 5 but its trainer state is step 4"):
+            run.restore(tiny_model(120))
+
+
+def test_load_for_inference_reads_the_run_translate_picks(copy_data, tmp_path):
+    model = tiny_model(120, seed=3)
+    run = save_run(model, copy_data / "vocab.model", tmp_path / "run", step=7)
+    loaded, vocab, cfg = rundir.load_for_inference(run)
+    assert cfg == model.cfg and len(vocab) == 120 and not loaded.training
+    assert all(torch.equal(v, model.state_dict()[k]) for k, v in loaded.state_dict().items())
+    other = save_run(tiny_model(40), copy_data / "vocab.model", tmp_path / "other")  # a 40-piece model, 120 pieces
+    with pytest.raises(CheckpointError, match="has 120 entries but the model of .* expects 40"):
+        rundir.load_for_inference(other)

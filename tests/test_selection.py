@@ -49,17 +49,17 @@ def scripted(monkeypatch):
     import aiayn.selection
 
     table: dict[int, float] = {}
-    save = aiayn.train.save
+    judge = aiayn.train.judge
 
-    def save_at(state, *a, **k):
+    def judge_at(state, *a, **k):
         table["now"] = state.step
-        return save(state, *a, **k)
+        return judge(state, *a, **k)
 
     def scores(model, valid, tc):
         time.sleep(table.get("sleep", 0.0))
         return {"bleu": table[table["now"]], "chrf": table[table["now"]] + 1}
 
-    monkeypatch.setattr(aiayn.train, "save", save_at)
+    monkeypatch.setattr(aiayn.train, "judge", judge_at)
     monkeypatch.setattr(aiayn.selection, "dev_translation_scores", scores)
     return table
 

@@ -160,7 +160,7 @@ def test_tiny_model_learns_and_run_dir_is_self_contained(copy_data, tmp_path):
     assert len(dev) == 3 and dev[-1]["ppl"] < dev[0]["ppl"]
     assert [p.name for p in rundir.checkpoint_paths(run)] == ["step_00000100.safetensors", "step_00000150.safetensors"]
     assert (run / "vocab.model").is_file() and (run / "config.json").is_file() and (run / rundir.BEST).is_file()
-    model, vocab, loaded_cfg = ckpt.load_for_inference(run)
+    model, vocab, loaded_cfg = rundir.load_for_inference(run)
     assert loaded_cfg.vocab_size == len(vocab) and not model.training
     assert (run / "tb").is_dir()
     from aiayn.viz.curves import plot_run

@@ -12,7 +12,7 @@ from aiayn.errors import UsageError
 from aiayn.rundir import AVERAGED, checkpoint_paths
 
 
-def run(args: argparse.Namespace) -> int:
+def average_command(args: argparse.Namespace) -> int:
     if args.inputs and not args.output:
         raise UsageError("--inputs needs --output FILE (where to write the average)")
     if args.inputs:
@@ -35,4 +35,4 @@ def register(sub) -> None:
     src.add_argument("--inputs", nargs="+", help="explicit checkpoint files to average")
     p.add_argument("--last", type=positive_int, default=5, help="how many of the newest checkpoints (default 5)")
     add_old_name(p, "--out", p.add_argument("--output", metavar="FILE", help=f"output file (default RUN/{AVERAGED})"))
-    p.set_defaults(func=run)
+    p.set_defaults(func=average_command)

@@ -7,7 +7,6 @@ import argparse
 import os
 from pathlib import Path
 
-from aiayn.checkpoint import load_for_inference
 from aiayn.cli.common import add_device_arg, add_language_args, add_old_name, positive_int
 from aiayn.data import load_split
 from aiayn.data.vocab import MODEL_FILE
@@ -15,6 +14,7 @@ from aiayn.errors import DataError, UsageError
 from aiayn.files import read_lines, sha256_file
 from aiayn.metrics import chrf, corpus_bleu, perplexity, tokenized_bleu
 from aiayn.metrics.significance import format_comparison, paired_significance
+from aiayn.rundir import load_for_inference
 from aiayn.runtime import resolve_device
 
 

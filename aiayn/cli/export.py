@@ -12,9 +12,8 @@ from aiayn.extras import require
 
 
 def run(args: argparse.Namespace) -> int:
-    from aiayn.checkpoint import load_for_inference
     from aiayn.export.card import provenance
-    from aiayn.rundir import inference_checkpoint, shortlist_path
+    from aiayn.rundir import inference_checkpoint, load_for_inference, shortlist_path
     from aiayn.shortlist import load as load_shortlist
 
     if args.to == "hf" and args.quantization:

@@ -8,11 +8,12 @@ import os
 from pathlib import Path
 from typing import Any
 
-from aiayn.checkpoint import FINE_TUNE_FIELDS, parent_checkpoint
+from aiayn.checkpoint import FINE_TUNE_FIELDS
 from aiayn.cli.common import add_dataclass_args, add_old_name, add_progress_arg, given_fields, model_overrides
 from aiayn.config import PRESETS, ModelConfig
 from aiayn.errors import UsageError
 from aiayn.extras import require
+from aiayn.rundir import parent_checkpoint
 from aiayn.train import TrainConfig, resume, train, train_or_resume
 
 
@@ -47,7 +48,7 @@ def load_config_file(path: Path) -> dict[str, Any]:
     return cfg
 
 
-def run(args: argparse.Namespace) -> int:
+def train_command(args: argparse.Namespace) -> int:
     flags = given_fields(args, TrainConfig)  # every training flag given, so that resume refuses what it cannot honour
     if args.resume and args.resume_if_exists:
         raise UsageError("--resume-if-exists goes with the command that starts a run (--data, --out, ...) and "
@@ -118,7 +119,7 @@ def register(sub) -> None:
     p.add_argument("--set", action="append", metavar="FIELD=VALUE", help="override a model field, e.g. dropout=0.3")
     add_dataclass_args(p.add_argument_group("training options (TrainConfig)"), TrainConfig)
     add_progress_arg(p)
-    p.set_defaults(func=run)
+    p.set_defaults(func=train_command)
 
     pl = sub.add_parser("plot", help="plot the training curves of a run directory to a PNG")
     pl.add_argument("run", type=Path, help="run directory (its log.jsonl)")

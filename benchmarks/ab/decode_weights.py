@@ -16,9 +16,9 @@ from pathlib import Path
 
 import torch
 
-from aiayn.checkpoint import load_for_inference
 from aiayn.fast import keep_freed_memory
 from aiayn.metrics import corpus_bleu
+from aiayn.rundir import load_for_inference
 from aiayn.runtime import cpu_flags
 from aiayn.search import SearchConfig
 from aiayn.translate import Translator

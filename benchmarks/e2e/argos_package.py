@@ -22,11 +22,10 @@ import tempfile
 import zipfile
 from pathlib import Path
 
-from aiayn.checkpoint import load_for_inference
 from aiayn.export.argos import ARGOS_DECODING, export_argos
 from aiayn.export.ct2 import CT2Translator, export_ct2
 from aiayn.metrics import corpus_bleu
-from aiayn.rundir import inference_checkpoint
+from aiayn.rundir import inference_checkpoint, load_for_inference
 from aiayn.search import SearchConfig
 from benchmarks.timing import once, table
 

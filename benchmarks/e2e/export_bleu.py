@@ -19,12 +19,11 @@ from pathlib import Path
 
 import torch
 
-from aiayn.checkpoint import load_for_inference
 from aiayn.config import PAD_ID
 from aiayn.export.ct2 import export_ct2, own_limits, translate_ct2
 from aiayn.export.hf import export_hf
 from aiayn.metrics import corpus_bleu
-from aiayn.rundir import inference_checkpoint
+from aiayn.rundir import inference_checkpoint, load_for_inference
 from aiayn.search import SearchConfig
 from aiayn.translate import Translator, encode_sources
 from benchmarks.timing import once, table

@@ -19,9 +19,8 @@ from pathlib import Path
 
 import torch
 
-from aiayn.checkpoint import load_for_inference
 from aiayn.export.ct2 import CT2Translator, export_ct2
-from aiayn.rundir import inference_checkpoint
+from aiayn.rundir import inference_checkpoint, load_for_inference
 from aiayn.search import SearchConfig
 from aiayn.translate import Translator
 from benchmarks.timing import compare, table

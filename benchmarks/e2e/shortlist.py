@@ -31,13 +31,12 @@ from pathlib import Path
 
 import torch
 
-from aiayn.checkpoint import load_for_inference
 from aiayn.config import BOS_ID, EOS_ID, PAD_ID, ModelConfig
 from aiayn.data import Vocab
 from aiayn.export.ct2 import VMAP_FILE, CT2Translator, export_ct2
 from aiayn.metrics import corpus_bleu
 from aiayn.model import Transformer
-from aiayn.rundir import inference_checkpoint
+from aiayn.rundir import inference_checkpoint, load_for_inference
 from aiayn.search import SearchConfig
 from aiayn.shortlist import SPECIALS, Shortlist, build_from_prepared, coverage
 from aiayn.translate import Translator, padded

@@ -224,7 +224,7 @@ def main() -> None:
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
     emit({"what": "device", "name": name, "torch": torch.__version__})
     if args.checkpoint:
-        from aiayn.checkpoint import load_for_inference
+        from aiayn.rundir import load_for_inference
         from aiayn.translate import encode_sources
 
         model, vocab, _ = load_for_inference(Path(args.checkpoint))

@@ -14,7 +14,7 @@ Reading guide (paper -> part -> the code that makes it; each part's section is O
 
     budgets.py   BUDGETS: smoke (minutes, nothing learns), cpu (a night on 2 cores), gpu (one GPU hour)
     sources.py   --from PATH recognised by the files each command writes
-    parts.py     the parts; run_part skips a part whose section is saved (an interrupted report resumes)
+    parts.py     the parts; part_section skips a part whose section is saved (an interrupted report resumes)
     page.py      report.md and report.html (images inlined, a CSP that fetches nothing)
 
 The published numbers all come from aiayn.experiments.paper.
@@ -86,7 +86,7 @@ def make_report(out: str | Path, budget: str, sources: Sequence[str | Path] = ()
         make = {"attention": lambda c: parts.attention(c, done["translation"]),
                 "table3": lambda c: parts.table3(c, done["translation"]),
                 "table2": lambda c: parts.table2(c, cost_runs(c, done))}.get(name) or getattr(parts, name)
-        done[name] = parts.run_part(ctx, name, make)
+        done[name] = parts.part_section(ctx, name, make)
     header = {"budget": b.name, "about": b.about, "smoke": b.smoke, "date": machine["date"],
               "hardware": machine["hardware"], "command": "aiayn paper " + shlex.join(argv or [])}
     sections = [done[n] for n in PARTS]

@@ -1,7 +1,7 @@
 """The report's parts: each runs (or reuses) one of the paper's results through the command that makes it, and
 returns its section (the paper's number beside ours, the command, where and when, and what agrees).
 
-A part's section is saved as OUT/parts/<part>.json once the part is done; `run_part` skips a part whose file is
+A part's section is saved as OUT/parts/<part>.json once the part is done; `part_section` skips a part whose file is
 there, so an interrupted report picks up at the part it stopped in (and the experiments resume within a part:
 quickstart and `aiayn variations` resume their runs). Images go to OUT/img/.
 """
@@ -71,7 +71,7 @@ class Context:
         return self.out / "img" / name
 
 
-def run_part(ctx: Context, name: str, make: Callable[[Context], dict[str, Any]]) -> dict[str, Any]:
+def part_section(ctx: Context, name: str, make: Callable[[Context], dict[str, Any]]) -> dict[str, Any]:
     """The part's section: read from OUT/parts/<name>.json if the part is done, else made and saved there."""
     path = ctx.out / "parts" / f"{name}.json"
     if path.is_file():

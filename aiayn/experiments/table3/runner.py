@@ -25,7 +25,7 @@ from aiayn.experiments.table3.plan import (
 )
 from aiayn.experiments.table3.report import backbone_text, report
 from aiayn.experiments.table3.rows import cost, parse_rows, scaled_table
-from aiayn.experiments.table3.score import run_row
+from aiayn.experiments.table3.score import train_row
 from aiayn.runtime import StopOnSignal
 
 CALIBRATION_STEPS = 40  # steps each row trains before --minutes picks the step count (seconds/step: last half)
@@ -116,7 +116,7 @@ class Pool:
             return self._in_subprocesses(todo, max_steps)
         for n in todo:
             t0 = time.time()
-            run_row(self.out, plan, n, max_steps, self.device, self.threads, self.keep, self.jobs)
+            train_row(self.out, plan, n, max_steps, self.device, self.threads, self.keep, self.jobs)
             self._done(n, max_steps, t0)
         return []
 
@@ -170,5 +170,5 @@ class Pool:
 def run_worker(out: str | Path, name: str, max_steps: int, device: str, threads: int, keep_checkpoints: bool,
                jobs: int) -> int:
     """One row of OUT's plan brought to max_steps: what a `--jobs` subprocess runs."""
-    run_row(Path(out), make_plan(Path(out)), name, max_steps, device, threads, keep_checkpoints, jobs)
+    train_row(Path(out), make_plan(Path(out)), name, max_steps, device, threads, keep_checkpoints, jobs)
     return 0

@@ -34,7 +34,7 @@ from aiayn.train import resume, train
 from aiayn.translate import Translator
 
 
-def run_row(out: Path, plan: Plan, name: str, max_steps: int, device: str = "auto", threads: int = 0,
+def train_row(out: Path, plan: Plan, name: str, max_steps: int, device: str = "auto", threads: int = 0,
             keep_checkpoints: bool = False, jobs: int = 1) -> dict[str, Any] | None:
     """Train row `name` of the plan to `max_steps` (a new run, or resuming the one there); when that is the plan's
     step count, score it and write OUT/<name>/result.json. Returns the result, or None if not (yet) scored.
