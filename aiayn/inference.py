@@ -123,8 +123,8 @@ def load(path: str | Path, precision: str = "fp32", device: str | torch.device =
     checkpoint file: the one place that loads a model for decoding (Translator.load, once per ensemble member). The
     file is read as aiayn.rundir.load_for_inference reads it (header and shapes checked first, then the vocabulary,
     then the weights), onto `device`, and converted once to `precision` (PRECISIONS), prepacked or not; decoding_copy
-    returns the result as it is. bf16 is converted in place first: the fp32 weights are not needed again, so the process never
-    holds fp32 and bf16 copies at once; the other formats consume the loaded model likewise."""
+    returns the result as it is. bf16 is converted in place first: the fp32 weights are not needed again, so the
+    process never holds fp32 and bf16 copies at once; the other formats consume the loaded model likewise."""
     check_precision(precision)  # before reading a file that may be large
     device = torch.device(device)
     model, vocab, _ = rundir.load_for_inference(path, device=device)
