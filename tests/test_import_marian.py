@@ -33,7 +33,10 @@ from aiayn.rundir import load_for_inference  # noqa: E402
 
 # The published OPUS-MT configurations (config.json on the HF hub), and the small sizes built here. Fields every
 # variant shares: post-norm, static sinusoid positions, scale_embedding true, share_encoder_decoder_embeddings and
-# tie_word_embeddings true, eos 0, pad = decoder start = last id, a final_logits_bias, max_position_embeddings 512.
+# tie_word_embeddings true, eos 0, pad = decoder start = last id, a final_logits_bias, max_position_embeddings 512,
+# dropout 0.1, attention and activation dropout 0, and the fields older config.json files carry that today's
+# MarianMTModel ignores: normalize_before, normalize_embedding, add_final_layer_norm false, static_position_embeddings
+# true.
 VARIANTS = {
     # opus-mt-* (the ~1,000 original pairs, e.g. opus-mt-en-de): 6+6 layers, d_model 512, 8 heads, d_ff 2048, swish.
     "opus-mt": dict(d_model=32, encoder_layers=2, decoder_layers=2, encoder_attention_heads=4,
@@ -85,7 +88,10 @@ def opus_folder(folder, models, variant: str, seed: int = 0, **overrides):
     config = transformers.MarianConfig(
         vocab_size=v, decoder_vocab_size=v, max_position_embeddings=512, scale_embedding=True,
         share_encoder_decoder_embeddings=True, pad_token_id=v - 1, eos_token_id=0, decoder_start_token_id=v - 1,
-        forced_eos_token_id=0, dropout=0.1, **{**VARIANTS[variant], **overrides})
+        forced_eos_token_id=0, dropout=0.1, attention_dropout=0.0, activation_dropout=0.0,
+        # the fields of older config.json files that today's MarianMTModel ignores, at OPUS-MT's values
+        normalize_before=False, normalize_embedding=False, add_final_layer_norm=False, static_position_embeddings=True,
+        **{**VARIANTS[variant], **overrides})
     torch.manual_seed(seed)
     hf = transformers.MarianMTModel(config)
     with torch.no_grad():  # wide random weights: the logits of different tokens are far apart (no near-ties)
@@ -244,7 +250,9 @@ def test_refusals_are_one_line(spm_models, tmp_path):
     for field, value, reason in [("share_encoder_decoder_embeddings", False, "separate source and target"),
                                  ("scale_embedding", False, "unscaled embeddings"),
                                  ("tie_word_embeddings", False, "not tied"),
-                                 ("decoder_ffn_dim", 128, "different heads or d_ff")]:
+                                 ("decoder_ffn_dim", 128, "different heads or d_ff"),
+                                 ("normalize_before", True, "normalize_before=true"),  # pre-norm: not MarianMTModel's
+                                 ("static_position_embeddings", False, "static_position_embeddings=false")]:
         (folder / "config.json").write_text(json.dumps({**config, "activation_function": "swish", field: value}))
         with pytest.raises(UserError, match=reason):
             import_run(folder, tmp_path / "run")

@@ -48,6 +48,8 @@ from aiayn.model import Transformer
 NEVER = -1e4  # the output bias of the new PAD row: exp(-1e4 - max logit) is 0 in float32, float16 and bfloat16
 ACTIVATIONS = {"swish": "swish", "silu": "swish", "relu": "relu"}  # Marian's activation_function -> aiayn's
 MAX_POSITIONS = 1 << 16  # ModelConfig's bound; OPUS-MT's tables have 512 rows
+_IGNORED_BY_MARIAN = {"normalize_before": False, "normalize_embedding": False, "add_final_layer_norm": False,
+                      "static_position_embeddings": True, "add_bias_logits": False}
 
 
 def read_json(path: Path) -> dict:
@@ -84,6 +86,11 @@ def check_opus_mt(config: dict) -> None:
         problems.append("d_model not divisible by the heads")
     if c.get("decoder_start_token_id") != c.get("pad_token_id"):
         problems.append("a decoder that starts from another token than <pad>")
+    # Fields of older configs that today's MarianMTModel ignores (it is post-norm, with static sinusoids): OPUS-MT's
+    # are all at these values; another value would mean weights that MarianMTModel itself does not compute with.
+    for field, value in _IGNORED_BY_MARIAN.items():
+        if c.get(field, value) != value:
+            problems.append(f"{field}={json.dumps(c[field])} (MarianMTModel computes as if {json.dumps(value)})")
     if problems:
         raise UserError("aiayn cannot hold this Marian model: " + "; ".join(problems))
 
