@@ -255,3 +255,55 @@ def test_page_offers_every_pair(runs):
             assert "through en" in driver.find_element(By.ID, "status").text
     finally:
         driver.quit()
+
+
+def test_command_line_says_what_is_wrong(runs, tmp_path, capsys):
+    """Each misuse of the flags of several models: exit status 2 and one line saying what to do."""
+    from aiayn.cli import main
+
+    root, made, _ = runs
+    a, b = str(made["en", "de"]), str(made["de", "en"])
+    (tmp_path / "empty").mkdir()
+    cases = [
+        (["--checkpoint", a, "--checkpoint", b], "its run records no languages; name them: --checkpoint SRC:TGT="),
+        (["--checkpoint", f"en:de={a}", "--checkpoint", f"en:de={b}"], "two models translate en (English) -> de"),
+        (["--checkpoint", f"en:de={a}", "--checkpoint", f"de:en={tmp_path / 'gone'}"], "no such file or folder"),
+        (["--checkpoint", f"en:de={a}", "--checkpoint", f"de:en={b}", "--source-lang", "en"],
+         "name each model's pair: --checkpoint SRC:TGT=PATH"),
+        (["--checkpoint", f"en:de={a}", "--checkpoint", f"de:en={b}", "--shortlist", "x.tsv"],
+         "--shortlist FILE belongs to one model's vocabulary"),
+        (["--models", str(tmp_path / "empty")], "no model folder in it"),
+        (["--models", str(tmp_path / "nowhere")], "no such folder"),
+        (["--checkpoint", a, "--max-models", "2"], "apply to a server of several models"),
+        (["--checkpoint", f"en:de={a}", "--checkpoint", f"en:e={b}"], "not a language code"),
+        ([], "give the model to serve"),
+    ]
+    for flags, says in cases:
+        assert main(["serve", *flags]) == 2, flags
+        err = capsys.readouterr().err
+        assert says in err and err.count("\n") == 1, (flags, err)
+
+
+def test_glossary_field(runs, copy_data):
+    """"glossary" on /translate: the answer is the offline translation with the same glossary (aiayn.glossary), in a
+    batch beside a request without one, whose answer stays the plain one; a glossary through a pivot, or with
+    sampling, is a 422."""
+    from serving import call, copy_translator
+
+    translator, lines = copy_translator(copy_data)
+    line = next(line for line in lines if "alpha" in line.split())
+    terms = [("alpha", "KILO LIMA")]
+    expect = translator.translate([line], glossary=terms)[0]
+    assert "KILO LIMA" in expect and expect != translator.translate([line])[0]
+    with_terms, plain, sampled = call(create_app(translator), [
+        ("POST", "/translate", {"q": line, "glossary": [list(t) for t in terms]}),
+        ("POST", "/translate", {"q": line}),
+        ("POST", "/translate", {"q": line, "glossary": [list(t) for t in terms], "sampling": True}),
+    ])
+    assert with_terms.json()["translatedText"] == expect
+    assert plain.json()["translatedText"] == translator.translate([line])[0]
+    assert sampled.status_code == 422 and "sampling" in sampled.json()["error"]
+    root, made, _ = runs
+    (pivoted,) = in_order(create_app(models=models_of(made)), [
+        ("POST", "/translate", {"q": line, "source": "de", "target": "fr", "glossary": [["alpha", "KILO"]]})])
+    assert pivoted.status_code == 422 and "through en" in pivoted.json()["error"]

@@ -113,8 +113,9 @@ async def translate(request: Request) -> TranslateResponse:
     split = [pieces(text, req.format) for text in texts]  # lines and sentences (and HTML text nodes)
     try:
         nbests = await translate_along(server.models, routes, split, prefixes, nbest=req.alternatives + 1,
-                                       options=req.search_options(), shortlist=req.shortlist)
-    except UsageError as e:  # a search option that does not fit (top_k without sampling), a prefix too long or UNK
+                                       options=req.search_options(), shortlist=req.shortlist, glossary=req.glossary)
+    except UsageError as e:  # a search option that does not fit (top_k without sampling), a prefix too long or UNK,
+        # a glossary term that cannot fit or that sampling or a prefix cannot be combined with
         raise ApiError(422, str(e)) from None
     answers = [_joined(parts, found, req.alternatives + 1, req.format) for parts, found in zip(split, nbests)]
     best = [texts_[0] for texts_, _ in answers]
@@ -333,7 +334,7 @@ def _constrain(option: dict, constraints: dict) -> None:
     kind = option.get("type")
     applies = {"string": ("maxLength", "minLength", "enum"), "integer": ("maximum",), "array": ("maxItems", "minItems")}
     option.update({k: v for k, v in constraints.items() if k in applies.get(kind, ())})
-    if kind == "array":
+    if kind == "array" and "items" in option:  # a tuple (glossary's pairs) has prefixItems instead
         _constrain(option["items"], constraints)
 
 

@@ -80,6 +80,7 @@ class _Job:
     future: asyncio.Future
     call: Callable[[], object] | None = None
     prefixes: list[list[int]] | None = None  # target prefix ids per text ([]: none)
+    terms: list | None = None  # glossary terms per text (aiayn.glossary.Term lists; []: none)
     arrived: float = field(default_factory=time.perf_counter)
 
     @property
@@ -106,7 +107,7 @@ class Batcher:
         self._pool: ThreadPoolExecutor | None = None
         self._closing = False
         self._idle_since = 0.0  # when the model thread last finished a job
-        self._by_nbest: dict[tuple, Translator] = {(translator.search.nbest, (), False): translator}
+        self._by_nbest: dict[tuple, Translator] = {(translator.search.nbest, (), False, False): translator}
         # counters for /info and the load benchmark; model_busy_s: seconds the model thread spent on batches
         self.stats = {"batches": 0, "sentences": 0, "requests": 0, "rejected": 0, "timed_out": 0, "model_busy_s": 0.0}
         # after each decoded batch: on_batch(sentences, source tokens, tokens of the best translations); the metrics
@@ -116,20 +117,24 @@ class Batcher:
     # ---- the event loop side
 
     async def submit(self, texts: Sequence[str], nbest: int = 1, options: dict | None = None,
-                     prefixes: Sequence[str] | None = None, full_vocabulary: bool = False) -> list[list[Translation]]:
+                     prefixes: Sequence[str] | None = None, full_vocabulary: bool = False,
+                     glossary: Sequence[tuple[str, str]] | None = None) -> list[list[Translation]]:
         """Translate `texts` (up to `nbest` hypotheses each, best first) among whatever else is queued. options:
         SearchConfig fields that differ from the server's (sampling, top_k, ...; a bad one is a UsageError before
         queuing); prefixes: per text, the text its translations start with ("": none); full_vocabulary: without the
-        server's shortlist. Sampling seeds text i of the request by i, so a request's samples do not depend on what
-        it is batched with."""
+        server's shortlist; glossary: (source term, target term) pairs each translation must follow (aiayn.glossary;
+        such requests are batched with each other only). Sampling seeds text i of the request by i, so a request's
+        samples do not depend on what it is batched with."""
         self._admit(len(texts))
-        translator = self._translator(nbest, options, full_vocabulary)
+        translator = self._translator(nbest, options, full_vocabulary, glossary=bool(glossary))
         sources = translator.encode(texts)
         prefix_ids = None
         if prefixes is not None and any(prefixes):
             prefix_ids = encode_prefixes(translator.vocab, prefixes)
             translator.check_prefixes(sources, prefix_ids)
-        return await self._wait(_Job(sources, translator, self._loop().create_future(), prefixes=prefix_ids))
+        terms = translator.glossary_terms(texts, glossary) if glossary else None
+        return await self._wait(_Job(sources, translator, self._loop().create_future(), prefixes=prefix_ids,
+                                     terms=terms))
 
     async def run(self, fn: Callable[..., T], *args) -> T:
         """fn(*args) on the model's thread between two batches (for work that touches the model, e.g. recording
@@ -141,7 +146,7 @@ class Batcher:
         """Serve `translator` from the next request on; queued requests keep the model that encoded them (see the
         module docstring). Call it on the event loop."""
         self.translator = translator
-        self._by_nbest = {(translator.search.nbest, (), False): translator}
+        self._by_nbest = {(translator.search.nbest, (), False, False): translator}
 
     async def close(self) -> None:
         """Refuse new jobs, answer every queued one, stop the worker thread."""
@@ -169,11 +174,13 @@ class Batcher:
             raise QueueFull(f"the queue is full ({self._queued} sentences waiting, max_queue "
                             f"{self.config.max_queue}); retry later", retry_after_s=1)
 
-    def _translator(self, nbest: int, options: dict | None = None, full_vocabulary: bool = False) -> Translator:
+    def _translator(self, nbest: int, options: dict | None = None, full_vocabulary: bool = False,
+                    glossary: bool = False) -> Translator:
         """The current translator with search.nbest = nbest and `options`, and without its shortlist if
-        `full_vocabulary`, sharing its model (a shallow copy: only `search` and `shortlist` differ)."""
+        `full_vocabulary`, sharing its model (a shallow copy: only `search` and `shortlist` differ; requests with a
+        glossary get a copy of their own, so that they are batched together and apart from the others)."""
         full_vocabulary = full_vocabulary and self.translator.shortlist is not None
-        key = (nbest, tuple(sorted((options or {}).items())), full_vocabulary)
+        key = (nbest, tuple(sorted((options or {}).items())), full_vocabulary, glossary)
         if key not in self._by_nbest:
             t = copy.copy(self.translator)
             t.search = dataclasses.replace(self.translator.search, nbest=nbest, **(options or {}))
@@ -299,8 +306,11 @@ class Batcher:
         prefixes = None
         if any(job.prefixes for job in batch):
             prefixes = [p for job in batch for p in job.prefixes or [[]] * len(job.sources)]
+        terms = None
+        if any(job.terms for job in batch):
+            terms = [t for job in batch for t in job.terms or [[]] * len(job.sources)]
         line_numbers = [i for job in batch for i in range(len(job.sources))]  # sampling's seeds: per request
-        hyps = translator.search_ids(sources, prefixes=prefixes, line_numbers=line_numbers)
+        hyps = translator.search_ids(sources, prefixes=prefixes, line_numbers=line_numbers, terms=terms)
         decode = translator.vocab.decode
         out, start = [], 0
         for job in batch:

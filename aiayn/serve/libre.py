@@ -85,6 +85,10 @@ class TranslateRequest(BaseModel):
     temperature: float = Field(1.0, ge=0, description="aiayn, sampling: softmax(log-probs / temperature); 0: greedy")
     seed: int = Field(0, ge=0, description="aiayn, sampling: text i of the request draws from a generator seeded "
                                            "by (seed, i)")
+    glossary: list[tuple[str, str]] | None = Field(None, description="aiayn: [source term, target term] pairs; each "
+                                                                     "source term found in a sentence (whole words, "
+                                                                     "case as written) makes the target term appear "
+                                                                     "in its translation (aiayn.glossary; JSON only)")
     shortlist: bool | None = Field(None, description="aiayn: decode with the server's lexical shortlist (faster; "
                                                      "absent: as the server is started, aiayn serve --shortlist); "
                                                      "false: the full vocabulary; true needs a server with one")

@@ -16,10 +16,16 @@ from aiayn.translate import Translation
 
 
 async def translate_along(models: Models, routes: list[list[LanguagePair]], split: list[list[Piece]],
-                          prefixes: list[str] | None, nbest: int, options: dict, shortlist: bool | None
-                          ) -> list[list[list[Translation]]]:
+                          prefixes: list[str] | None, nbest: int, options: dict, shortlist: bool | None,
+                          glossary: list[tuple[str, str]] | None = None) -> list[list[list[Translation]]]:
     """Per text, the n-best list of each of its pieces to translate (in order). routes[i], split[i]: text i's route
-    and pieces; prefixes[i]: the text its first sentence's translation starts with."""
+    and pieces; prefixes[i]: the text its first sentence's translation starts with; glossary: the request's terms
+    (a route of one model only: its source terms are the text's language)."""
+    if glossary and any(len(route) > 1 for route in routes):
+        pivoted = next(route for route in routes if len(route) > 1)
+        raise ApiError(422, f"glossary: {pivoted[0].source} -> {pivoted[-1].target} is translated through "
+                            f"{pivoted[0].target} (two models), and a glossary's source terms must be in the text the "
+                            "model reads; send it for a pair one model translates")
     groups: dict[tuple, list[int]] = defaultdict(list)
     for i, route in enumerate(routes):
         groups[tuple(route)].append(i)
@@ -29,7 +35,8 @@ async def translate_along(models: Models, routes: list[list[LanguagePair]], spli
         starts = None
         if prefixes is not None:  # a text's prefix starts the translation of its first sentence
             starts = [prefixes[i] if k == 0 else "" for i in members for k in range(sum(p.translate for p in split[i]))]
-        return await _legs(models, list(route), sentences, starts, nbest, options, shortlist) if sentences else []
+        return await _legs(models, list(route), sentences, starts, nbest, options, shortlist, glossary) \
+            if sentences else []
 
     found = await asyncio.gather(*(one(route, members) for route, members in groups.items()))
     out: list[list[list[Translation]]] = [[] for _ in routes]
@@ -41,7 +48,8 @@ async def translate_along(models: Models, routes: list[list[LanguagePair]], spli
 
 
 async def _legs(models: Models, route: list[LanguagePair], sentences: list[str], prefixes: list[str] | None,
-                nbest: int, options: dict, shortlist: bool | None) -> list[list[Translation]]:
+                nbest: int, options: dict, shortlist: bool | None, glossary: list | None = None
+                ) -> list[list[Translation]]:
     """The sentences through every model of the route: the best of each leg is the next leg's source."""
     for pair in route[:-1]:
         batcher = await models.batcher(pair)
@@ -52,4 +60,4 @@ async def _legs(models: Models, route: list[LanguagePair], sentences: list[str],
         raise ApiError(422, "shortlist: this server has no shortlist (aiayn serve --shortlist starts one with it); "
                             "leave the field out or send false")
     return await batcher.submit(sentences, nbest=nbest, options=options, prefixes=prefixes,
-                                full_vocabulary=shortlist is False)
+                                full_vocabulary=shortlist is False, glossary=glossary)
