@@ -262,6 +262,39 @@ def test_refusals_are_one_line(spm_models, tmp_path):
         import_run(folder, tmp_path / "run")
 
 
+def test_weights_are_read_from_every_file_layout_without_transformers(spm_models, tmp_path, monkeypatch):
+    """model.safetensors, shards with their index, or an older pytorch_model.bin: the same model, and transformers
+    is not needed to import (only to build the folders here)."""
+    import shutil
+    import sys
+
+    from safetensors.torch import load_file, save_file
+
+    folder = opus_folder(tmp_path / "opus", spm_models, "opus-mt")
+    state = load_file(folder / "model.safetensors")
+    layouts = {"bin": tmp_path / "bin", "shards": tmp_path / "shards"}
+    for layout in layouts.values():
+        shutil.copytree(folder, layout)
+        (layout / "model.safetensors").unlink()
+    torch.save(state, layouts["bin"] / "pytorch_model.bin")
+    names = sorted(state)
+    parts = {"model-00001-of-00002.safetensors": names[::2], "model-00002-of-00002.safetensors": names[1::2]}
+    for file, keys in parts.items():
+        save_file({k: state[k] for k in keys}, layouts["shards"] / file)
+    (layouts["shards"] / "model.safetensors.index.json").write_text(
+        json.dumps({"weight_map": {k: file for file, keys in parts.items() for k in keys}}))
+    monkeypatch.setitem(sys.modules, "transformers", None)  # any import of transformers now fails
+    import_run(folder, tmp_path / "run")
+    expect = load_for_inference(tmp_path / "run")[0].state_dict()
+    for name, layout in layouts.items():
+        import_run(layout, tmp_path / f"run-{name}")
+        got = load_for_inference(tmp_path / f"run-{name}")[0].state_dict()
+        assert all(torch.equal(got[k], v) for k, v in expect.items())
+    (layouts["bin"] / "pytorch_model.bin").unlink()
+    with pytest.raises(UserError, match="holds no weights"):
+        import_run(layouts["bin"], tmp_path / "none")
+
+
 def test_a_damaged_paired_vocabulary_is_refused(opus_run, tmp_path):
     import zipfile
 

@@ -6,11 +6,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from aiayn.extras import require
-
 
 def run(args: argparse.Namespace) -> int:
-    require("aiayn import --from hf", "export", ("transformers",))
     from aiayn.export.marian import import_run
 
     checkpoint, cfg = import_run(args.folder, args.out)

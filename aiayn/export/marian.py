@@ -43,6 +43,7 @@ from aiayn.errors import CheckpointError, UserError
 from aiayn.export.card import fresh_folder
 from aiayn.export.hf import _permute_d, import_hf, sinusoid_permutation
 from aiayn.export.names import parameter_map
+from aiayn.extras import require
 from aiayn.model import Transformer
 
 NEVER = -1e4  # the output bias of the new PAD row: exp(-1e4 - max logit) is 0 in float32, float16 and bfloat16
@@ -123,37 +124,55 @@ def model_config(config: dict) -> ModelConfig:
                        activation=ACTIVATIONS[c["activation_function"]], output_bias=True)
 
 
-def from_opus_mt(hf, rows: list[int | None]) -> Transformer:
-    """The aiayn Transformer computing what the MarianMTModel `hf` computes, its vocabulary rows renumbered (`rows`:
-    for each aiayn id its Marian id, None for the new PAD row)."""
-    cfg = model_config(hf.config.to_dict())
-    hf_state = hf.state_dict()
+def read_weights(folder: Path) -> dict[str, torch.Tensor]:
+    """The MarianMTModel state dict saved in `folder` (model.safetensors, its shards, or pytorch_model.bin), read
+    without transformers: a user who only imports needs no HF install, and no second copy of the model is built."""
+    from safetensors.torch import load_file
+
+    if (folder / "model.safetensors").is_file():
+        return load_file(folder / "model.safetensors")
+    if (folder / "model.safetensors.index.json").is_file():
+        shards = sorted(set(read_json(folder / "model.safetensors.index.json")["weight_map"].values()))
+        return {k: v for shard in shards for k, v in load_file(folder / shard).items()}
+    if (folder / "pytorch_model.bin").is_file():
+        return torch.load(folder / "pytorch_model.bin", map_location="cpu", weights_only=True)
+    raise UserError(f"{folder} holds no weights aiayn reads (model.safetensors, its shards, or pytorch_model.bin)")
+
+
+def from_opus_mt(config: dict, hf_state: dict[str, torch.Tensor], rows: list[int | None]) -> Transformer:
+    """The aiayn Transformer computing what the MarianMTModel of `config` and `hf_state` computes, its vocabulary
+    rows renumbered (`rows`: for each aiayn id its Marian id, None for the new PAD row)."""
+    cfg = model_config(config)
     inverse = torch.argsort(sinusoid_permutation(cfg.d_model))
     state = {}
     for p in parameter_map(cfg):
-        tied = [hf_state[name] for name in p.hf if name in hf_state]
+        tied = [hf_state[name] for name in p.hf if name in hf_state]  # a file keeps one of tied tensors, or all
+        if not tied:
+            raise UserError(f"the weights lack {p.hf[0]}; is this a MarianMTModel of the config's shape?")
         if any(not torch.equal(t, tied[0]) for t in tied[1:]):
             raise UserError(f"this Marian model's {', '.join(p.hf)} differ; aiayn shares one embedding for all")
         state[p.aiayn] = _permute_d(tied[0].float(), p.axes, inverse)
     taken = torch.tensor([0 if r is None else r for r in rows])
     state["embedding.weight"] = state["embedding.weight"].index_select(0, taken)
     state["embedding.weight"][PAD_ID] = 0.0
-    state["output_bias"] = hf_state["final_logits_bias"].float().reshape(-1).index_select(0, taken)
+    bias = hf_state.get("final_logits_bias", torch.zeros(config["vocab_size"]))
+    state["output_bias"] = bias.float().reshape(-1).index_select(0, taken)
     state["output_bias"][PAD_ID] = NEVER
     model = Transformer(cfg)
-    model.load_state_dict(state)
+    try:
+        model.load_state_dict(state)
+    except RuntimeError as e:  # a tensor of another shape than the config says
+        raise UserError(f"the weights do not fit the model config.json describes: {str(e).splitlines()[-1]}") from None
     return model.eval()
 
 
 def read_opus_mt(folder: Path) -> tuple[Transformer, list[str]]:
     """(the aiayn Transformer, its pieces in id order) of an OPUS-MT folder; refused with one line where aiayn cannot
     hold it."""
-    from transformers import MarianMTModel
-
     config = read_json(folder / "config.json")
     check_opus_mt(config)
     rows, pieces = renumbering(config, read_json(folder / "vocab.json"))
-    return from_opus_mt(MarianMTModel.from_pretrained(folder).float(), rows), pieces
+    return from_opus_mt(config, read_weights(folder), rows), pieces
 
 
 def import_run(folder: Path, out: Path) -> tuple[Path, ModelConfig]:
@@ -173,9 +192,11 @@ def import_run(folder: Path, out: Path) -> tuple[Path, ModelConfig]:
             MarianVocab.write(tmp / MODEL_FILE, (folder / "source.spm").read_bytes(),
                               (folder / "target.spm").read_bytes(), pieces)
         elif (folder / "source.spm").read_bytes() == (folder / "target.spm").read_bytes():
+            require("aiayn import of an aiayn HF export", "export", ("transformers",))
             model, vocab = import_hf(folder)  # aiayn's own export, one SentencePiece model
             vocab.copy_to(tmp)
         else:  # aiayn's export of an imported model: the pieces are already in aiayn's order
+            require("aiayn import of an aiayn HF export", "export", ("transformers",))
             from transformers import MarianMTModel
 
             from aiayn.export.hf import from_marian
