@@ -15,7 +15,10 @@ The search is the beam search of aiayn.search with `DynamicBeamAllocation` plugg
       few candidates gives its slots to the others, the most advanced first), each bank taking its best candidates;
     * EOS is banned until every constraint is met; and once the words left before the length limit are only as
       many as the pieces still needed, only tokens that keep every constraint reachable are allowed. So a
-      hypothesis finishes only with all its constraints met, and the search always finds one (at the limit).
+      hypothesis finishes only with all its constraints met, and the search always finds one (at the limit);
+    * a small beam shared out among banks can lose a translation that the plain beam finds with every term in it, so
+      the sentences with terms are also searched plainly, and the plain hypotheses that hold every term compete with
+      the constrained ones: the answer scores at least as well as either search's best that holds every term.
 
 Constraints whose pieces add up to more than the sentence's word limit cannot fit: a UsageError naming the line.
 A sentence without constraints searches exactly as the plain beam search (the same step, the same candidates).
@@ -112,6 +115,12 @@ def check_fits(terms: Sequence[Sequence[Term]], limit: Sequence[int], lines: Seq
 
 # ---------------------------------------------------------------------------------------------------------
 # One hypothesis's constraints: pure functions of its met terms and the end of its words.
+
+
+def holds(words: Sequence[int], term: Sequence[int]) -> bool:
+    """Whether `words` hold `term`, contiguous."""
+    n = len(term)
+    return any(tuple(words[i: i + n]) == tuple(term) for i in range(len(words) - n + 1))
 
 
 def _ends_with(words: Sequence[int], part: Sequence[int]) -> bool:
@@ -271,10 +280,13 @@ def _apply(allowed: Tensor | None, edits: list[tuple[int, set[int] | None]], lik
 @torch.no_grad()
 def constrained_beam_search(model, src: Tensor, search: SearchConfig, max_len: int | None = None,
                             constraint=None, prefixes: Sequence[Sequence[int]] | None = None,
-                            lines: Tensor | None = None, terms: Sequence[Sequence[Term]] = ()):
+                            lines: Tensor | None = None, terms: Sequence[Sequence[Term]] = (),
+                            with_plain: bool = True):
     """beam_search (arguments as its own) with each sentence's target terms as constraints (`terms[i]`: piece-id
-    tuples of sentence i; none: the plain search). A sentence whose terms cannot fit its word limit is a UsageError
-    naming its line; sampling and target prefixes are refused."""
+    tuples of sentence i; none: the plain search). with_plain: the sentences with terms are searched a second time
+    without them, and those of its hypotheses that hold every term compete with the constrained search's (False:
+    dynamic beam allocation alone). A sentence whose terms cannot fit its word limit is a UsageError naming its
+    line; sampling and target prefixes are refused."""
     if search.sampling:
         raise UsageError("a glossary needs beam (or greedy) search, not sampling")
     if prefixes and any(prefixes):
@@ -282,5 +294,22 @@ def constrained_beam_search(model, src: Tensor, search: SearchConfig, max_len: i
     lines = torch.arange(src.size(0)) if lines is None else lines
     limit = max_output_lengths(src, search.max_len_a, search.max_len_b, search.min_len, max_len)
     check_fits(terms, limit.tolist(), lines.tolist())
-    hook = DynamicBeamAllocation(terms, limit) if any(terms) else None
-    return beam_search(model, src, search, max_len, constraint, prefixes, lines, lexical=hook)
+    if not any(terms):
+        return beam_search(model, src, search, max_len, constraint, prefixes, lines)
+    hyps = beam_search(model, src, search, max_len, constraint, prefixes, lines,
+                       lexical=DynamicBeamAllocation(terms, limit))
+    if not with_plain:
+        return hyps
+    # The plain search of the same sentences: its hypotheses that hold every term compete too (a small beam shared
+    # out among banks can lose a translation that the plain beam finds with all its terms).
+    rows = [i for i, words in enumerate(terms) if words]
+    index = torch.tensor(rows, device=src.device)
+    within = None if constraint is None else (lambda sent, prefix: constraint(index[sent], prefix))
+    plain = beam_search(model, src.index_select(0, index), search, max_len, within, None, lines[rows])
+    for i, hs in zip(rows, plain):
+        holding = [h for h in hs if all(holds(h.tokens, term) for term in terms[i])]
+        best = {}
+        for h in sorted(hyps[i] + holding, key=lambda h: -h.score):
+            best.setdefault(tuple(h.tokens), h)
+        hyps[i] = list(best.values())[: search.nbest]
+    return hyps

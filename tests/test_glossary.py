@@ -12,15 +12,19 @@ from test_search import TABLES, A, B, C, E, ScriptedModel, src_of
 from aiayn.cli import main
 from aiayn.data import Vocab
 from aiayn.errors import UsageError, UserError
-from aiayn.glossary import Glossary, advance, advancing_tokens, bank_sizes, constrained_beam_search, needed
+from aiayn.glossary import (
+    Glossary,
+    advance,
+    advancing_tokens,
+    bank_sizes,
+    constrained_beam_search,
+    holds,
+    needed,
+)
 from aiayn.search import SearchConfig, beam_search
 from aiayn.translate import Translator, padded
 
 QUICKSTART = Path("/work/runs/quickstart/run")
-
-
-def holds(words, term) -> bool:
-    return any(tuple(words[i: i + len(term)]) == tuple(term) for i in range(len(words)))
 
 
 def test_glossary_file_comments_blank_lines_and_bad_lines(tmp_path):
@@ -107,19 +111,38 @@ def tiny(copy_data):
     return tiny_model(len(vocab), eos_bias=2.0), vocab, lines
 
 
-@pytest.mark.parametrize("beam, nbest", [(1, 1), (4, 1), (4, 3)])
-def test_every_constraint_met_on_a_real_model(tiny, beam, nbest):
+@pytest.mark.parametrize("beam, nbest, with_plain", [(1, 1, True), (4, 1, True), (4, 3, True), (4, 3, False)])
+def test_every_constraint_met_on_a_real_model(tiny, beam, nbest, with_plain):
     """Random terms of one to three pieces, up to two a sentence, on a real (random) model: every returned
-    hypothesis holds every term of its sentence, in greedy, beam and n-best search."""
+    hypothesis holds every term of its sentence, in greedy, beam and n-best search, with the plain search's rivals
+    or by the allocation alone."""
     model, vocab, lines = tiny
     gen = torch.Generator().manual_seed(beam + nbest)
     terms = [[tuple(torch.randint(4, len(vocab), (int(n),), generator=gen).tolist())
               for n in torch.randint(1, 4, (i % 3,), generator=gen)] for i in range(len(lines))]
     src = padded([vocab.encode(line) + [E] for line in lines])
     search = SearchConfig(beam=beam, nbest=nbest, max_len_b=8)
-    hyps = constrained_beam_search(model.eval(), src, search, terms=terms)
+    hyps = constrained_beam_search(model.eval(), src, search, terms=terms, with_plain=with_plain)
     for words, hs in zip(terms, hyps):
         assert hs and all(holds(h.tokens, term) for h in hs for term in words)
+
+
+def test_the_plain_search_rivals_the_allocation(tiny):
+    """with_plain: the answer is the best of the constrained search's hypotheses and the plain search's that hold
+    every term, so it scores at least as well as either (terms: pieces of the plain best, some held already)."""
+    model, vocab, lines = tiny
+    search = SearchConfig(beam=3, max_len_b=8)
+    src = padded([vocab.encode(line) + [E] for line in lines])
+    plain = beam_search(model.eval(), src, search)
+    terms = [[tuple(hs[0].tokens[1:3])] if i % 2 else [(7 + i,)] for i, hs in enumerate(plain)]
+    alone = constrained_beam_search(model, src, search, terms=terms, with_plain=False)
+    both = constrained_beam_search(model, src, search, terms=terms)
+    for words, p, a, b in zip(terms, plain, alone, both):
+        assert all(holds(b[0].tokens, term) for term in words)
+        assert b[0].score >= a[0].score
+        if all(holds(p[0].tokens, term) for term in words):
+            assert b[0].score >= p[0].score
+    assert any(holds(p[0].tokens, w[0]) for p, w in zip(plain, terms))
 
 
 def test_sentences_without_terms_search_as_without_a_glossary(tiny):
