@@ -8,8 +8,9 @@ What an OPUS-MT folder holds, and where it goes:
     config.json (MarianConfig)       -> ModelConfig: layers, d_model, heads, d_ff, activation (swish or relu),
                                         output_bias=True; the rest of Marian is the paper's layout (post-norm,
                                         sinusoids, LayerNorm eps 1e-5, embeddings x sqrt(d_model), tied)
-    model weights                    -> names.py's rows, every d_model axis permuted back from Marian's [sin | cos]
-                                        sinusoid layout (hf.py: sinusoid_permutation), rows renumbered (below)
+    model.safetensors (or shards, or  -> names.py's rows, every d_model axis permuted back from Marian's [sin | cos]
+    pytorch_model.bin), read without    sinusoid layout (hf.py: sinusoid_permutation), rows renumbered (below)
+    transformers (`read_weights`)
     final_logits_bias (1, V)         -> Transformer.output_bias, renumbered likewise
     source.spm, target.spm,          -> RUN/vocab.model: a MarianVocab (aiayn.data.vocab), which tokenizes as
     vocab.json (one joint list)         MarianTokenizer: source text by source.spm, target text by target.spm
@@ -25,7 +26,8 @@ scores).
 
 Refused, with one line each (`check_opus_mt`): separate source and target vocabularies (untied embeddings), an
 output layer not tied to the embedding, unscaled embeddings, an activation other than swish/relu, encoder and
-decoder of different widths or heads, a decoder that starts from another token than <pad>.
+decoder of different widths or heads, a decoder that starts from another token than <pad>, and an older config's
+field that today's MarianMTModel ignores (normalize_before, ...) at another value than OPUS-MT's.
 """
 
 from __future__ import annotations
@@ -141,12 +143,13 @@ def read_weights(folder: Path) -> dict[str, torch.Tensor]:
 
 def from_opus_mt(config: dict, hf_state: dict[str, torch.Tensor], rows: list[int | None]) -> Transformer:
     """The aiayn Transformer computing what the MarianMTModel of `config` and `hf_state` computes, its vocabulary
-    rows renumbered (`rows`: for each aiayn id its Marian id, None for the new PAD row)."""
+    rows renumbered (`rows`: for each aiayn id its Marian id, None for the new PAD row). hf_state is consumed."""
     cfg = model_config(config)
     inverse = torch.argsort(sinusoid_permutation(cfg.d_model))
     state = {}
     for p in parameter_map(cfg):
-        tied = [hf_state[name] for name in p.hf if name in hf_state]  # a file keeps one of tied tensors, or all
+        # a file keeps one of tied tensors, or all; each is dropped as it is read (two copies of the model at most)
+        tied = [hf_state.pop(name) for name in p.hf if name in hf_state]
         if not tied:
             raise UserError(f"the weights lack {p.hf[0]}; is this a MarianMTModel of the config's shape?")
         if any(not torch.equal(t, tied[0]) for t in tied[1:]):
