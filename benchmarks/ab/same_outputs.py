@@ -28,6 +28,7 @@ from pathlib import Path
 
 import torch
 
+from benchmarks.evidence import read_text
 from benchmarks.timing import measure, table
 
 SETTINGS = {  # name -> (precision, beam): what `record` translates
@@ -95,7 +96,7 @@ def record(fixture_dir: Path, out: Path, n: int, n_bf16: int, steps: int, seed: 
 
 def compare(a: Path, b: Path) -> bool:
     """One line per record entry: identical or not (the first differing line, the largest loss difference)."""
-    ra, rb = (json.loads(p.read_text(encoding="utf-8")) for p in (a, b))
+    ra, rb = (json.loads(read_text(p)) for p in (a, b))  # FILE or FILE.xz (benchmarks.evidence)
     same = True
     for key in ra:
         x, y = ra[key], rb.get(key)
