@@ -7,6 +7,7 @@ import subprocess
 import sys
 
 import pytest
+import torch
 from helpers import REPO
 
 
@@ -39,6 +40,149 @@ def test_gpu_sitting_script_cpu_smoke(tmp_path):
     train = [r for r in records(tmp_path / "gpu_train.jsonl") if r["what"] == "train"]
     calls = [r for r in records(tmp_path / "gpu_train.jsonl") if r["what"] == "device"]
     assert len(calls) == 5 and len(train) == 5 and all("error" not in r and r["impl"] == "aiayn" for r in train)
+    assert all("tf32" in r for r in train)
+    again = subprocess.run(["bash", "benchmarks/gpu/all.sh", "train"], cwd=REPO, env=env, check=True,
+                           capture_output=True, text=True, timeout=600).stdout
+    assert again.count("done earlier") == 5 and len(records(tmp_path / "gpu_train.jsonl")) == 2 * 5 + 5
+
+
+def test_peers_tf32_is_for_fp32_only():
+    """--tf32 with a 16-bit dtype is a one-line usage error, not a silent no-op."""
+    r = subprocess.run([sys.executable, "-m", "benchmarks.gpu.peers", "--cpu", "--dtype", "bf16", "--tf32"],
+                       cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2 and "--tf32 is for --dtype fp32" in r.stderr and "Traceback" not in r.stderr
+
+
+# Kernel names as torch.profiler reported them on an H200 and H100 (benchmarks/results/gpu-h200), with the operators
+# that launched them, innermost first.
+KERNELS = [
+    ("nvjet_sm90_tst_128x256_64x4_2x1_v_bz_coopA_NNN", ["aten::mm", "AddmmBackward0"], "matrix products"),
+    ("void pytorch_flash::flash_bwd_dq_dk_dv_loop_seqk_parallel_kernel<Flash_bwd_kernel_traits<64, 128>>",
+     ["aten::_flash_attention_backward"], "attention"),
+    ("triton_red_fused__log_softmax__log_softmax_backward_data__to_copy_add_0", ["CompiledFunctionBackward"],
+     "softmax and loss"),
+    ("triton_per_fused_add_native_dropout_native_layer_norm_3", [], "layer norm"),  # fused: the first kind named
+    ("void at::native::unrolled_elementwise_kernel<at::native::direct_copy_kernel_cuda(at::TensorIteratorBase&)>",
+     ["aten::copy_", "aten::_to_copy", "aten::to", "ToCopyBackward0"], "casts"),
+    ("void at::native::reduce_kernel<128, 4, at::native::ReduceOp<c10::BFloat16, at::native::func_wrapper_t>>",
+     ["aten::sum", "AddmmBackward0"], "matrix products"),  # the bias gradient of a linear layer
+    ("void at::native::vectorized_elementwise_kernel<4, at::native::CUDAFunctor_add<c10::BFloat16>>",
+     ["aten::add"], "elementwise"),  # a residual add
+    ("void at::native::vectorized_elementwise_kernel<4, at::native::BinaryFunctor<float, float, float, MulFunctor>>",
+     ["aten::mul", "aten::native_dropout_backward", "NativeDropoutBackward0"], "dropout"),
+    ("void at::native::(anonymous namespace)::vectorized_layer_norm_kernel<c10::BFloat16, float>",
+     ["aten::native_layer_norm"], "layer norm"),
+    ("void at::native::multi_tensor_apply_kernel<at::native::FusedAdamMathFunctor<float, 4>>",
+     ["aten::_fused_adam_", "Optimizer.step#Adam.step"], "optimizer"),
+    ("void at::native::indexSelectLargeIndex<float, long, unsigned int, 2, 2, -2, true>",
+     ["aten::index_select", "aten::embedding"], "other"),
+    ("", ["autograd::engine::evaluate_function: ScaledDotProductFlashAttentionForCpuBackward0"], "attention"),
+    ("", ["aten::random_", "aten::random_"], "dropout"),  # aiayn.fast.Dropout's mask on a CPU
+]
+
+
+@pytest.mark.parametrize("kernel,ops,kind", KERNELS, ids=[k[2] + "-" + str(i) for i, k in enumerate(KERNELS)])
+def test_kind_of_a_kernel(kernel, ops, kind):
+    from benchmarks.gpu.profile_step import kind_of
+
+    assert kind_of(kernel, ops) == kind
+
+
+def test_kinds_of_a_cpu_profile_add_up_to_its_total():
+    """Every operator's own time lands in exactly one kind: the kinds add up to the profile's total, and a training
+    step of the tiny model has time in each kind that runs on a CPU."""
+    from torch.profiler import ProfilerActivity, profile
+
+    from aiayn.config import ModelConfig
+    from aiayn.losses import TrainingObjective
+    from aiayn.model import Transformer
+    from benchmarks.gpu.profile_step import KINDS, by_kind, timed_work
+    from benchmarks.workloads import train_batch
+
+    torch.manual_seed(0)
+    model = Transformer(ModelConfig.preset("tiny", vocab_size=64)).train()
+    objective, opt = TrainingObjective(model), torch.optim.Adam(model.parameters())
+    src, tgt_in, tgt_out, _, _ = train_batch(64, 64, lo=5, hi=9)
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        for _ in range(2):
+            objective(src, tgt_in, tgt_out)[0].backward()
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+    kinds = by_kind(timed_work(prof.events()), steps=2)
+    assert list(kinds) == list(KINDS)
+    total_ms = prof.key_averages().self_cpu_time_total / 1e3 / 2
+    assert sum(c["ms"] for c in kinds.values()) == pytest.approx(total_ms, rel=1e-6)
+    for kind in ("matrix products", "attention", "softmax and loss", "layer norm", "dropout", "optimizer"):
+        assert kinds[kind]["ms"] > 0 and kinds[kind]["count"] > 0 and kinds[kind]["top"], kind
+
+
+def test_profile_step_cpu_smoke(tmp_path):
+    """profile_step.py --cpu: one cell, its record (every kind, a wall time) and its text (the table by kind, then
+    torch.profiler's)."""
+    subprocess.run([sys.executable, "-m", "benchmarks.gpu.profile_step", "--cpu", "--out", str(tmp_path)], cwd=REPO,
+                   check=True, capture_output=True, text=True, timeout=300)
+    (rec,) = records(tmp_path / "profile.jsonl")
+    assert rec["layout"] == "packed" and not rec["compile"] and rec["wall_ms_per_step"] > 0
+    assert rec["kinds"]["matrix products"]["ms"] > 0
+    text = (tmp_path / "profile-tiny-packed-eager.txt").read_text()
+    assert "| matrix products |" in text and "torch.profiler, 2 steps" in text
+
+
+def test_startup_is_extrapolated_from_checkpoint_times(tmp_path):
+    """HF's checkpoints at steps 200, 400, 600 written 30, 50 and 70 s after its process started: 10 steps/s, so
+    step 0 came 10 s after the start."""
+    from benchmarks.gpu.startup import report, startup_seconds
+
+    assert startup_seconds([(70.0, 600), (30.0, 200), (50.0, 400)]) == pytest.approx(10.0)
+    assert startup_seconds([(30.0, 200)]) is None
+    start = 1_700_000_000.0
+    (tmp_path / "hf.trained.json").write_text(json.dumps({"start": start, "end": start + 80}))
+    for step, t in ((200, 30), (400, 50), (600, 70)):
+        weights = tmp_path / "hf" / f"checkpoint-{step}" / "model.safetensors"
+        weights.parent.mkdir(parents=True)
+        weights.write_bytes(b"")
+        os.utime(weights, (start + t, start + t))
+    (row,) = report(tmp_path)
+    assert row["system"] == "hf" and row["checkpoints"] == 3 and row["first_checkpoint_step"] == 200
+    assert row["startup_s"] == pytest.approx(10.0) and row["steps_per_s"] == pytest.approx(10.0)
+
+
+@pytest.mark.slow
+def test_lease_script_keeps_to_its_deadline_and_resumes(copy_data, tmp_path):
+    """lease.sh with SMOKE=1: a step whose estimate does not fit the time left is not started; the next call skips
+    what is done (aiayn's time-to-BLEU training is not repeated) and does the rest; every call leaves all the results
+    so far in $OUT/lease.tar.gz."""
+    pytest.importorskip("transformers")
+    pytest.importorskip("accelerate")
+    import tarfile
+
+    inputs, state = tmp_path / "inputs", tmp_path / "state"
+    inputs.mkdir()
+    (inputs / "multi30k").symlink_to(copy_data)
+    env = {**os.environ, "SMOKE": "1", "PY": sys.executable, "LEASE_STATE": str(state), "LEASE_INPUTS": str(inputs),
+           "LEASE_STEPS": "profile ttb-aiayn ttb", "COST_TTB": "100000", "HF_HOME": str(tmp_path / "hf-home"),
+           "OMP_NUM_THREADS": "1"}
+
+    def call(out, **kw):
+        r = subprocess.run(["bash", "benchmarks/gpu/lease.sh"], cwd=REPO, env={**env, "OUT": str(out), **kw},
+                           capture_output=True, text=True, timeout=900)
+        with tarfile.open(out / "lease.tar.gz") as tar:
+            names = tar.getnames()
+        return r.stdout, names
+
+    first, names = call(tmp_path / "out1")
+    assert "== ttb: not started" in first and "not done yet: ttb" in first, first
+    assert "out/profile/profile.jsonl" in names and "out/ttb_results.jsonl" in names
+    assert {r["system"] for r in records(state / "out" / "ttb_results.jsonl")} == {"aiayn"}
+    trained = (state / "ttb" / "aiayn.trained.json").read_text()
+
+    second, names = call(tmp_path / "out2", COST_TTB="0")
+    assert "== profile: done in an earlier call" in second and "== ttb-aiayn: done in an earlier call" in second
+    assert "every step done" in second, second
+    assert (state / "ttb" / "aiayn.trained.json").read_text() == trained  # aiayn was not trained again
+    assert {r["system"] for r in records(state / "out" / "ttb_results.jsonl")} == {"aiayn", "hf"}
+    assert {r["system"] for r in records(state / "out" / "ttb_startup.jsonl")} == {"aiayn", "hf"}
+    assert "out/ttb_startup.jsonl" in names and "out/significance-hf.txt" in names
 
 
 def test_gpu_userpath_part_cpu_smoke(copy_data, tmp_path):

@@ -16,13 +16,19 @@
 #   decode    benchmarks/gpu/decode.py: aiayn eager and graphed beside HF generate and CTranslate2, greedy and beam 4,
 #             64 and 512 sentences, on the quickstart's model (run the quickstart part first in the same call) and
 #             on a random `base` forced to 30 words
-#   train     benchmarks/gpu/peers.py's training cells in one short list: base and big in bf16, fp16 and fp32,
-#             packed and padded, beside HF Marian and torch.nn.Transformer; one shape and a new shape every step;
-#             base packed compiled
+#   train     benchmarks/gpu/peers.py's training cells in one short list, beside HF Marian and torch.nn.Transformer:
+#             base and big in bf16, packed and padded, eager; base in fp32 with TF32 off (torch's default) and on
+#             (what `aiayn train` does in fp32 on a GPU; the peers then too); base bf16 with a new shape every step;
+#             base and big packed compiled; fp16 too with TRAIN_FP16=1. Each group of cells once per $OUT (a second
+#             call skips the groups done)
+#   profile   benchmarks/gpu/profile_step.py: where base's and big's bf16 packed training step spends its time, by
+#             kind (matrix products, attention, softmax and loss, layer norm, dropout, optimizer, casts, elementwise),
+#             eager, then compiled (PROFILE_COMPILE=0: eager only); tables in $OUT/profile/
 #   userpath  the user's path on the GPU: `aiayn translate` (device auto: the GPU; its default fixed-shape, graphed
 #             search, and --search-impl eager) on the quickstart's test set as a whole process, fp32 and bf16, beside
 #             HF generate on the same model exported (benchmarks/gpu/hf_generate.py); wall seconds, peak host memory
 #             and BLEU in $OUT/userpath.txt (run the quickstart part first in the same call, or set QS_DIR)
+# benchmarks/gpu/lease.sh runs train, profile, ttb and userpath in a lease's order, within a deadline, resumable.
 # All take ~31 minutes; where a command may run 10 minutes at most, run them as several (say `all.sh peers quickstart`
 # with QS_MINUTES=1.5, then `all.sh ttb` with TTB_BUDGETS=1,2, then `all.sh tests check multi30k`). A lease of about
 # a quarter of an hour: `QS_MINUTES=2 bash benchmarks/gpu/all.sh quickstart userpath decode train` (~9 minutes), then
@@ -74,10 +80,14 @@ if want multi30k; then
     fi
 fi
 if want ttb; then  # time to BLEU beside HF's Seq2SeqTrainer, one after the other; needs data-bin/multi30k (carry it)
-    T=$(mktemp -d)/ttb
-    timeout ${TTB_TIMEOUT:-560} $PY -m benchmarks.peers.time_to_bleu --device cuda --systems aiayn,hf \
-        --budgets ${TTB_BUDGETS:-1,2,3} --save-every 200 --work "$T" --plot "$OUT/ttb.png" 2>&1 | tee "$OUT/ttb.txt" | tail -9
+    T=${TTB_WORK:-$(mktemp -d)/ttb}  # TTB_SYSTEMS=aiayn first, then aiayn,hf in a later call: aiayn's part is kept
+    timeout ${TTB_TIMEOUT:-560} $PY -m benchmarks.peers.time_to_bleu --device ${TTB_DEVICE:-cuda} \
+        --systems ${TTB_SYSTEMS:-aiayn,hf} --data "${TTB_DATA:-data-bin/multi30k}" --budgets ${TTB_BUDGETS:-1,2,3} \
+        --save-every ${TTB_SAVE_EVERY:-200} ${TTB_FLAGS:-} --work "$T" --plot "$OUT/ttb.png" 2>&1 \
+        | tee "$OUT/ttb.txt" | tail -9
+    $PY -m benchmarks.gpu.startup "$T" --out "$OUT/ttb_startup.jsonl" 2>&1 | tee -a "$OUT/ttb.txt"  # each one's start-up
     cp "$T/results.jsonl" "$OUT/ttb_results.jsonl" 2>/dev/null
+    cp "$T"/significance-*.txt "$OUT/" 2>/dev/null
 fi
 Q=${QS_DIR:-$(mktemp -d)/quickstart}
 if want quickstart; then
@@ -96,17 +106,26 @@ if want decode; then  # the quickstart's model (where the quickstart part ran), 
     timeout ${DECODE_BASE_TIMEOUT:-100} $PY -m benchmarks.gpu.decode $SMOKE_FLAG --preset base --engines "aiayn,aiayn graphed,hf" \
         --out "$OUT/gpu_decode.jsonl" 2>&1 | grep -v Warning | tail -14
 fi
-if want train; then  # eager cells first (seconds each), the one compiled cell last
-    run_cells() {
-        local limit=$1; shift
+if want train; then  # eager cells first (seconds each), the compiled cells last
+    run_cells() {  # NAME LIMIT FLAGS...: one call of peers.py, skipped where an earlier call in this $OUT finished it
+        local name=$1 limit=$2; shift 2
+        [ -f "$OUT/.done-train-$name" ] && { echo "train $name: done earlier"; return; }
         timeout "$limit" $PY -m benchmarks.gpu.peers $SMOKE_FLAG --beams "" --steps ${TRAIN_STEPS:-10} \
-            --out "$OUT/gpu_train.jsonl" "$@" "${SMOKE_CELLS[@]}" 2>&1 | grep -v Warning | tail -14
+            --out "$OUT/gpu_train.jsonl" "$@" "${SMOKE_CELLS[@]}" 2>&1 | grep -v Warning | tee "$OUT/train-$name.txt" \
+            | tail -14 && touch "$OUT/.done-train-$name"
     }
-    run_cells 80 --presets base,big --dtype bf16 --impls "aiayn packed,aiayn,hf_marian,torch_nn"
-    run_cells 70 --presets base,big --dtype fp16 --impls "aiayn packed,hf_marian,torch_nn"
-    run_cells 40 --presets base --dtype fp32 --impls "aiayn packed,hf_marian,torch_nn"
-    run_cells 50 --presets base --dtype bf16 --vary-shapes --impls "aiayn packed,aiayn,hf_marian"
-    run_cells 90 --presets base --dtype bf16 --compile --impls "aiayn packed"
+    ALL="aiayn packed,aiayn,hf_marian,torch_nn"
+    run_cells bf16 80 --presets base,big --dtype bf16 --impls "$ALL"
+    run_cells fp32 50 --presets base --dtype fp32 --impls "$ALL"
+    run_cells fp32-tf32 45 --presets base --dtype fp32 --tf32 --impls "$ALL"
+    run_cells varied 60 --presets base --dtype bf16 --vary-shapes --impls "$ALL"
+    [ -n "${TRAIN_FP16:-}" ] && run_cells fp16 70 --presets base,big --dtype fp16 --impls "aiayn packed,hf_marian,torch_nn"
+    run_cells compiled 150 --presets base,big --dtype bf16 --compile --impls "aiayn packed"
+fi
+if want profile; then  # after train: its compiled cells leave their kernels in torch's on-disk cache
+    timeout ${PROFILE_TIMEOUT:-150} $PY -m benchmarks.gpu.profile_step $SMOKE_FLAG --presets base,big --dtype bf16 \
+        --layouts packed $([ "${PROFILE_COMPILE:-1}" = 1 ] && echo --compile) --out "$OUT/profile" 2>&1 \
+        | grep -v Warning | tee "$OUT/profile.txt" | grep -E "^aiayn|^\| (kind|matrix|attention|softmax)"
 fi
 if want userpath; then  # aiayn translate as a user runs it on a GPU, beside HF generate on the exported model
     SRC="$Q/data/test.src.txt"; REF="$Q/data/test.tgt.txt"; H=$(mktemp -d)/hf

@@ -29,6 +29,7 @@ from benchmarks.timing import measure
 from benchmarks.workloads import forward_flops, train_batch
 
 DATASHEET_BF16 = {"H100": 989e12, "H200": 989e12}
+DATASHEET_TF32 = {"H100": 494.7e12, "H200": 494.7e12}  # dense TF32 tensor-core peak (SXM)
 
 
 def sync(device) -> None:

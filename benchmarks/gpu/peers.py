@@ -16,8 +16,10 @@ every implementation (benchmarks/workloads.py: forward_flops; training = 3x forw
 dense bf16 peak (H100/H200: 989 TFLOP/s) and the peak of a large bf16 matmul measured in the same run. --dtype fp16
 trains every implementation as HF's Trainer does with fp16=True: float16 autocast and torch's GradScaler (dynamic loss
 scaling), MFU against the same datasheet figure (fp16's dense tensor-core rate equals bf16's on H100/H200) and a
-measured fp16 matmul; it has no decoding cells (aiayn decodes in fp32, bf16 or int8). --dtype fp32 reports MFU
-against the measured fp32 matmul peak only (tf32 as torch's default leaves it: off). Decoding is
+measured fp16 matmul; it has no decoding cells (aiayn decodes in fp32, bf16 or int8). --dtype fp32 keeps fp32 matmuls
+(TF32 off, torch's default) and reports MFU against the measured fp32 matmul peak; --dtype fp32 --tf32 runs every
+implementation's fp32 matmuls in TF32, as `aiayn train` does in fp32 on a CUDA GPU (aiayn.runtime.configure_process),
+with MFU against the datasheet's dense TF32 peak (H100/H200: 494.7 TFLOP/s). Decoding is
 at a forced length (every hypothesis exactly --n-tokens steps, EOS banned before), so every implementation does the
 same work. --vary-shapes gives every step a batch of a new shape, as real data does (the synthetic batch of one
 shape hides what a kernel pays per new shape: cuDNN's attention builds a plan for each, which aiayn leaves out on
@@ -39,8 +41,8 @@ from torch import nn
 from aiayn.config import PAD_ID, ModelConfig
 from aiayn.data.batching import Batch, pack
 from aiayn.model import count_parameters, sinusoidal_positions
-from aiayn.runtime import attention_without_shape_plans
-from benchmarks.gpu.check import DATASHEET_BF16, decode_speed, decoder, peak_matmul, sync, training_setup
+from aiayn.runtime import attention_without_shape_plans, configure_process
+from benchmarks.gpu.check import DATASHEET_BF16, DATASHEET_TF32, decode_speed, decoder, peak_matmul, sync, training_setup
 from benchmarks.timing import measure
 from benchmarks.workloads import forward_flops, train_batch
 
@@ -161,6 +163,7 @@ def train_cell(impl: str, preset: str, compile_: bool, args, device: torch.devic
     n_tokens = sum(sum(b[4]) for b in timed) / args.steps
     flops = sum(3 * forward_flops(cfg, b[3], b[4]) for b in timed) / args.steps
     rec = {"what": "train", "impl": impl, "preset": preset, "dtype": args.dtype, "compile": compile_,
+           "tf32": torch.backends.cuda.matmul.allow_tf32 and device.type == "cuda",
            "shapes": "varied" if args.vary_shapes else "fixed", "batch_tgt_tokens": n_tokens,
            "sentences": sum(len(b[4]) for b in timed) / args.steps, "params": count_parameters(model), "step_s": dt,
            "tgt_tok_s": n_tokens / dt, "tflops": flops / dt / 1e12, "wall_s": time.perf_counter() - t0}
@@ -222,27 +225,12 @@ def profile_decode(preset: str, args, device: torch.device, path: str) -> None:
 
 
 def profile_step(preset: str, args, device: torch.device, path: str) -> None:
-    """The busiest kernels of aiayn's packed training step, eager, as torch.profiler's table."""
-    from torch.profiler import ProfilerActivity, profile
+    """aiayn's packed eager step under torch.profiler, its time by kind of work (benchmarks/gpu/profile_step.py)."""
+    from benchmarks.gpu.profile_step import profile_cell  # that module imports this one
 
-    cfg, model, objective, opt = training_setup(preset, device, False)
-    src, tgt_in, tgt_out, src_l, tgt_l = train_batch(cfg.vocab_size, args.tokens, "cpu")
-    inputs = pack(Batch(src, tgt_in, tgt_out, sum(src_l), sum(tgt_l))).to(device).inputs()
-
-    step = train_step(lambda _: objective(*inputs)[0], [sum(tgt_l)], opt, device, args.dtype)
-    for _ in range(args.warmup):
-        step(0)
-    sync(device)
-    acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
-    with profile(activities=acts) as prof:
-        for _ in range(5):
-            step(0)
-        sync(device)
-    key = "cuda_time_total" if device.type == "cuda" else "cpu_time_total"
+    _, text = profile_cell(preset, args.dtype, "packed", False, args, device)
     with open(path, "w") as f:
-        f.write(f"# aiayn {preset} {args.dtype} packed eager, 5 steps of {sum(tgt_l)} target "
-                f"tokens, sorted by {key}\n")
-        f.write(prof.key_averages().table(sort_by=key, row_limit=30, max_name_column_width=70))
+        f.write(text + "\n")
 
 
 def order(impl: str) -> int:
@@ -255,10 +243,10 @@ def fmt(r: dict) -> str:
 
 
 def table(recs: list[dict], sheet: float | None, peak: float) -> str:
-    """Markdown tables of the cells; MFU against the datasheet where there is one (bf16, fp16), else against the
-    measured matmul peak (fp32)."""
+    """Markdown tables of the cells; MFU against the datasheet where there is one (bf16, fp16; fp32 with TF32), else
+    against the measured matmul peak (fp32)."""
     lines = ["| preset | implementation | compiled | shapes | s/step | target tokens/s | TFLOP/s | "
-             f"MFU ({'datasheet' if sheet else 'measured matmul peak'}) | "
+             f"MFU (of {f'{sheet / 1e12:.1f} TFLOP/s, datasheet' if sheet else 'the measured matmul peak'}) | "
              "peak GPU memory | vs fastest peer |", "|---|---|---|---|---|---|---|---|---|---|"]
     train = [r for r in recs if r.get("what") == "train"]
     for preset in dict.fromkeys(r["preset"] for r in train):
@@ -338,6 +326,8 @@ def main() -> None:
     ap.add_argument("--impls", default="aiayn,aiayn packed,hf_marian,torch_nn")
     ap.add_argument("--dtype", default="bf16", choices=("bf16", "fp16", "fp32"),
                     help="fp16: float16 autocast with a GradScaler (HF Trainer's fp16=True); no decoding cells")
+    ap.add_argument("--tf32", action="store_true", help="with --dtype fp32: every implementation's fp32 matmuls in "
+                    "TF32 on CUDA (what `aiayn train` does in fp32 there); without it TF32 stays off")
     ap.add_argument("--tokens", type=int, default=25_000, help="target tokens per training batch (paper: 25k)")
     ap.add_argument("--steps", type=int, default=20, help="timed steps per cell")
     ap.add_argument("--warmup", type=int, default=3, help="untimed steps first")
@@ -351,16 +341,20 @@ def main() -> None:
     ap.add_argument("--profile-decode", help="write the profiles of aiayn's and HF's greedy decoding here")
     ap.add_argument("--out", help="append JSON lines here")
     args = ap.parse_args()
+    if args.tf32 and args.dtype != "fp32":
+        ap.error(f"--tf32 is for --dtype fp32 (--dtype {args.dtype} multiplies in {args.dtype} already)")
     if args.cpu:
         args.device, args.presets, args.tokens, args.steps, args.warmup = "cpu", "tiny", 256, 2, 1
         args.dtype = "fp16" if args.dtype == "fp16" else "fp32"  # CPU autocast has fp16; bf16 is emulated on many CPUs
         args.compile = args.compile_peers = False
         args.sents, args.n_tokens = 4, 5
     device = torch.device(args.device)
+    configure_process(device=device, tf32=args.tf32)  # on CUDA: TF32 matmuls on or off for every cell (and the peak)
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
     peak = peak_matmul(device, AUTOCAST.get(args.dtype, torch.float32), n=8192 if device.type == "cuda" else 512)
-    # fp16's dense tensor-core rate is bf16's on the GPUs of the datasheet table; fp32 has no datasheet MFU
-    sheet = next((v for k, v in DATASHEET_BF16.items() if k in name), None) if args.dtype in AUTOCAST else None
+    # fp16's dense tensor-core rate is bf16's on the GPUs of the datasheet table; fp32 has a datasheet MFU in TF32 only
+    sheets = DATASHEET_BF16 if args.dtype in AUTOCAST else DATASHEET_TF32 if args.tf32 else {}
+    sheet = next((v for k, v in sheets.items() if k in name), None)
     recs: list[dict] = []
 
     def emit(rec: dict) -> None:
@@ -373,7 +367,8 @@ def main() -> None:
     import transformers
 
     emit({"what": "device", "name": name, "torch": torch.__version__, "transformers": transformers.__version__})
-    emit({"what": f"peak_{args.dtype}_matmul", "tflops": peak / 1e12, "datasheet_tflops": sheet and sheet / 1e12})
+    emit({"what": f"peak_{args.dtype}_matmul", "tf32": torch.backends.cuda.matmul.allow_tf32 and device.type == "cuda",
+          "tflops": peak / 1e12, "datasheet_tflops": sheet and sheet / 1e12})
     impls = args.impls.split(",")
     cells = [(impl, preset, False) for preset in args.presets.split(",") for impl in impls]
     decodes = [int(b) for b in args.beams.split(",") if b] if args.dtype != "fp16" else []
