@@ -1,15 +1,21 @@
-"""Serving: a trained model behind HTTP, with dynamic batching and a page to try it (`aiayn serve`).
+"""Serving: a trained model, or many language pairs, behind HTTP, with dynamic batching and a page (`aiayn serve`).
 
 Reading guide:
     batcher.py   `Batcher`: concurrent requests queue up and are decoded together (up to a token budget, waiting a
                  few ms at most) by ONE model thread, so the event loop never waits on the model and throughput
                  under load approaches offline batch translation; the bounded queue, the per-request timeout and the
                  drain on shutdown live here. `BatchConfig` holds its knobs.
-    app.py       `create_app(translator, batching, limits)`: the FastAPI app: POST /translate, POST /detect and
-                 GET /languages (LibreTranslate's), POST /attention, GET /health, GET /info, GET / (the page), /docs
-                 (Swagger UI served locally); request limits (`Limits`) and the JSON errors.
-    libre.py     LibreTranslate's side: `LanguagePair` (the one pair a model translates: GET /languages, the source
-                 and target checks, "auto"), and the request and answer models of every route.
+    app.py       `create_app(translator, batching, limits)` or `create_app(models=...)`: the FastAPI app: POST
+                 /translate, POST /detect and GET /languages (LibreTranslate's), POST /attention, GET /health, GET
+                 /info, GET / (the page), /docs (Swagger UI served locally); request limits (`Limits`), JSON errors.
+    models.py    `Models`: the pairs a server translates, one model each, loaded when first asked for and unloaded
+                 least recently used first under a budget (--max-models, --max-model-memory); the route of a request
+                 (its pair, else a pivot through a shared language); GET /languages; a reload per model.
+    pivot.py     a request's texts translated along their routes: grouped by route, a pivot's two models chained.
+    detect.py    `Detector`: "auto" and POST /detect, lingua among the served source languages, answered as
+                 LibreTranslate answers (confidence 0-100; nothing to detect: 0 and the fallback language).
+    libre.py     LibreTranslate's side: `LanguagePair` (the pair a model translates), and the request and answer
+                 models of every route.
     bodies.py    request bodies: JSON, or a form (urlencoded or multipart) as LibreTranslate's clients send, read
                  within a byte limit into one dict, validated with one clear message a field; their OpenAPI schemas.
     access.py    who may use the server and how much: API keys (--api-keys, read again when the file changes), per-
@@ -22,20 +28,23 @@ Reading guide:
     reload.py    a new checkpoint without downtime: SIGHUP or POST /admin/reload (--admin-key) -> every worker loads
                  the checkpoint again and swaps it in between two batches; `WorkerBoard`, the state the workers
                  share (GET /workers).
-    state.py     what the routes and a reload share: `Server` (the translator, its batcher, limits, languages, /info;
-                 `swap` puts a reloaded translator in) and `Limits`.
+    state.py     what the routes and a reload share: `Server` (the models, the detector, search settings, limits,
+                 /info; `swap` puts a reloaded translator into a server of one model) and `Limits`.
     guard.py     clients that misbehave, bounded at the connection: uvicorn's h11 protocol with a read timeout (408)
                  and a head size limit (431); an unread body's connection is closed after the answer.
-    aiayn/cli/serve.py   the command: checks the flags and the checkpoint, then workers.serve on 127.0.0.1.
+    aiayn/cli/serve.py   the command: checks the flags and the checkpoint(s) (--checkpoint [SRC:TGT=]PATH repeated,
+                 --models FOLDER), then workers.serve on 127.0.0.1.
 
-FastAPI, uvicorn, python-multipart, fastapi-offline and prometheus_client are the optional extra `serve` (pip install
--e ".[serve]"); nothing outside this package and aiayn/cli/serve.py imports them. docs/serving.md: routes, shapes,
-limits, batching, workers, reloading, misbehaving clients, access, metrics, measured throughput.
+FastAPI, uvicorn, python-multipart, fastapi-offline, prometheus_client and lingua-language-detector are the optional
+extra `serve` (pip install -e ".[serve]"); nothing outside this package and aiayn/cli/serve.py imports them.
+docs/serving.md: routes, shapes, limits, many pairs, language detection, batching, workers, reloading, misbehaving
+clients, access, metrics, measured throughput.
 """
 
 from aiayn.serve.app import create_app
 from aiayn.serve.batcher import BatchConfig, Batcher
 from aiayn.serve.libre import LanguagePair
+from aiayn.serve.models import Models
 from aiayn.serve.state import Limits
 
-__all__ = ["BatchConfig", "Batcher", "LanguagePair", "Limits", "create_app"]
+__all__ = ["BatchConfig", "Batcher", "LanguagePair", "Limits", "Models", "create_app"]

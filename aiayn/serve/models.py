@@ -25,6 +25,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import torch
+
 from aiayn.serve.batcher import BatchConfig, Batcher, QueueFull
 from aiayn.serve.bodies import ApiError
 from aiayn.serve.libre import LanguagePair, language_name
@@ -62,9 +64,25 @@ class Entry:
 
 
 def weight_bytes(translator: Translator) -> int:
-    """Bytes of a model's parameters and buffers (its weights as decoding holds them)."""
-    model = translator.model
-    return sum(t.numel() * t.element_size() for t in [*model.parameters(), *model.buffers()])
+    """Bytes of the tensors a decoding model holds: its parameters and buffers, and the weights that decoding packs
+    into tensors of their own (attributes of its modules, e.g. prepacked projections), each counted once."""
+    seen: set[int] = set()
+
+    def tensors(value) -> list[torch.Tensor]:
+        if isinstance(value, torch.Tensor):
+            return [value]
+        if hasattr(value, "__dict__") and not isinstance(value, (torch.nn.Module, type)):  # a packed projection
+            return [v for v in vars(value).values() if isinstance(v, torch.Tensor)]
+        return []
+
+    total = 0
+    for module in translator.model.modules():
+        for value in [*module._parameters.values(), *module._buffers.values(), *vars(module).values()]:
+            for t in tensors(value):
+                if id(t) not in seen:
+                    seen.add(id(t))
+                    total += t.numel() * t.element_size()
+    return total
 
 
 class Models:
