@@ -9,6 +9,8 @@ Reading guide:
     ct2.py     aiayn -> CTranslate2 through its spec API (every preset, Table 3 rows A/B/E and pre-norm
                included), quantization, and `translate_ct2`: decoding with aiayn's SearchConfig mapped onto
                CTranslate2's options (what cannot map is listed there).
+    marian.py  OPUS-MT (an HF MarianMTModel folder) -> an aiayn run: the config's options (swish, output bias), the
+               special ids renumbered to aiayn's, the two SentencePiece models as a MarianVocab (`aiayn import`).
     argos.py   aiayn -> an Argos Translate package (.argosmodel: the CTranslate2 model with PAD/BOS made impossible, the
                SentencePiece model, a spaCy sentence splitter), which argostranslate and LibreTranslate install.
     card.py    provenance (checkpoint, step, data) and the README model card; the all-or-nothing output folder.
