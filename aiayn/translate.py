@@ -122,10 +122,13 @@ def split_lines(lines: Sequence[str], prefixes: Sequence[str] | None = None
     return sentences, (sentence_prefixes if prefixes is not None else None), layouts
 
 
-def join_lines(nbests: Sequence[Sequence[Translation]], layouts: Sequence[Layout]) -> list[list[Translation]]:
+def join_lines(nbests: Sequence[Sequence[Translation]], layouts: Sequence[Layout]) -> Sequence[Sequence[Translation]]:
     """The translations of split lines put back together: hypothesis i of a line joins hypothesis i of each of its
     sentences (a sentence's last where it has fewer) with the source's spaces between; its tokens and token scores
-    are theirs one after the other, its score their scores' mean weighted by their lengths (|Y|, EOS included)."""
+    are theirs one after the other, its score their scores' mean weighted by their lengths (|Y|, EOS included).
+    Nothing split: `nbests` itself."""
+    if all(not layout.spaces for layout in layouts):
+        return nbests
     out = []
     for layout in layouts:
         parts = nbests[layout.first: layout.first + len(layout.spaces) + 1]
