@@ -129,13 +129,14 @@ def main() -> None:
     for threads in args.threads:
         for precision in args.precisions:
             name = f"{precision}-{threads}t"
-            patience = ["--beam-patience", str(args.beam_patience)]
+            # whole lines, as CTranslate2 is given them (aiayn translate splits lines into sentences by default)
+            patience = ["--beam-patience", str(args.beam_patience), "--no-split-sentences"]
             cells.append((threads, precision, "aiayn", ["aiayn", "translate", "--checkpoint", args.run, "--input",
                           args.src, "--output", str(out / "out" / f"aiayn-{name}.txt"), "--precision", precision,
                           "--lp", "power", "--no-progress", *patience]))
             inprocess_cell = [py, "-m", "benchmarks.e2e.realtext", "inprocess", "--run", args.run, "--src", args.src,
                               "--precision", precision]
-            cells.append((threads, precision, "aiayn (in)", [*inprocess_cell, *patience, "--output",
+            cells.append((threads, precision, "aiayn (in)", [*inprocess_cell, *patience[:2], "--output",
                           str(out / "out" / f"aiayn-in-{name}.txt")]))
             cells.append((threads, precision, "aiayn (in), paper's rule", [*inprocess_cell, "--beam-patience", "0",
                           "--output", str(out / "out" / f"aiayn-paper-{name}.txt")]))
