@@ -164,11 +164,13 @@ def test_tokenizer_gives_marian_tokenizer_ids_renumbered(imported, lines):
         assert [to_aiayn[t] for t in tok(text).input_ids] == ids + [EOS_ID]
         unknown += vocab.unk_id in ids
     assert unknown  # the odd characters were unknown, as MarianTokenizer found
+    assert vocab.encode_batch(texts) == [vocab.encode(text) for text in texts]  # what `aiayn prepare` calls
     targets = (MULTI30K / "test_2016_flickr.de").read_text(encoding="utf-8").splitlines()[:8]
     for text in targets:  # target text: target.spm's pieces (what `aiayn prepare` writes for the targets)
         ids = vocab.target.encode(text)
         assert [to_aiayn[t] for t in tok(text_target=text).input_ids] == ids + [EOS_ID]
         assert vocab.decode(ids) == tok.decode(tok(text_target=text).input_ids, skip_special_tokens=True)
+    assert vocab.target.encode_batch(targets) == [vocab.target.encode(text) for text in targets]
 
 
 @pytest.mark.parametrize("beam", [1, 4])

@@ -196,15 +196,17 @@ class MarianVocab:
     def __len__(self) -> int:
         return len(self.pieces)
 
-    def encode(self, text: str, sp: spm.SentencePieceProcessor | None = None) -> list[int]:
-        """Ids of one sentence, without BOS/EOS (source side; `sp`: another SentencePiece model's pieces)."""
-        code = _LANGUAGE_CODE.match(text)
-        pieces = [code.group(0)] if code else []
-        pieces += (sp or self.sp).encode(_LANGUAGE_CODE.sub("", text), out_type=str)
-        return [self.ids.get(p, UNK_ID) for p in pieces]
+    def encode(self, text: str) -> list[int]:
+        """Ids of one source sentence, without BOS/EOS."""
+        return self.encode_batch([text])[0]
 
-    def encode_batch(self, texts: list[str]) -> list[list[int]]:
-        return [self.encode(t) for t in texts]
+    def encode_batch(self, texts: list[str], sp: spm.SentencePieceProcessor | None = None) -> list[list[int]]:
+        """Ids of many source sentences (`sp`: another SentencePiece model's pieces), on all cores."""
+        codes = [_LANGUAGE_CODE.match(text) for text in texts]
+        pieces = (sp or self.sp).encode([_LANGUAGE_CODE.sub("", text) for text in texts], out_type=str,
+                                        num_threads=num_threads())
+        return [[self.ids.get(p, UNK_ID) for p in ([code.group(0)] if code else []) + ps]
+                for code, ps in zip(codes, pieces)]
 
     def decode(self, ids: Sequence[int]) -> str:
         """Target text of `ids`: stops at the first EOS, skips PAD and BOS (UNK reads " ⁇ ", as in Vocab)."""
@@ -235,7 +237,7 @@ class _TargetSide:
         self.vocab = vocab
 
     def encode(self, text: str) -> list[int]:
-        return self.vocab.encode(text, self.vocab.target_sp)
+        return self.encode_batch([text])[0]
 
     def encode_batch(self, texts: list[str]) -> list[list[int]]:
-        return [self.encode(t) for t in texts]
+        return self.vocab.encode_batch(texts, self.vocab.target_sp)
