@@ -1,7 +1,8 @@
 """The training step compiled (`aiayn train --compile`: Runtime.wrap(TrainingObjective, compile=True)) against the
-eager one: the same losses at every step and the same weights after them, on the CPU (torch.compile's C++
-backend). Dropout is off: the compiled graph draws its masks with its own generator, so with dropout the two would
-differ by design, not by a fault. One batch shape, so that one compilation serves every step."""
+eager one: the same losses at every step and the same weights after them, on the CPU (torch.compile's C++ backend;
+on a GPU, benchmarks/gpu/peers.py --compile times the compiled step). Dropout is off: the compiled graph draws its
+masks with its own generator, so with dropout the two would differ by design, not by a fault. One batch shape, so
+that one compilation serves every step."""
 
 import copy
 import os

@@ -116,6 +116,29 @@ def test_kinds_of_a_cpu_profile_add_up_to_its_total():
         assert kinds[kind]["ms"] > 0 and kinds[kind]["count"] > 0 and kinds[kind]["top"], kind
 
 
+def test_timed_work_of_gpu_kernels_counts_each_kernel_once():
+    """On a GPU each kernel is counted once, under the operator that launched it (profiler events built by hand:
+    an aten::add launching one kernel inside NativeLayerNormBackward0, and a kernel no operator launched)."""
+    from types import SimpleNamespace as E
+
+    from torch.autograd import DeviceType
+    from torch.autograd.profiler_util import Kernel
+
+    from benchmarks.gpu.profile_step import by_kind, timed_work
+
+    def kernel(name, start, end):
+        return E(name=name, device_type=DeviceType.CUDA, time_range=E(start=start, end=end))
+
+    outer = E(name="NativeLayerNormBackward0", device_type=DeviceType.CPU, cpu_parent=None, kernels=[])
+    add = E(name="aten::add", device_type=DeviceType.CPU, cpu_parent=outer, kernels=[Kernel("elementwise_add", 0, 5.0)])
+    events = [outer, add, kernel("elementwise_add", 10.0, 15.0), kernel("nvjet_sm90_tst_128x256", 20.0, 27.0)]
+    work = timed_work(events)
+    assert sorted(work) == [("elementwise_add", ["aten::add", "NativeLayerNormBackward0"], 5.0),
+                            ("nvjet_sm90_tst_128x256", [], 7.0)]
+    kinds = by_kind(work, steps=1)
+    assert kinds["layer norm"]["ms"] == pytest.approx(0.005) and kinds["matrix products"]["ms"] == pytest.approx(0.007)
+
+
 def test_profile_step_cpu_smoke(tmp_path):
     """profile_step.py --cpu: one cell, its record (every kind, a wall time) and its text (the table by kind, then
     torch.profiler's)."""

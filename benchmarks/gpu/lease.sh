@@ -14,7 +14,8 @@
 #              carried in .lease/qs (else a 1-minute quickstart first)                                (~2.5 min)
 # A step starts only while its estimate (COST below) fits in what is left of LEASE_SECONDS (default 570: a call of 600 s
 # at most); the rest waits for the next call. All five are ~16 minutes of work: a lease of 15, its start included, gets
-# through the first four in two calls; the user's path waits for the next lease (or goes first with LEASE_STEPS). Done steps (and train's done groups, ttb's trained systems and decoded budgets)
+# through the first four in two calls; the user's path waits for the next lease (or goes first with LEASE_STEPS).
+# TTB_BUDGETS=1,2 (with COST_TTB_AIAYN=160 COST_TTB=200) saves ~2.5 minutes. Done steps (and train's done groups, ttb's trained systems and decoded budgets)
 # are kept in LEASE_STATE (default /tmp/aiayn-lease, which lasts as long as the machine) and skipped by the next call.
 # After every step all results so far are packed into $OUT/lease.tar.gz (ttb's checkpoints left out), so a call that
 # is stopped still returns what it finished.

@@ -42,7 +42,15 @@ from aiayn.config import PAD_ID, ModelConfig
 from aiayn.data.batching import Batch, pack
 from aiayn.model import count_parameters, sinusoidal_positions
 from aiayn.runtime import attention_without_shape_plans, configure_process
-from benchmarks.gpu.check import DATASHEET_BF16, DATASHEET_TF32, decode_speed, decoder, peak_matmul, sync, training_setup
+from benchmarks.gpu.check import (
+    DATASHEET_BF16,
+    DATASHEET_TF32,
+    decode_speed,
+    decoder,
+    peak_matmul,
+    sync,
+    training_setup,
+)
 from benchmarks.timing import measure
 from benchmarks.workloads import forward_flops, train_batch
 

@@ -23,6 +23,7 @@ import argparse
 import json
 import re
 import time
+from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -46,8 +47,8 @@ KERNEL_NAMES = (
     ("dropout", r"dropout|philox|bernoulli"),
     ("optimizer", r"multi_tensor_apply|adam"),
 )
-# An operator's name (aten's, autograd's, or a record_function's). Names are matched ignoring case. Casts come before matrix products: under autocast
-# the weights' copies to bf16 run inside aten::linear.
+# An operator's name (aten's, autograd's, or a record_function's). Names are matched ignoring case. Casts come before
+# matrix products: under autocast the weights' copies to bf16 run inside aten::linear.
 OPERATOR_NAMES = (
     ("attention", r"attention|attn|flash"),
     ("casts", r"^aten::_to_copy$|^aten::to$|ToCopyBackward"),
@@ -86,17 +87,24 @@ def _chain(event) -> list[str]:
 
 
 def timed_work(events) -> list[tuple[str, list[str], float]]:
-    """(kernel name, launching operators innermost first, microseconds) of every GPU kernel in a profile's events;
-    where there are none (a CPU), ("", the operator and those around it, its own CPU microseconds) of every
-    operator."""
+    """(kernel name, launching operators innermost first, microseconds) of every GPU kernel in a profile's events
+    (a kernel no operator launched, e.g. one replayed from a CUDA graph, with no operators); where there are none
+    (a CPU), ("", the operator and those around it, its own CPU microseconds) of every operator."""
     from torch.autograd import DeviceType
 
     kernels = [e for e in events if e.device_type == DeviceType.CUDA]
     if not kernels:
         return [("", _chain(e), e.self_cpu_time_total) for e in events
                 if e.device_type == DeviceType.CPU and e.self_cpu_time_total > 0]
-    launchers = {e.id: e for e in events if e.device_type == DeviceType.CPU and not e.linked_correlation_id}
-    return [(k.name, _chain(launchers.get(k.linked_correlation_id)), k.time_range.elapsed_us()) for k in kernels]
+    work = [(k.name, _chain(e), k.duration) for e in events if e.device_type == DeviceType.CPU for k in e.kernels]
+    linked = Counter((name, us) for name, _, us in work)
+    for k in kernels:
+        key = (k.name, k.time_range.end - k.time_range.start)
+        if linked[key]:
+            linked[key] -= 1
+        else:
+            work.append((k.name, [], key[1]))
+    return work
 
 
 def by_kind(work: list[tuple[str, list[str], float]], steps: int, top: int = 3) -> dict[str, dict]:
