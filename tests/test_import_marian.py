@@ -258,6 +258,12 @@ def test_refusals_are_one_line(spm_models, tmp_path):
         (folder / "config.json").write_text(json.dumps({**config, "activation_function": "swish", field: value}))
         with pytest.raises(UserError, match=reason):
             import_run(folder, tmp_path / "run")
+    (folder / "config.json").write_text(json.dumps({**config, "activation_function": "swish", "d_model": None}))
+    with pytest.raises(UserError, match="config.json lacks d_model"):
+        import_run(folder, tmp_path / "run")
+    (folder / "config.json").write_text("[]")
+    with pytest.raises(UserError, match="not a JSON object"):
+        import_run(folder, tmp_path / "run")
     (folder / "config.json").write_text(json.dumps({**config, "activation_function": "swish"}))
     (folder / "vocab.json").unlink()
     with pytest.raises(UserError, match="lacks vocab.json"):

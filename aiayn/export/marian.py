@@ -51,15 +51,22 @@ from aiayn.model import Transformer
 NEVER = -1e4  # the output bias of the new PAD row: exp(-1e4 - max logit) is 0 in float32, float16 and bfloat16
 ACTIVATIONS = {"swish": "swish", "silu": "swish", "relu": "relu"}  # Marian's activation_function -> aiayn's
 MAX_POSITIONS = 1 << 16  # ModelConfig's bound; OPUS-MT's tables have 512 rows
+_REQUIRED = ("vocab_size", "d_model", "encoder_layers", "decoder_layers", "encoder_attention_heads",
+             "decoder_attention_heads", "encoder_ffn_dim", "decoder_ffn_dim", "pad_token_id", "eos_token_id",
+             "decoder_start_token_id")
 _IGNORED_BY_MARIAN = {"normalize_before": False, "normalize_embedding": False, "add_final_layer_norm": False,
                       "static_position_embeddings": True, "add_bias_logits": False}
 
 
 def read_json(path: Path) -> dict:
+    """A JSON object from `path`; one error line if it cannot be read or is not an object."""
     try:
-        return json.loads(Path(path).read_text(encoding="utf-8"))
+        found = json.loads(Path(path).read_text(encoding="utf-8"))
     except (OSError, json.JSONDecodeError, UnicodeDecodeError) as e:
         raise UserError(f"cannot read {path}: {e}") from None
+    if not isinstance(found, dict):
+        raise UserError(f"{path} holds {type(found).__name__}, not a JSON object")
+    return found
 
 
 def is_opus_mt(config: dict) -> bool:
@@ -70,6 +77,9 @@ def is_opus_mt(config: dict) -> bool:
 def check_opus_mt(config: dict) -> None:
     """Raise UserError naming every feature of an OPUS-MT config.json that an aiayn Transformer cannot hold."""
     c, problems = config, []
+    missing = [k for k in _REQUIRED if not isinstance(c.get(k), int) or isinstance(c.get(k), bool)]
+    if missing:
+        raise UserError(f"config.json lacks {', '.join(missing)} (integers every MarianMTModel config has); is it one?")
     if c.get("model_type") != "marian":
         problems.append(f"model_type is {c.get('model_type')!r}, not 'marian'")
     if not c.get("share_encoder_decoder_embeddings", True) or c.get("decoder_vocab_size") not in (
