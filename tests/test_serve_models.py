@@ -154,14 +154,21 @@ def test_models_load_when_asked_and_the_least_recently_used_go(runs):
 
 
 def test_a_reload_reads_each_loaded_model_again(runs, copy_data, tmp_path):
-    """Models.reload: a loaded model whose run has a newer checkpoint serves it from then on; a model whose run
-    became unreadable keeps the one it has (the error names it)."""
+    """A reload (SIGHUP, POST /admin/reload: aiayn.serve.reload.Reloader) of a server of several models: a loaded
+    model whose run has a newer checkpoint serves it from then on; a model whose run became unreadable keeps the one
+    it has (the error names it, the worker's failed generation is marked); then a reload that works."""
+    import multiprocessing
+
+    from aiayn.serve.reload import Reloader, WorkerBoard
+
     root, made, lines = runs
     vocab = Vocab.load(copy_data / "vocab.model")
     a = save_run(tiny_model(len(vocab), seed=20, eos_bias=1.0), copy_data / "vocab.model", tmp_path / "a")
     b = save_run(tiny_model(len(vocab), seed=21, eos_bias=1.0), copy_data / "vocab.model", tmp_path / "b")
     models = models_of({("en", "de"): a, ("en", "es"): b})
-    app = create_app(models=models)
+    board = WorkerBoard(multiprocessing.get_context("spawn"), 1)
+    app = create_app(models=models, reloader=Reloader(None, board))
+    reloader = Reloader(None, board)
 
     async def go():
         async with httpx.AsyncClient(transport=httpx.ASGITransport(app), base_url="http://test") as client:
@@ -172,8 +179,12 @@ def test_a_reload_reads_each_loaded_model_again(runs, copy_data, tmp_path):
             save_run(tiny_model(len(vocab), seed=22, eos_bias=1.0), copy_data / "vocab.model", a, step=20)
             (b / "checkpoints" / "step_00000010.safetensors").write_bytes(b"broken")
             with pytest.raises(RuntimeError, match="en->es"):
-                await models.reload()
+                await reloader.reload(app, board.request())
+            assert board.failed(0) == 1
             after = [await ask("de"), await ask("es")]
+            save_run(tiny_model(len(vocab), seed=21, eos_bias=1.0), copy_data / "vocab.model", b, step=30)
+            read = await reloader.reload(app, board.request())
+            assert str(a) in read and str(b) in read and board.served(0) == 2
         await models.close()
         return before, after
     before, after = asyncio.run(go())
@@ -295,14 +306,18 @@ def test_glossary_field(runs, copy_data):
     terms = [("alpha", "KILO LIMA")]
     expect = translator.translate([line], glossary=terms)[0]
     assert "KILO LIMA" in expect and expect != translator.translate([line])[0]
-    with_terms, plain, sampled = call(create_app(translator), [
+    with_terms, plain, sampled, prefixed, too_long = call(create_app(translator), [
         ("POST", "/translate", {"q": line, "glossary": [list(t) for t in terms]}),
         ("POST", "/translate", {"q": line}),
         ("POST", "/translate", {"q": line, "glossary": [list(t) for t in terms], "sampling": True}),
+        ("POST", "/translate", {"q": line, "glossary": [list(t) for t in terms], "prefix": "KILO"}),
+        ("POST", "/translate", {"q": line, "glossary": [["alpha", " ".join(["KILO"] * 40)]]}),
     ])
     assert with_terms.json()["translatedText"] == expect
     assert plain.json()["translatedText"] == translator.translate([line])[0]
     assert sampled.status_code == 422 and "sampling" in sampled.json()["error"]
+    assert prefixed.status_code == 422 and "prefix" in prefixed.json()["error"]
+    assert too_long.status_code == 422 and "glossary terms need" in too_long.json()["error"]
     root, made, _ = runs
     (pivoted,) = in_order(create_app(models=models_of(made)), [
         ("POST", "/translate", {"q": line, "source": "de", "target": "fr", "glossary": [["alpha", "KILO"]]})])

@@ -28,6 +28,7 @@ from __future__ import annotations
 import asyncio
 import copy
 import dataclasses
+import math
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
@@ -35,6 +36,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TypeVar
 
+from aiayn.errors import UsageError
+from aiayn.glossary import check_fits
 from aiayn.translate import Translation, Translator, encode_prefixes
 
 T = TypeVar("T")
@@ -93,6 +96,15 @@ class _Job:
         return max((len(s) for s in self.sources if s), default=0)
 
 
+def _check_terms_fit(translator: Translator, sources: list[list[int] | None], terms: list) -> None:
+    """A UsageError for a text whose glossary terms need more pieces than its translation may have words (what the
+    glossary's search would say on the model thread, to the whole batch): said for the request alone."""
+    search, cfg = translator.search, translator.cfg
+    most = cfg.max_positions - 1 if cfg.positional == "learned" else None
+    limits = [max(math.floor(search.max_len_a * len(s or []) + search.max_len_b), search.min_len) for s in sources]
+    check_fits(terms, [limit if most is None else min(limit, most) for limit in limits], range(len(sources)))
+
+
 class Batcher:
     """Queue of translation jobs decoded in batches by one worker thread (see the module docstring).
 
@@ -132,7 +144,12 @@ class Batcher:
         if prefixes is not None and any(prefixes):
             prefix_ids = encode_prefixes(translator.vocab, prefixes)
             translator.check_prefixes(sources, prefix_ids)
+        if glossary and (prefix_ids is not None or translator.search.sampling):  # said here: in a batch, the error
+            # would reach every request of it
+            raise UsageError("glossary: a glossary needs beam search without a prefix; leave out sampling or prefix")
         terms = translator.glossary_terms(texts, glossary) if glossary else None
+        if terms:
+            _check_terms_fit(translator, sources, terms)
         return await self._wait(_Job(sources, translator, self._loop().create_future(), prefixes=prefix_ids,
                                      terms=terms))
 
