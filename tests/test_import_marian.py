@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import io
 import json
+import subprocess
+import sys
 
 import pytest
 import torch
@@ -372,6 +374,11 @@ def test_ct2_export_gives_aiayn_tokens(opus_run, lines, tmp_path):
         else:
             ended = [i for i, t in enumerate(ours) if len(t) < LIMIT]
             assert len(ended) > 5 and [theirs[i] for i in ended] == [ours[i] for i in ended]
+    # The folder's README shows CTranslate2 alone with the two SentencePiece models written beside it: it runs
+    snippet = (tmp_path / "ct2" / "README.md").read_text().split("```python\n")[1].split("```")[0]
+    assert "source.spm" in snippet and "target.spm" in snippet
+    done = subprocess.run([sys.executable, "-c", snippet], cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0 and done.stdout.strip(), done.stderr
     export_ct2(model, vocab, tmp_path / "ct2-int8", quantization="int8")
     int8 = CT2Translator(tmp_path / "ct2-int8").translate(lines[:4], SearchConfig(beam=4, lp="power"))
     assert len(int8) == 4

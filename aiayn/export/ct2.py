@@ -159,6 +159,22 @@ print(sp.decode(out[0].hypotheses[0]))
 
 Or through aiayn: `aiayn translate --engine ct2 --checkpoint {path} --lp power` (search flags map as below)."""
 
+# An imported OPUS-MT model (marian.py): its two SentencePiece models, written beside vocab.model (aiayn's paired file)
+_PAIRED_USAGE = """\
+```python
+import ctranslate2, sentencepiece as spm
+
+source = spm.SentencePieceProcessor(model_file="{path}/source.spm")
+target = spm.SentencePieceProcessor(model_file="{path}/target.spm")
+translator = ctranslate2.Translator("{path}", device="cpu")
+pieces = source.encode(["A man is riding a bike."], out_type=str)
+out = translator.translate_batch(pieces, beam_size=4, length_penalty=0.6, max_decoding_length=256,
+                                 suppress_sequences=[["<pad>"], ["<s>"]])
+print(target.decode_pieces(out[0].hypotheses[0]).replace("\u2581", " ").strip())
+```
+
+Or through aiayn: `aiayn translate --engine ct2 --checkpoint {path} --lp power` (search flags map as below)."""
+
 
 def export_ct2(model: Transformer, vocab, out: Path, quantization: str | None = None,
                prov: Provenance | None = None, shortlist: Shortlist | None = None) -> Path:
@@ -178,11 +194,16 @@ def export_ct2(model: Transformer, vocab, out: Path, quantization: str | None = 
     with fresh_folder(out) as tmp:
         _Given().convert(str(tmp), quantization=quantization, force=True)
         shutil.copyfile(vocab.model_path, tmp / MODEL_FILE)
+        paired = hasattr(vocab, "spm_bytes")  # an imported OPUS-MT model's MarianVocab
+        if paired:
+            for name, model_bytes in zip(("source.spm", "target.spm"), vocab.spm_bytes):
+                (tmp / name).write_bytes(model_bytes)
         if shortlist is not None:  # where CTranslate2 looks for it (its converters' --vocab_mapping copies it there)
             (tmp / VMAP_FILE).write_text("\n".join(vmap_lines(shortlist, vocab)) + "\n", encoding="utf-8")
         (tmp / AIAYN_FILE).write_text(json.dumps({"model": model.cfg.to_dict(), "quantization": quantization},
                                                  indent=2) + "\n")
-        write_card(tmp, model.cfg, prov or Provenance(), "ct2", _USAGE.format(path=Path(out).name), DECODING_NOTES,
+        usage = (_PAIRED_USAGE if paired else _USAGE).format(path=Path(out).name)
+        write_card(tmp, model.cfg, prov or Provenance(), "ct2", usage, DECODING_NOTES,
                    quantization or "float32")
     return Path(out)
 
