@@ -322,3 +322,20 @@ def test_glossary_field(runs, copy_data):
     (pivoted,) = in_order(create_app(models=models_of(made)), [
         ("POST", "/translate", {"q": line, "source": "de", "target": "fr", "glossary": [["alpha", "KILO"]]})])
     assert pivoted.status_code == 422 and "through en" in pivoted.json()["error"]
+
+
+def test_command_line_builds_the_catalogue(runs, monkeypatch):
+    """What `aiayn serve` hands its workers for several models: each pair with its path, the budgets in models and
+    bytes (--max-model-memory is MB), and no single model."""
+    from aiayn.cli import main
+
+    root, made, _ = runs
+    got = {}
+    monkeypatch.setattr("aiayn.serve.workers.serve", lambda spec, workers, banner: got.update(spec=spec) or 0)
+    assert main(["serve", "--checkpoint", f"en:pt={made['en', 'de']}", "--models", str(root), "--max-models", "3",
+                 "--max-model-memory", "1.5", "--workers", "1", "--device", "cpu"]) == 0
+    spec = got["spec"]
+    assert spec.source is None and spec.max_models == 3 and spec.max_bytes == int(1.5 * 2**20)
+    pairs = [(pair.source, pair.target, path) for pair, path in ((p, s.checkpoint) for p, s in spec.catalog)]
+    assert pairs[0] == ("en", "pt", str(made["en", "de"]))
+    assert sorted(pairs[1:]) == sorted((*pair, str(run)) for pair, run in made.items())  # the folder's, by name
