@@ -145,7 +145,8 @@ def run_trial(name: str, flags: list[str], work: Path, minutes: float, core: int
         if not (run / "valid.hyp").is_file():  # the dev set, scored for choosing (the quickstart scores test only)
             beam = flags[flags.index("--beam") + 1] if "--beam" in flags else "4"
             dev = [sys.executable, "-m", "aiayn", "translate", "--checkpoint", str(run), "--no-progress", "--beam",
-                   beam, "--input", str(data / "valid.src.txt"), "--output", str(run / "valid.hyp")]
+                   beam, "--input", str(data / "valid.src.txt"), "--output", str(run / "valid.hyp"),
+                   "--no-split-sentences"]  # whole verses, as the quickstart translates its test set
             if _run(dev, log, core)[0] != 0:
                 raise SystemExit(f"translating the dev set of {name} failed; see {work / f'{name}.log'}")
     records = read_log(run)
