@@ -188,10 +188,6 @@ def average_checkpoints(paths: list[Path]) -> tuple[dict[str, torch.Tensor], Mod
 # A fine-tuning run's parent (--init-from).
 
 
-# What a fine-tuning run (--init-from) may change in its parent's model config: training settings, not weights.
-FINE_TUNE_FIELDS = ("dropout", "label_smoothing")
-
-
 def load_parent(model: torch.nn.Module, path: Path) -> None:
     """The weights of a fine-tuning run's parent checkpoint into `model` (checked against its shapes first)."""
     _, _, shapes = read_header(path)

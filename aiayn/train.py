@@ -153,6 +153,9 @@ class TrainConfig:
         return cls(**d)
 
 
+# What a fine-tuning run (--init-from) may change in its parent's model config: training settings, not weights.
+FINE_TUNE_FIELDS = ("dropout", "label_smoothing")
+
 # Options that may change when a run is resumed (the stopping criteria); any other would break exactness, so
 # `aiayn train --resume RUN` refuses every other training flag rather than ignore it.
 RESUMABLE_OPTIONS = ("max_steps", "max_minutes")
@@ -223,11 +226,11 @@ def train(data_dir: Path, run_dir: Path, cfg: ModelConfig, tc: TrainConfig, prog
     if len(vocab) != cfg.vocab_size:
         cfg = cfg.replace(vocab_size=len(vocab))  # the model always matches the prepared vocabulary
     if parent is not None:
-        fixed = [k for k in cfg.to_dict() if k not in ckpt.FINE_TUNE_FIELDS]
+        fixed = [k for k in cfg.to_dict() if k not in FINE_TUNE_FIELDS]
         changed = [k for k in fixed if getattr(cfg, k) != getattr(parent_cfg, k)]
         if changed:
             raise UsageError(f"--init-from keeps the model of {parent}, so {', '.join(changed)} cannot change (only "
-                             f"{', '.join(ckpt.FINE_TUNE_FIELDS)} may, with --set)")
+                             f"{', '.join(FINE_TUNE_FIELDS)} may, with --set)")
     with setup_runtime(tc.device, tc.dtype, tc.threads) as rt:
         tc = dataclasses.replace(tc, dtype=rt.dtype)  # "auto" resolved: a resumed run keeps the dtype it started with
         run = Run.new(run_dir, rt.is_main)

@@ -8,13 +8,12 @@ import os
 from pathlib import Path
 from typing import Any
 
-from aiayn.checkpoint import FINE_TUNE_FIELDS
 from aiayn.cli.common import add_dataclass_args, add_old_name, add_progress_arg, given_fields, model_overrides
 from aiayn.config import PRESETS, ModelConfig
 from aiayn.errors import UsageError
 from aiayn.extras import require
 from aiayn.rundir import parent_checkpoint
-from aiayn.train import TrainConfig, resume, train, train_or_resume
+from aiayn.train import FINE_TUNE_FIELDS, TrainConfig, resume, train, train_or_resume
 
 
 def load_config_file(path: Path) -> dict[str, Any]:
