@@ -15,8 +15,9 @@
 # A step starts only while its estimate (COST below) fits in what is left of LEASE_SECONDS (default 570: a call of 600 s
 # at most); the rest waits for the next call. All five are ~16 minutes of work: a lease of 15, its start included, gets
 # through the first four in two calls; the user's path waits for the next lease (or goes first with LEASE_STEPS).
-# TTB_BUDGETS=1,2 (with COST_TTB_AIAYN=160 COST_TTB=200) saves ~2.5 minutes. Done steps (and train's done groups, ttb's trained systems and decoded budgets)
-# are kept in LEASE_STATE (default /tmp/aiayn-lease, which lasts as long as the machine) and skipped by the next call.
+# TTB_BUDGETS=1,2 (with COST_TTB_AIAYN=160 COST_TTB=200) saves ~2.5 minutes. Done steps (and train's done groups,
+# ttb's trained systems and decoded budgets) are kept in LEASE_STATE (default /tmp/aiayn-lease, which lasts as long as
+# the machine) and skipped by the next call.
 # After every step all results so far are packed into $OUT/lease.tar.gz (ttb's checkpoints left out), so a call that
 # is stopped still returns what it finished.
 # Inputs carried in .lease/ (made here by `bash benchmarks/gpu/lease_inputs.sh`): multi30k/ (prepared as in
@@ -32,7 +33,7 @@ declare -A COST=([train]=${COST_TRAIN:-260} [profile]=${COST_PROFILE:-60} [ttb-a
                  [ttb]=${COST_TTB:-280} [userpath]=${COST_USERPATH:-150})
 export PYTHONUNBUFFERED=1
 left() { echo $((LIMIT - (SECONDS - T0))); }
-pack() { tar czf "$OUT/lease.tar.gz" -C "$STATE" out ${1:-} 2>/dev/null; }
+pack() { tar czf "$OUT/lease.tar.gz" -C "$STATE" out 2>/dev/null; }
 TTB=(TTB_WORK="$STATE/ttb" TTB_DATA="$INPUTS/multi30k")
 [ -n "${SMOKE:-}" ] && TTB+=(TTB_DEVICE=cpu TTB_BUDGETS="${TTB_BUDGETS:-0.4,0.75}" TTB_SAVE_EVERY=4
                               TTB_FLAGS="--average 1 --test-lines 4 --dtype fp32 $(printf -- '--aiayn-set %s ' \
@@ -58,6 +59,7 @@ finished() {  # STEP: whether its results are all there
         ttb-aiayn) grep -q '"system": "aiayn"' "$o/ttb_results.jsonl" 2>/dev/null ;;
         ttb) grep -q '"system": "hf"' "$o/ttb_results.jsonl" 2>/dev/null && [ -s "$o/ttb_startup.jsonl" ] ;;
         userpath) [ -s "$o/userpath.txt" ] && ! grep -q failed "$o/userpath.txt" ;;
+        *) return 1 ;;
     esac
 }
 for step in $STEPS; do
