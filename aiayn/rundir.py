@@ -31,7 +31,8 @@ main one takes the lock and writes, the others read what it wrote):
                                                   (run.data_dir); a fine-tuning run with no checkpoint yet: its
                                                   parent (run.parent), checked unchanged
     run.restore(model) -> (trainer state, path)   the newest resumable checkpoint (run.latest) into the model
-    run.save(...), run.save_best(...)             a step checkpoint (older ones dropped); checkpoint_best (run.best)
+    run.save(step, model, trainer_state, keep)    a step checkpoint, all but the newest `keep` dropped
+    run.save_best(step, model)                    checkpoint_best (run.best)
     run.open_log(), run.log(kind, step, ...)      log.jsonl and TensorBoard
 
 Everything else only reads: read_config, is_run, checkpoint_paths, latest_checkpoint, read_log, and for decoding
