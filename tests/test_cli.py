@@ -75,7 +75,7 @@ def test_a_bug_keeps_its_traceback(monkeypatch):
     def broken(args):
         raise KeyError("a bug, not a user's mistake")
 
-    monkeypatch.setattr("aiayn.cli.params.run", broken)
+    monkeypatch.setattr("aiayn.cli.params.params_command", broken)
     with pytest.raises(KeyError):
         main(["params"])
 

@@ -1,7 +1,7 @@
 """The `aiayn` command line: one subcommand per job, in the habits of fairseq/OpenNMT users.
 
-Each module listed in COMMANDS adds its subcommand(s) with `register(subparsers)`; its handler `run(args)` returns
-an exit code and raises aiayn.errors.UserError for a user's mistake. `main` is the one place errors become exit
+Each module listed in COMMANDS adds its subcommand(s) with `register(subparsers)`; its handler `<name>_command(args)`
+returns an exit code and raises aiayn.errors.UserError for a user's mistake. `main` is the one place errors become exit
 codes: a UserError, a file that cannot be read or written, or bad bytes -> one line "error: ..." on stderr and exit 1
 (2 for a usage error, a flag outside its range included: common.Parser makes argparse's errors one line too);
 Ctrl-C -> 130; anything else is a bug and keeps its traceback.

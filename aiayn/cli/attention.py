@@ -22,7 +22,7 @@ def parse_heads(text: str | None) -> list[int] | None:
         raise UsageError(f"--heads {text!r}: give head numbers separated by commas, e.g. --heads 0,1") from None
 
 
-def run(args: argparse.Namespace) -> int:
+def attention_command(args: argparse.Namespace) -> int:
     require("aiayn attention", "viz")
     from aiayn.viz.attention import attention_data, write_all
 
@@ -56,4 +56,4 @@ def register(sub) -> None:
     add_search_args(p)
     add_precision_arg(p)
     add_device_arg(p)
-    p.set_defaults(func=run)
+    p.set_defaults(func=attention_command)

@@ -6,7 +6,7 @@ import argparse
 import json
 
 
-def run(args: argparse.Namespace) -> int:
+def doctor_command(args: argparse.Namespace) -> int:
     from aiayn.doctor import format_report, report
 
     r = report(bench=not args.no_bench)
@@ -26,4 +26,4 @@ def register(sub) -> None:
                                    "into bug reports.")
     p.add_argument("--json", action="store_true", help="one JSON object instead of aligned lines")
     p.add_argument("--no-bench", action="store_true", help="skip the matmul measurement")
-    p.set_defaults(func=run)
+    p.set_defaults(func=doctor_command)

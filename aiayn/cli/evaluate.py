@@ -102,7 +102,7 @@ def _evaluate_translation(args: argparse.Namespace) -> None:
     print(format_comparison(comparison))
 
 
-def run(args: argparse.Namespace) -> int:
+def evaluate_command(args: argparse.Namespace) -> int:
     if args.task == "parse":
         return _evaluate_parse(args)
     if not (args.hyp or args.checkpoint):
@@ -161,4 +161,4 @@ def register(sub) -> None:
     p.add_argument("--max-tokens", type=positive_int, default=4096,
                    help="padded tokens per batch, raised to the longest pair (default 4096)")
     add_device_arg(p)
-    p.set_defaults(func=run)
+    p.set_defaults(func=evaluate_command)

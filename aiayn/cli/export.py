@@ -11,7 +11,7 @@ from aiayn.errors import UsageError
 from aiayn.extras import require
 
 
-def run(args: argparse.Namespace) -> int:
+def export_command(args: argparse.Namespace) -> int:
     from aiayn.export.card import provenance
     from aiayn.rundir import inference_checkpoint, load_for_inference, shortlist_path
     from aiayn.shortlist import load as load_shortlist
@@ -79,4 +79,4 @@ def register(sub) -> None:
     add_language_args(p)
     p.add_argument("--bleu", help="a measured score to quote in the model card, e.g. '38.1 sacreBLEU, Multi30k "
                                   "test2016'")
-    p.set_defaults(func=run)
+    p.set_defaults(func=export_command)

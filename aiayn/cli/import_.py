@@ -7,7 +7,7 @@ import argparse
 from pathlib import Path
 
 
-def run(args: argparse.Namespace) -> int:
+def import_command(args: argparse.Namespace) -> int:
     from aiayn.export.marian import import_run
 
     checkpoint, cfg = import_run(args.folder, args.out)
@@ -29,4 +29,4 @@ def register(sub) -> None:
                    help="the folder's format: hf (a transformers MarianMTModel folder)")
     p.add_argument("folder", type=Path, help="the model folder to read")
     p.add_argument("--out", type=Path, required=True, help="the run directory to write (new, or an empty folder)")
-    p.set_defaults(func=run)
+    p.set_defaults(func=import_command)

@@ -10,7 +10,7 @@ from aiayn.cli.common import add_device_arg, positive_float
 from aiayn.extras import require
 
 
-def run(args: argparse.Namespace) -> int:
+def paper_command(args: argparse.Namespace) -> int:
     from aiayn.experiments.report import make_report
 
     require("aiayn paper", "viz")  # every table's plot and the attention figures
@@ -50,4 +50,4 @@ def register(sub) -> None:
                    help="sustained TFLOPS per device for Table 2's cost (default on a CPU: its measured fp32 matmul "
                         "rate; needed on a GPU)")
     add_device_arg(p)
-    p.set_defaults(func=run)
+    p.set_defaults(func=paper_command)

@@ -8,7 +8,7 @@ from aiayn.cli.common import positive_int
 from aiayn.config import PAPER_VOCAB
 
 
-def run(args: argparse.Namespace) -> int:
+def params_command(args: argparse.Namespace) -> int:
     from aiayn.experiments.params import format_table, parameter_table
 
     print(format_table(parameter_table(args.vocab_size)))
@@ -21,4 +21,4 @@ def register(sub) -> None:
     p = sub.add_parser("params", help="print parameter counts of every preset beside Table 3")
     p.add_argument("--vocab-size", type=positive_int, default=PAPER_VOCAB,
                    help=f"shared vocabulary the embeddings are counted with (default {PAPER_VOCAB:,}, the paper's)")
-    p.set_defaults(func=run)
+    p.set_defaults(func=params_command)

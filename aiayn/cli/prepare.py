@@ -10,7 +10,7 @@ from aiayn.data import prepare
 from aiayn.errors import UsageError
 
 
-def run(args: argparse.Namespace) -> int:
+def prepare_command(args: argparse.Namespace) -> int:
     if args.byte_fallback and args.vocab:
         raise UsageError("--byte-fallback applies to a vocabulary trained here, not to a reused --vocab")
     held_out = {}
@@ -59,4 +59,4 @@ def register(sub) -> None:
     p.add_argument("--seed", type=non_negative_int, default=1, help="seed of the vocabulary's training sample")
     p.add_argument("--vocab-sample", type=number(int, low=2), default=1_000_000,
                    help="sentences (both sides) the vocabulary is trained on (default: %(default)s)")
-    p.set_defaults(func=run)
+    p.set_defaults(func=prepare_command)

@@ -17,7 +17,7 @@ from aiayn.cli.common import (
 from aiayn.config import PRESETS
 
 
-def run(args: argparse.Namespace) -> int:
+def quickstart_command(args: argparse.Namespace) -> int:
     from aiayn.quickstart import quickstart
 
     result = quickstart(Path(args.out), args.minutes, args.preset, args.vocab_size, args.dtype, args.average_last,
@@ -62,4 +62,4 @@ def register(sub) -> None:
                    help="decay the learning rate linearly to 0 over this last fraction of the time (default 0.3; "
                    "0 = the paper's schedule only)")
     add_progress_arg(p)
-    p.set_defaults(func=run)
+    p.set_defaults(func=quickstart_command)

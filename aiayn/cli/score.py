@@ -10,7 +10,7 @@ from aiayn.files import atomic_text_output, check_output_path, read_lines
 from aiayn.runtime import resolve_device
 
 
-def run(args: argparse.Namespace) -> int:
+def score_command(args: argparse.Namespace) -> int:
     from aiayn import inference
     from aiayn.scoring import score_pairs
 
@@ -43,4 +43,4 @@ def register(sub) -> None:
                         "(default: the model's max_positions)")
     add_precision_arg(p)
     add_device_arg(p)
-    p.set_defaults(func=run)
+    p.set_defaults(func=score_command)

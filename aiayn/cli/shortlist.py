@@ -14,7 +14,7 @@ from aiayn.files import check_output_path, sha256_file
 from aiayn.shortlist import FREQUENT, PER_SOURCE, build_from_prepared
 
 
-def run(args: argparse.Namespace) -> int:
+def shortlist_command(args: argparse.Namespace) -> int:
     data, output = args.data, args.output
     if args.out is not None and not Path(args.out).is_dir():
         if data is None:
@@ -61,4 +61,4 @@ def register(sub) -> None:
                    help=f"target pieces kept per source piece (default {PER_SOURCE})")
     p.add_argument("--frequent", type=non_negative_int, default=FREQUENT,
                    help=f"most frequent target pieces always allowed (default {FREQUENT})")
-    p.set_defaults(func=run)
+    p.set_defaults(func=shortlist_command)

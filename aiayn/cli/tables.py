@@ -15,7 +15,7 @@ from aiayn.cli.common import number, positive_float, positive_int
 from aiayn.extras import require
 
 
-def run_table1(args: argparse.Namespace) -> int:
+def table1_command(args: argparse.Namespace) -> int:
     from aiayn.experiments.table1 import format_table, plot, run_table1
     from aiayn.runtime import configure_process
 
@@ -36,7 +36,7 @@ def run_table1(args: argparse.Namespace) -> int:
     return 0
 
 
-def run_table2(args: argparse.Namespace) -> int:
+def table2_command(args: argparse.Namespace) -> int:
     from aiayn.experiments.paper import TABLE2_COST
     from aiayn.experiments.table2 import run_cost
 
@@ -68,7 +68,7 @@ def register(sub) -> None:
     p.add_argument("--threads", type=positive_int, default=1, help="CPU threads (default 1)")
     p.add_argument("--json", type=Path, help="write the measurements here (JSON)")
     p.add_argument("--plot", type=Path, help="write the time/FLOPs plot here (PNG; needs matplotlib)")
-    p.set_defaults(func=run_table1)
+    p.set_defaults(func=table1_command)
 
     p = sub.add_parser(
         "table2", help="Table 2's training cost, the paper's way (time x GPUs x TFLOPS), from a run's tokens/s",
@@ -83,6 +83,6 @@ def register(sub) -> None:
     p.add_argument("--steps", type=positive_int, default=100_000, help="updates of the schedule (default 100,000)")
     p.add_argument("--tokens-per-step", type=positive_int, default=25_000,
                    help="target tokens per update (default 25,000, the paper's)")
-    p.set_defaults(func=run_table2)
+    p.set_defaults(func=table2_command)
 
 

@@ -24,7 +24,7 @@ from aiayn.scoring import SCORE_KINDS, score_columns, token_scores
 from aiayn.translate import Translator, join_lines, split_lines, split_prefixes
 
 
-def run(args: argparse.Namespace) -> int:
+def translate_command(args: argparse.Namespace) -> int:
     search = search_config(args)
     if args.print_alignment and args.engine != "aiayn":
         raise UsageError("--print-alignment needs --engine aiayn (it reads aiayn's cross-attention)")
@@ -167,4 +167,4 @@ def register(sub) -> None:
                         "options run eager (said once); docs/decoding.md")
     add_device_arg(p)
     add_progress_arg(p)
-    p.set_defaults(func=run)
+    p.set_defaults(func=translate_command)

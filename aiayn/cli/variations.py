@@ -13,7 +13,7 @@ from aiayn.train import TrainConfig
 _NOT_FLAGS = ("max_steps", "max_minutes", "device", "threads", "keep_last")
 
 
-def run(args: argparse.Namespace) -> int:
+def variations_command(args: argparse.Namespace) -> int:
     from aiayn.experiments.table3.report import report
     from aiayn.experiments.table3.runner import run_variations, run_worker
 
@@ -80,4 +80,4 @@ def register(sub) -> None:
     add_dataclass_args(p.add_argument_group("training options, the same for every row (TrainConfig; defaults: the "
                                             "paper's, with checkpoints every 5 minutes)"), TrainConfig,
                        skip=_NOT_FLAGS)
-    p.set_defaults(func=run)
+    p.set_defaults(func=variations_command)
