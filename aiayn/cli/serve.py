@@ -26,7 +26,7 @@ from aiayn.errors import UsageError
 from aiayn.extras import require
 
 
-def run(args: argparse.Namespace) -> int:
+def serve_command(args: argparse.Namespace) -> int:
     require("aiayn serve", "serve")
     from aiayn.rundir import inference_checkpoint
     from aiayn.runtime import resolve_device
@@ -299,4 +299,4 @@ def register(sub) -> None:
     add_search_args(p)
     add_precision_arg(p)
     add_device_arg(p)
-    p.set_defaults(func=run)
+    p.set_defaults(func=serve_command)
