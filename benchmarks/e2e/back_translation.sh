@@ -42,15 +42,17 @@ train $OUT/data-reverse $OUT/reverse $BT_MIN
 
 # The back-translations, timed; then the two synthetic corpora (parallel pairs first, synthetic pairs after).
 [ -f $R/mono.beam.en ] || { /usr/bin/time -f "beam back-translation: %e s" aiayn translate --checkpoint $OUT/reverse \
-    --input $R/mono.de --output $R/mono.beam.en --beam 4 --no-progress; }
+    --input $R/mono.de --output $R/mono.beam.en --beam 4 --no-progress --no-split-sentences; }
 [ -f $R/mono.sampled.en ] || { /usr/bin/time -f "sampled back-translation: %e s" aiayn translate --checkpoint \
-    $OUT/reverse --input $R/mono.de --output $R/mono.sampled.en --sampling --seed $SEED --no-progress; }
+    $OUT/reverse --input $R/mono.de --output $R/mono.sampled.en --sampling --seed $SEED --no-progress \
+    --no-split-sentences; }
 for kind in beam sampled; do
   cat $R/parallel.en $R/mono.$kind.en > $R/with-$kind.en; cat $R/parallel.de $R/mono.de > $R/with-$kind.de
   prep $OUT/data-$kind $R/with-$kind.en $R/with-$kind.de $V
 done
 echo "== the reverse model (German->English, parallel half), test2016"
-aiayn translate --checkpoint $OUT/reverse --input $OUT/data-reverse/test.src.txt --output $OUT/reverse/test.hyp --no-progress
+aiayn translate --checkpoint $OUT/reverse --input $OUT/data-reverse/test.src.txt --output $OUT/reverse/test.hyp --no-progress \
+    --no-split-sentences
 aiayn evaluate --hyp $OUT/reverse/test.hyp --ref $OUT/data-reverse/test.tgt.txt --lang en
 echo "== a few back-translations (German source, beam, sampled)"
 paste -d '\n' <(head -3 $R/mono.de) <(head -3 $R/mono.beam.en) <(head -3 $R/mono.sampled.en)
@@ -58,7 +60,7 @@ paste -d '\n' <(head -3 $R/mono.de) <(head -3 $R/mono.beam.en) <(head -3 $R/mono
 for kind in parallel beam sampled; do
   train $OUT/data-$kind $OUT/mt-$kind $MT_MIN
   aiayn translate --checkpoint $OUT/mt-$kind --input $OUT/data-parallel/test.src.txt --output $OUT/mt-$kind/test.hyp \
-      --no-progress
+      --no-progress --no-split-sentences
   echo "== English->German on $kind: test2016 ($(tail -1 $OUT/mt-$kind/log.jsonl | cut -c1-60)...)"
   aiayn evaluate --hyp $OUT/mt-$kind/test.hyp --ref $OUT/data-parallel/test.tgt.txt --lang de
 done

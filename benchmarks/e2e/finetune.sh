@@ -48,7 +48,8 @@ for run in tuned scratch; do
   for pick in best last averaged; do
     case $pick in best) ckpt=$OUT/$run/checkpoint_best.safetensors;; last) ckpt=$last;;
                   averaged) ckpt=$OUT/$run/averaged.safetensors;; esac
-    aiayn translate --checkpoint $ckpt --input $OUT/data-m30k/test.src.txt --output $OUT/$run/test.$pick.hyp --no-progress
+    aiayn translate --checkpoint $ckpt --input $OUT/data-m30k/test.src.txt --output $OUT/$run/test.$pick.hyp --no-progress \
+      --no-split-sentences
     echo "== $run $pick ($(basename $ckpt)): test2016"
     aiayn evaluate --hyp $OUT/$run/test.$pick.hyp --ref $OUT/data-m30k/test.tgt.txt --lang de
   done

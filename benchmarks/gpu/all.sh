@@ -72,7 +72,7 @@ if want multi30k; then
     cp "$R"/*.jsonl "$OUT/" 2>/dev/null
     $PY -m aiayn average --run "$R" --last 5 2>&1 | tail -1
     $PY -m aiayn translate --checkpoint "$R" --input data-bin/multi30k/test.src.txt --output "$OUT/test.hyp" \
-        --device cuda --no-progress 2>&1 | tail -1
+        --device cuda --no-progress --no-split-sentences 2>&1 | tail -1
     if $PY -c "import sacremoses" 2>/dev/null; then
         $PY -m aiayn evaluate --hyp "$OUT/test.hyp" --ref data-bin/multi30k/test.tgt.txt --target-lang de 2>&1 | tail -4 | tee "$OUT/bleu.txt"
     else  # the GPU image lacks sacremoses (tokenized BLEU): sacreBLEU alone here, the full evaluate where it is installed
@@ -144,7 +144,7 @@ if want userpath; then  # aiayn translate as a user runs it on a GPU, beside HF 
           for impl in $IMPLS; do
               timed "aiayn translate --precision $p --search-impl $impl" $PY -m aiayn translate --checkpoint "$Q/run" \
                   --input "$SRC" --output "$OUT/userpath-aiayn-$p-$impl.hyp" --precision $p --lp power \
-                  --search-impl $impl --no-progress $DEV
+                  --search-impl $impl --no-progress --no-split-sentences $DEV
           done
           timed "HF generate $p" $PY benchmarks/gpu/hf_generate.py "$H" "$SRC" "$OUT/userpath-hf-$p.hyp" \
               --precision $p ${SMOKE_FLAG:+--device cpu}

@@ -242,7 +242,8 @@ def evaluate(args, system: str, budget: float, bin_dir: Path, refs: list[str], s
             state, cfg = average_checkpoints([p for _, _, p in chosen])
             save_weights(avg, state, cfg)
             run([sys.executable, "-m", "aiayn", "translate", "--checkpoint", avg, "--input", src,
-                 "--output", hyp, "--beam", 4, "--alpha", 0.6, "--no-progress", "--device", args.device],
+                 "--output", hyp, "--beam", 4, "--alpha", 0.6, "--no-progress", "--no-split-sentences", "--device",
+                 args.device],
                 out / "decode.log", env)
         elif system == "hf":
             run([sys.executable, "-m", "benchmarks.peers.hf_seq2seq", "decode", "--data", args.data, "--input", src,
