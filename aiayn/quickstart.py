@@ -24,19 +24,17 @@ from aiayn.search import SearchConfig
 from aiayn.train import TrainConfig, resume, train
 from aiayn.translate import Translator
 
-# The quickstart's departures from the `small` preset (RESULTS.md, "Quickstart recipe search"): a
-# 12-minute run sees each sentence ~3 times, far from overfitting, and dropout only slows it down (test BLEU 13.9
-# without, 10.0 with P_drop 0.1, same machine). `--set dropout=0.1` puts it back. And fairseq's initialization
-# (docs/model.md): two quickstarts side by side, one core each, gave test BLEU 14.2 against 8.3 for Xavier everywhere
-# (dev perplexity 41 vs 60). `--set init=xavier` puts that back.
+# The quickstart's departures from the `small` preset, each measured (RESULTS.md, "Quickstart recipe search";
+# docs/model.md): no dropout (a 12-minute run sees each sentence ~3 times, far from overfitting; `--set dropout=0.1`
+# puts it back), and fairseq's initialization (`--set init=xavier` puts Xavier back).
 MODEL_DEFAULTS = {"dropout": 0.0, "init": "fairseq"}
 
 # The recipe by the dtype training runs in, each chosen by a measured search of quickstart trials
-# (benchmarks/e2e/quickstart_search.py). bf16 (CPUs that multiply bf16 natively, GPUs): `small` with 8,000 pieces,
-# 2k-token batches. fp32 (every other CPU, e.g. AVX2-only ones: half the steps in the time): a cheaper step does
-# more in 12 minutes than a bigger model (benchmarks/results/quickstart-search-avx2/README.md): 4,000
-# pieces, 2+2 layers of width 192 (d_ff 768, 4 heads of 48), 1k-token batches. `shape` applies to the default preset
-# only; flags and --set override all of it.
+# (benchmarks/e2e/quickstart_search.py; benchmarks/results/quickstart-search-avx2/README.md). bf16 (CPUs that
+# multiply bf16 natively, GPUs): `small` with 8,000 pieces, 2k-token batches. fp32 (every other CPU, e.g. AVX2-only
+# ones), where a cheaper step does more in 12 minutes than a bigger model: 4,000 pieces, 2+2 layers of width 192
+# (d_ff 768, 4 heads of 48), 1k-token batches. `shape` applies to the default preset only; flags and --set override
+# all of it.
 RECIPES = {
     "bf16": {"vocab_size": 8000, "max_tokens": 2048, "shape": {}},
     "fp32": {"vocab_size": 4000, "max_tokens": 1024,
