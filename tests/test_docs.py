@@ -126,20 +126,21 @@ def test_readme_quickstart_rows_match_their_logs():
 def test_real_text_ratios_match_the_evidence():
     """The README's and docs/speed.md's real-text ratios (whole process / in process) are rows of the committed
     table the benchmark wrote."""
-    def rows(folder: str) -> set[tuple[str, str, str, str]]:
-        table = (RESULTS / folder / "quickstart" / "table.md").read_text(encoding="utf-8")
+    def rows(folder: str, model: str = "quickstart") -> set[tuple[str, str, str, str]]:
+        table = (RESULTS / folder / model / "table.md").read_text(encoding="utf-8")
         return {(m[1], m[2], *re.findall(r"\*\*([\d.]+)\*\*", line)[:2]) for line in table.splitlines()
                 if (m := re.match(r"\| (\d) \| (\w+) \|", line)) and "**" in line}
 
     measured, avx2 = rows("realtext-xeon-amx"), rows("realtext-avx2-1t")
-    assert len(measured) == 6 and len(avx2) == 2
+    onednn = rows("realtext-xeon-amx", "quickstart-int8-onednn")
+    assert len(measured) == 6 and len(avx2) == 2 and len(onednn) == 2
     speed = _section((REPO / "docs" / "speed.md").read_text(encoding="utf-8"), "## Real text", "The other models")
     quoted = {(t, p, a, b) for t, p, a, b in re.findall(
         r"^\| (\d) \| (\w+) \| \w+ \| [^|]+ \| \*\*([\d.]+)\*\* \| [^|]+ \| \*\*([\d.]+)\*\*", speed, flags=re.M)}
     assert quoted == measured
     readme = _section((REPO / "README.md").read_text(encoding="utf-8"), "**Translating real text", "## Results")
     pairs = set(re.findall(r"(?<![\d.-])(\d\.\d\d)x / (\d\.\d\d)x", readme))
-    assert len(pairs) >= 8 and pairs <= {(a, b) for _, _, a, b in measured | avx2}
+    assert len(pairs) >= 10 and pairs <= {(a, b) for _, _, a, b in measured | avx2 | onednn}
 
 
 def defines(module: Path, name: str) -> bool:
