@@ -60,6 +60,18 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def wait_until_listening(proc: subprocess.Popen, base: str, seconds: float = 120) -> None:
+    """Return once the server process at `base` answers /health; fail if it exits or `seconds` pass first."""
+    deadline = time.monotonic() + seconds
+    while True:
+        try:
+            httpx.get(base + "/health", timeout=1)
+            return
+        except httpx.TransportError:
+            assert proc.poll() is None and time.monotonic() < deadline, "the server did not start"
+            time.sleep(0.2)
+
+
 @contextmanager
 def serve_process(translator: Translator, vocab_model: Path, folder: Path, *flags: str):
     """`aiayn serve` of `translator`'s model (saved as a run in `folder`) on a free loopback port, with `flags`:
@@ -71,14 +83,7 @@ def serve_process(translator: Translator, vocab_model: Path, folder: Path, *flag
                              "--log-level", "warning", *flags], env=env, stderr=subprocess.PIPE, text=True)
     base = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + 60
-        while True:  # wait for the server to listen
-            try:
-                httpx.get(base + "/health", timeout=1)
-                break
-            except httpx.TransportError:
-                assert proc.poll() is None and time.monotonic() < deadline, "the server did not start"
-                time.sleep(0.2)
+        wait_until_listening(proc, base, 60)
         yield proc, base
     finally:
         if proc.poll() is None:

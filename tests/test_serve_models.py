@@ -7,7 +7,6 @@ import json
 import os
 import subprocess
 import sys
-import time
 import urllib.error
 
 import httpx
@@ -15,7 +14,7 @@ import pytest
 
 pytest.importorskip("fastapi")
 pytest.importorskip("lingua", reason="the serve extra installs lingua-language-detector")
-from serving import REPO, SEARCH, ServerThread, browser, free_port, save_run, tiny_model  # noqa: E402
+from serving import REPO, SEARCH, ServerThread, browser, free_port, save_run, tiny_model, wait_until_listening  # noqa: E402
 
 from aiayn.data import Vocab  # noqa: E402
 from aiayn.search import SearchConfig  # noqa: E402
@@ -211,14 +210,7 @@ def test_libretranslate_client_and_the_command_line(runs, tmp_path):
     proc = subprocess.Popen(cmd, env=env, stderr=subprocess.PIPE, text=True)
     base = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + 120
-        while True:
-            try:
-                httpx.get(base + "/health", timeout=1)
-                break
-            except httpx.TransportError:
-                assert proc.poll() is None and time.monotonic() < deadline, "the server did not start"
-                time.sleep(0.2)
+        wait_until_listening(proc, base)
         client = LibreTranslateAPI(base + "/")
         assert [(lang["code"], lang["targets"]) for lang in client.languages()] == [
             ("de", ["en", "it"]), ("en", ["de", "it"]), ("es", ["de", "en", "it"]), ("it", [])]

@@ -12,7 +12,7 @@ pytest.importorskip("fastapi")
 from serving import Send, call, copy_translator  # noqa: E402
 
 from aiayn.serve import LanguagePair, create_app  # noqa: E402
-from aiayn.serve.segments import html_pieces, join, split_sentences, text_pieces  # noqa: E402
+from aiayn.serve.segments import html_pieces, join, text_pieces  # noqa: E402
 
 
 def _marked(parts, escape=False) -> str:
@@ -26,20 +26,6 @@ def test_lines_blank_lines_and_outer_spaces_are_kept():
     assert join(text_pieces(text), [p.text for p in text_pieces(text) if p.translate]) == text
     assert _marked(text_pieces("one line")) == "[one line]"
     assert [p.text for p in text_pieces("\n \n") if p.translate] == []
-
-
-@pytest.mark.parametrize("line, sentences", [
-    ("He came. She left! Did they? Yes.", ["He came. ", "She left! ", "Did they? ", "Yes."]),
-    ('He said "Go." Then he went.', ['He said "Go." ', "Then he went."]),
-    ("Mr. Smith and Dr. Jones met at St. Paul.", ["Mr. Smith and Dr. Jones met at St. Paul."]),
-    ("J. R. R. Tolkien wrote it.", ["J. R. R. Tolkien wrote it."]),  # a single letter before the stop: an initial
-    ("Version 2.5 is out. it is lower case.", ["Version 2.5 is out. it is lower case."]),  # no capital: no cut
-    ("¿Qué? ¡Nada! Bien.", ["¿Qué? ", "¡Nada! ", "Bien."]),
-    ("Wait... What?", ["Wait... ", "What?"]),
-])
-def test_sentences_are_cut_conservatively(line, sentences):
-    assert split_sentences(line) == sentences
-    assert "".join(split_sentences(line)) == line
 
 
 def test_html_keeps_tags_attributes_and_untranslated_elements():

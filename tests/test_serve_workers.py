@@ -23,6 +23,7 @@ pytest.importorskip("fastapi")
 pytest.importorskip("uvicorn")
 
 from helpers import REPO, save_run, tiny_model  # noqa: E402
+from serving import wait_until_listening  # noqa: E402
 
 from aiayn import checkpoint as ckpt  # noqa: E402
 from aiayn import rundir  # noqa: E402
@@ -100,14 +101,7 @@ def server(run: Path, *flags: str):
                             text=True)
     base = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + 120
-        while True:
-            try:
-                httpx.get(base + "/health", timeout=1)
-                break
-            except httpx.TransportError:
-                assert proc.poll() is None and time.monotonic() < deadline, "the server did not start"
-                time.sleep(0.2)
+        wait_until_listening(proc, base)
         yield proc, base
     finally:
         if proc.poll() is None:
