@@ -266,7 +266,7 @@ def _int8_copy(model: nn.Module, consume: bool = False) -> DecodingTransformer:
     from torch.ao.quantization import per_channel_dynamic_qconfig, quantize_dynamic
 
     if next(model.parameters()).device.type != "cpu":
-        raise UsageError("int8 decoding runs on CPU (fbgemm); use --precision bf16 on GPUs")
+        raise UsageError("int8 decoding runs on CPU (oneDNN's or fbgemm's int8 GEMM); use --precision bf16 on GPUs")
     q = (model if consume else copy.deepcopy(model)).float().eval()
     with warnings.catch_warnings(), int8_packing():  # torch.ao.quantization announces its move to torchao
         warnings.simplefilter("ignore")

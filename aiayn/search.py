@@ -46,6 +46,7 @@ from aiayn.sampling import Sampler
 
 NEG_INF = float("-inf")
 
+
 class LexicalHook(Protocol):
     """What must appear in the output (aiayn.glossary.DynamicBeamAllocation), plugged into beam_search's step:
     `restrict` the (N, V) allowed mask before the step (sent: each active sentence's index, kk rows each), `alive`
