@@ -92,8 +92,8 @@ def test_every_command_speaks_one_vocabulary():
               for flag in ("--device", "--source-lang", "--target-lang", "--out", "--output")}
     assert {"quickstart", "train", "translate", "score", "attention", "serve", "parse", "evaluate", "variations",
             "paper"} <= having["--device"]
-    assert having["--source-lang"] == {"prepare", "serve", "export"}
-    assert having["--target-lang"] == {"prepare", "serve", "export", "evaluate"}
+    assert having["--source-lang"] == {"prepare", "serve", "export", "import"}
+    assert having["--target-lang"] == {"prepare", "serve", "export", "import", "evaluate"}
     assert {"average", "plot", "shortlist", "score", "translate", "parse"} <= having["--output"]
     for name, p in cmds.items():  # nor in the text of --help
         assert not re.search(r"--(src|tgt)-lang|--lang\b|--weights\b", p.format_help()), name

@@ -21,6 +21,7 @@ from test_export import train_tiny
 
 from aiayn.cli import main
 from aiayn.data import Vocab
+from aiayn.data.folder import run_languages
 from aiayn.errors import UsageError, UserError
 from aiayn.export.argos import ARGOS_DECODING, export_argos, language_name
 from aiayn.export.ct2 import CT2Translator, export_ct2
@@ -159,14 +160,23 @@ def test_cli_export_argos(model, vocab, copy_data, tmp_path, capsys):
 
     assert main(argv[:6]) == 2  # no languages
     assert "--source-lang and --target-lang" in capsys.readouterr().err
-    assert main([*argv[:6], "--source-lang", "en", "--target-lang", "de", "--to", "ct2"]) == 2
-    assert "--to argos only" in capsys.readouterr().err
+    assert main([*argv[:6], "--source-lang", "en", "--target-lang", "de", "--to", "hf"]) == 2
+    assert "--to ct2 and argos only" in capsys.readouterr().err
+    ct2 = tmp_path / "ct2"  # a CTranslate2 folder records the pair it is given (serve reads it: data.run_languages)
+    assert main(["export", "--checkpoint", str(run), "--to", "ct2", str(ct2), "--source-lang", "en"]) == 2
+    assert "give both" in capsys.readouterr().err
+    assert main(["export", "--checkpoint", str(run), "--to", "ct2", str(ct2), "--source-lang", "en",
+                 "--target-lang", "fr"]) == 0
+    assert json.loads((ct2 / "aiayn.json").read_text())["languages"] == {"source": "en", "target": "fr"}
+    assert run_languages(ct2) == ("en", "fr")
 
 
 def test_cli_export_argos_takes_the_languages_recorded_by_prepare(model, copy_data, tmp_path):
     run = labelled_run(model, copy_data, tmp_path, ("en", "es"))
     out = tmp_path / "translate-en_es-1_0.argosmodel"
     assert main(["export", "--checkpoint", str(run), "--to", "argos", str(out)]) == 0
+    assert main(["export", "--checkpoint", str(run), "--to", "ct2", str(tmp_path / "ct2")]) == 0
+    assert run_languages(tmp_path / "ct2") == ("en", "es")  # the run's pair, recorded in the CTranslate2 folder
     with zipfile.ZipFile(out) as zf:
         meta = json.loads(zf.read("translate-en_es-1_0/metadata.json"))
     assert (meta["from_code"], meta["to_code"], meta["to_name"]) == ("en", "es", "Spanish")

@@ -21,6 +21,7 @@ from helpers import SHARED_DATA
 
 from aiayn.cli import main
 from aiayn.config import EOS_ID, PAD_ID
+from aiayn.data.folder import run_languages
 from aiayn.data.vocab import MarianVocab, Vocab
 from aiayn.errors import UserError
 from aiayn.search import SearchConfig, beam_search, greedy_search
@@ -338,6 +339,38 @@ def test_cli_import_then_translate(spm_models, lines, tmp_path, capsys):
     assert (tmp_path / "ct2.txt").read_text() == (tmp_path / "greedy.txt").read_text()
     assert main(["import", "--from", "hf", str(tmp_path / "nothing"), "--out", str(tmp_path / "run2")]) == 1
     assert capsys.readouterr().err.count("\n") == 1
+
+
+def test_import_records_the_language_pair(spm_models, tmp_path, capsys):
+    """--source-lang/--target-lang, else tokenizer_config.json (HF's converter writes "opus-mt-en" there), else a
+    folder named by its pair; serve and export --to argos read the record (data.run_languages)."""
+    folder = opus_folder(tmp_path / "opus", spm_models, "opus-mt")
+    assert main(["import", "--from", "hf", str(folder), "--out", str(tmp_path / "none")]) == 0
+    assert "none recorded" in capsys.readouterr().out and run_languages(tmp_path / "none") is None
+    assert main(["import", "--from", "hf", str(folder), "--out", str(tmp_path / "given"), "--source-lang", "en",
+                 "--target-lang", "de"]) == 0
+    assert "languages en -> de" in capsys.readouterr().out
+    assert run_languages(tmp_path / "given") == ("en", "de")
+    assert run_languages(tmp_path / "given" / "checkpoints" / "step_00000000.safetensors") == ("en", "de")
+    config = json.loads((folder / "tokenizer_config.json").read_text())
+    (folder / "tokenizer_config.json").write_text(json.dumps({**config, "source_lang": "opus-mt-fr",
+                                                               "target_lang": "es"}))
+    assert main(["import", "--from", "hf", str(folder), "--out", str(tmp_path / "named")]) == 0
+    assert "languages fr -> es (as the folder names them)" in capsys.readouterr().out
+    assert run_languages(tmp_path / "named") == ("fr", "es")
+    (folder / "tokenizer_config.json").write_text(json.dumps({**config, "source_lang": "en",
+                                                               "target_lang": "ROMANCE"}))  # a group: not one
+    renamed = folder.rename(tmp_path / "opus-mt-tc-big-en-pt")
+    assert main(["import", "--from", "hf", str(renamed), "--out", str(tmp_path / "by-name")]) == 0
+    assert run_languages(tmp_path / "by-name") == ("en", "pt")
+    assert main(["export", "--checkpoint", str(tmp_path / "by-name"), "--to", "ct2", str(tmp_path / "ct2")]) == 0
+    assert run_languages(tmp_path / "ct2") == ("en", "pt")
+    capsys.readouterr()
+    assert main(["import", "--from", "hf", str(renamed), "--out", str(tmp_path / "bad"), "--source-lang", "en"]) == 2
+    assert "give both --source-lang and --target-lang" in capsys.readouterr().err
+    assert main(["import", "--from", "hf", str(renamed), "--out", str(tmp_path / "bad"), "--source-lang", "en",
+                 "--target-lang", "auto"]) == 2
+    assert "not a language code" in capsys.readouterr().err and not (tmp_path / "bad").exists()
 
 
 # ---------------------------------------------------------------------------------------------------------

@@ -11,6 +11,7 @@ import urllib.error
 
 import httpx
 import pytest
+import torch
 
 pytest.importorskip("fastapi")
 pytest.importorskip("lingua", reason="the serve extra installs lingua-language-detector")
@@ -19,7 +20,7 @@ from serving import REPO, SEARCH, ServerThread, browser, free_port, save_run, ti
 from aiayn.data import Vocab  # noqa: E402
 from aiayn.search import SearchConfig  # noqa: E402
 from aiayn.serve import LanguagePair, create_app  # noqa: E402
-from aiayn.serve.models import Models  # noqa: E402
+from aiayn.serve.models import Models, weight_bytes  # noqa: E402
 from aiayn.serve.reload import ModelSource  # noqa: E402
 from aiayn.translate import Translator  # noqa: E402
 
@@ -150,6 +151,23 @@ def test_models_load_when_asked_and_the_least_recently_used_go(runs):
     in_order(create_app(models=by_weights), [("POST", "/translate", {"q": lines[0], "source": s, "target": t})
                                              for s, t in order[:4]])
     assert len(by_weights.loaded()) == 2 and by_weights.unloads == 1
+
+
+def test_weights_are_counted_in_every_decoding_format(runs):
+    """What --max-model-memory counts: fp32 as stored; prepacked fp32 adds the output projection's packed copy of
+    the embedding; bf16 half of fp32's; int8 one byte per projection weight (packed by oneDNN or fbgemm, not seen as
+    tensors), the embedding kept in fp32 and its int8 copy for the output projection."""
+    _, made, _ = runs
+    plain = Translator.load(made["en", "de"], SEARCH, "fp32", prepack=False)
+    stored = sum(t.numel() * 4 for t in [*plain.model.parameters(), *plain.model.buffers()])
+    assert weight_bytes(plain) == stored
+    embedding = plain.model.embedding.weight.numel() * 4
+    assert weight_bytes(Translator.load(made["en", "de"], SEARCH, "fp32", prepack=True)) == stored + embedding
+    assert weight_bytes(Translator.load(made["en", "de"], SEARCH, "bf16", prepack=False)) == stored // 2
+    linears = [m for m in plain.model.modules() if isinstance(m, torch.nn.Linear)]
+    projections = sum(m.weight.numel() for m in linears)
+    int8 = stored - 3 * projections + embedding // 4
+    assert weight_bytes(Translator.load(made["en", "de"], SEARCH, "int8")) == int8
 
 
 def test_a_reload_reads_each_loaded_model_again(runs, copy_data, tmp_path):
@@ -314,6 +332,52 @@ def test_glossary_field(runs, copy_data):
     (pivoted,) = in_order(create_app(models=models_of(made)), [
         ("POST", "/translate", {"q": line, "source": "de", "target": "fr", "glossary": [["alpha", "KILO"]]})])
     assert pivoted.status_code == 422 and "through en" in pivoted.json()["error"]
+
+
+def test_ctranslate2_folders_are_served_beside_runs(runs, tmp_path, capsys):
+    """A folder `aiayn export --to ct2` wrote is a model like a run: its languages from its aiayn.json, decoded by
+    CTranslate2 (the answers are CT2Translator's offline ones, directly and as a pivot's second leg), its weights
+    counted, in int8 too; a glossary or attention asked of it is a 422; serving one needs --lp power."""
+    pytest.importorskip("ctranslate2")
+    from aiayn.cli import main
+    from aiayn.export.ct2 import CT2Translator
+
+    _, made, lines = runs
+    ct2 = tmp_path / "en-de-ct2"
+    assert main(["export", "--checkpoint", str(made["en", "de"]), "--to", "ct2", str(ct2), "--source-lang", "en",
+                 "--target-lang", "de"]) == 0
+    power = SearchConfig(beam=4, max_len_b=10, lp="power", alpha=1.0)
+    catalogue = [(LanguagePair("en", "de"), ModelSource(str(ct2), power)),
+                 (LanguagePair("es", "en"), ModelSource(str(made["es", "en"]), power)),
+                 (LanguagePair("en", "fr"), ModelSource(str(ct2), power, "int8"))]
+    models = Models.from_sources(catalogue)
+    app = create_app(models=models)
+    direct, pivoted, int8, glossary, sampled, attention, info = in_order(app, [
+        ("POST", "/translate", {"q": lines[:3], "source": "en", "target": "de"}),
+        ("POST", "/translate", {"q": lines[0], "source": "es", "target": "de"}),
+        ("POST", "/translate", {"q": lines[0], "source": "en", "target": "fr"}),
+        ("POST", "/translate", {"q": lines[0], "source": "en", "target": "de", "glossary": [["alpha", "KILO"]]}),
+        ("POST", "/translate", {"q": lines[0], "source": "en", "target": "de", "sampling": True}),
+        ("POST", "/attention", {"q": lines[0], "source": "en", "target": "de"}),
+        ("GET", "/info", None)])
+    offline_ct2 = CT2Translator(ct2, search=power)
+    assert direct.json()["translatedText"] == offline_ct2.translate(lines[:3], power)
+    first_leg = Translator.load(made["es", "en"], power).translate(lines[:1])
+    assert pivoted.json()["translatedText"] == offline_ct2.translate(first_leg, power)[0]
+    assert pivoted.json()["pivot"] == "en"
+    assert int8.json()["translatedText"] == CT2Translator(ct2, compute_type="int8").translate(lines[:1], power)[0]
+    assert glossary.status_code == 422 and "CTranslate2" in glossary.json()["error"]
+    assert attention.status_code == 422 and "CTranslate2" in attention.json()["error"]
+    assert sampled.status_code == 422 and "sample" in sampled.json()["error"]
+    described = {(m["source"], m["target"]): m for m in info.json()["models"]}
+    size = (ct2 / "model.bin").stat().st_size
+    assert described["en", "de"]["weights_mb"] == round(size / 2**20, 1)
+    assert described["en", "fr"]["weights_mb"] == round(size // 4 / 2**20, 1)  # int8 of a float32 export
+
+    assert main(["serve", "--checkpoint", str(ct2)]) == 2
+    assert "--lp power" in capsys.readouterr().err
+    assert main(["serve", "--checkpoint", str(ct2), "--lp", "power", "--shortlist", str(ct2 / "vocab.model")]) == 2
+    assert "vocabulary map" in capsys.readouterr().err
 
 
 def test_command_line_builds_the_catalogue(runs, monkeypatch):

@@ -21,15 +21,18 @@ def export_command(args: argparse.Namespace) -> int:
     from aiayn.data.folder import run_languages
 
     languages = (args.source_lang, args.target_lang)
-    if args.to == "argos" and None in languages:
+    if args.to == "hf" and languages != (None, None):
+        raise UsageError("--source-lang and --target-lang apply to --to ct2 and argos only (an HF folder records "
+                         "no language pair)")
+    if args.to != "hf":  # the pair given, else the run's: a package names it, a CTranslate2 folder records it
         recorded = run_languages(args.checkpoint) or (None, None)
         languages = tuple(given or found for given, found in zip(languages, recorded))
-        if None in languages:
+        if args.to == "argos" and None in languages:
             raise UsageError("--to argos needs --source-lang and --target-lang (ISO 639 codes such as en, de): a "
                              "package names its language pair, and the run's prepared data record none (aiayn "
                              "prepare --source-lang/--target-lang records them)")
-    elif args.to != "argos" and languages != (None, None):
-        raise UsageError("--source-lang and --target-lang apply to --to argos only")
+        if languages.count(None) == 1:
+            raise UsageError("give both --source-lang and --target-lang: the run records no language pair")
     modules = {"hf": ("transformers",), "ct2": ("ctranslate2",), "argos": ("ctranslate2", "spacy")}[args.to]
     require(f"aiayn export --to {args.to}", "export", modules)
     checkpoint = inference_checkpoint(Path(args.checkpoint))
@@ -49,7 +52,8 @@ def export_command(args: argparse.Namespace) -> int:
     else:
         from aiayn.export.ct2 import VMAP_FILE, export_ct2
 
-        export_ct2(model, vocab, args.out, args.quantization, prov, shortlist)
+        export_ct2(model, vocab, args.out, args.quantization, prov, shortlist,
+                   None if None in languages else languages)
     print(f"exported {checkpoint} -> {args.out} ({args.to}{', ' + args.quantization if args.quantization else ''})"
           + (f"; its shortlist as {VMAP_FILE} (use_vmap)" if shortlist is not None else ""))
     return 0

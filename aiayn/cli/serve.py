@@ -32,7 +32,7 @@ def serve_command(args: argparse.Namespace) -> int:
     from aiayn.runtime import resolve_device
     from aiayn.serve import BatchConfig, Limits
     from aiayn.serve.observe import metrics_shared_by_workers
-    from aiayn.serve.reload import ModelSource, read_admin_key
+    from aiayn.serve.reload import ModelSource, is_ct2_folder, read_admin_key
     from aiayn.serve.workers import ServeSpec, auto_workers, serve, usable_cores
 
     if args.nbest != 1:
@@ -58,12 +58,21 @@ def serve_command(args: argparse.Namespace) -> int:
         raise UsageError(str(e)) from None
     if many and len({pair.source for pair, _ in pairs}) > 1:
         require("aiayn serve of several source languages (their detection)", "serve", ("lingua",))
-    if not many:
+    ct2 = [p for p in ([path for _, path in pairs] if many else [path]) if is_ct2_folder(p)]
+    if ct2 and args.lp != "power":
+        raise UsageError(f"{ct2[0]} is a CTranslate2 folder, whose length penalty is |Y|^alpha: serve it with --lp "
+                         "power (the paper's GNMT penalty has no CTranslate2 equivalent)")
+    if ct2 and args.shortlist not in (None, True):
+        raise UsageError("--shortlist FILE: a CTranslate2 folder decodes with its own vocabulary map; give "
+                         "--shortlist alone")
+    if not many and not ct2:
         checkpoint = inference_checkpoint(path)  # a missing one is said here, before any worker starts
         if args.shortlist:
             from aiayn.shortlist import run_file
 
             run_file(path, None if args.shortlist is True else args.shortlist)  # likewise
+    elif not many:
+        checkpoint = path
     device = str(resolve_device(args.device))
     workers = auto_workers(device) if args.workers == "auto" else args.workers
     threads = args.threads or (0 if "OMP_NUM_THREADS" in os.environ else max(1, usable_cores() // workers))
@@ -154,8 +163,9 @@ def serve_catalog(args: argparse.Namespace) -> list:
 
 
 def serve_languages(checkpoint: str, source: str | None, target: str | None):
-    """(LanguagePair, where it comes from): the flags given, else the languages the run's prepared data record
-    (aiayn.languages), else the paper's en -> de. ValueError for a code that is not one."""
+    """(LanguagePair, where it comes from): the flags given, else the languages recorded with the model (its run's
+    prepared data, its import or its CTranslate2 export: data.run_languages), else the paper's en -> de. ValueError
+    for a code that is not one."""
     from aiayn.data.folder import run_languages
     from aiayn.serve import LanguagePair
 
@@ -164,7 +174,7 @@ def serve_languages(checkpoint: str, source: str | None, target: str | None):
     pair = LanguagePair(source or default[0], target or default[1])
     if source and target:
         return pair, "--source-lang/--target-lang"
-    return pair, ("recorded by aiayn prepare" if recorded else
+    return pair, ("recorded with the model" if recorded else
                   "not recorded by the run's data: the default; --source-lang/--target-lang name others")
 
 
@@ -246,12 +256,14 @@ def register(sub) -> None:
                                    "through a pivot language where two models chain; source \"auto\" detects the "
                                    "language among the sources served. docs/serving.md.")
     p.add_argument("--checkpoint", action="append", metavar="[SRC:TGT=]PATH",
-                   help=f"the model to serve: {CHECKPOINT_HELP}; repeat it to serve several pairs, each named by "
+                   help=f"the model to serve: {CHECKPOINT_HELP}, or a folder `aiayn export --to ct2` wrote "
+                        "(decoded by CTranslate2; needs --lp power); repeat it to serve several pairs, each named by "
                         "SRC:TGT= (e.g. en:es=runs/a) or by what its run records")
     g = p.add_argument_group("many pairs, one server (docs/serving.md)")
     g.add_argument("--models", type=Path, metavar="FOLDER",
-                   help="serve every model under FOLDER (a run directory per subfolder; its languages from its run, "
-                        "else from the subfolder's name, e.g. en-es); with --checkpoint, both")
+                   help="serve every model under FOLDER (a run directory, an imported run or a CTranslate2 folder per "
+                        "subfolder; its languages from its record, else from the subfolder's name, e.g. en-es); with "
+                        "--checkpoint, both")
     g.add_argument("--max-models", type=non_negative_int, default=0,
                    help="models loaded at once (per worker); the least recently used idle one is unloaded to load "
                         "another (default 0: no limit)")

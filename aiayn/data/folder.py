@@ -30,6 +30,8 @@ PARTIAL_MARK = ".aiayn-partial"  # in a directory that prepare is still writing
 FORMAT_VERSION = 2
 SPLITS = ("train", "valid", "test")
 RUN_CONFIG = "config.json"  # what marks a run directory: its config (aiayn.rundir.CONFIG is this name)
+IMPORT_RECORD = "imported.json"  # an imported run's record: where from, its languages (aiayn.export.marian)
+EXPORT_RECORD = "aiayn.json"  # a CTranslate2 folder's record: its model config, languages (aiayn.export.ct2)
 
 
 def file_records(folder: Path) -> dict[str, dict[str, Any]]:
@@ -72,19 +74,25 @@ def read_meta(data_dir: str | Path) -> dict[str, Any]:
 
 def run_languages(checkpoint: str | Path) -> tuple[str, str] | None:
     """(source, target) codes recorded for a checkpoint's run (aiayn.languages): in its config.json, else in the
-    meta.json of the prepared data its config.json names; None where nothing records them (data prepared without
-    languages, or moved away)."""
+    meta.json of the prepared data its config.json names; for an imported run, in its IMPORT_RECORD; for a folder
+    `aiayn export --to ct2` wrote, in its aiayn.json. None where nothing records them (data prepared without
+    languages, or moved away; a model imported without them)."""
     start = Path(checkpoint).resolve()
     for folder in [start if start.is_dir() else start.parent, *start.parents][:3]:  # RUN, RUN/checkpoints/x
-        if (folder / RUN_CONFIG).is_file():
-            try:
+        try:
+            records = [folder / name for name in (IMPORT_RECORD, EXPORT_RECORD) if (folder / name).is_file()]
+            if records:  # (a CTranslate2 folder has a config.json of CTranslate2's too)
+                pair = json.loads(records[0].read_text(encoding="utf-8")).get("languages")
+            elif (folder / RUN_CONFIG).is_file():
                 config = json.loads((folder / RUN_CONFIG).read_text(encoding="utf-8"))
                 data = Path(config["data"])
                 pair = config.get("languages") or (read_meta(data).get("languages") if (data / META_FILE).is_file()
                                                    else None)
-                return (pair["source"], pair["target"]) if pair else None
-            except (OSError, ValueError, KeyError, TypeError, AttributeError, DataError):
-                return None
+            else:
+                continue
+            return (pair["source"], pair["target"]) if pair else None
+        except (OSError, ValueError, KeyError, TypeError, AttributeError, DataError):
+            return None
     return None
 
 

@@ -37,7 +37,7 @@ from aiayn.errors import UsageError, UserError
 from aiayn.export.card import Provenance, fresh_folder, write_card
 from aiayn.export.names import POSITIONS, parameter_map
 from aiayn.model import Transformer, sinusoidal_positions
-from aiayn.search import SearchConfig
+from aiayn.search import Hypothesis, SearchConfig
 from aiayn.shortlist import Shortlist, vmap_lines
 from aiayn.translate import Translation, encode_prefixes, encode_sources
 
@@ -177,10 +177,12 @@ Or through aiayn: `aiayn translate --engine ct2 --checkpoint {path} --lp power` 
 
 
 def export_ct2(model: Transformer, vocab, out: Path, quantization: str | None = None,
-               prov: Provenance | None = None, shortlist: Shortlist | None = None) -> Path:
+               prov: Provenance | None = None, shortlist: Shortlist | None = None,
+               languages: tuple[str, str] | None = None) -> Path:
     """Write `out`: a CTranslate2 folder (model.bin, config.json, shared vocabulary, vocab.model, aiayn.json,
     README.md), the weights quantized as `quantization` says (None: float32); with a `shortlist` (aiayn.shortlist),
-    also its vocabulary map, vmap.txt (CTranslate2's use_vmap). Returns `out`."""
+    also its vocabulary map, vmap.txt (CTranslate2's use_vmap). aiayn.json records the model config, the
+    quantization and the (source, target) `languages` (None: unknown), which `aiayn serve` reads. Returns `out`."""
     from ctranslate2.converters.converter import Converter
 
     if quantization is not None and quantization not in QUANTIZATIONS:
@@ -200,8 +202,9 @@ def export_ct2(model: Transformer, vocab, out: Path, quantization: str | None = 
                 (tmp / name).write_bytes(model_bytes)
         if shortlist is not None:  # where CTranslate2 looks for it (its converters' --vocab_mapping copies it there)
             (tmp / VMAP_FILE).write_text("\n".join(vmap_lines(shortlist, vocab)) + "\n", encoding="utf-8")
-        (tmp / AIAYN_FILE).write_text(json.dumps({"model": model.cfg.to_dict(), "quantization": quantization},
-                                                 indent=2) + "\n")
+        pair = {"source": languages[0], "target": languages[1]} if languages else None
+        (tmp / AIAYN_FILE).write_text(json.dumps({"model": model.cfg.to_dict(), "quantization": quantization,
+                                                  "languages": pair}, indent=2) + "\n")
         usage = (_PAIRED_USAGE if paired else _USAGE).format(path=Path(out).name)
         write_card(tmp, model.cfg, prov or Provenance(), "ct2", usage, DECODING_NOTES,
                    quantization or "float32")
@@ -236,29 +239,34 @@ def own_limits(sources: Sequence[list[int] | None], search: SearchConfig, cap: i
 
 
 class CT2Translator:
-    """An exported CTranslate2 folder with its vocabulary and config: text in, text out, as aiayn's Translator.
+    """An exported CTranslate2 folder with its vocabulary and config: text in, text out, as aiayn's Translator; and
+    Translator's id-level API (encode, search_ids, check_prefixes, glossary_terms), through which `aiayn serve`
+    batches requests for it as for an aiayn model (aiayn.serve.batcher).
 
     threads: CPU threads (default: as many as torch uses, torch.get_num_threads(); CTranslate2's own default of 4
     stalls on a busy 2-core machine). compute_type: CTranslate2's ("default" = as exported; "int8", ...;
     COMPUTE_TYPES maps aiayn's decoding precisions to it). use_vmap: decode with the folder's vocabulary map (the run's
-    shortlist, VMAP_FILE), as CTranslate2's option of that name."""
+    shortlist, VMAP_FILE), as CTranslate2's option of that name. search, batch_size, patience, max_input_len: what
+    search_ids decodes with (translate_nbest takes its own)."""
 
     COMPUTE_TYPES = {"fp32": "default", "bf16": "bfloat16", "int8": "int8"}  # aiayn.inference.PRECISIONS -> CT2's
 
     def __init__(self, model_dir: Path | str, device: str = "cpu", compute_type: str = "default",
-                 threads: int | None = None, use_vmap: bool = False):
+                 threads: int | None = None, use_vmap: bool = False, search: SearchConfig | None = None,
+                 batch_size: int = 64, patience: float | None = None, max_input_len: int | None = None):
         import ctranslate2
 
         from aiayn.data import Vocab
 
         model_dir = Path(model_dir)
-        if not (model_dir / "model.bin").is_file() or not (model_dir / AIAYN_FILE).is_file():
+        if not is_ct2_folder(model_dir):
             raise UserError(f"{model_dir} is not a CTranslate2 folder written by `aiayn export --to ct2`")
         if use_vmap and not (model_dir / VMAP_FILE).is_file():
             raise UsageError(f"{model_dir} has no vocabulary map ({VMAP_FILE}); export it from a run with a shortlist "
                              "(aiayn shortlist --out RUN, then aiayn export --to ct2)")
-        self.use_vmap = use_vmap
-        self.cfg = ModelConfig.from_dict(json.loads((model_dir / AIAYN_FILE).read_text())["model"])
+        self.model_dir, self.use_vmap, self.compute_type = model_dir, use_vmap, compute_type
+        record = json.loads((model_dir / AIAYN_FILE).read_text())
+        self.cfg, self.quantization = ModelConfig.from_dict(record["model"]), record.get("quantization")
         self.vocab = Vocab.load(model_dir / MODEL_FILE)
         supported = ctranslate2.get_supported_compute_types(device)
         if compute_type != "default" and compute_type not in supported:
@@ -266,6 +274,11 @@ class CT2Translator:
                              f"{', '.join(sorted(supported))}): choose another --precision, or --engine aiayn")
         self.translator = ctranslate2.Translator(str(model_dir), device=device, compute_type=compute_type,
                                                  intra_threads=threads or torch.get_num_threads())
+        self.device = torch.device(device)
+        self.precision = next((p for p, c in self.COMPUTE_TYPES.items() if c == compute_type), compute_type)
+        self.search, self.batch_size, self.patience = search, batch_size, patience
+        self.max_input_len = max_input_len or self.cfg.max_positions
+        self.shortlist = None  # aiayn's shortlist: none here (use_vmap is CTranslate2's own)
 
     def translate_nbest(self, lines: Sequence[str], search: SearchConfig, batch_size: int = 64,
                         max_input_len: int | None = None, patience: float | None = None,
@@ -277,21 +290,76 @@ class CT2Translator:
         patience: CTranslate2's beam stopping rule (DECODING_NOTES; default search.beam_patience, or CTranslate2's
         own 1 where that is 0). prefixes: per line, the text its translations
         start with (CTranslate2's target_prefix; "" or None: none)."""
+        vocab = self.vocab
+        sources = encode_sources(vocab, lines, max_input_len or self.cfg.max_positions)  # ids + EOS; None = blank
+        prefix_ids = encode_prefixes(vocab, [p or "" for p in prefixes or [""] * len(sources)])
+        hyps = self._search(sources, prefix_ids, search, batch_size, patience)
+        return [[Translation(vocab.decode(h.tokens), h.score, h.tokens) for h in hs] for hs in hyps]
+
+    def translate(self, lines: Sequence[str], search: SearchConfig, **options) -> list[str]:
+        """The best translation of each line (options: those of `translate_nbest`)."""
+        return [hyps[0].text for hyps in self.translate_nbest(lines, search, **options)]
+
+    # ---- aiayn.translate.Translator's id-level API, with the search given at construction (aiayn serve)
+
+    def encode(self, lines: Sequence[str]) -> list[list[int] | None]:
+        return encode_sources(self.vocab, lines, self.max_input_len)
+
+    def search_ids(self, sources: Sequence[list[int] | None], progress: bool = False, constraint=None,
+                   prefixes: Sequence[list[int]] | None = None, line_numbers: Sequence[int] | None = None,
+                   terms=None) -> list[list[Hypothesis]]:
+        """As Translator.search_ids, with self.search; a constraint or glossary terms are a UsageError (CTranslate2
+        has neither), and so is sampling (translate_nbest's errors)."""
+        if constraint is not None or any(terms or []):
+            raise UsageError("a CTranslate2 model decodes without constraints or a glossary; serve the run itself "
+                             "(aiayn's search) for those")
+        return self._search(sources, prefixes or [[] for _ in sources], self.search, len(sources) or 1,
+                            self.patience)
+
+    def check_prefixes(self, sources: Sequence[list[int] | None], prefixes: Sequence[list[int]]) -> None:
+        """A UsageError naming the first line whose prefix is longer than its translation may be."""
+        limits = own_limits(sources, self.search, self._positions() - 1)
+        for i, limit in limits.items():
+            if len(prefixes[i]) > limit:
+                raise UsageError(f"input line {i + 1}: its prefix has {len(prefixes[i])} words, more than the "
+                                 f"{limit} its translation may have (--max-len-a, --max-len-b)")
+
+    def glossary_terms(self, lines: Sequence[str], glossary) -> None:
+        if glossary:
+            raise UsageError("glossary: a CTranslate2 model decodes without lexical constraints; serve the run "
+                             "itself (aiayn's search) to use a glossary")
+        return None
+
+    def weight_bytes(self) -> int:
+        """The bytes of its weights as CTranslate2 holds them, about: model.bin's size as exported, else the
+        parameters at the compute type's width (int8: 1 byte, bfloat16 and float16: 2)."""
+        width = {"int8": 1, "bfloat16": 2, "float16": 2}
+        asked = next((w for name, w in width.items() if self.compute_type.startswith(name)), None)
+        exported = next((w for name, w in width.items() if (self.quantization or "").startswith(name)), 4)
+        size = (self.model_dir / "model.bin").stat().st_size
+        return size if asked is None or asked == exported else size * asked // exported
+
+    # ---- the search
+
+    def _positions(self) -> int:
+        cfg = self.cfg
+        return cfg.max_positions if cfg.positional == "learned" else max(MIN_POSITIONS, cfg.max_positions)
+
+    def _search(self, sources: Sequence[list[int] | None], prefix_ids: Sequence[list[int]], search: SearchConfig,
+                batch_size: int, patience: float | None) -> list[list[Hypothesis]]:
+        """Up to search.nbest hypotheses per source (ids + EOS; None = blank: one empty hypothesis), best first."""
         if search.lp != "power":
             raise UsageError("CTranslate2's length penalty is |Y|^alpha: decode with --lp power (the paper's GNMT "
                              "penalty ((5 + |Y|) / 6)^alpha has no CTranslate2 equivalent)")
         if search.sampling:
             raise UsageError("--engine ct2 does not sample: aiayn's samples come from one generator per input line "
                              "(the same in any batch), CTranslate2's from one per process; use --engine aiayn")
-        cfg, vocab = self.cfg, self.vocab
-        sources = encode_sources(vocab, lines, max_input_len or cfg.max_positions)  # ids + EOS; None = blank
-        prefix_ids = encode_prefixes(vocab, [p or "" for p in prefixes or [""] * len(sources)])
-        positions = cfg.max_positions if cfg.positional == "learned" else max(MIN_POSITIONS, cfg.max_positions)
-        results = [[Translation("", 0.0, [])] for _ in sources]
+        vocab = self.vocab
+        results = [[Hypothesis([], 0.0)] for _ in sources]
         for n, (source, words) in enumerate(zip(sources, prefix_ids), 1):
             if source is None and words:
                 raise UsageError(f"input line {n} is blank but has a target prefix; give a source")
-        limits = own_limits(sources, search, positions - 1)
+        limits = own_limits(sources, search, self._positions() - 1)
         for i, limit in limits.items():
             if len(prefix_ids[i]) > limit:
                 raise UsageError(f"input line {i + 1}: its prefix has {len(prefix_ids[i])} words, more than the "
@@ -308,24 +376,24 @@ class CT2Translator:
                 [[vocab.piece(t) for t in sources[i][:-1]] for i in idx],  # CTranslate2 appends the EOS itself
                 target_prefix=target_prefix, max_decoding_length=limit, max_batch_size=len(idx), **options)
             for i, res in zip(idx, out):
-                results[i] = [Translation(vocab.decode(ids), score, ids) for ids, score in
-                              (([vocab.piece_id(p) for p in h], s) for h, s in zip(res.hypotheses, res.scores))]
+                results[i] = [Hypothesis([vocab.piece_id(p) for p in h], s) for h, s in zip(res.hypotheses, res.scores)]
 
         # One call per batch of length-sorted sentences, at the batch's largest limit: few, full batches, as
         # CTranslate2 runs fastest. A sentence whose output reached its own, smaller limit is decoded again alone at
         # that limit, so every output is the one its own limit gives.
         batch_limit = {}
-        for limit, idx in limit_batches(sources, search, positions - 1, batch_size):
+        for limit, idx in limit_batches(sources, search, self._positions() - 1, batch_size):
             decode(limit, idx)
             batch_limit.update(dict.fromkeys(idx, limit))
         for i, limit in limits.items():
-            if batch_limit[i] > limit and any(len(t.tokens) >= limit for t in results[i]):
+            if batch_limit[i] > limit and any(len(h.tokens) >= limit for h in results[i]):
                 decode(limit, [i])
         return results
 
-    def translate(self, lines: Sequence[str], search: SearchConfig, **options) -> list[str]:
-        """The best translation of each line (options: those of `translate_nbest`)."""
-        return [hyps[0].text for hyps in self.translate_nbest(lines, search, **options)]
+
+def is_ct2_folder(path: Path | str) -> bool:
+    """Whether `path` is a folder `aiayn export --to ct2` wrote (model.bin beside aiayn.json)."""
+    return (Path(path) / "model.bin").is_file() and (Path(path) / AIAYN_FILE).is_file()
 
 
 def translate_ct2(model_dir: Path | str, lines: Sequence[str], search: SearchConfig, **options) -> list[str]:

@@ -33,6 +33,7 @@ field that today's MarianMTModel ignores (normalize_before, ...) at another valu
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import torch
@@ -40,12 +41,14 @@ import torch
 from aiayn import checkpoint as ckpt
 from aiayn import rundir
 from aiayn.config import BOS_ID, EOS_ID, PAD_ID, UNK_ID, ModelConfig
+from aiayn.data.folder import IMPORT_RECORD
 from aiayn.data.vocab import MODEL_FILE, SPECIAL_PIECES, MarianVocab
 from aiayn.errors import CheckpointError, UserError
 from aiayn.export.card import fresh_folder
 from aiayn.export.hf import _permute_d, import_hf, sinusoid_permutation
 from aiayn.export.names import parameter_map
 from aiayn.extras import require
+from aiayn.files import write_json
 from aiayn.model import Transformer
 
 NEVER = -1e4  # the output bias of the new PAD row: exp(-1e4 - max logit) is 0 in float32, float16 and bfloat16
@@ -54,6 +57,8 @@ MAX_POSITIONS = 1 << 16  # ModelConfig's bound; OPUS-MT's tables have 512 rows
 _REQUIRED = ("vocab_size", "d_model", "encoder_layers", "decoder_layers", "encoder_attention_heads",
              "decoder_attention_heads", "encoder_ffn_dim", "decoder_ffn_dim", "pad_token_id", "eos_token_id",
              "decoder_start_token_id")
+_CODE = re.compile(r"[a-z]{2,3}")  # one language's ISO 639 code, as OPUS-MT names its pairs (groups: ROMANCE, ...)
+_PAIR_NAME = re.compile(r"(?:opus-mt-(?:tc-big-)?)?([a-z]{2,3})-([a-z]{2,3})")  # a folder named by its pair
 _IGNORED_BY_MARIAN = {"normalize_before": False, "normalize_embedding": False, "add_final_layer_norm": False,
                       "static_position_embeddings": True, "add_bias_logits": False}
 
@@ -188,9 +193,26 @@ def read_opus_mt(folder: Path) -> tuple[Transformer, list[str]]:
     return from_opus_mt(config, read_weights(folder), rows), pieces
 
 
-def import_run(folder: Path, out: Path) -> tuple[Path, ModelConfig]:
+def folder_languages(folder: Path) -> dict[str, str] | None:
+    """{"source", "target"} an OPUS-MT folder names: its tokenizer_config.json's source_lang and target_lang (HF's
+    converter wrote the model name's last parts there: opus-mt-en-de -> "en", "de"), else the folder's own name
+    (opus-mt-en-de, opus-mt-tc-big-en-pt, en-de); None where neither names two language codes (a group of languages
+    such as ROMANCE is not one)."""
+    config = Path(folder) / "tokenizer_config.json"
+    found = read_json(config) if config.is_file() else {}
+    named = [found.get("source_lang"), found.get("target_lang")]
+    if all(isinstance(code, str) for code in named):
+        named = [named[0].rsplit("-", 1)[-1], named[1]]  # "opus-mt-en" (the converter's split) -> "en"
+        if all(_CODE.fullmatch(code) for code in named) and named[0] != named[1]:
+            return {"source": named[0], "target": named[1]}
+    by_name = _PAIR_NAME.fullmatch(Path(folder).resolve().name)
+    return {"source": by_name[1], "target": by_name[2]} if by_name and by_name[1] != by_name[2] else None
+
+
+def import_run(folder: Path, out: Path, languages: dict[str, str] | None = None) -> tuple[Path, ModelConfig]:
     """Write the run directory `out` (new or empty; all or nothing) of the HF Marian folder `folder`: an OPUS-MT
-    model, or one `aiayn export --to hf` wrote. Returns (its checkpoint, its model config)."""
+    model, or one `aiayn export --to hf` wrote, with its IMPORT_RECORD: where it came from and its languages
+    (`languages`, else the ones the folder names, `folder_languages`). Returns (its checkpoint, its model config)."""
     folder = Path(folder)
     if not (folder / "config.json").is_file():
         raise CheckpointError(f"{folder} is not an HF model folder (no config.json)")
@@ -220,4 +242,6 @@ def import_run(folder: Path, out: Path) -> tuple[Path, ModelConfig]:
             model = from_marian(MarianMTModel.from_pretrained(folder).float())
         checkpoint = rundir.step_checkpoint_path(tmp, 0)
         ckpt.save_weights(checkpoint, model.state_dict(), model.cfg, 0)
+        write_json(tmp / IMPORT_RECORD, {"from": str(folder.resolve()),
+                                         "languages": languages or folder_languages(folder)})
     return rundir.step_checkpoint_path(out, 0), model.cfg

@@ -190,6 +190,9 @@ async def attention(request: Request) -> JSONResponse:
         raise ApiError(422, f"{source} -> {route[-1].target} is translated through {route[0].target} (two models); "
                             "attention is shown for one model: ask for a pair served directly")
     batcher = await server.models.batcher(route[0])
+    if not hasattr(batcher.translator, "model"):
+        raise ApiError(422, f"the {route[0].source} -> {route[0].target} model is a CTranslate2 folder, which does not "
+                            "give its attention weights: serve the run itself for attention views")
     # On the model's thread: recording switches flags on the shared model, which no batch may see meanwhile.
     data = await batcher.run(lambda: attention_data(batcher.translator, None, req.q, req.translation))
     return JSONResponse(data)

@@ -64,21 +64,30 @@ class Entry:
 
 
 def weight_bytes(translator: Translator) -> int:
-    """Bytes of the tensors a decoding model holds: its parameters and buffers, and the weights that decoding packs
-    into tensors of their own (attributes of its modules, e.g. prepacked projections), each counted once."""
+    """Bytes of the tensors a decoding model holds, each counted once: its parameters and buffers, the weights that
+    decoding packs into tensors of their own (oneDNN's blocked layout: attributes of its modules), the modules that a
+    packed output projection holds, and int8's quantized weights (packed by oneDNN or fbgemm, measured unpacked). An
+    engine of its own (CTranslate2) says its bytes itself."""
+    if not hasattr(translator, "model"):
+        return translator.weight_bytes()
     seen: set[int] = set()
-
-    def tensors(value) -> list[torch.Tensor]:
-        if isinstance(value, torch.Tensor):
-            return [value]
-        if hasattr(value, "__dict__") and not isinstance(value, (torch.nn.Module, type)):  # a packed projection
-            return [v for v in vars(value).values() if isinstance(v, torch.Tensor)]
-        return []
-
-    total = 0
-    for module in translator.model.modules():
-        for value in [*module._parameters.values(), *module._buffers.values(), *vars(module).values()]:
-            for t in tensors(value):
+    modules = list(translator.model.modules())
+    for module in list(modules):  # a packed output projection: a plain object holding a module and tensors
+        for value in vars(module).values():
+            if hasattr(value, "__dict__") and not isinstance(value, (torch.nn.Module, torch.Tensor, type)):
+                modules += [m for v in vars(value).values() if isinstance(v, torch.nn.Module) for m in v.modules()]
+    total, unpacked = 0, []  # unpacked: int8 weights' copies, alive until counted all (ids stay unique)
+    for module in modules:
+        values = [*module._parameters.values(), *module._buffers.values(), *vars(module).values()]
+        if isinstance(getattr(module, "_packed_params", None), torch.ScriptObject):  # int8: oneDNN's or fbgemm's
+            found = [t for t in module._weight_bias() if t is not None]
+            unpacked += found
+            values += found
+        for value in values:
+            tensors = [value] if isinstance(value, torch.Tensor) else [
+                v for v in vars(value).values() if isinstance(v, torch.Tensor)] if (
+                hasattr(value, "__dict__") and not isinstance(value, (torch.nn.Module, type))) else []
+            for t in tensors:
                 if id(t) not in seen:
                     seen.add(id(t))
                     total += t.numel() * t.element_size()
