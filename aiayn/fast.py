@@ -180,9 +180,9 @@ def bound_kernel_cache(capacity: int = KERNEL_CACHE) -> bool:
     Token-based batches give the projections a new (rows x columns) shape at almost every training step, and beam
     search at almost every decoding step; each cached kernel or plan holds memory, so with the default capacities
     a process (training, a serving worker) grew for as long as it ran, and bounding both keeps it flat; what that
-    saves and costs is measured in docs/speed.md and docs/serving.md. Both libraries read the setting once, when
-    they first need it, so call this before any kernel runs; returns False if a cache keeps another capacity (a
-    value the user set, or one set too late to tell)."""
+    saves and costs is measured in docs/speed.md and docs/serving-performance.md. Both libraries read the setting
+    once, when they first need it, so call this before any kernel runs; returns False if a cache keeps another
+    capacity (a value the user set, or one set too late to tell)."""
     for name in KERNEL_CACHES:
         os.environ.setdefault(name, str(capacity))
     return all(os.environ[name] == str(capacity) for name in KERNEL_CACHES)

@@ -210,7 +210,7 @@ def access_options(args: argparse.Namespace) -> dict:
 
 
 def add_access_args(p: argparse.ArgumentParser) -> None:
-    g = p.add_argument_group("access, metrics and logs (docs/serving.md)")
+    g = p.add_argument_group("access, metrics and logs (docs/serving-access.md)")
     g.add_argument("--api-keys", type=Path, metavar="FILE",
                    help="POST requests need a key from FILE (one a line, optionally 'req=N chars=N', # comments), "
                         "as api_key in the body or an Authorization: Bearer / X-API-Key header; FILE is read again "
@@ -289,7 +289,7 @@ def register(sub) -> None:
     g = p.add_argument_group("workers, reloading and misbehaving clients")
     g.add_argument("--workers", type=workers_arg, default="auto",
                    help="server processes, each with its own model copy, behind the one port; auto: one per CPU core "
-                        "(one on a GPU) (default auto; docs/serving.md has the measurements)")
+                        "(one on a GPU) (default auto; docs/serving-performance.md has the measurements)")
     g.add_argument("--threads", type=positive_int, default=None,
                    help="torch threads per worker (default: CPU cores / workers, or OMP_NUM_THREADS where set)")
     g.add_argument("--admin-key", metavar="FILE|env:NAME",

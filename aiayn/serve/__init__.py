@@ -37,8 +37,9 @@ Reading guide:
 
 FastAPI, uvicorn, python-multipart, fastapi-offline, prometheus_client and lingua-language-detector are the optional
 extra `serve` (pip install -e ".[serve]"); nothing outside this package and aiayn/cli/serve.py imports them.
-docs/serving.md: routes, shapes, limits, many pairs, language detection, batching, workers, reloading, misbehaving
-clients, access, metrics, measured throughput.
+docs/serving.md: routes, shapes, limits, many pairs, language detection; docs/serving-access.md: access,
+misbehaving clients; docs/serving-operations.md: workers, reloading, metrics; docs/serving-performance.md: batching,
+measured throughput.
 """
 
 from aiayn.serve.app import create_app

@@ -1,4 +1,5 @@
-"""Clients that misbehave, bounded in time and size at the connection (docs/serving.md "Clients that misbehave").
+"""Clients that misbehave, bounded in time and size at the connection (docs/serving-access.md "Clients that
+misbehave").
 
 uvicorn bounds idle keep-alive connections (timeout_keep_alive), the number of connections (limit_concurrency: more
 get 503) and the size h11 buffers (h11_max_incomplete_event_size), but not how long a request may take to arrive:

@@ -72,7 +72,7 @@ class TranslateRequest(BaseModel):
                                                                 "fragment translated, its tags kept (not inside "
                                                                 "script, style, code, pre)")
     alternatives: int = Field(0, ge=0, description="n-best: this many further translations, best first (< beam)")
-    api_key: str | None = Field(None, description="LibreTranslate's API key field (docs/serving.md)")
+    api_key: str | None = Field(None, description="LibreTranslate's API key field (docs/serving-access.md)")
     # aiayn's own decoding options, beside LibreTranslate's fields (which a LibreTranslate client sends unchanged)
     prefix: str | list[str] | None = Field(None, description="aiayn: the text each translation starts with (a list, "
                                                              "one per text, for a list q; empty: none)")
@@ -121,7 +121,7 @@ class TranslateResponse(BaseModel):
 class DetectRequest(BaseModel):
     model_config = ConfigDict(extra="ignore")
     q: str = Field(description="a text")
-    api_key: str | None = Field(None, description="LibreTranslate's API key field (docs/serving.md)")
+    api_key: str | None = Field(None, description="LibreTranslate's API key field (docs/serving-access.md)")
 
 
 class Language(BaseModel):

@@ -14,7 +14,7 @@
                  asked (--log-text)
     RequestInfo  what the access gate learnt of a request (key id, texts) and hands the log line in the ASGI scope
 
-docs/serving.md lists the metrics and the log's fields.
+docs/serving-operations.md lists the metrics and the log's fields.
 """
 
 from __future__ import annotations

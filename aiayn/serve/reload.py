@@ -1,5 +1,5 @@
 """A new checkpoint without downtime: SIGHUP, or POST /admin/reload with the admin key, swaps the served model while
-requests flow (docs/serving.md "A new checkpoint without downtime").
+requests flow (docs/serving-operations.md "A new checkpoint without downtime").
 
     SIGHUP to the main process ─┐
     POST /admin/reload ─────────┴─> WorkerBoard.request(): generation + 1 ─> every worker (polling it) loads the

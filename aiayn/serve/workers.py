@@ -1,4 +1,4 @@
-"""Worker processes: `aiayn serve --workers N` runs N copies of the server behind one port (docs/serving.md
+"""Worker processes: `aiayn serve --workers N` runs N copies of the server behind one port (docs/serving-operations.md
 "Workers").
 
     main process: starts N workers (spawned), forwards SIGTERM / Ctrl-C, turns SIGHUP into a reload
@@ -13,7 +13,7 @@ first may accept a whole burst of connections (asyncio accepts all that are wait
 better way where there is one. A keep-alive connection stays with its worker, so a worker's dynamic batching sees
 the requests of its own connections. Why workers at all: one process runs the model on one thread at a time and
 does its HTTP work between batches on the same cores; N single-threaded workers keep N cores decoding, each on
-batches that are still large under load (measured in docs/serving.md).
+batches that are still large under load (measured in docs/serving-performance.md).
 
 Stopping: SIGTERM or SIGINT to the main process (Ctrl-C sends it to every process of the terminal's group, which is
 the same) -> each worker stops accepting, answers the requests it has, drains its batcher and exits; then the main
@@ -73,8 +73,8 @@ def usable_cores() -> int:
 
 
 def auto_workers(device: str) -> int:
-    """--workers auto: one single-threaded worker per usable core on a CPU (docs/serving.md has the measurements
-    that chose it); one process for a GPU, which decodes the batches of every client."""
+    """--workers auto: one single-threaded worker per usable core on a CPU (docs/serving-performance.md has the
+    measurements that chose it); one process for a GPU, which decodes the batches of every client."""
     return 1 if device.startswith("cuda") else usable_cores()
 
 

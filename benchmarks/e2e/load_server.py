@@ -97,8 +97,8 @@ def stats(base: str) -> dict:
 
 class Connection:
     """One keep-alive HTTP/1.1 connection (a minimal client: httpx's AsyncClient managed ~190 requests/s with 32
-    connections on the 2-core machine of docs/serving.md, this ~730: the load must not measure its client). It opens
-    again on the next request after the server closed it."""
+    connections on the 2-core machine of docs/serving-performance.md, this ~730: the load must not measure its
+    client). It opens again on the next request after the server closed it."""
 
     def __init__(self, host: str, port: int):
         self.host, self.port = host, port
