@@ -30,7 +30,7 @@ class LayerCache:
       which then holds the cache, and the old buffer becomes the spare for the next tensor copied: one spare for the
       whole decoder (DecoderCache.spares; two if keys and values differ in size), not one per layer and tensor.
     - concatenated, (N, h, t, d): each step appends by torch.cat (a reorder copies the past, the append copies it
-      again). Used for CPU bf16 (its matmuls are slower on strided views). Measurements: docs/speed.md.
+      again). Used for CPU bf16 (its matmuls are slower on strided views). Measurements: docs/speed-design.md.
     benchmarks/ab/self_attention_cache.py measures the layouts.
     Cross-attention: computed once per source sentence and shared by all rows (beams) of it."""
 

@@ -19,7 +19,7 @@ from aiayn.extras import OPTIONAL, installed, pip_line
 ISA = {"avx2": "AVX2", "avx512f": "AVX-512F", "avx512_bf16": "AVX512-BF16", "amx_bf16": "AMX-BF16",
        "avx512_vnni": "AVX512-VNNI", "avx_vnni": "AVX-VNNI"}
 # environment variables that cap the instruction sets a library uses (how the AVX2 case is reproduced on an
-# AVX-512 machine: docs/speed.md); the CPU's flags do not change, what runs does
+# AVX-512 machine: docs/speed-peers.md); the CPU's flags do not change, what runs does
 ISA_CAPS = ("ATEN_CPU_CAPABILITY", "MKL_ENABLE_INSTRUCTIONS", "ONEDNN_MAX_CPU_ISA", "DNNL_MAX_CPU_ISA",
             "FBGEMM_ENABLE_INSTRUCTIONS", "CT2_FORCE_CPU_ISA")
 BENCH_N = 1024  # matmul size of the measurement (n x n by n x n)

@@ -1,6 +1,6 @@
 """Measured fast paths, each beside the reference it stands in for (tests/test_fast.py). Some compute exactly what
 their reference computes; some change it, and the table says what changes (tests/test_fast.py checks each row's
-claim against the code). Why each was kept, with its measurements: docs/speed.md.
+claim against the code). Why each was kept, with its measurements: docs/speed-design.md.
 
     fast path              reference                          same result?    what changes
     Dropout                nn.Dropout                         no              the mask: 15 random bits per element,
@@ -45,7 +45,7 @@ class Dropout(nn.Dropout):
     """Dropout (section 5.4) with a faster mask on CPU: each element gets 15 random bits (four per 64-bit draw of
     torch's generator, so `torch.manual_seed` still governs it) and is kept when they are >= round(p * 2^15), so the
     drop probability is p to within 2^-16 (0.1 -> 0.100006); survivors are scaled by 1 / (1 - p). Faster
-    than a mask of 31 bits, and both than torch's Bernoulli kernel (docs/speed.md). Other devices use torch's
+    than a mask of 31 bits, and both than torch's Bernoulli kernel (docs/speed-design.md). Other devices use torch's
     kernel."""
 
     def forward(self, x: Tensor) -> Tensor:
@@ -65,7 +65,7 @@ class LayerNorm(nn.LayerNorm):
     the affine parameters are cast to the autocast dtype and torch's kernel normalizes with fp32 statistics
     inside, returning bf16 (as fairseq's and Megatron's 16-bit training do). Training learns alike and runs faster
     on CPU. On GPUs it is nn.LayerNorm: there it helped large eager steps but slowed launch-bound ones (two more
-    kernels a call) and compiled ones. Measurements: docs/speed.md.
+    kernels a call) and compiled ones. Measurements: docs/speed-design.md.
     Outside autocast: nn.LayerNorm. autocast_output=False (or set_layer_norm_output on a model; `aiayn train
     --layer-norm fp32`) makes it nn.LayerNorm everywhere: the other side of an A/B measurement."""
 
@@ -180,7 +180,7 @@ def bound_kernel_cache(capacity: int = KERNEL_CACHE) -> bool:
     Token-based batches give the projections a new (rows x columns) shape at almost every training step, and beam
     search at almost every decoding step; each cached kernel or plan holds memory, so with the default capacities
     a process (training, a serving worker) grew for as long as it ran, and bounding both keeps it flat; what that
-    saves and costs is measured in docs/speed.md and docs/serving-performance.md. Both libraries read the setting
+    saves and costs is measured in docs/speed-design.md and docs/serving-performance.md. Both libraries read the setting
     once, when they first need it, so call this before any kernel runs; returns False if a cache keeps another
     capacity (a value the user set, or one set too late to tell)."""
     for name in KERNEL_CACHES:

@@ -40,7 +40,7 @@ class LabelSmoothedCrossEntropy(torch.autograd.Function):
     With z = logsumexp(x) per row: nll = z - x[target], smooth = z - mean(x), and
     d loss / dx = softmax(x) - (1 - eps) * onehot(target) - eps / V. Rows are processed in chunks that stay in
     cache, in fp32 whatever the logits' dtype; the (N, V) log-probabilities are never materialised, and the
-    gradient is written straight in the logits' dtype (a measured fast path: docs/speed.md). Equal to
+    gradient is written straight in the logits' dtype (a measured fast path: docs/speed-design.md). Equal to
     `label_smoothed_nll_loss` to fp32 rounding (tests/test_losses.py)."""
 
     CHUNK_ELEMENTS = 1 << 19  # rows per chunk = this / V: 2 MiB of fp32, stays in a CPU core's cache
@@ -95,7 +95,7 @@ def _compiled_formula():
 
 
 LOSS_KERNELS = ("auto", "chunked", "compiled", "formula")
-COMPILE_ON = ("cuda",)  # devices where "auto" takes the compiled formula (measured faster there: docs/speed.md)
+COMPILE_ON = ("cuda",)  # devices where "auto" takes the compiled formula (measured faster there: docs/speed-design.md)
 
 
 @functools.cache

@@ -99,7 +99,7 @@ class MultiHeadAttention(nn.Module):
     """MultiHead(Q, K, V) = Concat(head_1..head_h) W^O, head_i = Attention(Q W_i^Q, K W_i^K, V W_i^V).
 
     The h per-head projections of a role are one matrix (columns of head i at i*dk:(i+1)*dk). W^Q, W^K, W^V
-    are kept separate: one fused (D, 3D) projection was no faster (docs/speed.md). `attention` computes eq. 1 for
+    are kept separate: one fused (D, 3D) projection was no faster (docs/speed-design.md). `attention` computes eq. 1 for
     every head at once: `attention` below by default; aiayn.viz swaps in one that keeps the weights.
     """
 

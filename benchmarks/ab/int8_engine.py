@@ -8,7 +8,8 @@ Each shape is one decoding step's projection: rows = sentences x beams, (d_model
 (per-channel int8 weights, activations quantized per call, as `aiayn translate --precision int8`) is packed once under
 each engine and timed interleaved (benchmarks.timing.compare), the fp32 and bf16 nn.Linear beside them. With --run,
 the same model's int8 translation of --src in process under each engine (AIAYN_INT8_ENGINE), interleaved, and the
-lines they share. Run it under the five AVX2 variables (docs/speed.md) for the AVX2 case: oneDNN is then capped too.
+lines they share. Run it under the five AVX2 variables (docs/speed-peers.md) for the AVX2 case: oneDNN is then capped
+too.
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 same `aiayn train` command run twice on the same machine, once with each, for a fixed number of minutes; prints the
 steps each made and the training NLL at the same steps (the two must learn alike: the change is a speed lever).
 aiayn.fast.LayerNorm is 16-bit under CPU autocast only; on a GPU both arms run torch's kernel unless the device check
-in its forward is removed (how the GPU rows of docs/speed.md were measured). On a GPU the first arm also pays the
+in its forward is removed (how the GPU rows of docs/speed-peers.md were measured). On a GPU the first arm also pays the
 loss's compilation.
 
     python -m benchmarks.ab.layer_norm --minutes 1 -- --config configs/multi30k.yaml --max-tokens 2048

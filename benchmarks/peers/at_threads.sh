@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The shared harness (../shared/bench/peers) at a fixed thread count for every engine, optionally under the AVX2
-# reproduction: what docs/speed.md's per-CPU-kind tables come from. run_all.sh passes no --threads, so torch takes
+# reproduction: what docs/speed-peers.md's per-CPU-kind tables come from. run_all.sh passes no --threads, so torch takes
 # its default and CTranslate2 all the machine's cores (intra_threads = os.cpu_count()) even under taskset; here
 # each measurement gets --threads $THREADS, and OMP/MKL are told the same.
 #
