@@ -294,8 +294,8 @@ def attention_without_shape_plans(device: torch.device) -> None:
     """On a CUDA GPU, take cuDNN's attention out of what torch's scaled_dot_product_attention may pick (the flash and
     memory-efficient kernels remain). cuDNN builds an execution plan for every new shape of batch, forward and
     backward, and real batches come in hundreds of shapes, so training runs slowly until every shape has its plan
-    (measured in docs/speed.md). AIAYN_CUDNN_ATTENTION=1 leaves cuDNN in (a benchmark of one fixed shape, where the
-    plan is built once)."""
+    (measured in docs/speed-peers.md). AIAYN_CUDNN_ATTENTION=1 leaves cuDNN in (a benchmark of one fixed shape, where
+    the plan is built once)."""
     if device.type == "cuda" and os.environ.get("AIAYN_CUDNN_ATTENTION") != "1":
         torch.backends.cuda.enable_cudnn_sdp(False)
 

@@ -44,7 +44,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = Parser(prog="aiayn", description="The Transformer of 'Attention Is All You Need', end to end.")
     parser.add_argument("--low-memory", action="store_true",
                         help="give freed memory back to the OS (lower peak RSS, slower CPU steps; by default aiayn "
-                             "keeps it for reuse: docs/speed.md); also AIAYN_LOW_MEMORY=1")
+                             "keeps it for reuse: docs/speed-design.md); also AIAYN_LOW_MEMORY=1")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name in COMMANDS:
         importlib.import_module(name).register(sub)
