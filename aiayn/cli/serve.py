@@ -210,7 +210,7 @@ def access_options(args: argparse.Namespace) -> dict:
 
 
 def add_access_args(p: argparse.ArgumentParser) -> None:
-    g = p.add_argument_group("access, metrics and logs (docs/serving-access.md)")
+    g = p.add_argument_group("access, metrics and logs (docs/serving-access.md, docs/serving-operations.md)")
     g.add_argument("--api-keys", type=Path, metavar="FILE",
                    help="POST requests need a key from FILE (one a line, optionally 'req=N chars=N', # comments), "
                         "as api_key in the body or an Authorization: Bearer / X-API-Key header; FILE is read again "
