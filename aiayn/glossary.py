@@ -16,12 +16,14 @@ The search is the beam search of aiayn.search with `DynamicBeamAllocation` plugg
     * EOS is banned until every constraint is met; and once the words left before the length limit are only as
       many as the pieces still needed, only tokens that keep every constraint reachable are allowed. So a
       hypothesis finishes only with all its constraints met, and the search always finds one (at the limit);
-    * a small beam shared out among banks can lose a translation that the plain beam finds with every term in it, so
-      the sentences with terms are also searched plainly, and the plain hypotheses that hold every term compete with
-      the constrained ones: the answer scores at least as well as either search's best that holds every term.
+    * the plain search comes first: where its hypotheses already hold every term they are the answer, and only the
+      other sentences are searched again with constraints; their plain hypotheses that hold every term compete with
+      the constrained ones (a small beam shared out among banks can lose a translation the plain beam finds), so the
+      answer scores at least as well as either search's best that holds every term.
 
 Constraints whose pieces add up to more than the sentence's word limit cannot fit: a UsageError naming the line.
-A sentence without constraints searches exactly as the plain beam search (the same step, the same candidates).
+A sentence without constraints gets exactly the plain beam search's hypotheses; so does one whose plain hypotheses
+hold its terms.
 """
 
 from __future__ import annotations
@@ -34,8 +36,9 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
-from aiayn.config import EOS_ID, UNK_ID
+from aiayn.config import EOS_ID, PAD_ID, UNK_ID
 from aiayn.errors import UsageError, UserError
+from aiayn.fast import row_topk
 from aiayn.search import NEG_INF, SearchConfig, beam_search, max_output_lengths
 
 Term = tuple[int, ...]  # a target term's piece ids
@@ -175,6 +178,7 @@ class DynamicBeamAllocation:
         self.total = [sum(map(len, ts)) for ts in self.terms]
         self.limit = limit.tolist()
         self.longest = max((len(t) for ts in self.terms for t in ts), default=1)
+        self.pieces = [{x for t in ts for x in t} for ts in self.terms]  # a token outside them advances nothing
         self.met: list[list[frozenset[int]]] = [[frozenset()] for _ in self.terms]  # [sentence][slot]
         self.rows: dict[int, tuple[int, frozenset[int], tuple[int, ...]]] = {}  # this step: row -> sentence, met, tail
 
@@ -213,24 +217,28 @@ class DynamicBeamAllocation:
         sentences = sent.tolist()
         extra = self._extra_candidates(lprobs, scores)
         cand = [c.tolist() for c in cands]
+        batch, chosen = [], []
         for b, s in enumerate(sentences):
             if not self.terms[s]:
                 continue
             pool = {(r, x): v for v, x, r in zip(cand[0][b], cand[1][b], cand[2][b]) if x != EOS_ID and v > NEG_INF}
             for r in range(b * kk, (b + 1) * kk):
                 pool.update(extra.get(r, {}))
-            chosen = self._allocate(s, pool, k, b * kk)
-            self.met[s] = [met for _, _, _, met in chosen]
-            alive_scores[b] = torch.tensor([v for v, _, _, _ in chosen], dtype=alive_scores.dtype)
-            alive_tokens[b] = torch.tensor([x for _, x, _, _ in chosen])
-            alive_rows[b] = torch.tensor([r for _, _, r, _ in chosen])
+            batch.append(b)
+            chosen.append(self._allocate(s, pool, k, b * kk))
+            self.met[s] = [met for _, _, _, met in chosen[-1]]
+        if batch:
+            alive_scores[batch] = torch.tensor([[c[0] for c in cs] for cs in chosen], dtype=alive_scores.dtype)
+            alive_tokens[batch] = torch.tensor([[c[1] for c in cs] for cs in chosen])
+            alive_rows[batch] = torch.tensor([[c[2] for c in cs] for cs in chosen])
         return alive_scores, alive_tokens, alive_rows
 
     def _extra_candidates(self, lprobs: Tensor, scores: Tensor) -> dict[int, dict[tuple[int, int], float]]:
         """Per constrained row: its best non-EOS token and every token advancing a term, with running scores."""
         pairs = []
-        best = lprobs[list(self.rows)].topk(2, dim=1).indices.tolist() if self.rows else []
-        for (r, (s, met, tail)), top in zip(self.rows.items(), best):
+        best = row_topk(lprobs, 2)[1].tolist() if self.rows else []  # every row's: cheaper than copying some
+        for r, (s, met, tail) in self.rows.items():
+            top = best[r]
             tokens = advancing_tokens(self.terms[s], met, tail) | {top[0] if top[0] != EOS_ID else top[1]}
             pairs += [(r, x) for x in tokens]
         if not pairs:
@@ -245,12 +253,18 @@ class DynamicBeamAllocation:
 
     def _allocate(self, s: int, pool: dict[tuple[int, int], float], k: int, first_row: int) -> list[tuple]:
         """k of the candidates `pool` ((row, token) -> score) of sentence s, by bank: (score, token, row, met)."""
-        ranked = []
+        ranked, terms, pieces = [], self.terms[s], self.pieces[s]
         for (r, x), v in sorted(pool.items(), key=lambda item: -item[1]):
             _, met, tail = self.rows[r]
-            met, need = advance(self.terms[s], met, tail, x)
-            ranked.append((self.total[s] - need, (v, x, r, met)))
-        sizes = bank_sizes(k, [sum(1 for bank, _ in ranked if bank == b) for b in range(self.total[s] + 1)])
+            if x in pieces:
+                met, need = advance(terms, met, tail, x)
+                ranked.append((self.total[s] - need, (v, x, r, met)))
+            else:  # no term met, no partial match left: the met terms' pieces
+                ranked.append((sum(len(terms[i]) for i in met), (v, x, r, met)))
+        counts = [0] * (self.total[s] + 1)
+        for bank, _ in ranked:
+            counts[bank] += 1
+        sizes = bank_sizes(k, counts)
         chosen = []
         for bank, candidate in ranked:
             if sizes[bank]:
@@ -283,10 +297,11 @@ def constrained_beam_search(model, src: Tensor, search: SearchConfig, max_len: i
                             lines: Tensor | None = None, terms: Sequence[Sequence[Term]] = (),
                             with_plain: bool = True):
     """beam_search (arguments as its own) with each sentence's target terms as constraints (`terms[i]`: piece-id
-    tuples of sentence i; none: the plain search). with_plain: the sentences with terms are searched a second time
-    without them, and those of its hypotheses that hold every term compete with the constrained search's (False:
-    dynamic beam allocation alone). A sentence whose terms cannot fit its word limit is a UsageError naming its
-    line; sampling and target prefixes are refused."""
+    tuples of sentence i; none: the plain search). with_plain: the plain search first; its hypotheses are the answer
+    where they all hold every term, and the other sentences with terms are searched with dynamic beam allocation, its
+    hypotheses competing with the plain ones that hold every term (False: dynamic beam allocation alone, on every
+    sentence with terms). A sentence whose terms cannot fit its word limit is a UsageError naming its line; sampling
+    and target prefixes are refused."""
     if search.sampling:
         raise UsageError("a glossary needs beam (or greedy) search, not sampling")
     if prefixes and any(prefixes):
@@ -296,20 +311,28 @@ def constrained_beam_search(model, src: Tensor, search: SearchConfig, max_len: i
     check_fits(terms, limit.tolist(), lines.tolist())
     if not any(terms):
         return beam_search(model, src, search, max_len, constraint, prefixes, lines)
-    hyps = beam_search(model, src, search, max_len, constraint, prefixes, lines,
-                       lexical=DynamicBeamAllocation(terms, limit))
     if not with_plain:
+        return beam_search(model, src, search, max_len, constraint, prefixes, lines,
+                           lexical=DynamicBeamAllocation(terms, limit))
+    hyps = beam_search(model, src, search, max_len, constraint, prefixes, lines)
+    rows = [i for i, (words, hs) in enumerate(zip(terms, hyps)) if words and not _all_hold(hs, words)]
+    if not rows:
         return hyps
-    # The plain search of the same sentences: its hypotheses that hold every term compete too (a small beam shared
-    # out among banks can lose a translation that the plain beam finds with all its terms).
-    rows = [i for i, words in enumerate(terms) if words]
     index = torch.tensor(rows, device=src.device)
     within = None if constraint is None else (lambda sent, prefix: constraint(index[sent], prefix))
-    plain = beam_search(model, src.index_select(0, index), search, max_len, within, None, lines[rows])
-    for i, hs in zip(rows, plain):
-        holding = [h for h in hs if all(holds(h.tokens, term) for term in terms[i])]
+    part = src.index_select(0, index)
+    part = part[:, : int(part.ne(PAD_ID).sum(1).max())]  # their own padding
+    found = beam_search(model, part, search, max_len, within, None, lines[rows],
+                        lexical=DynamicBeamAllocation([terms[i] for i in rows], limit[rows]))
+    for i, hs in zip(rows, found):
+        rivals = [h for h in hyps[i] if _all_hold([h], terms[i])]
         best = {}
-        for h in sorted(hyps[i] + holding, key=lambda h: -h.score):
+        for h in sorted(hs + rivals, key=lambda h: -h.score):
             best.setdefault(tuple(h.tokens), h)
         hyps[i] = list(best.values())[: search.nbest]
     return hyps
+
+
+def _all_hold(hyps: Sequence, terms: Sequence[Term]) -> bool:
+    """Whether there are hypotheses and each holds every term."""
+    return bool(hyps) and all(holds(h.tokens, term) for h in hyps for term in terms)
