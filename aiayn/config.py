@@ -1,4 +1,6 @@
-"""Model configuration: one frozen dataclass and the paper's presets by name.
+"""Configuration: the model's (one frozen dataclass, and the paper's presets by name), the search's (SearchConfig),
+and the names of decoding precisions and devices. Plain Python, without torch: the command line reads it before any
+model is loaded.
 
 Every preset is a row of the paper (section 3, Table 3, section 6.3; docs/paper.md) or a small CPU size. The config is
 saved inside every checkpoint (as JSON), so a checkpoint describes itself. The paper's published results (Table 3's
@@ -9,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -168,3 +171,67 @@ PRESETS: dict[str, dict[str, Any]] = {
     "parse-small": _base(vocab_size=2000, n_enc_layers=4, n_dec_layers=4, d_model=256, d_ff=1024, n_heads=4,
                          d_k=64, d_v=64, dropout=0.3),
 }
+
+
+@dataclass(frozen=True)
+class SearchConfig:
+    """How to search: every option a search takes, in one place (defaults are the paper's, section 6.1). The weights
+    it searches with (fp32, bf16, int8) are the model's business: aiayn.inference."""
+
+    beam: int = 4  # 1 = greedy search
+    alpha: float = 0.6  # length penalty exponent
+    lp: str = "gnmt"  # "gnmt": ((5 + |Y|) / 6)^alpha (the paper's); "power": |Y|^alpha (fairseq, HF, CTranslate2)
+    max_len_a: float = 1.0  # at most int(a * source tokens + b) words
+    max_len_b: int = 50
+    min_len: int = 1  # EOS banned before this many words
+    nbest: int = 1  # hypotheses returned per sentence (<= beam); with sampling: samples drawn per sentence
+    beam_patience: float = 0.0  # 0: stop when nothing alive can win (the paper's); p > 0: once beam * p have finished
+    no_repeat_ngram_size: int = 0  # ban a token that would repeat an n-gram of the hypothesis (0: off)
+    sampling: bool = False  # draw every token instead of searching (`beam` is then not used)
+    top_k: int = 0  # sampling: from the k most probable tokens only (0: all)
+    top_p: float = 1.0  # sampling: from the nucleus only, the fewest most probable tokens of mass >= p
+    temperature: float = 1.0  # sampling: softmax(log-probs / T); 0 = the argmax (greedy search)
+    seed: int = 0  # sampling: input line i draws from a generator seeded by (seed, i)
+
+    def __post_init__(self) -> None:
+        if self.beam < 1:
+            raise UsageError(f"beam must be >= 1, got {self.beam}")
+        if self.nbest < 1 or (self.nbest > self.beam and not self.sampling):
+            raise UsageError(f"nbest must lie in 1..beam ({self.beam}), got {self.nbest}")
+        if not self.beam_patience >= 0:  # NaN fails too
+            raise UsageError(f"beam_patience must be >= 0 (0: stop when no live hypothesis can win), got "
+                             f"{self.beam_patience}")
+        if self.beam_patience and self.finished_enough < self.nbest and not self.sampling:
+            raise UsageError(f"beam_patience {self.beam_patience} stops after {self.finished_enough} finished "
+                             f"hypotheses, fewer than nbest {self.nbest}: make it >= {self.nbest / self.beam:g}")
+        if self.no_repeat_ngram_size < 0:
+            raise UsageError(f"no_repeat_ngram_size must be >= 0 (0: off), got {self.no_repeat_ngram_size}")
+        if self.top_k < 0:
+            raise UsageError(f"top_k must be >= 0 (0: all tokens), got {self.top_k}")
+        if not 0 < self.top_p <= 1:  # NaN fails too
+            raise UsageError(f"top_p must lie in (0, 1], got {self.top_p}")
+        if not self.temperature >= 0:
+            raise UsageError(f"temperature must be >= 0 (0: greedy), got {self.temperature}")
+        unused = [name for name, value, default in (("top_k", self.top_k, 0), ("top_p", self.top_p, 1.0),
+                  ("temperature", self.temperature, 1.0), ("seed", self.seed, 0)) if value != default]
+        if unused and not self.sampling:
+            raise UsageError(f"{', '.join(unused)} only apply to sampling: add sampling (--sampling)")
+        if self.lp not in ("gnmt", "power"):
+            raise UsageError(f"length penalty kind must be 'gnmt' or 'power', not {self.lp!r}")
+        if self.min_len < 0 or self.max_len_b < 0 or self.max_len_a < 0:
+            raise UsageError("min_len, max_len_a and max_len_b must be >= 0")
+
+
+    @property
+    def finished_enough(self) -> int:
+        """With beam_patience p > 0: a sentence's search is over once this many hypotheses have finished."""
+        return max(1, math.ceil(self.beam * self.beam_patience))
+
+
+PAPER_SEARCH = SearchConfig()  # beam 4, alpha 0.6, max length = input + 50 (section 6.1)
+
+PRECISIONS = ("fp32", "bf16", "int8")  # the number formats decoding runs in (aiayn.inference)
+# --device's help in every command (cli.common.add_device_arg, TrainConfig.device): the names runtime.resolve_device
+# reads
+DEVICE_HELP = "auto (a CUDA GPU if there is one, else CPU), cpu, cuda, cuda:N"
+SEARCH_IMPLS = ("auto", "eager", "fixed")  # how a Translator runs its search (aiayn.translate.Translator)

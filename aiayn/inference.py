@@ -28,12 +28,12 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from aiayn import rundir
+from aiayn.config import PRECISIONS
 from aiayn.errors import UsageError
 from aiayn.fast import release_freed_memory
 from aiayn.model import Transformer
 from aiayn.runtime import configure_process, int8_packing, warn_if_bf16_slow
 
-PRECISIONS = ("fp32", "bf16", "int8")  # the number formats decoding runs in
 _DTYPE = {"fp32": torch.float32, "bf16": torch.bfloat16}
 
 

@@ -92,10 +92,6 @@ class Runtime:
         return torch.compile(module)
 
 
-# --device's help in every command (cli.common.add_device_arg, TrainConfig.device): the names resolve_device reads.
-DEVICE_HELP = "auto (a CUDA GPU if there is one, else CPU), cpu, cuda, cuda:N"
-
-
 def resolve_device(name: str, local_rank: int = 0) -> torch.device:
     """"auto" (CUDA when there is one, else CPU), "cpu", "cuda" (this process's GPU under torchrun), "cuda:N",
     "mps"; a clear error when the device is not there."""

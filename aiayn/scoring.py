@@ -1,5 +1,5 @@
-"""Forced decoding: the log-probability a model gives a given translation (`aiayn score`), and how translate prints
-the scores of its own outputs (`--print-scores`).
+"""Forced decoding: the log-probability a model gives a given translation (`aiayn score`). (How translate prints the
+scores of its own outputs, `--print-scores`, is aiayn.lines'.)
 
 A pair's score is the sum of log p(y_t | y_<t, x) over the target's tokens, EOS included, under teacher forcing: the
 negative of the training objective's NLL on that pair without label smoothing (aiayn.losses). Its per-token mean
@@ -16,7 +16,8 @@ import torch.nn.functional as F
 
 from aiayn.config import BOS_ID, EOS_ID, PAD_ID
 from aiayn.errors import DataError
-from aiayn.translate import Translation, encode_sources, padded
+from aiayn.lines import encode_sources
+from aiayn.translate import padded
 
 
 class PairScore(NamedTuple):
@@ -72,19 +73,3 @@ def score_ids(model, src_ids: Sequence[list[int]], tgt_ids: Sequence[list[int]],
             for row, i in enumerate(idx):
                 out[i] = PairScore(float(totals[row]), int(real[row].sum()))
     return out
-
-
-
-
-SCORE_KINDS = ("sentence", "tokens")  # translate --print-scores: what the tab-separated columns hold
-
-
-def token_scores(hyp: Translation) -> str:
-    """The log-prob of each token of a translation, EOS last, space-separated."""
-    return " ".join(f"{p:.4f}" for p in hyp.positional_scores)
-
-
-def score_columns(hyp: Translation, kind: str) -> str:
-    """The columns translate --print-scores appends to an output line: TAB sentence score (the length-normalised one
-    the search ranked by), and with kind "tokens" also TAB its token_scores."""
-    return f"\t{hyp.score:.4f}" + (f"\t{token_scores(hyp)}" if kind == "tokens" else "")

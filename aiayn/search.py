@@ -30,7 +30,6 @@ t the step (= words generated so far by every live hypothesis).
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
@@ -39,7 +38,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from aiayn.config import BOS_ID, EOS_ID, PAD_ID
+from aiayn.config import BOS_ID, EOS_ID, PAD_ID, PAPER_SEARCH, SearchConfig
 from aiayn.errors import UsageError
 from aiayn.fast import row_topk
 from aiayn.sampling import Sampler
@@ -63,64 +62,6 @@ class LexicalHook(Protocol):
 # A constraint on what may come next (e.g. parsing's well-formed trees): given the original sentence index of each
 # decoder row (N,) and the rows' prefixes (N, t+1) (BOS first), a bool (N, V) mask of the tokens allowed next.
 Constraint = Callable[[Tensor, Tensor], Tensor]
-
-
-@dataclass(frozen=True)
-class SearchConfig:
-    """How to search: every option a search takes, in one place (defaults are the paper's, section 6.1). The weights
-    it searches with (fp32, bf16, int8) are the model's business: aiayn.inference."""
-
-    beam: int = 4  # 1 = greedy search
-    alpha: float = 0.6  # length penalty exponent
-    lp: str = "gnmt"  # "gnmt": ((5 + |Y|) / 6)^alpha (the paper's); "power": |Y|^alpha (fairseq, HF, CTranslate2)
-    max_len_a: float = 1.0  # at most int(a * source tokens + b) words
-    max_len_b: int = 50
-    min_len: int = 1  # EOS banned before this many words
-    nbest: int = 1  # hypotheses returned per sentence (<= beam); with sampling: samples drawn per sentence
-    beam_patience: float = 0.0  # 0: stop when nothing alive can win (the paper's); p > 0: once beam * p have finished
-    no_repeat_ngram_size: int = 0  # ban a token that would repeat an n-gram of the hypothesis (0: off)
-    sampling: bool = False  # draw every token instead of searching (`beam` is then not used)
-    top_k: int = 0  # sampling: from the k most probable tokens only (0: all)
-    top_p: float = 1.0  # sampling: from the nucleus only, the fewest most probable tokens of mass >= p
-    temperature: float = 1.0  # sampling: softmax(log-probs / T); 0 = the argmax (greedy search)
-    seed: int = 0  # sampling: input line i draws from a generator seeded by (seed, i)
-
-    def __post_init__(self) -> None:
-        if self.beam < 1:
-            raise UsageError(f"beam must be >= 1, got {self.beam}")
-        if self.nbest < 1 or (self.nbest > self.beam and not self.sampling):
-            raise UsageError(f"nbest must lie in 1..beam ({self.beam}), got {self.nbest}")
-        if not self.beam_patience >= 0:  # NaN fails too
-            raise UsageError(f"beam_patience must be >= 0 (0: stop when no live hypothesis can win), got "
-                             f"{self.beam_patience}")
-        if self.beam_patience and self.finished_enough < self.nbest and not self.sampling:
-            raise UsageError(f"beam_patience {self.beam_patience} stops after {self.finished_enough} finished "
-                             f"hypotheses, fewer than nbest {self.nbest}: make it >= {self.nbest / self.beam:g}")
-        if self.no_repeat_ngram_size < 0:
-            raise UsageError(f"no_repeat_ngram_size must be >= 0 (0: off), got {self.no_repeat_ngram_size}")
-        if self.top_k < 0:
-            raise UsageError(f"top_k must be >= 0 (0: all tokens), got {self.top_k}")
-        if not 0 < self.top_p <= 1:  # NaN fails too
-            raise UsageError(f"top_p must lie in (0, 1], got {self.top_p}")
-        if not self.temperature >= 0:
-            raise UsageError(f"temperature must be >= 0 (0: greedy), got {self.temperature}")
-        unused = [name for name, value, default in (("top_k", self.top_k, 0), ("top_p", self.top_p, 1.0),
-                  ("temperature", self.temperature, 1.0), ("seed", self.seed, 0)) if value != default]
-        if unused and not self.sampling:
-            raise UsageError(f"{', '.join(unused)} only apply to sampling: add sampling (--sampling)")
-        if self.lp not in ("gnmt", "power"):
-            raise UsageError(f"length penalty kind must be 'gnmt' or 'power', not {self.lp!r}")
-        if self.min_len < 0 or self.max_len_b < 0 or self.max_len_a < 0:
-            raise UsageError("min_len, max_len_a and max_len_b must be >= 0")
-
-
-    @property
-    def finished_enough(self) -> int:
-        """With beam_patience p > 0: a sentence's search is over once this many hypotheses have finished."""
-        return max(1, math.ceil(self.beam * self.beam_patience))
-
-
-PAPER_SEARCH = SearchConfig()  # beam 4, alpha 0.6, max length = input + 50 (section 6.1)
 
 
 @dataclass

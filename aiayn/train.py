@@ -29,7 +29,7 @@ import torch
 
 from aiayn import checkpoint as ckpt
 from aiayn import rundir
-from aiayn.config import ModelConfig, check_fields, check_types
+from aiayn.config import DEVICE_HELP, ModelConfig, check_fields, check_types
 from aiayn.data import PreparedSplit, TokenBatchSampler, Vocab, collate, open_prepared, pack
 from aiayn.errors import CheckpointError, DataError, UsageError
 from aiayn.fast import set_layer_norm_output
@@ -37,7 +37,7 @@ from aiayn.losses import TrainingObjective
 from aiayn.model import Transformer, count_parameters
 from aiayn.progress import TrainingProgress
 from aiayn.rundir import Run
-from aiayn.runtime import DEVICE_HELP, DTYPES, Runtime, StopOnSignal, setup_runtime
+from aiayn.runtime import DTYPES, Runtime, StopOnSignal, setup_runtime
 from aiayn.selection import BEST_METRICS, EarlyStopping, describe, judge
 
 

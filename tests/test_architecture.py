@@ -49,7 +49,7 @@ def test_importing_the_core_loads_no_feature_and_no_optional_dependency():
 FLOORS = [
     ["errors", "fast", "packed", "cache", "progress", "sampling", "sentences"],
     ["files", "config", "extras", "metrics.bleu", "metrics.evalb", "ensemble", "languages"],
-    ["data.folder", "data.vocab", "data.batching", "model", "runtime", "search", "metrics.significance"],
+    ["data.folder", "data.vocab", "data.batching", "model", "runtime", "search", "metrics.significance", "lines"],
     ["data.prepare", "data.corpora", "losses", "doctor", "static_search", "glossary"],
     ["data"],
     ["checkpoint", "metrics.perplexity"],

@@ -2,7 +2,7 @@
 
 Two independent implementations of the Transformer run aiayn's weights: logits and per-token log-probs must agree
 to float rounding, and greedy and beam search must give aiayn's tokens where the search rules are the same
-(aiayn's lp="power" = HF's and CTranslate2's |Y|^alpha; aiayn/export/ct2.py lists what differs and why).
+(aiayn's lp="power" = HF's and CTranslate2's |Y|^alpha; aiayn/export/ct2_engine.py lists what differs and why).
 
 The models are tiny and trained for 100 steps on the reversed-copy task: a random model would repeat its input to
 the length limit, whereas these stop by themselves at varied lengths, give PAD and BOS almost no probability (as
@@ -21,7 +21,7 @@ import types
 import pytest
 import torch
 import torch.nn.functional as F
-from helpers import save_run, tiny_model
+from helpers import REPO, save_run, tiny_model
 
 from aiayn.cli import main
 from aiayn.config import BOS_ID, EOS_ID, PAD_ID, UNK_ID
@@ -36,7 +36,8 @@ from aiayn.translate import Translator
 transformers = pytest.importorskip("transformers")
 ctranslate2 = pytest.importorskip("ctranslate2")
 
-from aiayn.export.ct2 import QUANTIZATIONS, CT2Translator, export_ct2, own_limits, translate_ct2  # noqa: E402
+from aiayn.export.ct2 import QUANTIZATIONS, export_ct2  # noqa: E402
+from aiayn.export.ct2_engine import CT2Translator, own_limits, translate_ct2  # noqa: E402
 from aiayn.export.hf import export_hf, from_marian, import_hf, to_marian  # noqa: E402
 
 # Word limit. The trained models' beam outputs stay below it: at the limit the engines score hypotheses differently
@@ -396,6 +397,15 @@ def test_cli_export_and_translate_with_ct2(model, row_b, vocab, copy_data, lines
         assert main([*translate, "--lp", "power", "--precision", "bf16"]) == 2
         err = capsys.readouterr().err.strip()
         assert "cannot compute in bfloat16 on this cpu" in err and len(err.splitlines()) == 1
+
+    # As a process, --engine ct2 never imports torch (it starts as CTranslate2 does); the same output
+    code = ("import sys\nfrom aiayn.cli import main\ncode = main(sys.argv[1:])\n"
+            "print('torch' in sys.modules, file=sys.stderr)\nsys.exit(code)")
+    out = tmp_path / "process.txt"
+    done = subprocess.run([sys.executable, "-c", code, *translate[:-4], "--beam", "2", "--lp", "power", "--output",
+                           str(out), "--device", "auto"], capture_output=True, text=True, cwd=REPO)
+    assert done.returncode == 0 and done.stderr.strip().splitlines()[-1] == "False", done.stderr
+    assert out.read_text().splitlines() == expect
 
     run_b = save_run(row_b, copy_data / "vocab.model", tmp_path / "run_b")
     assert main(["export", "--checkpoint", str(run_b), "--to", "hf", str(tmp_path / "hf_b")]) == 1

@@ -24,7 +24,8 @@ from aiayn.data import Vocab
 from aiayn.data.folder import run_languages
 from aiayn.errors import UsageError, UserError
 from aiayn.export.argos import ARGOS_DECODING, export_argos, language_name
-from aiayn.export.ct2 import CT2Translator, export_ct2
+from aiayn.export.ct2 import export_ct2
+from aiayn.export.ct2_engine import CT2Translator
 from aiayn.search import SearchConfig
 
 NAME = "translate-en_de-1_0"

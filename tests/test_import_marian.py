@@ -388,7 +388,8 @@ def opus_run(spm_models, tmp_path_factory):
 def test_ct2_export_gives_aiayn_tokens(opus_run, lines, tmp_path):
     pytest.importorskip("ctranslate2")
     from aiayn.config import BOS_ID
-    from aiayn.export.ct2 import CT2Translator, export_ct2
+    from aiayn.export.ct2 import export_ct2
+    from aiayn.export.ct2_engine import CT2Translator
 
     model, vocab, _ = load_for_inference(opus_run)
     export_ct2(model, vocab, tmp_path / "ct2")
@@ -468,7 +469,8 @@ def test_argos_package_translates_as_the_ct2_export(opus_run, lines, tmp_path):
     from test_export_argos import NAME, argos_search, argos_translate
 
     from aiayn.export.argos import export_argos
-    from aiayn.export.ct2 import CT2Translator, export_ct2
+    from aiayn.export.ct2 import export_ct2
+    from aiayn.export.ct2_engine import CT2Translator
 
     model, vocab, _ = load_for_inference(opus_run)
     one_sentence = [line for line in lines if line.count(".") == 1 and line.endswith(".")]

@@ -340,7 +340,7 @@ def test_ctranslate2_folders_are_served_beside_runs(runs, tmp_path, capsys):
     counted, in int8 too; a glossary or attention asked of it is a 422; serving one needs --lp power."""
     pytest.importorskip("ctranslate2")
     from aiayn.cli import main
-    from aiayn.export.ct2 import CT2Translator
+    from aiayn.export.ct2_engine import CT2Translator
 
     _, made, lines = runs
     ct2 = tmp_path / "en-de-ct2"

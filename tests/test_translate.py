@@ -9,8 +9,9 @@ from aiayn.cli import main
 from aiayn.config import EOS_ID
 from aiayn.data import Vocab
 from aiayn.errors import UsageError
+from aiayn.lines import encode_sources
 from aiayn.search import SearchConfig
-from aiayn.translate import Layout, Translation, Translator, encode_sources, join_lines, split_lines
+from aiayn.translate import Translator
 
 
 def translate_lines(model, vocab, lines, batch_size=64, max_input_len=None, precision="fp32", **search):
@@ -219,25 +220,6 @@ def test_fixed_shape_search_gives_the_eager_translations(setup, copy_data, tmp_p
     assert main([*base, "--search-impl", "eager"]) == 0 and capsys.readouterr().out == fixed_out
     assert main([*base, "--engine", "ct2", "--search-impl", "fixed"]) == 2
     assert "needs --engine aiayn" in capsys.readouterr().err
-
-
-def test_split_lines_and_join_lines_by_hand():
-    lines = ["He came.  She left! Did they?", "", "One sentence.", "Kept whole. With a prefix."]
-    sentences, prefixes, layouts = split_lines(lines, ["", "", "", "Así"])
-    assert sentences == ["He came.", "She left!", "Did they?", "", "One sentence.", "Kept whole. With a prefix."]
-    assert prefixes == ["", "", "", "", "", "Así"]
-    assert layouts[0] == Layout(0, ("  ", " ")) and layouts[1] == Layout(3, ())
-    assert split_lines(lines)[1] is None
-    t = Translation
-    nbests = [[t("A.", -1.0, [1], [-1.0, -1.0]), t("A2.", -2.0, [2], [-2.0, -2.0])],
-              [t("B!", -3.0, [3, 4], [-1.0] * 3)], [t("C?", -0.5, [5], [-0.5, -0.5])],
-              [t("", 0.0, [])], [t("D.", -1.0, [6])], [t("E.", -2.0, [7])]]
-    joined = join_lines(nbests, layouts)
-    best, second = joined[0]
-    # scores weighted by |Y| = tokens + EOS: (2 * -1 + 3 * -3 + 2 * -0.5) / 7; the second: sentence 1's second
-    assert best == t("A.  B! C?", -12 / 7, [1, 3, 4, 5], [-1.0, -1.0, -1.0, -1.0, -1.0, -0.5, -0.5])
-    assert second.text == "A2.  B! C?" and second.score == pytest.approx((2 * -2 - 9 - 1) / 7)
-    assert joined[1:] == [[t("", 0.0, [])], [t("D.", -1.0, [6])], [t("E.", -2.0, [7])]]
 
 
 def test_cli_splits_lines_into_sentences(setup, copy_data, tmp_path, capsys):

@@ -40,19 +40,33 @@ COMMANDS = [
 ]
 
 
-def build_parser() -> argparse.ArgumentParser:
+# The module of each subcommand whose name is not its module's (the rest: aiayn.cli.<name>); `main` imports only the
+# module of the command it runs, so that a command starts without what the others import (torch, for one).
+MODULE_OF = {"import": "aiayn.cli.import_", "plot": "aiayn.cli.train", "prepare-parse": "aiayn.cli.parse",
+             "table1": "aiayn.cli.tables", "table2": "aiayn.cli.tables"}
+
+
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The parser of every command, or of `command`'s module alone (what `main` needs to run it)."""
     parser = Parser(prog="aiayn", description="The Transformer of 'Attention Is All You Need', end to end.")
     parser.add_argument("--low-memory", action="store_true",
                         help="give freed memory back to the OS (lower peak RSS, slower CPU steps; by default aiayn "
                              "keeps it for reuse: docs/speed-design.md); also AIAYN_LOW_MEMORY=1")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for name in COMMANDS:
+    module = MODULE_OF.get(command, f"aiayn.cli.{command}")
+    for name in [module] if module in COMMANDS else COMMANDS:
         importlib.import_module(name).register(sub)
     return parser
 
 
+def _command(argv: list[str]) -> str | None:
+    """The subcommand named in argv (the first word after the global flags), if any."""
+    words = [a for a in argv if a != "--low-memory"]
+    return words[0] if words and not words[0].startswith("-") else None
+
+
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
+    parser = build_parser(_command(sys.argv[1:] if argv is None else argv))
     try:
         args = parser.parse_args(argv)
     except SystemExit as e:  # --help (0), or a mistake in the flags, already one "error:" line (Parser.error: 2)
@@ -60,12 +74,13 @@ def main(argv: list[str] | None = None) -> int:
     if not getattr(args, "func", None):
         parser.print_help()
         return 2
-    from aiayn.runtime import configure_process
+    if getattr(args, "needs_torch", lambda _: True)(args):  # (translate --engine ct2 runs without torch)
+        from aiayn.runtime import configure_process
 
-    # Before any kernel: oneDNN's caches bounded (a long bf16 run's memory stays flat), and unless --low-memory every
-    # command reuses its big tensors' memory instead of page-faulting it in again.
-    configure_process(kernel_cache=True,
-                      keep_freed_memory=not (args.low_memory or os.environ.get("AIAYN_LOW_MEMORY") == "1"))
+        # Before any kernel: oneDNN's caches bounded (a long bf16 run's memory stays flat), and unless --low-memory
+        # every command reuses its big tensors' memory instead of page-faulting it in again.
+        configure_process(kernel_cache=True,
+                          keep_freed_memory=not (args.low_memory or os.environ.get("AIAYN_LOW_MEMORY") == "1"))
     try:
         return int(args.func(args) or 0)
     except BrokenPipeError:  # e.g. `aiayn translate ... | head`: stop quietly, as Unix tools do

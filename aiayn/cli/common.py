@@ -16,10 +16,8 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
+from aiayn.config import DEVICE_HELP, PAPER_SEARCH, PRECISIONS, SearchConfig
 from aiayn.errors import UsageError
-from aiayn.inference import PRECISIONS
-from aiayn.runtime import DEVICE_HELP
-from aiayn.search import PAPER_SEARCH, SearchConfig
 
 
 class Parser(argparse.ArgumentParser):

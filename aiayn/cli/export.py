@@ -50,7 +50,8 @@ def export_command(args: argparse.Namespace) -> int:
 
         export_argos(model, vocab, args.out, *languages, args.quantization, prov)
     else:
-        from aiayn.export.ct2 import VMAP_FILE, export_ct2
+        from aiayn.export.ct2 import export_ct2
+        from aiayn.export.ct2_engine import VMAP_FILE
 
         export_ct2(model, vocab, args.out, args.quantization, prov, shortlist,
                    None if None in languages else languages)

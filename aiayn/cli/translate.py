@@ -15,13 +15,11 @@ from aiayn.cli.common import (
     positive_int,
     search_config,
 )
+from aiayn.config import SEARCH_IMPLS
 from aiayn.errors import UsageError
 from aiayn.extras import require
 from aiayn.files import atomic_text_output, check_output_path, line_buffers, read_lines
-from aiayn.glossary import Glossary
-from aiayn.runtime import resolve_device
-from aiayn.scoring import SCORE_KINDS, score_columns, token_scores
-from aiayn.translate import Translator, join_lines, split_lines, split_prefixes
+from aiayn.lines import SCORE_KINDS, join_lines, score_columns, split_lines, split_prefixes, token_scores
 
 
 def translate_command(args: argparse.Namespace) -> int:
@@ -44,7 +42,12 @@ def translate_command(args: argparse.Namespace) -> int:
     if args.glossary and (args.engine != "aiayn" or args.print_alignment or args.prefix or search.sampling):
         raise UsageError("--glossary needs --engine aiayn and beam or greedy search, without --print-alignment, "
                          "--sampling or target prefixes")
-    glossary = Glossary.read(args.glossary) if args.glossary else None
+    if args.glossary:
+        from aiayn.glossary import Glossary
+
+        glossary = Glossary.read(args.glossary)
+    else:
+        glossary = None
     translate = _translate_function(args, search, glossary)
     split = args.split_sentences and not args.print_alignment  # alignments are of whole lines
     # stdin: as lines arrive (a bad byte names the line); --prefix FILE: all at once, its lines aligned with them
@@ -72,16 +75,19 @@ def _translate_function(args: argparse.Namespace, search, glossary):
     hypothesis what follows its text or None), by the engine and options asked for (glossary: aiayn's engine)."""
     progress = args.input not in (None, "-") and not args.no_progress
     if args.engine == "ct2":  # an exported CTranslate2 folder; the search flags map as aiayn.export.ct2 says
-        from aiayn.export.ct2 import CT2Translator
+        from aiayn.export.ct2_engine import CT2Translator
 
         if args.shortlist not in (None, True):
             raise UsageError("with --engine ct2, --shortlist takes no FILE: the exported folder's vocabulary map "
                              "(vmap.txt) is the shortlist")
-        ct2 = CT2Translator(args.checkpoint[0], device=resolve_device(args.device).type,
+        ct2 = CT2Translator(args.checkpoint[0], device=ct2_device(args.device),
                             compute_type=CT2Translator.COMPUTE_TYPES[args.precision], use_vmap=bool(args.shortlist))
         return lambda lines, prefixes, _: (ct2.translate_nbest(lines, search, batch_size=args.batch_size,
                                                                max_input_len=args.max_input_len, prefixes=prefixes),
                                            None)
+    from aiayn.runtime import resolve_device
+    from aiayn.translate import Translator
+
     translator = Translator.load(args.checkpoint, search, args.precision, device=resolve_device(args.device),
                                  batch_size=args.batch_size, max_input_len=args.max_input_len,
                                  shortlist=args.shortlist, search_impl=args.search_impl)
@@ -94,6 +100,18 @@ def _translate_function(args: argparse.Namespace, search, glossary):
         return aligned
     return lambda lines, prefixes, first: (translator.translate_nbest(lines, progress, prefixes, first, glossary),
                                            None)
+
+
+def ct2_device(name: str) -> str:
+    """--device for CTranslate2, read without torch: "auto" is "cuda" where CTranslate2 sees a GPU, else "cpu";
+    "cuda:N" is "cuda" (CTranslate2's first GPU)."""
+    import ctranslate2
+
+    if name == "auto":
+        return "cuda" if ctranslate2.get_cuda_device_count() > 0 else "cpu"
+    if name == "cpu" or name.split(":")[0] == "cuda":
+        return name.split(":")[0]
+    raise UsageError(f"--device {name}: CTranslate2 runs on cpu or cuda")
 
 
 def _output_lines(n: int, hyps, tails: list[str] | None, nbest: int, print_scores: str | None) -> list[str]:
@@ -160,11 +178,11 @@ def register(sub) -> None:
                         "FILE; with --engine ct2, the exported folder's vocabulary map (use_vmap); docs/decoding.md")
     add_search_args(p, sampling=True)
     add_precision_arg(p)
-    p.add_argument("--search-impl", choices=Translator.SEARCH_IMPLS, default="auto",
+    p.add_argument("--search-impl", choices=SEARCH_IMPLS, default="auto",
                    help="how the search runs: eager (finished sentences leave the batch; fastest on CPUs), fixed "
                         "(fixed-shape steps, replayed as CUDA graphs on a GPU; the same translations) or auto "
                         "(default: fixed on a GPU, eager on a CPU); fixed covers greedy, beam and n-best search, other "
                         "options run eager (said once); docs/decoding.md")
     add_device_arg(p)
     add_progress_arg(p)
-    p.set_defaults(func=translate_command)
+    p.set_defaults(func=translate_command, needs_torch=lambda args: args.engine != "ct2")

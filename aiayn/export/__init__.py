@@ -7,8 +7,10 @@ Reading guide:
     hf.py      aiayn <-> MarianMTModel: the sinusoid permutation, the Marian config, the tokenizer files, what
                Marian cannot represent (pre-norm, learned positions, h*d_k != d_model), and the exact import back.
     ct2.py     aiayn -> CTranslate2 through its spec API (every preset, Table 3 rows A/B/E and pre-norm
-               included), quantization, and `translate_ct2`: decoding with aiayn's SearchConfig mapped onto
-               CTranslate2's options (what cannot map is listed there).
+               included), quantization, the languages recorded in aiayn.json.
+    ct2_engine.py  decoding through an exported folder (CT2Translator, `translate_ct2`): aiayn's SearchConfig mapped
+               onto CTranslate2's options (what cannot map: DECODING_NOTES); imports no torch, so `aiayn translate
+               --engine ct2` starts as fast as CTranslate2; `aiayn serve` serves such folders through it.
     marian.py  OPUS-MT (an HF MarianMTModel folder) -> an aiayn run: the config's options (swish, output bias), the
                special ids renumbered to aiayn's, the two SentencePiece models as a MarianVocab (`aiayn import`).
     argos.py   aiayn -> an Argos Translate package (.argosmodel: the CTranslate2 model with PAD/BOS made impossible, the
@@ -26,7 +28,18 @@ greedy and beam outputs identical; the exported tokenizer gives aiayn's ids; HF 
 as the CTranslate2 export does with argostranslate's decoding settings.
 """
 
-from aiayn.export.card import Provenance
-from aiayn.export.names import Param, parameter_map
+from __future__ import annotations
+
+import importlib
 
 __all__ = ["Param", "Provenance", "parameter_map"]
+_HOMES = {"Provenance": "card", "Param": "names", "parameter_map": "names"}  # imported when first asked for, so that
+# ct2_engine (which imports no torch) is imported without them
+
+
+def __getattr__(name: str):
+    if name not in _HOMES:
+        raise AttributeError(f"module 'aiayn.export' has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"aiayn.export.{_HOMES[name]}"), name)
+    globals()[name] = value
+    return value

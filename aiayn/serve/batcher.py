@@ -38,7 +38,8 @@ from typing import TypeVar
 
 from aiayn.errors import UsageError
 from aiayn.glossary import check_fits
-from aiayn.translate import Translation, Translator, encode_prefixes
+from aiayn.lines import Translation, encode_prefixes
+from aiayn.translate import Translator
 
 T = TypeVar("T")
 

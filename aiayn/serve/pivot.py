@@ -8,11 +8,11 @@ from __future__ import annotations
 import asyncio
 from collections import defaultdict
 
+from aiayn.lines import Translation
 from aiayn.serve.bodies import ApiError
 from aiayn.serve.libre import LanguagePair
 from aiayn.serve.models import Models
 from aiayn.serve.segments import Piece
-from aiayn.translate import Translation
 
 
 async def translate_along(models: Models, routes: list[list[LanguagePair]], split: list[list[Piece]],

@@ -32,7 +32,7 @@ import torch
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 
-from aiayn.export.ct2 import CT2Translator, is_ct2_folder
+from aiayn.export.ct2_engine import CT2Translator, is_ct2_folder
 from aiayn.search import SearchConfig
 from aiayn.serve.buckets import SharedBuckets
 from aiayn.translate import Translator

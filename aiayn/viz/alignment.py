@@ -30,7 +30,8 @@ from torch import Tensor, nn
 
 from aiayn.config import BOS_ID, EOS_ID
 from aiayn.errors import UsageError
-from aiayn.translate import Translation, padded, translation_of
+from aiayn.lines import Translation
+from aiayn.translate import padded, translation_of
 from aiayn.viz.attention import record
 
 WORD_START = "\u2581"  # SentencePiece's word-boundary mark, "▁"

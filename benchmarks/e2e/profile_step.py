@@ -17,7 +17,8 @@ import torch
 from torch.profiler import ProfilerActivity, profile, record_function
 
 from aiayn.fast import keep_freed_memory
-from aiayn.inference import PRECISIONS, decoding_copy
+from aiayn.config import PRECISIONS
+from aiayn.inference import decoding_copy
 from aiayn.losses import TrainingObjective
 from aiayn.model import Transformer
 from benchmarks import workloads

@@ -33,7 +33,8 @@ import torch
 
 from aiayn.config import BOS_ID, EOS_ID, PAD_ID, ModelConfig
 from aiayn.data import Vocab
-from aiayn.export.ct2 import VMAP_FILE, CT2Translator, export_ct2
+from aiayn.export.ct2 import export_ct2
+from aiayn.export.ct2_engine import VMAP_FILE, CT2Translator
 from aiayn.metrics import corpus_bleu
 from aiayn.model import Transformer
 from aiayn.rundir import inference_checkpoint, load_for_inference

@@ -224,8 +224,8 @@ def main() -> None:
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
     emit({"what": "device", "name": name, "torch": torch.__version__})
     if args.checkpoint:
+        from aiayn.lines import encode_sources
         from aiayn.rundir import load_for_inference
-        from aiayn.translate import encode_sources
 
         model, vocab, _ = load_for_inference(Path(args.checkpoint))
         lines = (Path(args.data) / "test.src.txt").read_text(encoding="utf-8").splitlines()

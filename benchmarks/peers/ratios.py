@@ -18,7 +18,6 @@ in the fp32 and bf16 rows, as in the ratio table; a CTranslate2 process that had
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
 
 from benchmarks.evidence import read_jsonl

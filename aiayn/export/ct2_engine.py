@@ -1,0 +1,250 @@
+"""Decoding through a folder `aiayn export --to ct2` wrote: `CT2Translator`, the engine of `aiayn translate --engine
+ct2` and of `aiayn serve` for such a folder, and `translate_ct2`. It imports neither torch nor the exporter, so a
+command that decodes through CTranslate2 starts as fast as CTranslate2 does.
+
+How aiayn's SearchConfig maps onto CTranslate2's options, and what cannot map: DECODING_NOTES (also in the README of
+every exported folder).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from aiayn.config import BOS_ID, PAD_ID, ModelConfig, SearchConfig
+from aiayn.data.vocab import MODEL_FILE, Vocab
+from aiayn.errors import UsageError, UserError
+from aiayn.lines import Translation, encode_prefixes, encode_sources
+
+AIAYN_FILE = "aiayn.json"  # the aiayn config, beside CTranslate2's own config.json
+VMAP_FILE = "vmap.txt"  # CTranslate2's vocabulary map: the run's shortlist (aiayn.shortlist.vmap_lines)
+MIN_POSITIONS = 1024  # rows of the written sinusoid table at least (CTranslate2 refuses positions past the table)
+
+DECODING_NOTES = """\
+* Length penalty: CTranslate2 divides by |Y|^alpha, aiayn's `--lp power`; the paper's GNMT penalty
+  ((5 + |Y|) / 6)^alpha (aiayn's default) has no CTranslate2 equivalent. |Y| counts the EOS in both.
+* Length limit: aiayn allows int(a * source tokens + b) words per sentence; CTranslate2 takes one
+  `max_decoding_length` per call, so `translate_ct2` decodes batches of length-sorted sentences at the batch's
+  largest limit, then decodes again alone, at its own limit, any sentence whose output reached that limit. At the
+  limit aiayn forces an EOS and scores it; CTranslate2 stops without one. The words are the same in greedy search.
+* PAD and BOS are never generated, EOS not before `min_len` words: CTranslate2 masks these before its
+  log-softmax, aiayn after, so beam scores differ by log(1 - p(masked)): nothing for a trained model, whose
+  p(PAD), p(BOS) and p(EOS first) are ~0, but it can reorder near-ties. Greedy outputs are unaffected.
+* Beam search stops after `beam * patience` finished hypotheses in CTranslate2, as in aiayn with
+  `--beam-patience P` (its `patience`); aiayn's default (0) stops only when no live hypothesis can still win, and
+  then CTranslate2 runs with its own default, patience 1, which can miss a longer, better hypothesis that aiayn
+  finds (a large patience searches as long as aiayn does, to the length limit).
+* A target prefix is CTranslate2's `target_prefix` (the pieces, no EOS), and `no_repeat_ngram_size` its option of
+  that name. Greedy outputs are the same; CTranslate2 leaves the prefix's log-probs out of a score (aiayn counts
+  them), so its scores differ and its beam search can rank, and so choose, differently.
+* Sampling does not map: aiayn draws from a generator per input line (the same samples in any batch), CTranslate2
+  from one per process.
+* A lexical shortlist (aiayn's `--shortlist`) is CTranslate2's `use_vmap=True` on the vmap.txt exported from the
+  run's shortlist: the same pieces per source piece, the frequent ones as its always-allowed list; both take the
+  union over a batch and normalize the softmax over it."""
+
+
+
+def limit_batches(sources: Sequence[list[int] | None], search: SearchConfig, cap: int | None,
+                  batch_size: int) -> list[tuple[int, list[int]]]:
+    """(word limit, source indices) batches for engines that take one limit per call: the sentences sorted by length
+    (so a batch holds sentences of near-equal limits), `batch_size` a batch, each batch's limit the largest of its
+    sentences' limits int(a * x + b) (x = source tokens with EOS; capped at `cap`). None = skipped.
+    `own_limits` gives each sentence's own limit, which a caller checks its outputs against."""
+    limits = own_limits(sources, search, cap)
+    order = sorted(limits, key=lambda i: (len(sources[i]), i))
+    batches = [order[start: start + batch_size] for start in range(0, len(order), batch_size)]
+    return [(max(limits[i] for i in idx), idx) for idx in batches]
+
+
+def own_limits(sources: Sequence[list[int] | None], search: SearchConfig, cap: int | None) -> dict[int, int]:
+    """{source index: its word limit int(a * x + b)} (x = tokens with EOS, raised to min_len, capped at `cap`), the
+    blank (None) sources left out: aiayn.search.max_output_lengths, in plain Python."""
+    limits = {}
+    for i, source in enumerate(sources):
+        if source is not None:
+            limit = max(math.floor(search.max_len_a * len(source) + search.max_len_b), search.min_len)
+            limits[i] = limit if cap is None else min(limit, cap)
+    return limits
+
+
+class CT2Translator:
+    """An exported CTranslate2 folder with its vocabulary and config: text in, text out, as aiayn's Translator; and
+    Translator's id-level API (encode, search_ids, check_prefixes, glossary_terms), through which `aiayn serve`
+    batches requests for it as for an aiayn model (aiayn.serve.batcher).
+
+    threads: CPU threads (default_threads; CTranslate2's own default of 4 stalls on a busy 2-core machine).
+    compute_type: CTranslate2's ("default" = as exported; "int8", ...; COMPUTE_TYPES maps aiayn's decoding precisions
+    to it). use_vmap: decode with the folder's vocabulary map (the run's shortlist, VMAP_FILE), as CTranslate2's
+    option of that name. search, batch_size, patience, max_input_len: what search_ids decodes with (translate_nbest
+    takes its own)."""
+
+    COMPUTE_TYPES = {"fp32": "default", "bf16": "bfloat16", "int8": "int8"}  # aiayn.config.PRECISIONS -> CT2's
+
+    def __init__(self, model_dir: Path | str, device: str = "cpu", compute_type: str = "default",
+                 threads: int | None = None, use_vmap: bool = False, search: SearchConfig | None = None,
+                 batch_size: int = 64, patience: float | None = None, max_input_len: int | None = None):
+        import ctranslate2
+
+        model_dir = Path(model_dir)
+        if not is_ct2_folder(model_dir):
+            raise UserError(f"{model_dir} is not a CTranslate2 folder written by `aiayn export --to ct2`")
+        if use_vmap and not (model_dir / VMAP_FILE).is_file():
+            raise UsageError(f"{model_dir} has no vocabulary map ({VMAP_FILE}); export it from a run with a shortlist "
+                             "(aiayn shortlist --out RUN, then aiayn export --to ct2)")
+        self.model_dir, self.use_vmap, self.compute_type = model_dir, use_vmap, compute_type
+        record = json.loads((model_dir / AIAYN_FILE).read_text())
+        self.cfg, self.quantization = ModelConfig.from_dict(record["model"]), record.get("quantization")
+        self.vocab = Vocab.load(model_dir / MODEL_FILE)
+        supported = ctranslate2.get_supported_compute_types(device)
+        if compute_type != "default" and compute_type not in supported:
+            raise UsageError(f"CTranslate2 cannot compute in {compute_type} on this {device} (it can in "
+                             f"{', '.join(sorted(supported))}): choose another --precision, or --engine aiayn")
+        self.translator = ctranslate2.Translator(str(model_dir), device=device, compute_type=compute_type,
+                                                 intra_threads=threads or default_threads())
+        self.device = device
+        self.precision = next((p for p, c in self.COMPUTE_TYPES.items() if c == compute_type), compute_type)
+        self.search, self.batch_size, self.patience = search, batch_size, patience
+        self.max_input_len = max_input_len or self.cfg.max_positions
+        self.shortlist = None  # aiayn's shortlist: none here (use_vmap is CTranslate2's own)
+
+    def translate_nbest(self, lines: Sequence[str], search: SearchConfig, batch_size: int = 64,
+                        max_input_len: int | None = None, patience: float | None = None,
+                        prefixes: Sequence[str | None] | None = None) -> list[list[Translation]]:
+        """Up to search.nbest translations per line, best first; a blank line gives one empty translation.
+
+        search.lp must be "power" (DECODING_NOTES: what maps how). Inputs longer than max_input_len tokens (EOS
+        included; default the model's max_positions) are cut, with a warning, as aiayn's Translator cuts them.
+        patience: CTranslate2's beam stopping rule (DECODING_NOTES; default search.beam_patience, or CTranslate2's
+        own 1 where that is 0). prefixes: per line, the text its translations
+        start with (CTranslate2's target_prefix; "" or None: none)."""
+        vocab = self.vocab
+        sources = encode_sources(vocab, lines, max_input_len or self.cfg.max_positions)  # ids + EOS; None = blank
+        prefix_ids = encode_prefixes(vocab, [p or "" for p in prefixes or [""] * len(sources)])
+        hyps = self._search(sources, prefix_ids, search, batch_size, patience)
+        return [[Translation(vocab.decode(ids), score, ids) for ids, score in hs] for hs in hyps]
+
+    def translate(self, lines: Sequence[str], search: SearchConfig, **options) -> list[str]:
+        """The best translation of each line (options: those of `translate_nbest`)."""
+        return [hyps[0].text for hyps in self.translate_nbest(lines, search, **options)]
+
+    # ---- aiayn.translate.Translator's id-level API, with the search given at construction (aiayn serve)
+
+    def encode(self, lines: Sequence[str]) -> list[list[int] | None]:
+        return encode_sources(self.vocab, lines, self.max_input_len)
+
+    def search_ids(self, sources: Sequence[list[int] | None], progress: bool = False, constraint=None,
+                   prefixes: Sequence[list[int]] | None = None, line_numbers: Sequence[int] | None = None,
+                   terms=None) -> list:
+        """As Translator.search_ids, with self.search; a constraint or glossary terms are a UsageError (CTranslate2
+        has neither), and so is sampling (translate_nbest's errors)."""
+        if constraint is not None or any(terms or []):
+            raise UsageError("a CTranslate2 model decodes without constraints or a glossary; serve the run itself "
+                             "(aiayn's search) for those")
+        from aiayn.search import Hypothesis  # the server's type (torch is loaded there already)
+
+        found = self._search(sources, prefixes or [[] for _ in sources], self.search, len(sources) or 1, self.patience)
+        return [[Hypothesis(ids, score) for ids, score in hyps] for hyps in found]
+
+    def check_prefixes(self, sources: Sequence[list[int] | None], prefixes: Sequence[list[int]]) -> None:
+        """A UsageError naming the first line whose prefix is longer than its translation may be."""
+        limits = own_limits(sources, self.search, self._positions() - 1)
+        for i, limit in limits.items():
+            if len(prefixes[i]) > limit:
+                raise UsageError(f"input line {i + 1}: its prefix has {len(prefixes[i])} words, more than the "
+                                 f"{limit} its translation may have (--max-len-a, --max-len-b)")
+
+    def glossary_terms(self, lines: Sequence[str], glossary) -> None:
+        if glossary:
+            raise UsageError("glossary: a CTranslate2 model decodes without lexical constraints; serve the run "
+                             "itself (aiayn's search) to use a glossary")
+        return None
+
+    def weight_bytes(self) -> int:
+        """The bytes of its weights as CTranslate2 holds them, about: model.bin's size as exported, else the
+        parameters at the compute type's width (int8: 1 byte, bfloat16 and float16: 2)."""
+        width = {"int8": 1, "bfloat16": 2, "float16": 2}
+        asked = next((w for name, w in width.items() if self.compute_type.startswith(name)), None)
+        exported = next((w for name, w in width.items() if (self.quantization or "").startswith(name)), 4)
+        size = (self.model_dir / "model.bin").stat().st_size
+        return size if asked is None or asked == exported else size * asked // exported
+
+    # ---- the search
+
+    def _positions(self) -> int:
+        cfg = self.cfg
+        return cfg.max_positions if cfg.positional == "learned" else max(MIN_POSITIONS, cfg.max_positions)
+
+    def _search(self, sources: Sequence[list[int] | None], prefix_ids: Sequence[list[int]], search: SearchConfig,
+                batch_size: int, patience: float | None) -> list[list[tuple[list[int], float]]]:
+        """Up to search.nbest (word ids, score) per source (ids + EOS; None = blank: one empty hypothesis), best
+        first."""
+        if search.lp != "power":
+            raise UsageError("CTranslate2's length penalty is |Y|^alpha: decode with --lp power (the paper's GNMT "
+                             "penalty ((5 + |Y|) / 6)^alpha has no CTranslate2 equivalent)")
+        if search.sampling:
+            raise UsageError("--engine ct2 does not sample: aiayn's samples come from one generator per input line "
+                             "(the same in any batch), CTranslate2's from one per process; use --engine aiayn")
+        vocab = self.vocab
+        results = [[([], 0.0)] for _ in sources]
+        for n, (source, words) in enumerate(zip(sources, prefix_ids), 1):
+            if source is None and words:
+                raise UsageError(f"input line {n} is blank but has a target prefix; give a source")
+        limits = own_limits(sources, search, self._positions() - 1)
+        for i, limit in limits.items():
+            if len(prefix_ids[i]) > limit:
+                raise UsageError(f"input line {i + 1}: its prefix has {len(prefix_ids[i])} words, more than the "
+                                 f"{limit} its translation may have (--max-len-a, --max-len-b)")
+        patience = patience or search.beam_patience or 1.0
+        options = dict(no_repeat_ngram_size=search.no_repeat_ngram_size, beam_size=search.beam, patience=patience,
+                       num_hypotheses=search.nbest, length_penalty=search.alpha, min_decoding_length=search.min_len,
+                       max_input_length=0, suppress_sequences=[[vocab.piece(PAD_ID)], [vocab.piece(BOS_ID)]],
+                       return_scores=True, use_vmap=self.use_vmap)
+
+        def decode(limit: int, idx: list[int]) -> None:
+            target_prefix = [[vocab.piece(t) for t in prefix_ids[i]] for i in idx] if any(prefix_ids) else None
+            out = self.translator.translate_batch(
+                [[vocab.piece(t) for t in sources[i][:-1]] for i in idx],  # CTranslate2 appends the EOS itself
+                target_prefix=target_prefix, max_decoding_length=limit, max_batch_size=len(idx), **options)
+            for i, res in zip(idx, out):
+                results[i] = [([vocab.piece_id(p) for p in h], s) for h, s in zip(res.hypotheses, res.scores)]
+
+        # One call per batch of length-sorted sentences, at the batch's largest limit: few, full batches, as
+        # CTranslate2 runs fastest. A sentence whose output reached its own, smaller limit is decoded again alone at
+        # that limit, so every output is the one its own limit gives.
+        batch_limit = {}
+        for limit, idx in limit_batches(sources, search, self._positions() - 1, batch_size):
+            decode(limit, idx)
+            batch_limit.update(dict.fromkeys(idx, limit))
+        for i, limit in limits.items():
+            if batch_limit[i] > limit and any(len(ids) >= limit for ids, _ in results[i]):
+                decode(limit, [i])
+        return results
+
+
+def default_threads() -> int:
+    """CTranslate2's threads where none are given: torch's count where torch is loaded (aiayn serve sets it per
+    worker), else OMP_NUM_THREADS, else the cores this process may run on."""
+
+    if "torch" in sys.modules:
+        return sys.modules["torch"].get_num_threads()
+    if os.environ.get("OMP_NUM_THREADS", "").isdigit() and int(os.environ["OMP_NUM_THREADS"]) > 0:
+        return int(os.environ["OMP_NUM_THREADS"])
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
+def is_ct2_folder(path: Path | str) -> bool:
+    """Whether `path` is a folder `aiayn export --to ct2` wrote (model.bin beside aiayn.json)."""
+    return (Path(path) / "model.bin").is_file() and (Path(path) / AIAYN_FILE).is_file()
+
+
+def translate_ct2(model_dir: Path | str, lines: Sequence[str], search: SearchConfig, **options) -> list[str]:
+    """The best translation of each line through an exported CTranslate2 folder, searched as `search` says
+    (search.lp must be "power"; DECODING_NOTES says what maps how). Options: `batch_size`, `max_input_len`,
+    `patience` (CT2Translator.translate_nbest); `device`, `compute_type`, `threads`, `use_vmap` (CT2Translator)."""
+    loading = {k: options.pop(k) for k in ("device", "compute_type", "threads", "use_vmap") if k in options}
+    return CT2Translator(model_dir, **loading).translate(lines, search, **options)
