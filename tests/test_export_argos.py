@@ -153,7 +153,9 @@ def test_cli_export_argos(model, vocab, copy_data, tmp_path, capsys):
             "fr", "--quantization", "int8"]
     assert main(argv) == 0
     with zipfile.ZipFile(out) as zf:
-        assert json.loads(zf.read("translate-en_fr-1_0/model/aiayn.json"))["quantization"] == "int8"
+        record = json.loads(zf.read("translate-en_fr-1_0/model/aiayn.json"))
+        assert record["quantization"] == "int8"
+        assert record["languages"] == {"source": "en", "target": "fr"}  # what aiayn serve reads of model/
         assert json.loads(zf.read("translate-en_fr-1_0/metadata.json"))["to_name"] == "French"
         assert "step_00000010" in zf.read("translate-en_fr-1_0/README.md").decode()
     assert [p.name for p in out.parent.iterdir()] == [out.name]  # no temporary files left beside it

@@ -86,8 +86,10 @@ def sentence_splitter(code: str, folder: Path) -> None:
     nlp.to_disk(folder)
 
 
-def _write_model(model: Transformer, vocab, folder: Path, quantization: str | None) -> None:
-    """The CTranslate2 model of `model` into `folder`, PAD and BOS given the projection bias NEVER."""
+def _write_model(model: Transformer, vocab, folder: Path, quantization: str | None, languages: tuple[str, str]
+                 ) -> None:
+    """The CTranslate2 model of `model` into `folder`, PAD and BOS given the projection bias NEVER; its aiayn.json
+    records the pair, so that `aiayn serve` serves the package's model/ folder as it is."""
     from ctranslate2.converters.converter import Converter
 
     spec = ct2_spec(model, vocab)
@@ -99,8 +101,9 @@ def _write_model(model: Transformer, vocab, folder: Path, quantization: str | No
 
     _Given().convert(str(folder), quantization=quantization, force=True)
     shutil.copyfile(vocab.model_path, folder / MODEL_FILE)  # so that aiayn's CT2Translator opens it too
-    (folder / AIAYN_FILE).write_text(json.dumps({"model": model.cfg.to_dict(), "quantization": quantization},
-                                                indent=2) + "\n")
+    pair = {"source": languages[0], "target": languages[1]}
+    (folder / AIAYN_FILE).write_text(json.dumps({"model": model.cfg.to_dict(), "quantization": quantization,
+                                                 "languages": pair}, indent=2) + "\n")
 
 
 def metadata(source_lang: str, target_lang: str, package_version: str) -> dict:
@@ -136,7 +139,7 @@ def export_argos(model: Transformer, vocab, out: Path, source_lang: str, target_
     with tempfile.TemporaryDirectory(prefix="aiayn-argos.") as tmp:  # the folder to zip; only the zip goes to `out`
         folder = Path(tmp) / out.stem
         folder.mkdir()
-        _write_model(model, vocab, folder / "model", quantization)
+        _write_model(model, vocab, folder / "model", quantization, (source_lang, target_lang))
         (folder / "sentencepiece.model").write_bytes(spm_files(vocab)[0])  # an OPUS-MT import's: its source model
         sentence_splitter(source_lang, folder / "spacy")
         (folder / "metadata.json").write_text(json.dumps(metadata(source_lang, target_lang, package_version),
