@@ -1,7 +1,8 @@
 """`aiayn serve` against LibreTranslate serving the same run through its Argos export, under load, on real sentences.
 
     python -m benchmarks.e2e.serve_vs_libretranslate --run RUN --src SRC --lt-python /tmp/ltvenv/bin/python \
-        --out DIR [--clients 1,8,32] [--requests 300] [--threads 2] [--lt-compute-types auto] [--report-only]
+        --out DIR [--clients 1,8,32] [--requests 300] [--threads 2] [--lt-compute-types auto] [--aiayn-ct2]
+        [--report-only]
 
 The run is exported with `aiayn export --to argos` into DIR, installed into a fresh argostranslate home (DIR/home),
 and served by LibreTranslate offline (ARGOS_CHUNK_TYPE=SPACY: the package's own spaCy splitter, `--load-only` the
@@ -10,8 +11,10 @@ default: argos-translate-lt 1.12 then passes no compute type, so CTranslate2 run
 with "default"; "int8" quantizes at load); `aiayn serve` serves the run itself (fp32) with argostranslate's search
 (aiayn.export.argos.ARGOS_DECODING: beam 4, |Y|^0.2, CTranslate2's patience 1, at most 256 pieces). Both get
 --threads threads: `aiayn serve --workers W --threads T/W` and ARGOS_INTER_THREADS=W, ARGOS_INTRA_THREADS=T/W
-(W = --workers, default 1: one model, T threads). Each server is started alone, and its start-up is timed: until it
-answers, and its first translation (argostranslate loads the model at the first request).
+(W = --workers, default 1: one model, T threads). With --aiayn-ct2, `aiayn serve` also serves the package's own
+CTranslate2 model (its model/ folder, the very weights LibreTranslate decodes with) through CTranslate2: the same
+runtime as LibreTranslate's, aiayn's server around it. Each server is started alone, and its start-up is timed: until
+it answers, and its first translation (argostranslate loads the model at the first request).
 
 Then, for each --clients count, the same first --requests lines of --src go to each server in turn (LibreTranslate,
 aiayn, another LibreTranslate, ...): one line per request (POST /translate {q, source, target}), each client on its
@@ -249,6 +252,8 @@ def main() -> None:
     ap.add_argument("--lt-compute-types", default="auto",
                     help="ARGOS_COMPUTE_TYPE of each LibreTranslate server, comma-separated (default auto: "
                          "LibreTranslate's own; argos-translate-lt 1.12 then runs the exported float32 weights)")
+    ap.add_argument("--aiayn-ct2", action="store_true",
+                    help="also `aiayn serve` the package's CTranslate2 model (its model/ folder) through CTranslate2")
     ap.add_argument("--time-limit", type=float, default=90.0, help="seconds per load at most (default 90)")
     ap.add_argument("--source-lang", default=None, help="default: the run's recorded pair")
     ap.add_argument("--target-lang", default=None)
@@ -286,6 +291,13 @@ def main() -> None:
         for ct in args.lt_compute_types.split(","):
             servers.append(start_libretranslate(args.lt_python, args.out, ct, pair, args.workers, args.threads))
             servers[-1].first_s = first_translation(servers[-1].port, lines[0], body)
+        if args.aiayn_ct2:  # the package's model/ folder: aiayn.json there names its pair
+            shutil.rmtree(args.out / "unzipped", ignore_errors=True)
+            shutil.unpack_archive(package, args.out / "unzipped", "zip")
+            t = time.monotonic()
+            proc, port = start_server(args.out / "unzipped" / package.stem / "model", flags)
+            servers.append(Server("aiayn (CTranslate2)", proc, port, time.monotonic() - t, group=False))
+            servers[-1].first_s = first_translation(port, lines[0], body)
         order = servers[1:2] + servers[:1] + servers[2:]  # LibreTranslate, aiayn, another LibreTranslate, ...
         for s in order:  # warm-up: a few concurrent requests each
             asyncio.run(load(s.port, lines[:8], 4, args.time_limit, body))
@@ -347,7 +359,11 @@ def report(args: argparse.Namespace, lines: list[str]) -> None:
           f"{sum(len(b) > 1 for b in ai_split)}; cut alike by both: {sum(alike)}/{len(lines)}")
     with (args.out / "differences.jsonl").open("w", encoding="utf-8") as f:
         for name, lt in answers.items():
-            if name == "aiayn":
+            if name.startswith("aiayn ("):  # aiayn serving the package's model: the same answers, or not
+                both = [i for i in range(len(lines)) if lt[i] is not None and ai[i] is not None]
+                print(f"{name} vs aiayn at {first} client(s): answers identical {sum(lt[i] == ai[i] for i in both)}/"
+                      f"{len(both)}")
+            if not name.startswith("LibreTranslate"):
                 continue
             both = [i for i in range(len(lines)) if lt[i] is not None and ai[i] is not None]
             cut = [i for i in both if alike[i]]
