@@ -10,6 +10,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -70,6 +71,15 @@ def wait_until_listening(proc: subprocess.Popen, base: str, seconds: float = 120
         except httpx.TransportError:
             assert proc.poll() is None and time.monotonic() < deadline, "the server did not start"
             time.sleep(0.2)
+
+
+async def until(condition: Callable[[], bool], seconds: float = 60) -> None:
+    """Return once condition() holds (checked on the event loop every 10 ms); fail if `seconds` pass first. A step
+    that needs a state waits for it instead of sleeping a guess: on a loaded machine guesses run short."""
+    deadline = time.monotonic() + seconds
+    while not condition():
+        assert time.monotonic() < deadline, "the awaited state never came"
+        await asyncio.sleep(0.01)
 
 
 @contextmanager

@@ -494,29 +494,36 @@ def test_interrupted_training_saves_at_once_and_exits_128_plus_the_signal(copy_d
 
 
 def test_quickstart_stops_on_a_signal_and_later_resumes_to_its_budget(tmp_path, monkeypatch, capsys):
+    """train's clock is the test's: one second per update (the schedule is asked once per update), so the 9 s budget
+    is 9 updates on an idle or a loaded machine alike; on the wall clock a loaded machine spent it before the signal
+    at update 5 came."""
     out = tmp_path / "qs"
-    budget_s = 9  # long enough to reach step 5 on a busy machine (3 s was not: the budget ran out first)
+    budget_s, signal_at, clock = 9, [5], [0.0]
     argv = ["quickstart", "--out", str(out), "--minutes", str(budget_s / 60), "--preset", "tiny",
             "--vocab-size", "1000", "--beam", "1", "--no-progress"]
     noam_lr = train_mod.noam_lr
 
     def lr(step, *args, **kw):
-        if step == 5:
+        clock[0] += 1.0
+        if step in signal_at:
             os.kill(os.getpid(), signal.SIGTERM)
         return noam_lr(step, *args, **kw)
 
     monkeypatch.setattr(train_mod, "noam_lr", lr)
+    monkeypatch.setattr(train_mod, "time", SimpleNamespace(time=lambda: clock[0]))
     assert main(argv) == 143
     run = out / "run"
     assert "quickstart stopped" in capsys.readouterr().out
     assert not (run / rundir.AVERAGED).exists() and not (run / "test.hyp").exists()  # it did not go on
     last = rundir.latest_checkpoint(run, resumable=True)
-    assert last.name == "step_00000005.safetensors" and ckpt.load_trainer_state(last)["train_seconds"] < budget_s
-    monkeypatch.undo()
+    assert last.name == "step_00000005.safetensors" and ckpt.load_trainer_state(last)["train_seconds"] == 5
 
+    signal_at.clear()
     assert main(argv) == 0
     printed = capsys.readouterr().out
     assert "was interrupted after" in printed and "test BLEU" in printed
     last = rundir.latest_checkpoint(run, resumable=True)
-    assert int(last.stem.split("_")[1]) > 5 and ckpt.load_trainer_state(last)["train_seconds"] >= budget_s - 1
+    seconds = ckpt.load_trainer_state(last)["train_seconds"]
+    # from step 5 and 5 s on, to the budget and no further
+    assert budget_s - 1 <= seconds <= budget_s + 1 and int(last.stem.split("_")[1]) == seconds
     assert (run / rundir.AVERAGED).is_file() and (run / "test.hyp").is_file()

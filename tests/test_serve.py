@@ -4,6 +4,7 @@ own answer, equal to offline translation), overload (503, 504), SIGTERM draining
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import signal
 import threading
 
@@ -13,7 +14,7 @@ pytest.importorskip("fastapi")
 httpx = pytest.importorskip("httpx")
 uvicorn = pytest.importorskip("uvicorn")
 
-from serving import ServerThread, browser, call, copy_translator, serve_process  # noqa: E402
+from serving import ServerThread, browser, call, copy_translator, serve_process, until  # noqa: E402
 
 from aiayn.search import SearchConfig  # noqa: E402
 from aiayn.serve import BatchConfig, Limits, create_app  # noqa: E402
@@ -141,36 +142,40 @@ def _occupy_model(app) -> tuple[threading.Event, threading.Event]:
 
     def block():
         started.set()
-        release.wait(10)
+        release.wait(60)  # bounded: a failing test must not leave the thread (and pytest) waiting forever
 
     asyncio.get_running_loop().create_task(app.state.server.batcher.run(block))
     return release, started
 
 
 def test_full_queue_503_and_timeout_504(setup):
+    """No step races the clock: each waits for the state it needs, the model is held until the test lets it go, and
+    only the 504 request meets a short timeout_s (the others get a minute)."""
     translator, lines = setup
-    app = create_app(translator, BatchConfig(max_queue=5, timeout_s=1.0))
+    app = create_app(translator, BatchConfig(max_queue=5, timeout_s=60))
+    batcher = app.state.server.batcher
 
     async def go():
         async with httpx.AsyncClient(transport=httpx.ASGITransport(app), base_url="http://test") as client:
             release, started = _occupy_model(app)
-            while not started.is_set():
-                await asyncio.sleep(0.01)
+            await until(started.is_set)
             queued = [asyncio.create_task(client.post("/translate", json={"q": lines[k]})) for k in range(3)]
-            await asyncio.sleep(0.05)
+            await until(lambda: batcher.queued == 4)
             full = await client.post("/translate", json={"q": lines[:2]})  # 1 call + 3 + 2 > max_queue 5
             health = await client.get("/health")
             release.set()
             answers = await asyncio.gather(*queued)
-            # the model is held past timeout_s: the request times out, and its job leaves the queue
+            # the model is held past timeout_s: the request times out, and its job leaves the queue (timeout_s is
+            # short for this request alone, once the model is held: the holding call must not time out before it runs)
             release2, started2 = _occupy_model(app)
-            while not started2.is_set():
-                await asyncio.sleep(0.01)
+            await until(started2.is_set)
+            batcher.config = dataclasses.replace(batcher.config, timeout_s=0.5)
             slow = await client.post("/translate", json={"q": lines[5]})
-            left = app.state.server.batcher.queued
+            left = batcher.queued
+            batcher.config = dataclasses.replace(batcher.config, timeout_s=60)
             release2.set()
             after = await client.post("/translate", json={"q": lines[6]})
-        await app.state.server.batcher.close()
+        await batcher.close()
         return full, health, answers, slow, left, after
 
     full, health, answers, slow, left, after = asyncio.run(go())
@@ -180,6 +185,7 @@ def test_full_queue_503_and_timeout_504(setup):
     assert [a.json()["translatedText"] for a in answers] == translator.translate(lines[:3])
     assert slow.status_code == 504 and slow.json()["limit"] == "timeout_s"
     assert left == 1 and after.status_code == 200  # only the call holding the model is left; the server goes on
+    assert after.json()["translatedText"] == translator.translate(lines[6:7])[0]
 
 
 def test_serve_command_drains_on_sigterm(setup, copy_data, tmp_path):
