@@ -96,7 +96,7 @@ def tiny_table(copy_data, tmp_path_factory):
     """Three rows at scale 1/32 (d_model 16), 20 steps each, one after the other in this process."""
     out = tmp_path_factory.mktemp("table3") / "out"
     lines = []
-    summary = runner.run_variations(copy_data, out, ROWS3, scale=32, steps=20, jobs=1, device="cpu", threads=1,
+    summary = runner.train_variations(copy_data, out, ROWS3, scale=32, steps=20, jobs=1, device="cpu", threads=1,
                                     train=TINY, say=lines.append)
     return out, summary, lines
 
@@ -157,13 +157,13 @@ def test_finished_rows_are_skipped_and_options_must_match(tiny_table, copy_data)
     out, _, _ = tiny_table
     before = {n: (out / n / "result.json").stat().st_mtime_ns for n in ROWS3}
     lines = []
-    runner.run_variations(None, out, ROWS3, jobs=1, device="cpu", threads=1, say=lines.append)  # options from plan
+    runner.train_variations(None, out, ROWS3, jobs=1, device="cpu", threads=1, say=lines.append)  # options from plan
     assert {n: (out / n / "result.json").stat().st_mtime_ns for n in ROWS3} == before
     assert not any(": step" in line for line in lines)
     with pytest.raises(UsageError, match="steps 40"):
-        runner.run_variations(copy_data, out, ROWS3, scale=32, steps=40, say=lines.append)
+        runner.train_variations(copy_data, out, ROWS3, scale=32, steps=40, say=lines.append)
     with pytest.raises(UsageError, match="warmup"):
-        runner.run_variations(copy_data, out, ROWS3, train={"warmup": 10}, say=lines.append)
+        runner.train_variations(copy_data, out, ROWS3, train={"warmup": 10}, say=lines.append)
 
 
 def test_interrupted_row_resumes_in_a_subprocess_to_the_same_result_and_folders_merge(tiny_table, copy_data, tmp_path):
@@ -173,7 +173,7 @@ def test_interrupted_row_resumes_in_a_subprocess_to_the_same_result_and_folders_
     assert train_row(other, plan, "C1", 10, "cpu", threads=1) is None  # stopped at step 10: not scored
     assert trained_steps(other, "C1") == 10 and not finished(other, "C1")
     # finished by a subprocess (--jobs > 1), which resumes the run where this process left it
-    runner.run_variations(None, other, ["C1"], jobs=2, device="cpu", threads=1, say=lambda s: None)
+    runner.train_variations(None, other, ["C1"], jobs=2, device="cpu", threads=1, say=lambda s: None)
     assert "step 20: saved" in (other / "C1" / "worker.log").read_text()
     steps = [json.loads(line)["step"] for line in (other / "C1" / "run" / "log.jsonl").read_text().splitlines()
              if json.loads(line)["kind"] == "train"]
@@ -245,7 +245,7 @@ def test_minutes_calibrates_then_trains_every_row_the_same_steps(copy_data, tmp_
 
     monkeypatch.setattr(runner, "steps_for_budget", budget)
     out = tmp_path / "out"
-    summary = runner.run_variations(copy_data, out, ["C1", "D3"], scale=32, minutes=1.5, device="cpu", threads=1,
+    summary = runner.train_variations(copy_data, out, ["C1", "D3"], scale=32, minutes=1.5, device="cpu", threads=1,
                                     train=TINY, dev_sentences=7, say=lambda s: None)
     assert seen["minutes"] == 1.5 and len(seen["step_seconds"]) == 2 and min(seen["step_seconds"]) > 0
     plan = json.loads((out / "plan.json").read_text())
@@ -286,7 +286,7 @@ def test_forward_flops_match_torch_flop_counter():
 
 
 def test_run_cost_from_a_log(tmp_path, capsys):
-    from aiayn.experiments.table2 import run_cost, training_flops_per_token
+    from aiayn.experiments.table2 import training_cost, training_flops_per_token
 
     cfg = ModelConfig.preset("base")
     (tmp_path / "config.json").write_text(json.dumps({"model": cfg.to_dict(), "train": {}, "data": "x",
@@ -294,7 +294,7 @@ def test_run_cost_from_a_log(tmp_path, capsys):
     speeds = [999.0, 50_000.0, 50_000.0, 60_000.0]  # the first line (warming up) is left out: median 50,000
     (tmp_path / "log.jsonl").write_text("".join(json.dumps({"kind": "train", "step": 10 * i, "tokens_per_s": s}) + "\n"
                                                 for i, s in enumerate(speeds, 1)))
-    c = run_cost(tmp_path, gpus=1, tflops=100.0, steps=1000, tokens_per_step=25_000)
+    c = training_cost(tmp_path, gpus=1, tflops=100.0, steps=1000, tokens_per_step=25_000)
     assert c["hours"] == pytest.approx(1000 * 25_000 / 50_000 / 3600)  # 500 s
     assert c["paper_way_flops"] == pytest.approx(500 * 1 * 100e12)
     assert c["model_flops"] == pytest.approx(1000 * 25_000 * training_flops_per_token(cfg))
@@ -405,7 +405,7 @@ def test_replicas_parse_and_keep_their_row():
 
 def test_backbone_options_apply_to_every_row_and_are_part_of_the_plan(copy_data, tmp_path):
     out = tmp_path / "pre"
-    summary = runner.run_variations(copy_data, out, ["C1"], scale=32, steps=20, jobs=1, device="cpu", threads=1,
+    summary = runner.train_variations(copy_data, out, ["C1"], scale=32, steps=20, jobs=1, device="cpu", threads=1,
                                     train=TINY, backbone={"norm_first": True, "init": "fairseq"}, say=lambda s: None)
     r = json.loads((out / "C1" / "result.json").read_text())
     assert r["model"]["norm_first"] is True and r["model"]["init"] == "fairseq"
@@ -507,7 +507,7 @@ def test_replica_trains_at_its_seed_and_the_report_gives_the_noise(tiny_table, c
         shutil.copytree(out / name, noisy / name)
     shutil.copy(out / "plan.json", noisy / "plan.json")
     lines = []
-    summary = runner.run_variations(None, noisy, ["base@seed5"], jobs=1, device="cpu", threads=1, say=lines.append)
+    summary = runner.train_variations(None, noisy, ["base@seed5"], jobs=1, device="cpu", threads=1, say=lines.append)
     r = json.loads((noisy / "base@seed5" / "result.json").read_text())
     base = json.loads((noisy / "base" / "result.json").read_text())
     assert r["seed"] == 5 and r["of"] == "base" and base["seed"] == 1 and r["model"] == base["model"]

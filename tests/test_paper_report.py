@@ -184,15 +184,15 @@ def test_smoke_report_in_headless_chromium(tmp_path, capsys):
 def test_every_budget_names_options_the_experiments_take():
     import inspect
 
-    from aiayn.experiments.table1 import run_table1
-    from aiayn.experiments.table3.runner import run_variations
+    from aiayn.experiments.table1 import measure_table1
+    from aiayn.experiments.table3.runner import train_variations
     from aiayn.quickstart import quickstart
     from aiayn.train import TrainConfig
 
     for b in BUDGETS.values():
-        inspect.signature(run_table1).bind_partial(**b.table1)
+        inspect.signature(measure_table1).bind_partial(**b.table1)
         inspect.signature(quickstart).bind_partial("out", **b.translation)
-        inspect.signature(run_variations).bind_partial("data", "out", **b.table3)
+        inspect.signature(train_variations).bind_partial("data", "out", **b.table3)
         TrainConfig.from_dict(b.table3["train"])  # raises on a field it does not have or a bad value
 
 

@@ -16,7 +16,7 @@ from aiayn.extras import require
 
 
 def table1_command(args: argparse.Namespace) -> int:
-    from aiayn.experiments.table1 import format_table, plot, run_table1
+    from aiayn.experiments.table1 import format_table, measure_table1, plot
     from aiayn.runtime import configure_process
 
     for path in (args.json, args.plot):
@@ -25,7 +25,7 @@ def table1_command(args: argparse.Namespace) -> int:
     if args.plot:
         require("aiayn table1 --plot", "viz")
     configure_process(threads=args.threads)
-    res = run_table1(args.quick, args.d, args.r, args.max_n, args.fit_from, say=lambda s: print(s, file=sys.stderr))
+    res = measure_table1(args.quick, args.d, args.r, args.max_n, args.fit_from, say=lambda s: print(s, file=sys.stderr))
     print(format_table(res), end="")
     print(f"({res['seconds']:.0f} s)")
     if args.json:
@@ -38,9 +38,9 @@ def table1_command(args: argparse.Namespace) -> int:
 
 def table2_command(args: argparse.Namespace) -> int:
     from aiayn.experiments.paper import TABLE2_COST
-    from aiayn.experiments.table2 import run_cost
+    from aiayn.experiments.table2 import training_cost
 
-    c = run_cost(args.run, args.gpus, args.tflops, args.steps, args.tokens_per_step)
+    c = training_cost(args.run, args.gpus, args.tflops, args.steps, args.tokens_per_step)
     print(f"{c['tokens_per_s']:,.0f} target tokens/s -> {args.steps:,} steps x {args.tokens_per_step:,} tokens take "
           f"{c['hours']:.1f} h; cost the paper's way: {c['hours']:.1f} h x {args.gpus} x {args.tflops:g} TFLOPS = "
           f"{c['paper_way_flops']:.2g} FLOPs (Table 2: base {TABLE2_COST['base']:.2g}, big {TABLE2_COST['big']:.2g}); "

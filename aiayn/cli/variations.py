@@ -15,10 +15,10 @@ _NOT_FLAGS = ("max_steps", "max_minutes", "device", "threads", "keep_last")
 
 def variations_command(args: argparse.Namespace) -> int:
     from aiayn.experiments.table3.report import report
-    from aiayn.experiments.table3.runner import run_variations, run_worker
+    from aiayn.experiments.table3.runner import row_worker, train_variations
 
     if args.worker:  # one row, as a subprocess of --jobs N
-        return run_worker(args.out, args.worker, args.worker_steps, args.device, args.threads, args.keep_checkpoints,
+        return row_worker(args.out, args.worker, args.worker_steps, args.device, args.threads, args.keep_checkpoints,
                           args.jobs)
     if args.report:
         summary = report(args.out)
@@ -26,7 +26,7 @@ def variations_command(args: argparse.Namespace) -> int:
     else:
         if args.steps is not None and args.minutes is not None:
             raise UsageError("give --steps or --minutes, not both")
-        summary = run_variations(
+        summary = train_variations(
             args.data, args.out, args.rows, scale=args.scale, steps=args.steps, minutes=args.minutes,
             jobs=args.jobs, device=args.device, threads=args.threads,
             keep_checkpoints=args.keep_checkpoints, dev_sentences=args.dev_sentences,

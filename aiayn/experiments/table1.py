@@ -405,7 +405,7 @@ def plot(res: dict, path: Path) -> None:
     plt.close(fig)
 
 
-def run_table1(quick: bool = False, d: int = 512, r: int = 64, max_n: int = 4096, fit_from: int = 512,
+def measure_table1(quick: bool = False, d: int = 512, r: int = 64, max_n: int = 4096, fit_from: int = 512,
                say: Callable[[str], None] = print) -> dict:
     """Every measurement at n = 16, 32, ..., max_n (256 if quick; smaller graph and path measurements too), timed
     in `res["seconds"]`."""

@@ -5,7 +5,7 @@ The paper (section 6.1, Table 2) estimates training cost as
     training time x number of GPUs x sustained single-precision FLOPS per GPU
     base: 12 h x 8 P100 x 9.5 TFLOPS = 3.3e18      big: 3.5 days x 8 x 9.5 TFLOPS = 2.3e19
 
-`paper_cost` is that product. `run_cost` applies it to a run of ours: the run's measured target tokens/s (from its
+`paper_cost` is that product. `training_cost` applies it to a run of ours: the run's measured target tokens/s (from its
 log.jsonl) gives the time the paper's schedule (100K steps of ~25,000 target tokens, or what you give) would take
 at that speed, which times the GPUs and their FLOPS is the cost as the paper would have reported it.
 `training_flops_per_token` counts what the model actually computes (2 FLOPs per multiply-add of every matmul, the
@@ -56,7 +56,7 @@ def run_speed(run: Path) -> dict[str, Any]:
             "train": saved["train"]}
 
 
-def run_cost(run: Path, gpus: int, tflops: float, steps: int = 100_000, tokens_per_step: int = 25_000
+def training_cost(run: Path, gpus: int, tflops: float, steps: int = 100_000, tokens_per_step: int = 25_000
              ) -> dict[str, Any]:
     """The paper's cost estimate for `steps` updates of `tokens_per_step` target tokens at the run's speed."""
     speed = run_speed(run)

@@ -12,9 +12,9 @@ from aiayn.errors import UsageError
 class Budget:
     name: str
     about: str  # one line at the top of the report
-    table1: dict[str, Any]  # options of aiayn.experiments.table1.run_table1
+    table1: dict[str, Any]  # options of aiayn.experiments.table1.measure_table1
     translation: dict[str, Any]  # options of aiayn.quickstart.quickstart
-    table3: dict[str, Any]  # options of aiayn.experiments.table3.runner.run_variations
+    table3: dict[str, Any]  # options of aiayn.experiments.table3.runner.train_variations
     parser: dict[str, Any]  # with --treebank: preset, model and train overrides, prepare-parse and decoding options
     attention_beam: int = 4  # beam of the translations the attention figures are drawn on
     smoke: bool = False

@@ -29,12 +29,12 @@ from aiayn.experiments.params import parameter_table
 from aiayn.experiments.report.budgets import Budget
 from aiayn.experiments.report.sources import parser_runs, parser_systems, training_pairs
 from aiayn.experiments.table1 import format_table as format_table1
+from aiayn.experiments.table1 import measure_table1
 from aiayn.experiments.table1 import plot as plot_table1
-from aiayn.experiments.table1 import run_table1
-from aiayn.experiments.table2 import run_cost
+from aiayn.experiments.table2 import training_cost
 from aiayn.experiments.table3.plan import PLAN, RESULT
 from aiayn.experiments.table3.report import report
-from aiayn.experiments.table3.runner import run_variations
+from aiayn.experiments.table3.runner import train_variations
 from aiayn.metrics import chrf, corpus_bleu
 from aiayn.metrics.evalb import parse_report, score_parses
 from aiayn.parsing.parse import Parser
@@ -142,7 +142,7 @@ def table1(ctx: Context) -> dict[str, Any]:
         threads = torch.get_num_threads()
         configure_process(threads=1)  # as `aiayn table1` measures by default: a shared machine's second core is noise
         try:
-            res = run_table1(**ctx.budget.table1, say=ctx.say)
+            res = measure_table1(**ctx.budget.table1, say=ctx.say)
         finally:
             configure_process(threads=threads)
         files.write_json(ctx.part_dir("table1") / "table1.json", res)
@@ -313,7 +313,7 @@ def table3(ctx: Context, translation_section: dict[str, Any]) -> dict[str, Any]:
         command = f"aiayn variations --out {given} (its {PLAN} holds the options; reused)"
     else:
         data = ctx.data or Path(translation_section["data"])
-        summary = run_variations(data, study, device=ctx.device, say=ctx.say, **ctx.budget.table3)
+        summary = train_variations(data, study, device=ctx.device, say=ctx.say, **ctx.budget.table3)
         extra = {}
         options = {k: v for k, v in ctx.budget.table3.items() if k not in ("train", "backbone")}
         command = (f"aiayn variations --data {data} --out {study} " + " ".join(_flags(options))
@@ -435,7 +435,7 @@ def table2(ctx: Context, runs: list[Path]) -> dict[str, Any]:
     rows = []
     for run in runs:
         try:
-            c = run_cost(run, 1, ctx.tflops, paper.TABLE2_STEPS["base"], paper.TABLE2_TOKENS_PER_STEP)
+            c = training_cost(run, 1, ctx.tflops, paper.TABLE2_STEPS["base"], paper.TABLE2_TOKENS_PER_STEP)
         except (UserError, OSError, KeyError):  # no log, or no config.json: a run that cannot be costed
             continue
         here = Path(run).resolve().is_relative_to(ctx.out.resolve())

@@ -9,7 +9,7 @@ paper's way, set beside the paper's numbers. `aiayn variations` runs it.
     plan.py     make_plan(out, ...)        OUT/plan.json: data, scale, steps, training options, the same for every
                                            row; a later call must agree. OUT's layout
     score.py    train_row, score_row       one row trained (or resumed) to a step, then scored
-    runner.py   run_variations(...)        every row -> OUT/<row>/result.json, then `report`; --jobs, --minutes
+    runner.py   train_variations(...)      every row -> OUT/<row>/result.json, then `report`; --jobs, --minutes
     report.py   report(out), spearman      the markdown table in the paper's layout (ours beside the paper's), the
                                            plot of our PPL against the paper's, Spearman's rank correlation; with
                                            replicas, the seed noise and rho over the rows it can resolve

@@ -1,5 +1,5 @@
 """All rows: trained in this process one after another, or N at a time as subprocesses of the `aiayn` command;
-`--minutes` calibration; `run_variations`, what `aiayn variations` runs."""
+`--minutes` calibration; `train_variations`, what `aiayn variations` runs."""
 
 from __future__ import annotations
 
@@ -32,7 +32,7 @@ CALIBRATION_STEPS = 40  # steps each row trains before --minutes picks the step 
 Say = Callable[[str], None]
 
 
-def run_variations(data: str | Path | None, out: str | Path, rows: str | Sequence[str] | None = None,
+def train_variations(data: str | Path | None, out: str | Path, rows: str | Sequence[str] | None = None,
                    scale: int | None = None, steps: int | None = None, minutes: float | None = None, jobs: int = 1,
                    device: str = "auto", threads: int | None = None, keep_checkpoints: bool = False,
                    train: dict[str, Any] | None = None, dev_sentences: int | None = None,
@@ -167,7 +167,7 @@ class Pool:
         self.say(line)
 
 
-def run_worker(out: str | Path, name: str, max_steps: int, device: str, threads: int, keep_checkpoints: bool,
+def row_worker(out: str | Path, name: str, max_steps: int, device: str, threads: int, keep_checkpoints: bool,
                jobs: int) -> int:
     """One row of OUT's plan brought to max_steps: what a `--jobs` subprocess runs."""
     train_row(Path(out), make_plan(Path(out)), name, max_steps, device, threads, keep_checkpoints, jobs)
