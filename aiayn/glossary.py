@@ -23,7 +23,8 @@ The search is the beam search of aiayn.search with `DynamicBeamAllocation` plugg
 
 Constraints whose pieces add up to more than the sentence's word limit cannot fit: a UsageError naming the line.
 A sentence without constraints gets exactly the plain beam search's hypotheses; so does one whose plain hypotheses
-hold its terms.
+hold its terms. (With the allocation alone, with_plain=False, a sentence without constraints takes the plain step's
+candidates in a batch that may hold constrained ones.)
 """
 
 from __future__ import annotations
