@@ -1,7 +1,7 @@
 """Real-text decoding on the user's path: `aiayn translate` beside CTranslate2 on the same exported model, in one run.
 
     python -m benchmarks.e2e.realtext --run runs/quickstart/run --src test.en --ref test.es \
-        [--threads 1 2] [--precisions fp32 int8 bf16] [--rounds 3] [--engine-ct2] [--out DIR]
+        [--threads 1 2] [--precisions fp32 int8 bf16] [--rounds 3] [--engine-ct2] [--startup] [--out DIR]
     OMP_NUM_THREADS=1 python -m benchmarks.e2e.realtext inprocess --run RUN --src SRC --output OUT --precision bf16 \
         --profile        # one in-process cell, then its torch.profiler table
 
@@ -16,6 +16,7 @@ CTranslate2's default patience 1, aiayn's `--beam-patience 1` (--beam-patience s
     ct2            CTranslate2 called directly (benchmarks/e2e/ct2_direct.py, torch never imported): one translate_batch
                    over the file, max_batch_size 64; whole process and in process
     aiayn --engine ct2   `aiayn translate --engine ct2` on the same folder: whole process
+    ..., one line  (--startup) each whole-process command on the file's first line alone: what a user waits for
     aiayn (in), paper's rule   in process with aiayn's default stopping rule (`--beam-patience 0`: stop when no live
                    hypothesis can win), for what that rule costs and gains
 
@@ -112,6 +113,8 @@ def main() -> None:
     ap.add_argument("--beam-patience", type=float, default=1.0,
                     help="the stopping rule of aiayn and CTranslate2 alike (default 1: CTranslate2's default)")
     ap.add_argument("--engine-ct2", action="store_true", help="also time `aiayn translate --engine ct2`")
+    ap.add_argument("--startup", action="store_true",
+                    help="also time each command on the first line alone (start-up: import, load, one sentence)")
     ap.add_argument("--out", help="folder for cells.jsonl, table.md and the outputs (default: a temporary one)")
     args = ap.parse_args()
     if args.cmd == "inprocess":
@@ -124,31 +127,32 @@ def main() -> None:
     if not (ct2_dir / "model.bin").is_file():
         subprocess.run(["aiayn", "export", "--checkpoint", args.run, "--to", "ct2", str(ct2_dir)], check=True,
                        stdout=subprocess.DEVNULL)
-    py, here = sys.executable, Path(__file__).resolve().parent
+    py = sys.executable
+    one_line = out / "one-line.txt"
+    one_line.write_text(Path(args.src).read_text(encoding="utf-8").splitlines()[0] + "\n", encoding="utf-8")
     cells = []
     for threads in args.threads:
         for precision in args.precisions:
-            name = f"{precision}-{threads}t"
-            # whole lines, as CTranslate2 is given them (aiayn translate splits lines into sentences by default)
-            patience = ["--beam-patience", str(args.beam_patience), "--no-split-sentences"]
-            cells.append((threads, precision, "aiayn", ["aiayn", "translate", "--checkpoint", args.run, "--input",
-                          args.src, "--output", str(out / "out" / f"aiayn-{name}.txt"), "--precision", precision,
-                          "--lp", "power", "--no-progress", *patience]))
+            name, ct = f"{precision}-{threads}t", CT2_TYPE[precision]
+            engine = args.engine_ct2 and precision != "bf16"  # CTranslate2 has no CPU bf16
+            whole = commands(args, ct2_dir, threads, precision, args.src, {
+                "aiayn": out / "out" / f"aiayn-{name}.txt", "ct2": out / "out" / f"ct2-{ct}-{threads}t.txt",
+                "aiayn --engine ct2": out / "out" / f"engine-ct2-{name}.txt"})
+            cells.append((threads, precision, "aiayn", whole["aiayn"]))
             inprocess_cell = [py, "-m", "benchmarks.e2e.realtext", "inprocess", "--run", args.run, "--src", args.src,
                               "--precision", precision]
-            cells.append((threads, precision, "aiayn (in)", [*inprocess_cell, *patience[:2], "--output",
-                          str(out / "out" / f"aiayn-in-{name}.txt")]))
+            cells.append((threads, precision, "aiayn (in)", [*inprocess_cell, "--beam-patience",
+                          str(args.beam_patience), "--output", str(out / "out" / f"aiayn-in-{name}.txt")]))
             cells.append((threads, precision, "aiayn (in), paper's rule", [*inprocess_cell, "--beam-patience", "0",
                           "--output", str(out / "out" / f"aiayn-paper-{name}.txt")]))
-            ct = CT2_TYPE[precision]
-            cells.append((threads, precision, "ct2", [py, str(here / "ct2_direct.py"), str(ct2_dir), args.src,
-                          str(out / "out" / f"ct2-{ct}-{threads}t.txt"), str(threads), ct, "4", "0.6", "64",
-                          str(args.beam_patience)]))
-            if args.engine_ct2 and precision != "bf16":
-                cells.append((threads, precision, "aiayn --engine ct2", [
-                    "aiayn", "translate", "--engine", "ct2", "--checkpoint", str(ct2_dir), "--input", args.src,
-                    "--output", str(out / "out" / f"engine-ct2-{name}.txt"), "--precision", precision, "--lp",
-                    "power", "--no-progress", *patience]))
+            cells.append((threads, precision, "ct2", whole["ct2"]))
+            if engine:
+                cells.append((threads, precision, "aiayn --engine ct2", whole["aiayn --engine ct2"]))
+            if args.startup:  # the same commands on one line: what a user waits for before anything is translated
+                scratch = out / "out" / "one-line-out.txt"
+                short = commands(args, ct2_dir, threads, precision, str(one_line), dict.fromkeys(whole, scratch))
+                for system in ["aiayn", "ct2"] + ["aiayn --engine ct2"] * engine:
+                    cells.append((threads, precision, f"{system}, one line", short[system]))
     raw = out / "cells.jsonl"  # resumable: a cell already recorded for its round is not run again
     done = {(c["round"], c["threads"], c["precision"], c["system"]) for c in
             (json.loads(line) for line in (raw.read_text().splitlines() if raw.is_file() else []))}
@@ -163,6 +167,21 @@ def main() -> None:
                 log.flush()
                 print(f"round {r} {system:18} {precision} {threads}t: {result['wall_s']:.2f} s", file=sys.stderr)
     print(report(raw, out, Path(args.ref), args.rounds, " ".join(["python -m benchmarks.e2e.realtext", *sys.argv[1:]])))
+
+
+def commands(args: argparse.Namespace, ct2_dir: Path, threads: int, precision: str, src: str,
+             outputs: dict[str, Path]) -> dict[str, list[str]]:
+    """The whole-process commands of one cell: `aiayn translate`, CTranslate2 called directly, `aiayn translate
+    --engine ct2`, on `src`, each writing to outputs[system]. Whole lines, as CTranslate2 is given them (aiayn
+    translate splits lines into sentences by default), and the same stopping rule."""
+    patience = ["--beam-patience", str(args.beam_patience), "--no-split-sentences"]
+    return {"aiayn": ["aiayn", "translate", "--checkpoint", args.run, "--input", src, "--output",
+                      str(outputs["aiayn"]), "--precision", precision, "--lp", "power", "--no-progress", *patience],
+            "ct2": [sys.executable, str(Path(__file__).resolve().parent / "ct2_direct.py"), str(ct2_dir), src,
+                    str(outputs["ct2"]), str(threads), CT2_TYPE[precision], "4", "0.6", "64", str(args.beam_patience)],
+            "aiayn --engine ct2": ["aiayn", "translate", "--engine", "ct2", "--checkpoint", str(ct2_dir), "--input",
+                                   src, "--output", str(outputs["aiayn --engine ct2"]), "--precision", precision,
+                                   "--lp", "power", "--no-progress", *patience]}
 
 
 def machine() -> str:
@@ -218,6 +237,19 @@ def report(raw: Path, out: Path, ref: Path, rounds: int, command: str = "") -> s
             f"{bleu(a_out, ref):.1f} / {bleu(c_out, ref):.1f}", f"{same} / {len(fp32)}",
             f"{paper:.1f}, {bleu(p_out, ref):.1f}" if p_out.is_file() else ""]) + " |")
     text = f"`{command}`\n\n{machine()}; medians of {rounds} rounds\n\n" + "\n".join(table) + "\n"
+    if any(r["system"].endswith(", one line") for r in rows):  # start-up: the same commands on the first line
+        head = ["threads", "aiayn", "aiayn translate s", "`--engine ct2` s", "CTranslate2 direct s",
+                "`--engine ct2` / CTranslate2", "full file: CTranslate2 / `--engine ct2` (whole process)"]
+        table = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+        for threads, precision in keys:
+            a, c = med("aiayn, one line", precision, threads, "wall_s"), med("ct2, one line", precision, threads,
+                                                                               "wall_s")
+            e = med("aiayn --engine ct2, one line", precision, threads, "wall_s")
+            full = med("ct2", precision, threads, "wall_s") / med("aiayn --engine ct2", precision, threads, "wall_s")
+            table.append("| " + " | ".join([str(threads), precision, f"{a:.2f}", f"{e:.2f}" if e == e else "",
+                                            f"{c:.2f}", f"{e / c:.2f}" if e == e else "",
+                                            f"**{full:.2f}**" if full == full else ""]) + " |")
+        text += "\nOne line (the first of the file), whole process:\n\n" + "\n".join(table) + "\n"
     (out / "table.md").write_text(text)
     return text
 
