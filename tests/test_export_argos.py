@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import zipfile
+from pathlib import Path
 
 import pytest
 import spacy
@@ -123,6 +125,56 @@ def test_argostranslate_translates_as_aiayn_through_ctranslate2(package, model, 
     assert expect != ct2.translate(lines, argos_search(beam=1))
     assert expect != ct2.translate(lines, argos_search(alpha=0.6))
     assert CT2Translator(folder / "model").translate(lines, argos_search()) == expect  # aiayn reads the model too
+
+
+def anyones_package(package, tmp_path):
+    """The package as anyone's is: without aiayn's files in model/ (only CTranslate2's, metadata.json and
+    sentencepiece.model), as a .argosmodel file and as the folder argostranslate installs."""
+    zipfile.ZipFile(package).extractall(tmp_path / "unzipped")
+    folder = tmp_path / "unzipped" / NAME
+    for name in ("aiayn.json", "vocab.model"):
+        (folder / "model" / name).unlink()
+    zipped = shutil.make_archive(str(tmp_path / "plain"), "zip", tmp_path / "unzipped", NAME)
+    return folder, Path(zipped).rename(tmp_path / f"{NAME}.argosmodel")
+
+
+def test_aiayn_serves_an_argos_package_as_argostranslate_translates_it(package, lines, tmp_path):
+    """An Argos package of anyone's, folder or .argosmodel file: CT2Translator with argostranslate's settings gives
+    argostranslate's translations (its SentencePiece pieces, its replace_unknowns, no suppression), its languages come
+    from metadata.json, and `aiayn serve` answers them, languages listed."""
+    import asyncio
+
+    import httpx
+
+    pytest.importorskip("fastapi")
+    from aiayn.serve import LanguagePair, create_app
+    from aiayn.serve.models import Models
+    from aiayn.serve.reload import ModelSource
+
+    folder, zipped = anyones_package(package, tmp_path)
+    expect = argos_translate(zipped, lines, tmp_path / "home")["translations"]
+    for path in (folder, zipped):
+        assert CT2Translator(path).translate(lines, argos_search()) == expect
+        assert run_languages(path) == ("en", "de")
+    meta = json.loads((folder / "metadata.json").read_text())
+    (folder / "metadata.json").write_text(json.dumps({**meta, "target_prefix": "__de__"}))
+    assert CT2Translator(folder).target_token == "__de__"  # a multilingual package's: given as the target prefix
+    (folder / "metadata.json").write_text(json.dumps(meta))
+
+    models = Models.from_sources([(LanguagePair("en", "de"), ModelSource(str(zipped), argos_search()))])
+
+    async def ask():
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(create_app(models=models)),
+                                     base_url="http://test") as client:
+            languages = (await client.get("/languages")).json()
+            answer = (await client.post("/translate", json={"q": lines[:4], "source": "en", "target": "de"})).json()
+        await models.close()
+        return languages, answer
+    languages, answer = asyncio.run(ask())
+    assert [(x["code"], x["targets"]) for x in languages] == [("de", []), ("en", ["de"])]
+    assert answer["translatedText"] == expect[:4]
+    with pytest.raises(UserError, match="neither a CTranslate2 folder"):
+        CT2Translator(tmp_path / "unzipped")
 
 
 def test_the_package_model_never_generates_pad_or_bos(vocab, lines, tmp_path):

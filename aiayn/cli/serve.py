@@ -28,11 +28,12 @@ from aiayn.extras import require
 
 def serve_command(args: argparse.Namespace) -> int:
     require("aiayn serve", "serve")
+    from aiayn.export.ct2_engine import is_ct2_model
     from aiayn.rundir import inference_checkpoint
     from aiayn.runtime import resolve_device
     from aiayn.serve import BatchConfig, Limits
     from aiayn.serve.observe import metrics_shared_by_workers
-    from aiayn.serve.reload import ModelSource, is_ct2_folder, read_admin_key
+    from aiayn.serve.reload import ModelSource, read_admin_key
     from aiayn.serve.workers import ServeSpec, auto_workers, serve, usable_cores
 
     if args.nbest != 1:
@@ -58,7 +59,7 @@ def serve_command(args: argparse.Namespace) -> int:
         raise UsageError(str(e)) from None
     if many and len({pair.source for pair, _ in pairs}) > 1:
         require("aiayn serve of several source languages (their detection)", "serve", ("lingua",))
-    ct2 = [p for p in ([path for _, path in pairs] if many else [path]) if is_ct2_folder(p)]
+    ct2 = [p for p in ([path for _, path in pairs] if many else [path]) if is_ct2_model(p)]
     if ct2 and args.lp != "power":
         raise UsageError(f"{ct2[0]} is a CTranslate2 folder, whose length penalty is |Y|^alpha: serve it with --lp "
                          "power (the paper's GNMT penalty has no CTranslate2 equivalent)")
@@ -141,7 +142,8 @@ def serve_catalog(args: argparse.Namespace) -> list:
         if not args.models.is_dir():
             raise ValueError(f"--models {args.models}: no such folder")
         found = 0
-        for folder in sorted(p for p in args.models.iterdir() if p.is_dir() and not p.name.startswith(".")):
+        for folder in sorted(p for p in args.models.iterdir() if (p.is_dir() or p.suffix == ".argosmodel")
+                             and not p.name.startswith(".")):
             named = PAIR_FOLDER.fullmatch(folder.name)
             languages = run_languages(folder) or (named and (named[1], named[2]))
             if not languages:
@@ -256,14 +258,15 @@ def register(sub) -> None:
                                    "through a pivot language where two models chain; source \"auto\" detects the "
                                    "language among the sources served. docs/serving.md.")
     p.add_argument("--checkpoint", action="append", metavar="[SRC:TGT=]PATH",
-                   help=f"the model to serve: {CHECKPOINT_HELP}, or a folder `aiayn export --to ct2` wrote "
-                        "(decoded by CTranslate2; needs --lp power); repeat it to serve several pairs, each named by "
-                        "SRC:TGT= (e.g. en:es=runs/a) or by what its run records")
+                   help=f"the model to serve: {CHECKPOINT_HELP}, a folder `aiayn export --to ct2` wrote, or an Argos "
+                        "Translate package (.argosmodel or its folder; both decoded by CTranslate2: --lp power); "
+                        "repeat it to serve several pairs, each named by SRC:TGT= (e.g. en:es=runs/a) or by what its "
+                        "model records")
     g = p.add_argument_group("many pairs, one server (docs/serving.md)")
     g.add_argument("--models", type=Path, metavar="FOLDER",
-                   help="serve every model under FOLDER (a run directory, an imported run or a CTranslate2 folder per "
-                        "subfolder; its languages from its record, else from the subfolder's name, e.g. en-es); with "
-                        "--checkpoint, both")
+                   help="serve every model under FOLDER (per subfolder a run directory, an imported run, a "
+                        "CTranslate2 folder or an Argos package; or a .argosmodel file): its languages from its "
+                        "record, else from the subfolder's name, e.g. en-es; with --checkpoint, both")
     g.add_argument("--max-models", type=non_negative_int, default=0,
                    help="models loaded at once (per worker); the least recently used idle one is unloaded to load "
                         "another (default 0: no limit)")

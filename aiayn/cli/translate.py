@@ -135,7 +135,8 @@ def register(sub) -> None:
     p.add_argument("--checkpoint", required=True, nargs="+",
                    help=f"{CHECKPOINT_HELP}; "
                         "several: decoded as an ensemble (their probabilities averaged at each step, as fairseq's "
-                        "--path A:B; one vocabulary); with --engine ct2, a folder written by `aiayn export --to ct2`")
+                        "--path A:B; one vocabulary); with --engine ct2, a folder written by `aiayn export --to "
+                        "ct2`, or an Argos Translate package (.argosmodel or its folder)")
     p.add_argument("--engine", choices=["aiayn", "ct2"], default="aiayn",
                    help="ct2: decode with CTranslate2 (needs --lp power: its length penalty is |Y|^alpha; "
                         "--precision bf16/int8 pick its compute type, fp32 keeps the exported one); default aiayn")

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import zipfile
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +32,7 @@ FORMAT_VERSION = 2
 SPLITS = ("train", "valid", "test")
 RUN_CONFIG = "config.json"  # what marks a run directory: its config (aiayn.rundir.CONFIG is this name)
 IMPORT_RECORD = "imported.json"  # an imported run's record: where from, its languages (aiayn.export.marian)
+ARGOS_METADATA = "metadata.json"  # an Argos Translate package's record: its from_code and to_code
 EXPORT_RECORD = "aiayn.json"  # a CTranslate2 folder's record: its model config, languages (aiayn.export.ct2)
 
 
@@ -75,9 +77,11 @@ def read_meta(data_dir: str | Path) -> dict[str, Any]:
 def run_languages(checkpoint: str | Path) -> tuple[str, str] | None:
     """(source, target) codes recorded for a checkpoint's run (aiayn.languages): in its config.json, else in the
     meta.json of the prepared data its config.json names; for an imported run, in its IMPORT_RECORD; for a folder
-    `aiayn export --to ct2` wrote, in its aiayn.json. None where nothing records them (data prepared without
-    languages, or moved away; a model imported without them)."""
+    `aiayn export --to ct2` wrote, in its aiayn.json; for an Argos Translate package, in its metadata.json. None
+    where nothing records them (data prepared without languages, or moved away; a model imported without them)."""
     start = Path(checkpoint).resolve()
+    if start.suffix == ".argosmodel" or (start / ARGOS_METADATA).is_file():
+        return package_languages(start)
     for folder in [start if start.is_dir() else start.parent, *start.parents][:3]:  # RUN, RUN/checkpoints/x
         try:
             records = [folder / name for name in (IMPORT_RECORD, EXPORT_RECORD) if (folder / name).is_file()]
@@ -94,6 +98,21 @@ def run_languages(checkpoint: str | Path) -> tuple[str, str] | None:
         except (OSError, ValueError, KeyError, TypeError, AttributeError, DataError):
             return None
     return None
+
+
+def package_languages(path: Path) -> tuple[str, str] | None:
+    """(from_code, to_code) of an Argos Translate package's metadata.json: in its folder, or in the .argosmodel zip
+    (one folder); None where it names none."""
+    try:
+        if path.is_file():
+            with zipfile.ZipFile(path) as zf:
+                name = next(n for n in zf.namelist() if n.count("/") == 1 and n.endswith("/" + ARGOS_METADATA))
+                meta = json.loads(zf.read(name))
+        else:
+            meta = json.loads((path / ARGOS_METADATA).read_text(encoding="utf-8"))
+        return (meta["from_code"], meta["to_code"]) if meta.get("type", "translate") == "translate" else None
+    except (OSError, ValueError, KeyError, TypeError, StopIteration, zipfile.BadZipFile):
+        return None
 
 
 def write_meta(folder: Path, meta: dict[str, Any]) -> dict[str, Any]:

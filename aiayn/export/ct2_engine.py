@@ -12,10 +12,13 @@ import json
 import math
 import os
 import sys
+import tempfile
+import weakref
+import zipfile
 from collections.abc import Sequence
 from pathlib import Path
 
-from aiayn.config import BOS_ID, PAD_ID, ModelConfig, SearchConfig
+from aiayn.config import BOS_ID, EOS_ID, PAD_ID, UNK_ID, ModelConfig, SearchConfig
 from aiayn.data.vocab import MODEL_FILE, Vocab
 from aiayn.errors import UsageError, UserError
 from aiayn.lines import Translation, encode_prefixes, encode_sources
@@ -91,15 +94,28 @@ class CT2Translator:
         import ctranslate2
 
         model_dir = Path(model_dir)
-        if not is_ct2_folder(model_dir):
-            raise UserError(f"{model_dir} is not a CTranslate2 folder written by `aiayn export --to ct2`")
+        self.package = None  # an Argos Translate package's folder (unzipped here if given as a .argosmodel file)
+        if is_argos_package(model_dir):
+            self.package = _unzipped(model_dir, self)
+            model_dir = self.package / "model"
+        elif not is_ct2_folder(model_dir):
+            raise UserError(f"{model_dir} is neither a CTranslate2 folder written by `aiayn export --to ct2` nor an "
+                            "Argos Translate package (a .argosmodel file, or its folder: metadata.json, model/, "
+                            "sentencepiece.model)")
         if use_vmap and not (model_dir / VMAP_FILE).is_file():
             raise UsageError(f"{model_dir} has no vocabulary map ({VMAP_FILE}); export it from a run with a shortlist "
                              "(aiayn shortlist --out RUN, then aiayn export --to ct2)")
         self.model_dir, self.use_vmap, self.compute_type = model_dir, use_vmap, compute_type
-        record = json.loads((model_dir / AIAYN_FILE).read_text())
-        self.cfg, self.quantization = ModelConfig.from_dict(record["model"]), record.get("quantization")
-        self.vocab = Vocab.load(model_dir / MODEL_FILE)
+        self.target_token = None
+        if self.package is not None:  # a package of anyone's: its SentencePiece model, decoded as argostranslate does
+            self.cfg, self.quantization = None, None
+            self.vocab = PieceVocab(self.package / "sentencepiece.model")
+            meta = json.loads((self.package / "metadata.json").read_text(encoding="utf-8"))
+            self.target_token = meta.get("target_prefix") or None
+        else:
+            record = json.loads((model_dir / AIAYN_FILE).read_text())
+            self.cfg, self.quantization = ModelConfig.from_dict(record["model"]), record.get("quantization")
+            self.vocab = Vocab.load(model_dir / MODEL_FILE)
         supported = ctranslate2.get_supported_compute_types(device)
         if compute_type != "default" and compute_type not in supported:
             raise UsageError(f"CTranslate2 cannot compute in {compute_type} on this {device} (it can in "
@@ -109,7 +125,7 @@ class CT2Translator:
         self.device = device
         self.precision = next((p for p, c in self.COMPUTE_TYPES.items() if c == compute_type), compute_type)
         self.search, self.batch_size, self.patience = search, batch_size, patience
-        self.max_input_len = max_input_len or self.cfg.max_positions
+        self.max_input_len = max_input_len or self._positions()
         self.shortlist = None  # aiayn's shortlist: none here (use_vmap is CTranslate2's own)
 
     def translate_nbest(self, lines: Sequence[str], search: SearchConfig, batch_size: int = 64,
@@ -123,7 +139,7 @@ class CT2Translator:
         own 1 where that is 0). prefixes: per line, the text its translations
         start with (CTranslate2's target_prefix; "" or None: none)."""
         vocab = self.vocab
-        sources = encode_sources(vocab, lines, max_input_len or self.cfg.max_positions)  # ids + EOS; None = blank
+        sources = encode_sources(vocab, lines, max_input_len or self._positions())  # ids + EOS; None = blank
         prefix_ids = encode_prefixes(vocab, [p or "" for p in prefixes or [""] * len(sources)])
         hyps = self._search(sources, prefix_ids, search, batch_size, patience)
         return [[Translation(vocab.decode(ids), score, ids) for ids, score in hs] for hs in hyps]
@@ -166,17 +182,22 @@ class CT2Translator:
 
     def weight_bytes(self) -> int:
         """The bytes of its weights as CTranslate2 holds them, about: model.bin's size as exported, else the
-        parameters at the compute type's width (int8: 1 byte, bfloat16 and float16: 2)."""
+        parameters at the compute type's width (int8: 1 byte, bfloat16 and float16: 2); an Argos package's model.bin
+        as it is."""
         width = {"int8": 1, "bfloat16": 2, "float16": 2}
         asked = next((w for name, w in width.items() if self.compute_type.startswith(name)), None)
         exported = next((w for name, w in width.items() if (self.quantization or "").startswith(name)), 4)
         size = (self.model_dir / "model.bin").stat().st_size
+        if self.package is not None:  # whatever the package was quantized to: its file
+            return size
         return size if asked is None or asked == exported else size * asked // exported
 
     # ---- the search
 
     def _positions(self) -> int:
         cfg = self.cfg
+        if cfg is None:  # an Argos package: CTranslate2's own input limit
+            return MIN_POSITIONS
         return cfg.max_positions if cfg.positional == "learned" else max(MIN_POSITIONS, cfg.max_positions)
 
     def _search(self, sources: Sequence[list[int] | None], prefix_ids: Sequence[list[int]], search: SearchConfig,
@@ -202,16 +223,24 @@ class CT2Translator:
         patience = patience or search.beam_patience or 1.0
         options = dict(no_repeat_ngram_size=search.no_repeat_ngram_size, beam_size=search.beam, patience=patience,
                        num_hypotheses=search.nbest, length_penalty=search.alpha, min_decoding_length=search.min_len,
-                       max_input_length=0, suppress_sequences=[[vocab.piece(PAD_ID)], [vocab.piece(BOS_ID)]],
-                       return_scores=True, use_vmap=self.use_vmap)
+                       max_input_length=0, return_scores=True, use_vmap=self.use_vmap)
+        if self.package is None:  # aiayn's exports: PAD and BOS never generated (DECODING_NOTES)
+            options["suppress_sequences"] = [[vocab.piece(PAD_ID)], [vocab.piece(BOS_ID)]]
+        else:  # as argostranslate decodes a package: nothing suppressed, an unknown piece becomes a source piece
+            options["replace_unknowns"] = True
+
+        lead = [self.target_token] if self.target_token else []  # a multilingual package's target-language token
 
         def decode(limit: int, idx: list[int]) -> None:
-            target_prefix = [[vocab.piece(t) for t in prefix_ids[i]] for i in idx] if any(prefix_ids) else None
+            target_prefix = [lead + [vocab.piece(t) for t in prefix_ids[i]] for i in idx] if any(prefix_ids) or \
+                lead else None
             out = self.translator.translate_batch(
                 [[vocab.piece(t) for t in sources[i][:-1]] for i in idx],  # CTranslate2 appends the EOS itself
-                target_prefix=target_prefix, max_decoding_length=limit, max_batch_size=len(idx), **options)
+                target_prefix=target_prefix, max_decoding_length=limit + len(lead), max_batch_size=len(idx),
+                **options)
             for i, res in zip(idx, out):
-                results[i] = [([vocab.piece_id(p) for p in h], s) for h, s in zip(res.hypotheses, res.scores)]
+                results[i] = [([vocab.piece_id(p) for p in h[len(lead):]], s) for h, s in
+                              zip(res.hypotheses, res.scores)]
 
         # One call per batch of length-sorted sentences, at the batch's largest limit: few, full batches, as
         # CTranslate2 runs fastest. A sentence whose output reached its own, smaller limit is decoded again alone at
@@ -235,6 +264,78 @@ def default_threads() -> int:
     if os.environ.get("OMP_NUM_THREADS", "").isdigit() and int(os.environ["OMP_NUM_THREADS"]) > 0:
         return int(os.environ["OMP_NUM_THREADS"])
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
+def is_argos_package(path: Path | str) -> bool:
+    """Whether `path` is an Argos Translate package: a .argosmodel file (a zip of one folder), or the folder itself
+    as argostranslate installs it (metadata.json, model/ of CTranslate2, sentencepiece.model)."""
+    path = Path(path)
+    if path.is_file():
+        return path.suffix == ".argosmodel" and zipfile.is_zipfile(path)
+    return all((path / name).exists() for name in ("metadata.json", "model/model.bin", "sentencepiece.model"))
+
+
+def _unzipped(path: Path, owner: object) -> Path:
+    """An Argos package's folder: `path` itself, or a .argosmodel unzipped into a temporary folder that lives as
+    long as `owner` does."""
+    if path.is_dir():
+        return path
+    tmp = tempfile.TemporaryDirectory(prefix="aiayn-argos-")
+    weakref.finalize(owner, tmp.cleanup)
+    with zipfile.ZipFile(path) as zf:
+        zf.extractall(tmp.name)
+    folders = [p for p in Path(tmp.name).iterdir() if p.is_dir()]
+    if len(folders) != 1 or not is_argos_package(folders[0]):
+        raise UserError(f"{path} is not an Argos Translate package (a zip of one folder holding metadata.json, "
+                        "model/ and sentencepiece.model)")
+    return folders[0]
+
+
+class PieceVocab:
+    """A plain SentencePiece model (an Argos package's, whatever its special ids) seen with aiayn's: PAD 0, UNK 1,
+    BOS 2, EOS 3 are aiayn's, its own pieces shifted by 4 (its <unk> is UNK), so that the code around CTranslate2
+    (limits, prefixes, the server's batching) reads ids as everywhere else; CTranslate2 itself sees the pieces."""
+
+    SHIFT = 4
+
+    def __init__(self, path: Path | str):
+        import sentencepiece as spm
+
+        self.sp = spm.SentencePieceProcessor(model_file=str(path))
+        self.specials = {PAD_ID: "<pad>", UNK_ID: self.sp.id_to_piece(self.sp.unk_id()), BOS_ID: "<s>",
+                         EOS_ID: "</s>"}
+
+    @property
+    def target(self) -> PieceVocab:
+        return self
+
+    def __len__(self) -> int:
+        return self.sp.get_piece_size() + self.SHIFT
+
+    def _ours(self, i: int) -> int:
+        return UNK_ID if i == self.sp.unk_id() else i + self.SHIFT
+
+    def encode(self, text: str) -> list[int]:
+        return [self._ours(i) for i in self.sp.encode(text)]
+
+    def decode(self, ids: Sequence[int]) -> str:
+        """The text of `ids` as argostranslate detokenizes: SentencePiece's, without a leading space."""
+        ids = list(ids)
+        ids = ids[: ids.index(EOS_ID)] if EOS_ID in ids else ids
+        text = self.sp.decode([self.sp.unk_id() if i == UNK_ID else i - self.SHIFT for i in ids if i == UNK_ID
+                               or i >= self.SHIFT])
+        return text[1:] if text.startswith(" ") else text
+
+    def piece(self, i: int) -> str:
+        return self.specials[i] if i < self.SHIFT else self.sp.id_to_piece(i - self.SHIFT)
+
+    def piece_id(self, piece: str) -> int:
+        return self._ours(self.sp.piece_to_id(piece))
+
+
+def is_ct2_model(path: Path | str) -> bool:
+    """Whether CT2Translator decodes `path`: a folder `aiayn export --to ct2` wrote, or an Argos package."""
+    return is_ct2_folder(path) or is_argos_package(path)
 
 
 def is_ct2_folder(path: Path | str) -> bool:

@@ -1,4 +1,5 @@
-"""Corpus metrics of translations: sacreBLEU and chrF on detokenized text, and the paper's tokenized (compound-split) BLEU.
+"""Corpus metrics of translations: sacreBLEU and chrF on detokenized text, and the paper's tokenized (compound-split)
+BLEU.
 
 Two BLEU numbers, and why they differ (docs/decoding.md):
     * `corpus_bleu` is sacreBLEU on detokenized output with its own 13a tokenization: comparable across

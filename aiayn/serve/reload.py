@@ -32,7 +32,7 @@ import torch
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 
-from aiayn.export.ct2_engine import CT2Translator, is_ct2_folder
+from aiayn.export.ct2_engine import CT2Translator, is_ct2_model
 from aiayn.search import SearchConfig
 from aiayn.serve.buckets import SharedBuckets
 from aiayn.translate import Translator
@@ -47,19 +47,19 @@ MIN_KEY_CHARS = 16
 class ModelSource:
     """Where the served model comes from and how it decodes: what a worker loads at start and on every reload."""
 
-    checkpoint: str  # a run directory, a checkpoint file or a CTranslate2 folder, as given to --checkpoint
+    checkpoint: str  # a run directory, a checkpoint file, a CTranslate2 folder or an Argos package (--checkpoint)
     search: SearchConfig
     precision: str = "fp32"  # --precision: the number format decoding runs in
     device: str = "cpu"
     shortlist: bool | str | None = None  # --shortlist: True, the run's (read again at each reload); a path, that file
 
     def load(self) -> tuple[Translator, Path]:
-        """The translator, and the checkpoint file it was read from; a folder `aiayn export --to ct2` wrote is
-        decoded by CTranslate2 (aiayn.export.ct2.CT2Translator: the same id-level API), in the compute type of
-        `precision`, with its vocabulary map where `shortlist` is asked for."""
+        """The translator, and the checkpoint file it was read from; a folder `aiayn export --to ct2` wrote, or an
+        Argos Translate package, is decoded by CTranslate2 (aiayn.export.ct2_engine.CT2Translator: the same id-level
+        API), in the compute type of `precision`, with its vocabulary map where `shortlist` is asked for."""
         from aiayn.rundir import inference_checkpoint
 
-        if is_ct2_folder(self.checkpoint):
+        if is_ct2_model(self.checkpoint):
             return CT2Translator(self.checkpoint, torch.device(self.device).type,
                                  CT2Translator.COMPUTE_TYPES[self.precision], use_vmap=bool(self.shortlist),
                                  search=self.search), Path(self.checkpoint)

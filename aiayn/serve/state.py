@@ -70,7 +70,8 @@ class Server:
 
 def model_info(translator: Translator, checkpoint: str | None) -> dict:
     """What /info says about the model served (a reload replaces it)."""
-    return {"checkpoint": checkpoint, "model": translator.cfg.to_dict(),
-            "parameters": expected_parameters(translator.cfg), "vocab_size": len(translator.vocab),
+    cfg = translator.cfg  # None: an Argos package (a CTranslate2 model of anyone's; aiayn.export.ct2_engine)
+    return {"checkpoint": checkpoint, "model": cfg and cfg.to_dict(),
+            "parameters": cfg and expected_parameters(cfg), "vocab_size": len(translator.vocab),
             "device": str(translator.device), "precision": translator.precision,
             "shortlist": translator.shortlist.describe() if translator.shortlist is not None else None}

@@ -19,6 +19,7 @@ import os
 import subprocess
 import sys
 import warnings
+from functools import partial
 
 import torch
 from torch import nn
@@ -46,9 +47,11 @@ def shapes(repeats: int) -> None:
         torch.manual_seed(0)
         x, linear = torch.randn(m, k), nn.Linear(k, n)
         bf16, xb = nn.Linear(k, n).bfloat16(), x.bfloat16()
-        fns = {"fp32": lambda: linear(x), "bf16": lambda: bf16(xb)}
-        fns.update({f"int8 {e}": (lambda q: lambda: q(x))(packed_linear(linear, e))
-                    for e in ("fbgemm", "onednn") if e in torch.backends.quantized.supported_engines})
+        # each lambda binds this shape's tensors as defaults (they are called within the iteration anyway)
+        fns = {"fp32": lambda f=linear, x=x: f(x), "bf16": lambda f=bf16, x=xb: f(x)}
+        for e in ("fbgemm", "onednn"):
+            if e in torch.backends.quantized.supported_engines:
+                fns[f"int8 {e}"] = partial(packed_linear(linear, e), x)
         with torch.no_grad():
             ts = compare(fns, repeats=repeats, warmup=3, number=5)
         us = {name: t.median * 1e6 for name, t in ts.items()}

@@ -16,8 +16,8 @@ import argparse
 import torch
 from torch.profiler import ProfilerActivity, profile, record_function
 
-from aiayn.fast import keep_freed_memory
 from aiayn.config import PRECISIONS
+from aiayn.fast import keep_freed_memory
 from aiayn.inference import decoding_copy
 from aiayn.losses import TrainingObjective
 from aiayn.model import Transformer
