@@ -129,18 +129,17 @@ def test_real_text_ratios_match_the_evidence():
     def rows(folder: str, model: str = "quickstart") -> set[tuple[str, str, str, str]]:
         table = (RESULTS / folder / model / "table.md").read_text(encoding="utf-8")
         return {(m[1], m[2], *re.findall(r"\*\*([\d.]+)\*\*", line)[:2]) for line in table.splitlines()
-                if (m := re.match(r"\| (\d) \| (\w+) \|", line)) and "**" in line}
+                if (m := re.match(r"\| (\d) \| (\w+) \|", line)) and line.count("**") >= 4}  # not start-up rows
 
     measured, avx2 = rows("realtext-xeon-amx"), rows("realtext-avx2-1t")
-    onednn = rows("realtext-xeon-amx", "quickstart-int8-onednn")
-    assert len(measured) == 6 and len(avx2) == 2 and len(onednn) == 2
+    assert len(measured) == 6 and len(avx2) == 2
     speed = _section((REPO / "docs" / "speed.md").read_text(encoding="utf-8"), "## Real text", "The other models")
     quoted = {(t, p, a, b) for t, p, a, b in re.findall(
         r"^\| (\d) \| (\w+) \| \w+ \| [^|]+ \| \*\*([\d.]+)\*\* \| [^|]+ \| \*\*([\d.]+)\*\*", speed, flags=re.M)}
     assert quoted == measured
     readme = _section((REPO / "README.md").read_text(encoding="utf-8"), "**Translating real text", "## Results")
     pairs = set(re.findall(r"(?<![\d.-])(\d\.\d\d)x / (\d\.\d\d)x", readme))
-    assert len(pairs) >= 10 and pairs <= {(a, b) for _, _, a, b in measured | avx2 | onednn}
+    assert len(pairs) >= 8 and pairs <= {(a, b) for _, _, a, b in measured | avx2}
 
 
 def defines(module: Path, name: str) -> bool:
