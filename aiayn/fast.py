@@ -27,13 +27,13 @@ only, once per process, for every entry point.
 
 from __future__ import annotations
 
-import ctypes
 import os
-import sys
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
+
+from aiayn.allocator import keep_freed_memory  # noqa: F401 (the table's row; runtime applies it from here)
 
 NEG_INF = float("-inf")
 
@@ -134,40 +134,7 @@ def row_topk(x: Tensor, k: int, block: int | None = None) -> tuple[Tensor, Tenso
 
 
 # ---------------------------------------------------------------------------------------------------------
-# Allocator.
-
-_M_TRIM_THRESHOLD = -1  # glibc mallopt parameters (malloc.h)
-_M_MMAP_MAX = -4
-
-
-def keep_freed_memory() -> bool:
-    """Tell glibc's malloc to keep freed memory in the process instead of handing it back to the OS.
-
-    A training step allocates and frees the same large tensors every time; by default glibc serves blocks above
-    32 MiB with mmap and returns them at free, and trims the heap, so every step page-faults its memory in again.
-    With mmap off and trimming off the memory is reused; the process keeps its peak memory until it exits.
-    Returns False where this is not glibc (then nothing changes)."""
-    mallopt = _glibc("mallopt")
-    return mallopt is not None and bool(mallopt(_M_MMAP_MAX, 0)) and bool(mallopt(_M_TRIM_THRESHOLD, 2**31 - 1))
-
-
-def _glibc(name: str):
-    """glibc's function `name`, or None where this is not Linux with glibc."""
-    if not sys.platform.startswith("linux"):
-        return None
-    try:
-        return getattr(ctypes.CDLL("libc.so.6"), name)
-    except (OSError, AttributeError):
-        return None
-
-
-def release_freed_memory() -> bool:
-    """Hand the memory glibc's malloc holds free back to the OS now (malloc_trim: the heap's top and every whole free
-    page inside it), e.g. after a one-off conversion freed a model's worth of weights that `keep_freed_memory` would
-    otherwise keep in the process. Pages used again later are faulted in then. False where this is not glibc."""
-    malloc_trim = _glibc("malloc_trim")
-    return malloc_trim is not None and bool(malloc_trim(0))
-
+# Allocator: glibc's malloc kept from handing freed memory back (aiayn.allocator, which imports no torch).
 
 KERNEL_CACHE = 8  # entries kept per process on CPU in each cache of KERNEL_CACHES (their defaults: 1,024)
 KERNEL_CACHES = ("ONEDNN_PRIMITIVE_CACHE_CAPACITY",  # oneDNN's compiled kernels (primitives), one per shape

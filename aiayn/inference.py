@@ -28,9 +28,9 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from aiayn import rundir
+from aiayn.allocator import release_freed_memory
 from aiayn.config import PRECISIONS
 from aiayn.errors import UsageError
-from aiayn.fast import release_freed_memory
 from aiayn.model import Transformer
 from aiayn.runtime import configure_process, int8_packing, warn_if_bf16_slow
 

@@ -108,14 +108,6 @@ def test_row_topk_equals_topk(v):
         assert all(len(set(row)) == k for row in index.tolist())
 
 
-def test_keep_freed_memory_applies_on_glibc():
-    import platform
-    import sys
-
-    expected = sys.platform.startswith("linux") and platform.libc_ver()[0] == "glibc"
-    assert keep_freed_memory() is expected
-
-
 def test_bound_kernel_cache_sets_a_default_and_keeps_the_users(monkeypatch):
     from aiayn.fast import KERNEL_CACHE, bound_kernel_cache
 

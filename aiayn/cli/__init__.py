@@ -74,13 +74,17 @@ def main(argv: list[str] | None = None) -> int:
     if not getattr(args, "func", None):
         parser.print_help()
         return 2
-    if getattr(args, "needs_torch", lambda _: True)(args):  # (translate --engine ct2 runs without torch)
+    keep = not (args.low_memory or os.environ.get("AIAYN_LOW_MEMORY") == "1")
+    if getattr(args, "needs_torch", lambda _: True)(args):
         from aiayn.runtime import configure_process
 
         # Before any kernel: oneDNN's caches bounded (a long bf16 run's memory stays flat), and unless --low-memory
         # every command reuses its big tensors' memory instead of page-faulting it in again.
-        configure_process(kernel_cache=True,
-                          keep_freed_memory=not (args.low_memory or os.environ.get("AIAYN_LOW_MEMORY") == "1"))
+        configure_process(kernel_cache=True, keep_freed_memory=keep)
+    elif keep:  # translate --engine ct2 runs without torch: the allocator's setting alone (CTranslate2's calls
+        from aiayn.allocator import keep_freed_memory  # reuse their memory instead of faulting it in again)
+
+        keep_freed_memory()
     try:
         return int(args.func(args) or 0)
     except BrokenPipeError:  # e.g. `aiayn translate ... | head`: stop quietly, as Unix tools do
