@@ -265,7 +265,8 @@ def warn_if_bf16_slow(device: torch.device, fix: str) -> None:
 def free_cores(interval: float = 0.25) -> int:
     """CPU cores this process may use that other processes are not busy on, measured over `interval` seconds from
     /proc/stat (all usable cores where that cannot be read). On a shared machine a thread on a busy core stalls the
-    others at every synchronisation, so that two threads, one on a busy core, run slower than one (docs/speed.md)."""
+    others at every synchronisation, so that two threads, one on a busy core, run slower than one
+    (benchmarks/ab/busy_threads.py measures it)."""
     usable = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
 
     try:

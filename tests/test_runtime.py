@@ -82,7 +82,8 @@ def test_free_cores_counts_idle_ones(monkeypatch, idle_ticks, free):
 
 @pytest.fixture
 def emulated_bf16(monkeypatch):
-    """A CPU without native bf16, where a bf16 matmul takes 3.9x fp32's time (docs/speed.md's 109 vs 28 GFLOP/s)."""
+    """A CPU without native bf16, where a bf16 matmul takes 3.9x fp32's time (as emulated bf16 does:
+    docs/speed.md#cpus-where-bf16-does-not-pay)."""
     monkeypatch.setattr(runtime, "native_bf16", lambda device: False)
     monkeypatch.setattr(runtime, "bf16_slowdown", lambda n=512: 3.9)
     monkeypatch.setattr(runtime, "_bf16_checked", False)
