@@ -393,6 +393,11 @@ def test_cli_export_and_translate_with_ct2(model, row_b, vocab, copy_data, lines
     assert (tmp_path / "out.txt").read_text().splitlines() == expect
     assert main(translate) == 2  # the default GNMT penalty does not map
     assert "--lp power" in capsys.readouterr().err
+    if not ctranslate2.get_cuda_device_count():  # --device read without torch, as CTranslate2 sees the GPUs
+        for device, says in (("cuda", "sees no CUDA GPU"), ("mps", "runs on cpu or cuda")):
+            assert main([*translate, "--lp", "power", "--device", device]) == 2
+            err = capsys.readouterr().err.strip()
+            assert says in err and len(err.splitlines()) == 1
     if "bfloat16" not in ctranslate2.get_supported_compute_types("cpu"):  # CTranslate2 has no CPU bf16 (4.8)
         assert main([*translate, "--lp", "power", "--precision", "bf16"]) == 2
         err = capsys.readouterr().err.strip()

@@ -107,8 +107,11 @@ def ct2_device(name: str) -> str:
     "cuda:N" is "cuda" (CTranslate2's first GPU)."""
     import ctranslate2
 
+    gpus = ctranslate2.get_cuda_device_count()
     if name == "auto":
-        return "cuda" if ctranslate2.get_cuda_device_count() > 0 else "cpu"
+        return "cuda" if gpus > 0 else "cpu"
+    if name.split(":")[0] == "cuda" and not gpus:
+        raise UsageError(f"--device {name}: CTranslate2 sees no CUDA GPU here; use --device cpu (or auto)")
     if name == "cpu" or name.split(":")[0] == "cuda":
         return name.split(":")[0]
     raise UsageError(f"--device {name}: CTranslate2 runs on cpu or cuda")

@@ -1,6 +1,11 @@
-"""Decoding through a folder `aiayn export --to ct2` wrote: `CT2Translator`, the engine of `aiayn translate --engine
-ct2` and of `aiayn serve` for such a folder, and `translate_ct2`. It imports neither torch nor the exporter, so a
-command that decodes through CTranslate2 starts as fast as CTranslate2 does.
+"""Decoding through a folder `aiayn export --to ct2` wrote, or through an Argos Translate package of anyone's:
+`CT2Translator`, the engine of `aiayn translate --engine ct2` and of `aiayn serve` for such models, and
+`translate_ct2`. It imports neither torch nor the exporter, so a command that decodes through CTranslate2 starts as
+fast as CTranslate2 does.
+
+    CT2Translator    text in, text out (translate_nbest), and Translator's id-level API for the server's batcher
+    PieceVocab       an Argos package's SentencePiece model seen with aiayn's fixed special ids
+    is_ct2_model     an aiayn CTranslate2 folder (is_ct2_folder) or an Argos package (is_argos_package)
 
 How aiayn's SearchConfig maps onto CTranslate2's options, and what cannot map: DECODING_NOTES (also in the README of
 every exported folder).
@@ -49,7 +54,6 @@ DECODING_NOTES = """\
 * A lexical shortlist (aiayn's `--shortlist`) is CTranslate2's `use_vmap=True` on the vmap.txt exported from the
   run's shortlist: the same pieces per source piece, the frequent ones as its always-allowed list; both take the
   union over a batch and normalize the softmax over it."""
-
 
 
 def limit_batches(sources: Sequence[list[int] | None], search: SearchConfig, cap: int | None,
