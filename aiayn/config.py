@@ -227,6 +227,13 @@ class SearchConfig:
         """With beam_patience p > 0: a sentence's search is over once this many hypotheses have finished."""
         return max(1, math.ceil(self.beam * self.beam_patience))
 
+    def word_limit(self, tokens: int, cap: int | None = None) -> int:
+        """The most words a translation of a source of `tokens` tokens (EOS included, padding not) may have:
+        int(max_len_a * tokens + max_len_b), raised to min_len, cut to `cap` (aiayn.search.max_output_lengths on
+        tensors; this is it for one sentence, in plain Python)."""
+        limit = max(math.floor(self.max_len_a * tokens + self.max_len_b), self.min_len)
+        return limit if cap is None else min(limit, cap)
+
 
 PAPER_SEARCH = SearchConfig()  # beam 4, alpha 0.6, max length = input + 50 (section 6.1)
 

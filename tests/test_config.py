@@ -37,3 +37,16 @@ def test_every_preset_round_trips_through_json():
 def test_bad_fields_are_refused(change, says):
     with pytest.raises(UsageError, match=says):
         ModelConfig.from_dict({**ModelConfig.preset("tiny").to_dict(), **change})
+
+
+def test_word_limit_is_max_output_lengths_for_one_sentence():
+    import torch
+
+    from aiayn.config import PAD_ID, SearchConfig
+    from aiayn.search import max_output_lengths
+
+    src = torch.tensor([[5, 6, 7, 3], [5, 3, PAD_ID, PAD_ID], [3, PAD_ID, PAD_ID, PAD_ID]])
+    for search, cap in [(SearchConfig(), None), (SearchConfig(max_len_a=0.5, max_len_b=1, min_len=2), None),
+                        (SearchConfig(max_len_a=1.3, max_len_b=2), 4)]:
+        expect = max_output_lengths(src, search.max_len_a, search.max_len_b, search.min_len, cap).tolist()
+        assert [search.word_limit(int(row.ne(PAD_ID).sum()), cap) for row in src] == expect

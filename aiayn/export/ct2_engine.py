@@ -14,7 +14,6 @@ every exported folder).
 from __future__ import annotations
 
 import json
-import math
 import os
 import sys
 import tempfile
@@ -71,12 +70,7 @@ def limit_batches(sources: Sequence[list[int] | None], search: SearchConfig, cap
 def own_limits(sources: Sequence[list[int] | None], search: SearchConfig, cap: int | None) -> dict[int, int]:
     """{source index: its word limit int(a * x + b)} (x = tokens with EOS, raised to min_len, capped at `cap`), the
     blank (None) sources left out: aiayn.search.max_output_lengths, in plain Python."""
-    limits = {}
-    for i, source in enumerate(sources):
-        if source is not None:
-            limit = max(math.floor(search.max_len_a * len(source) + search.max_len_b), search.min_len)
-            limits[i] = limit if cap is None else min(limit, cap)
-    return limits
+    return {i: search.word_limit(len(source), cap) for i, source in enumerate(sources) if source is not None}
 
 
 class CT2Translator:
@@ -172,7 +166,10 @@ class CT2Translator:
 
     def check_prefixes(self, sources: Sequence[list[int] | None], prefixes: Sequence[list[int]]) -> None:
         """A UsageError naming the first line whose prefix is longer than its translation may be."""
-        limits = own_limits(sources, self.search, self._positions() - 1)
+        self._check_prefix_lengths(own_limits(sources, self.search, self._positions() - 1), prefixes)
+
+    @staticmethod
+    def _check_prefix_lengths(limits: dict[int, int], prefixes: Sequence[list[int]]) -> None:
         for i, limit in limits.items():
             if len(prefixes[i]) > limit:
                 raise UsageError(f"input line {i + 1}: its prefix has {len(prefixes[i])} words, more than the "
@@ -220,10 +217,7 @@ class CT2Translator:
             if source is None and words:
                 raise UsageError(f"input line {n} is blank but has a target prefix; give a source")
         limits = own_limits(sources, search, self._positions() - 1)
-        for i, limit in limits.items():
-            if len(prefix_ids[i]) > limit:
-                raise UsageError(f"input line {i + 1}: its prefix has {len(prefix_ids[i])} words, more than the "
-                                 f"{limit} its translation may have (--max-len-a, --max-len-b)")
+        self._check_prefix_lengths(limits, prefix_ids)
         patience = patience or search.beam_patience or 1.0
         options = dict(no_repeat_ngram_size=search.no_repeat_ngram_size, beam_size=search.beam, patience=patience,
                        num_hypotheses=search.nbest, length_penalty=search.alpha, min_decoding_length=search.min_len,

@@ -28,7 +28,6 @@ from __future__ import annotations
 import asyncio
 import copy
 import dataclasses
-import math
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
@@ -100,10 +99,9 @@ class _Job:
 def _check_terms_fit(translator: Translator, sources: list[list[int] | None], terms: list) -> None:
     """A UsageError for a text whose glossary terms need more pieces than its translation may have words (what the
     glossary's search would say on the model thread, to the whole batch): said for the request alone."""
-    search, cfg = translator.search, translator.cfg
+    cfg = translator.cfg
     most = cfg.max_positions - 1 if cfg.positional == "learned" else None
-    limits = [max(math.floor(search.max_len_a * len(s or []) + search.max_len_b), search.min_len) for s in sources]
-    check_fits(terms, [limit if most is None else min(limit, most) for limit in limits], range(len(sources)))
+    check_fits(terms, [translator.search.word_limit(len(s or []), most) for s in sources], range(len(sources)))
 
 
 class Batcher:
