@@ -275,3 +275,28 @@ def _int8_copy(model: nn.Module, consume: bool = False) -> DecodingTransformer:
     q = _mark(q, "int8", prepacked=False)
     q.output_projection = projection
     return q
+
+
+# ---------------------------------------------------------------------------------------------------------
+# What a decoding model holds.
+
+
+def weight_bytes(model: nn.Module) -> int:
+    """Bytes of the tensors a decoding model holds, each counted once, in every format above: its parameters and
+    buffers, the weights packed into tensors of their own (PrepackedLinear's blocked layout), what a packed output
+    projection holds (_PrepackedTiedProjection, _Int8TiedProjection: plain objects), and int8's quantized weights
+    (packed by oneDNN or fbgemm, counted unpacked)."""
+    holders: list[object] = list(model.modules())
+    for module in list(holders):
+        for value in vars(module).values():
+            if isinstance(value, (_PrepackedTiedProjection, _Int8TiedProjection)):
+                holders += [value, *value.linear.modules()]
+    seen: dict[int, Tensor] = {}  # by id: a tensor shared by two holders counts once (and stays alive till the end)
+    for holder in holders:
+        tensors = [v for v in vars(holder).values() if isinstance(v, Tensor)]
+        if isinstance(holder, nn.Module):
+            tensors += [*holder._parameters.values(), *holder._buffers.values()]
+        if isinstance(getattr(holder, "_packed_params", None), torch.ScriptObject):  # int8: oneDNN's or fbgemm's
+            tensors += holder._weight_bias()
+        seen.update((id(t), t) for t in tensors if t is not None)
+    return sum(t.numel() * t.element_size() for t in seen.values())

@@ -119,6 +119,11 @@ class Translator:
         return cls([model for model, _ in loaded], vocab, search, precision, device=device, prepack=prepack,
                    shortlist=lexical and load_shortlist(lexical, vocab), **kw)
 
+    def weight_bytes(self) -> int:
+        """Bytes of the weights its model holds in its decoding format (aiayn.inference.weight_bytes; an ensemble:
+        every member's)."""
+        return inference.weight_bytes(self.model)
+
     def encode(self, lines: Sequence[str]) -> list[list[int] | None]:
         return encode_sources(self.vocab, lines, self.max_input_len)
 

@@ -20,7 +20,7 @@ from serving import REPO, SEARCH, ServerThread, browser, free_port, save_run, ti
 from aiayn.data import Vocab  # noqa: E402
 from aiayn.search import SearchConfig  # noqa: E402
 from aiayn.serve import LanguagePair, create_app  # noqa: E402
-from aiayn.serve.models import Models, weight_bytes  # noqa: E402
+from aiayn.serve.models import Models  # noqa: E402
 from aiayn.serve.reload import ModelSource  # noqa: E402
 from aiayn.translate import Translator  # noqa: E402
 
@@ -160,14 +160,14 @@ def test_weights_are_counted_in_every_decoding_format(runs):
     _, made, _ = runs
     plain = Translator.load(made["en", "de"], SEARCH, "fp32", prepack=False)
     stored = sum(t.numel() * 4 for t in [*plain.model.parameters(), *plain.model.buffers()])
-    assert weight_bytes(plain) == stored
+    assert plain.weight_bytes() == stored
     embedding = plain.model.embedding.weight.numel() * 4
-    assert weight_bytes(Translator.load(made["en", "de"], SEARCH, "fp32", prepack=True)) == stored + embedding
-    assert weight_bytes(Translator.load(made["en", "de"], SEARCH, "bf16", prepack=False)) == stored // 2
+    assert Translator.load(made["en", "de"], SEARCH, "fp32", prepack=True).weight_bytes() == stored + embedding
+    assert Translator.load(made["en", "de"], SEARCH, "bf16", prepack=False).weight_bytes() == stored // 2
     linears = [m for m in plain.model.modules() if isinstance(m, torch.nn.Linear)]
     projections = sum(m.weight.numel() for m in linears)
     int8 = stored - 3 * projections + embedding // 4
-    assert weight_bytes(Translator.load(made["en", "de"], SEARCH, "int8")) == int8
+    assert Translator.load(made["en", "de"], SEARCH, "int8").weight_bytes() == int8
 
 
 def test_a_reload_reads_each_loaded_model_again(runs, copy_data, tmp_path):

@@ -25,8 +25,6 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import torch
-
 from aiayn.serve.batcher import BatchConfig, Batcher, QueueFull
 from aiayn.serve.bodies import ApiError
 from aiayn.serve.libre import LanguagePair, language_name
@@ -63,37 +61,6 @@ class Entry:
                 "weights_mb": round(self.bytes / 2**20, 1) if self.batcher is not None else None, "error": self.error}
 
 
-def weight_bytes(translator: Translator) -> int:
-    """Bytes of the tensors a decoding model holds, each counted once: its parameters and buffers, the weights that
-    decoding packs into tensors of their own (oneDNN's blocked layout: attributes of its modules), the modules that a
-    packed output projection holds, and int8's quantized weights (packed by oneDNN or fbgemm, measured unpacked). An
-    engine of its own (CTranslate2) says its bytes itself."""
-    if not hasattr(translator, "model"):
-        return translator.weight_bytes()
-    seen: set[int] = set()
-    modules = list(translator.model.modules())
-    for module in list(modules):  # a packed output projection: a plain object holding a module and tensors
-        for value in vars(module).values():
-            if hasattr(value, "__dict__") and not isinstance(value, (torch.nn.Module, torch.Tensor, type)):
-                modules += [m for v in vars(value).values() if isinstance(v, torch.nn.Module) for m in v.modules()]
-    total, unpacked = 0, []  # unpacked: int8 weights' copies, alive until counted all (ids stay unique)
-    for module in modules:
-        values = [*module._parameters.values(), *module._buffers.values(), *vars(module).values()]
-        if isinstance(getattr(module, "_packed_params", None), torch.ScriptObject):  # int8: oneDNN's or fbgemm's
-            found = [t for t in module._weight_bias() if t is not None]
-            unpacked += found
-            values += found
-        for value in values:
-            tensors = [value] if isinstance(value, torch.Tensor) else [
-                v for v in vars(value).values() if isinstance(v, torch.Tensor)] if (
-                hasattr(value, "__dict__") and not isinstance(value, (torch.nn.Module, type))) else []
-            for t in tensors:
-                if id(t) not in seen:
-                    seen.add(id(t))
-                    total += t.numel() * t.element_size()
-    return total
-
-
 class Models:
     """The pairs a server translates and their models (see the module docstring)."""
 
@@ -121,7 +88,7 @@ class Models:
     def single(cls, translator: Translator, pair: LanguagePair, checkpoint: str | None,
                batching: BatchConfig | None = None) -> Models:
         """One translator, loaded and pinned (create_app's translator=)."""
-        entry = Entry(pair, None, translator, Batcher(translator, batching), checkpoint, weight_bytes(translator))
+        entry = Entry(pair, None, translator, Batcher(translator, batching), checkpoint, translator.weight_bytes())
         return cls([entry], batching)
 
     @classmethod
@@ -220,7 +187,7 @@ class Models:
                 f"{entry.error}; the server's other pairs are served")
 
     def _attach(self, entry: Entry, translator: Translator, path: Path) -> None:
-        entry.translator, entry.path, entry.bytes = translator, str(path), weight_bytes(translator)
+        entry.translator, entry.path, entry.bytes = translator, str(path), translator.weight_bytes()
         if entry.batcher is None:
             entry.batcher = Batcher(translator, self.batching)
             entry.batcher.on_batch = self._on_batch
