@@ -1,0 +1,270 @@
+"""Spans carried through a translation: inline markup, text kept verbatim and glossary terms, one mechanism.
+
+A block of a document (a paragraph, a list item, a table cell, a subtitle cue) is plain text plus spans: character
+ranges of that text, each an inline element around words ("wrap"), text passed through verbatim ("keep": numbers,
+URLs, code), words to be replaced by a given text ("replace": a glossary term) or a point ("void": an image, a line
+break). `translate_blocks` cuts every block into sentences, translates all sentences in one call, and carries each
+span to the target words aligned to the source words it covered (`carry`, one sentence):
+
+- wrap: around the target words from the first to the last aligned to its words; if none is aligned, it becomes an
+  empty element at the place of a neighbouring word's translation. Punctuation at the edge of a target word stays
+  outside the element when the source element did not hold any there (`<b>God</b>.` -> `<b>Dios</b>.`).
+- keep / replace: the first target word aligned to its words becomes its text (the source text, or `Span.text`), the
+  others aligned to it are dropped; with none aligned, its text is inserted at a neighbour's place.
+- void: after the translation of the word before it (or before that of the word after it).
+
+Then nesting is repaired: a span stays inside its source parent, two spans that would cross are cut so that one holds
+the other or they are apart. The output is always well-formed and every span comes back exactly once per sentence it
+touched (an element across a sentence end is two elements, one per sentence).
+
+Nesting in a flat list: `Block.spans` lists spans in document order (an element before what it holds); a span lies
+inside the nearest earlier "wrap" whose range holds it, except that an empty span at the end of a non-empty wrap lies
+after it. `walk(block)` turns a block into open/text/close events by that rule.
+"""
+
+from __future__ import annotations
+
+import re
+import unicodedata
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field, replace
+
+from aiayn.markup.nesting import Node, place
+
+KINDS = ("wrap", "keep", "replace", "void")
+Alignment = list[tuple[int, int]]  # (source word, target word), words split at whitespace
+# translate(sentences) -> one (translation, alignment) per sentence; alignment may be None (monotone fallback)
+Translate = Callable[[list[str]], list[tuple[str, "Alignment | None"]]]
+
+_WORD = re.compile(r"\S+")
+_PUNCT = re.compile(r"^([^\w]*)(.*?)([^\w]*)$", re.S)
+
+
+@dataclass(frozen=True)
+class Span:
+    """A character range [start, end) of a block's text: an inline element, kept text, a term or a point."""
+
+    start: int
+    end: int
+    kind: str = "wrap"
+    key: object = None  # what the format needs to rebuild the element (opaque here)
+    text: str | None = None  # the replacement, for kind "replace"
+
+
+@dataclass
+class Block:
+    """One block-level element: its text and its spans in document order."""
+
+    text: str
+    spans: list[Span] = field(default_factory=list)
+
+
+def contains(outer: Span, inner: Span) -> bool:
+    """Whether `inner` (listed after `outer`) lies inside it: the flat list's nesting rule."""
+    if outer.kind != "wrap" or not (outer.start <= inner.start and inner.end <= outer.end):
+        return False
+    return not (inner.start == inner.end == outer.end and outer.start < outer.end)
+
+
+def walk(block: Block) -> Iterator[tuple[str, Span | None, str]]:
+    """The block as events in order: ("text", None, text), ("open", span, ""), ("close", span, ""),
+    ("keep", span, its text) for keep and replace spans, ("void", span, ""). Always balanced: a span crossing the
+    end of the one it starts in is cut there."""
+    stack: list[Span] = []
+    pos = 0
+
+    def text_to(end: int):
+        nonlocal pos
+        if end > pos:
+            yield "text", None, block.text[pos:end]
+            pos = end
+
+    for span in block.spans:
+        while stack and not (stack[-1].start <= span.start and (span.start < stack[-1].end or
+                                                                contains(stack[-1], replace(span, end=span.start)))):
+            yield from text_to(stack[-1].end)
+            yield "close", stack.pop(), ""
+        end = min(span.end, stack[-1].end) if stack else span.end  # cut a crossing span
+        start = max(span.start, pos)
+        end = max(end, start)
+        yield from text_to(start)
+        if span.kind == "wrap":
+            stack.append(replace(span, start=start, end=end) if (start, end) != (span.start, span.end) else span)
+            yield "open", span, ""
+        elif span.kind == "void":
+            yield "void", span, ""
+        else:
+            yield "keep", span, block.text[start:end]
+            pos = end
+    while stack:
+        yield from text_to(stack[-1].end)
+        yield "close", stack.pop(), ""
+    yield from text_to(len(block.text))
+
+
+def parents(spans: Sequence[Span]) -> list[int | None]:
+    """Each span's parent (the index of the wrap it lies in, by the flat list's rule), or None."""
+    out: list[int | None] = []
+    stack: list[int] = []
+    for i, span in enumerate(spans):
+        while stack and not contains(spans[stack[-1]], span):
+            stack.pop()
+        out.append(stack[-1] if stack else None)
+        if span.kind == "wrap":
+            stack.append(i)
+    return out
+
+
+def words(text: str) -> list[tuple[int, int]]:
+    """The whitespace-separated words of a text as (start, end) character ranges."""
+    return [m.span() for m in _WORD.finditer(text)]
+
+
+def _covered(span: Span, source_words: list[tuple[int, int]]) -> list[int]:
+    """The source words a span overlaps."""
+    return [i for i, (s, e) in enumerate(source_words) if s < span.end and span.start < e]
+
+
+def _monotone(n_source: int, n_target: int) -> Alignment:
+    """A diagonal alignment, for a translation without one."""
+    return [(min(n_source - 1, j * n_source // max(n_target, 1)), j) for j in range(n_target)] if n_source else []
+
+
+def carry(source: str, spans: Sequence[Span], translation: str,
+          alignment: Alignment | None) -> tuple[str, list[Span]]:
+    """One sentence: the translation (keep and replace spans' words substituted) and the spans moved onto it through
+    the word alignment, well-formed, in document order. `spans` are ranges of `source`, in document order."""
+    src = words(source)
+    tokens = translation.split()
+    if alignment is None:
+        alignment = _monotone(len(src), len(tokens))
+    links: dict[int, list[int]] = {}
+    for i, j in alignment:
+        if 0 <= i < len(src) and 0 <= j < len(tokens):
+            links.setdefault(i, []).append(j)
+    nodes = [Node(index=k, span=s, source_words=_covered(s, src)) for k, s in enumerate(spans)]
+    for node, parent in zip(nodes, parents(spans)):
+        node.parent = parent
+    return place(source, src, tokens, links, nodes)
+
+
+def _piece(span: Span, lo: int, hi: int, text: str) -> Span | None:
+    """The part of a span inside [lo, hi), shifted to start at lo; None when it has no text there (points: when it
+    lies there)."""
+    if span.start == span.end or span.kind == "void":
+        return replace(span, start=span.start - lo, end=span.end - lo) if lo <= span.start <= hi else None
+    s, e = max(span.start, lo), min(span.end, hi)
+    if s >= e or not text[s:e].strip():
+        return None
+    return replace(span, start=s - lo, end=e - lo)
+
+
+def has_letters(text: str) -> bool:
+    """Whether a text holds a letter (a sentence without one is passed through untranslated)."""
+    return any(unicodedata.category(c).startswith("L") for c in text)
+
+
+def _plan(block: Block, source_lang: str) -> list[tuple[int, int, bool]]:
+    """A block cut into pieces (start, end, is_sentence) that join back to its text; gaps are whitespace."""
+    from aiayn.markup.sentences import sentence_ranges
+
+    pieces, pos = [], 0
+    for s, e in sentence_ranges(block.text, source_lang):
+        if s > pos:
+            pieces.append((pos, s, False))
+        pieces.append((s, e, True))
+        pos = e
+    if pos < len(block.text) or not pieces:
+        pieces.append((pos, len(block.text), False))
+    return pieces
+
+
+def _gap_spans(block: Block, lo: int, hi: int, claimed: set[int]) -> list[Span]:
+    """The spans lying only in a gap (whitespace) between sentences, kept where they are."""
+    out = []
+    for k, span in enumerate(block.spans):
+        if k in claimed:
+            continue
+        inside = lo <= span.start and span.end <= hi and (span.start < hi or span.start == span.end == hi == lo)
+        if inside or (lo <= span.start <= hi and span.start == span.end):
+            out.append(replace(span, start=span.start - lo, end=span.end - lo))
+            claimed.add(k)
+    return out
+
+
+def translate_blocks(blocks: Sequence[Block], translate: Translate, source_lang: str) -> list[Block]:
+    """Every block translated sentence by sentence, all sentences of all blocks in one call of `translate`, each
+    block's spans carried to the words of its translation (see the module's docstring)."""
+    plans = [_plan(b, source_lang) for b in blocks]
+    jobs = []  # (block index, piece index, sentence text)
+    for b, (block, pieces) in enumerate(zip(blocks, plans)):
+        for p, (s, e, is_sentence) in enumerate(pieces):
+            if is_sentence and has_letters(block.text[s:e]):
+                jobs.append((b, p, " ".join(block.text[s:e].split())))
+    results = translate([text for _, _, text in jobs]) if jobs else []
+    if len(results) != len(jobs):
+        raise ValueError(f"translate returned {len(results)} translations for {len(jobs)} sentences")
+    done = {(b, p): r for (b, p, _), r in zip(jobs, results)}
+    return [_assemble(block, pieces, {p: r for (bb, p), r in done.items() if bb == b})
+            for b, (block, pieces) in enumerate(zip(blocks, plans))]
+
+
+def _assemble(block: Block, pieces: list[tuple[int, int, bool]], done: dict) -> Block:
+    """A block's translation from its pieces: gaps as they were, sentences translated with their spans carried."""
+    text, spans, claimed = [], [], set()
+    offset = 0
+    for p, (s, e, is_sentence) in enumerate(pieces):
+        if is_sentence:
+            mine = [(k, _piece(span, s, e, block.text)) for k, span in enumerate(block.spans)]
+            mine = [(k, span) for k, span in mine if span is not None and (span.start != span.end or k not in claimed)]
+            claimed.update(k for k, _ in mine)
+            if p in done:
+                out, moved = carry(block.text[s:e], [span for _, span in mine], *done[p])
+            else:  # no letters: passed through as it is
+                out, moved = block.text[s:e], [span for _, span in mine]
+        else:
+            out, moved = block.text[s:e], _gap_spans(block, s, e, claimed)
+        spans.extend(replace(span, start=span.start + offset, end=span.end + offset) for span in moved)
+        text.append(out)
+        offset += len(out)
+    return Block("".join(text), spans)
+
+
+# Text passed through verbatim: URLs, e-mail addresses, numbers with their signs (prices, dates, times, percentages).
+_PROTECTED = re.compile(
+    r"(?:https?://|ftp://|www\.)[^\s<>\"']+[^\s<>\"'.,;:!?)\]]"
+    r"|[\w.+-]+@[\w-]+(?:\.[\w-]+)+"
+    r"|[+\-−]?\d+(?:[.,:/\-]\d+)*(?:\s?%)?"
+)
+_JOINERS = {"\u200d", "\ufe0f", "\u20e3"}
+
+
+def _symbol_runs(text: str) -> Iterator[tuple[int, int]]:
+    """Runs of symbols (emoji, currency, ©, ™, arrows ...), joiners and skin tones included."""
+    start = None
+    for i, c in enumerate(text):
+        symbol = unicodedata.category(c) in ("So", "Sc", "Sk") or (start is not None and c in _JOINERS)
+        if symbol and start is None:
+            start = i
+        elif not symbol and start is not None:
+            yield start, i
+            start = None
+    if start is not None:
+        yield start, len(text)
+
+
+def protected_spans(text: str) -> list[Span]:
+    """The spans of a text that are not language and must come back exactly: numbers, prices, dates, times, URLs,
+    e-mail addresses, emoji and symbols ("keep" spans, in order, not overlapping; "15 €" is one)."""
+    found = sorted([m.span() for m in _PROTECTED.finditer(text)] + list(_symbol_runs(text)))
+    merged: list[list[int]] = []
+    for s, e in found:
+        if merged and s <= merged[-1][1]:
+            merged[-1][1] = max(merged[-1][1], e)
+        elif merged and text[merged[-1][1]:s] == " " and any(
+                unicodedata.category(c) == "Sc" for c in text[merged[-1][0]:e]) and (
+                text[merged[-1][0]].isdigit() or text[s].isdigit() or text[merged[-1][0]] in "+-−"):
+            merged[-1][1] = e  # a price: "15 €", "$ 20"
+        else:
+            merged.append([s, e])
+    return [Span(s, e, "keep") for s, e in merged]
