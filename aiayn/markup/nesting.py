@@ -30,6 +30,7 @@ class Node:
     aligned: set[int] = field(default_factory=set)
     children: list[Node] = field(default_factory=list)
     char: tuple[int, int] = (0, 0)  # a keep's text inside its word
+    space_before: bool = False  # a point: the source has a space just before it (it goes after the target's space)
     text: str = ""  # a keep's word, edges included
 
     @property
@@ -61,19 +62,45 @@ def _point(node: Node, src: list[tuple[int, int]], links: dict[int, list[int]], 
     return 0 if left < 0 else n
 
 
-def _keep_word(node: Node, source: str, src: list[tuple[int, int]], word: str | None) -> None:
-    """A keep's or a replacement's word: its text, with the target word's edge punctuation where the source word had
-    more than the span at that edge ("(2020)" keeps its brackets)."""
+def _keep_word(node: Node, source: str, src, tokens: list[str], links: dict[int, list[int]], aligned: bool) -> None:
+    """A keep's or a replacement's word: its text, with the edge punctuation of the translation of the source word it
+    shares with other text ("(2020)" keeps its brackets, "Keep Me." its full stop)."""
     text = node.span.text if node.span.kind == "replace" and node.span.text is not None else \
         source[node.span.start:node.span.end]
     lead = trail = ""
-    if word is not None and node.source_words:
-        first, last = src[node.source_words[0]], src[node.source_words[-1]]
-        edges = _EDGES.match(word)
-        lead = edges.group(1) if first[0] < node.span.start else ""
-        trail = edges.group(3) if last[1] > node.span.end and edges.group(2) else ""
+    if aligned and node.source_words:
+        first, last = node.source_words[0], node.source_words[-1]
+        before, after = source[src[first][0]:node.span.start], source[node.span.end:src[last][1]]
+        if before:
+            lead = next((m.group(1) for j in links.get(first, []) if (m := _EDGES.match(tokens[j])).group(1)), "")
+            lead = lead or _source_edge(before)
+        if after:
+            trail = next((m.group(3) for j in links.get(last, []) if (m := _EDGES.match(tokens[j])).group(2)
+                          and m.group(3)), "")
+            trail = trail or _source_edge(after)
     node.text = lead + text + trail
     node.char = (len(lead), len(lead) + len(text))
+
+
+def _source_edge(edge: str) -> str:
+    """The source word's own edge punctuation, where no translation of the word kept any: the other words aligned
+    to a kept span give way to it, so "(2020)." translated as "( unk ) ." or one invented word keeps its brackets."""
+    return edge if edge and not any(c.isalnum() or c.isspace() for c in edge) else ""
+
+
+def _inside_word(node: Node, source: str, src, tokens: list[str], aligned: list[int]):
+    """For kept text inside a word (letters beside it in the same source word): the aligned target word holding the
+    same text and where it lies in it, or None."""
+    text = source[node.span.start:node.span.end]
+    words = [src[i] for i in node.source_words]
+    if not text or not words or not (any(c.isalnum() for c in source[words[0][0]:node.span.start]) or
+                                     any(c.isalnum() for c in source[node.span.end:words[-1][1]])):
+        return None
+    for j in aligned:
+        at = tokens[j].find(text)
+        if at >= 0:
+            return j, (at, at + len(text))
+    return None
 
 
 def _substitute(source, src, tokens, links, nodes) -> tuple[list[tuple[str, Node | None]], dict[int, list[int]]]:
@@ -87,13 +114,18 @@ def _substitute(source, src, tokens, links, nodes) -> tuple[list[tuple[str, Node
         if node.kind not in ("keep", "replace"):
             continue
         aligned = sorted({j for i in node.source_words for j in links.get(i, [])} - claimed)
-        if aligned:
-            _keep_word(node, source, src, tokens[aligned[0]])
+        inside = _inside_word(node, source, src, tokens, aligned)
+        if inside is not None:  # part of a word ("A&lt;b"): found in its translation, marked there
+            node.text, node.char = tokens[inside[0]], inside[1]
+            head[inside[0]] = node
+            claimed.add(inside[0])
+        elif aligned:
+            _keep_word(node, source, src, tokens, links, True)
             head[aligned[0]] = node
             deleted.update(aligned[1:])
             claimed.update(aligned)
         else:
-            _keep_word(node, source, src, None)
+            _keep_word(node, source, src, tokens, links, False)
             inserts.setdefault(_point(node, src, links, len(tokens)), []).append(node)
     final: list[tuple[str, Node | None]] = []
     new_of: dict[int, int] = {}
@@ -225,8 +257,12 @@ def place(source: str, src: list[tuple[int, int]], tokens: list[str], links: dic
                 span = (s + child.char[0], s + child.char[1])
             elif child.empty:
                 p = child.lo
-                s = lo if (node.index >= 0 and not node.empty and p == node.lo) else (
-                    starts[p - 1] + len(final[p - 1][0]) if p > 0 else 0)
+                if node.index >= 0 and not node.empty and p == node.lo:
+                    s = lo
+                elif child.space_before and 0 < p < len(final):
+                    s = starts[p]
+                else:
+                    s = starts[p - 1] + len(final[p - 1][0]) if p > 0 else 0
                 span = (s, s)
             else:
                 span = _trimmed(child, source, final, starts)

@@ -145,6 +145,7 @@ def carry(source: str, spans: Sequence[Span], translation: str,
     nodes = [Node(index=k, span=s, source_words=_covered(s, src)) for k, s in enumerate(spans)]
     for node, parent in zip(nodes, parents(spans)):
         node.parent = parent
+        node.space_before = source[node.span.start - 1:node.span.start].isspace()
     return place(source, src, tokens, links, nodes)
 
 
@@ -253,18 +254,29 @@ def _symbol_runs(text: str) -> Iterator[tuple[int, int]]:
         yield start, len(text)
 
 
+def _price(text: str, left: tuple[int, int], right: tuple[int, int]) -> bool:
+    """Whether two pieces one space apart are a number and a currency sign ("15 €", "$ 20")."""
+    pieces = [text[a:b] for a, b in (left, right)]
+    currency = [all(unicodedata.category(c) == "Sc" for c in p) for p in pieces]
+    number = [p[-1].isdigit() for p in pieces]
+    return right[0] - left[1] == 1 and text[left[1]].isspace() and (
+        (number[0] and currency[1]) or (currency[0] and number[1]))
+
+
 def protected_spans(text: str) -> list[Span]:
     """The spans of a text that are not language and must come back exactly: numbers, prices, dates, times, URLs,
     e-mail addresses, emoji and symbols ("keep" spans, in order, not overlapping; "15 €" is one)."""
     found = sorted([m.span() for m in _PROTECTED.finditer(text)] + list(_symbol_runs(text)))
-    merged: list[list[int]] = []
+    merged: list[tuple[int, int]] = []
+    pieces = 0  # how many found pieces the last merged span holds
     for s, e in found:
-        if merged and s <= merged[-1][1]:
-            merged[-1][1] = max(merged[-1][1], e)
-        elif merged and text[merged[-1][1]:s] == " " and any(
-                unicodedata.category(c) == "Sc" for c in text[merged[-1][0]:e]) and (
-                text[merged[-1][0]].isdigit() or text[s].isdigit() or text[merged[-1][0]] in "+-−"):
-            merged[-1][1] = e  # a price: "15 €", "$ 20"
+        if merged and s < merged[-1][1]:
+            merged[-1] = (merged[-1][0], max(merged[-1][1], e))
+        elif merged and pieces == 1 and _price(text, merged[-1], (s, e)):
+            merged[-1] = (merged[-1][0], e)
+            pieces = 2
+            continue
         else:
-            merged.append([s, e])
+            merged.append((s, e))
+        pieces = 1
     return [Span(s, e, "keep") for s, e in merged]
