@@ -1,0 +1,49 @@
+"""aiayn's engines as the markup layer's translator: sentences in, (text, word alignment) out.
+
+Every engine's `translate_nbest(sentences, alignments=True)` gives each translation its hard word links
+(`Translation.alignment`: source word i, target word j, one link per target word); an engine that gives none
+(an older one, or `alignment` None) is placed on the diagonal (aiayn.markup.spans' monotone fallback)."""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Sequence
+
+from aiayn.markup.spans import Block, Translate, translate_blocks
+
+
+def _nbest(engine, sentences: list[str]) -> list[list]:
+    """The engine's n-best lists, with alignments where it can give them."""
+    if "alignments" in inspect.signature(engine.translate_nbest).parameters:
+        return engine.translate_nbest(sentences, alignments=True)
+    return engine.translate_nbest(sentences)
+
+
+def translate_fn(engine, nbest: int = 1) -> Translate:
+    """A translator for translate_blocks: the best translation of each sentence (nbest > 1: the nbest-th best,
+    or the last the engine found), with its alignment."""
+
+    def translate(sentences: list[str]):
+        hyps = _nbest(engine, sentences)
+        picked = [h[min(nbest, len(h)) - 1] for h in hyps]
+        return [(t.text, getattr(t, "alignment", None)) for t in picked]
+
+    return translate
+
+
+def nbest_blocks(blocks: Sequence[Block], engine, source_lang: str, nbest: int) -> list[list[Block]]:
+    """Each block translated up to `nbest` ways from one decoding: the k-th holds the k-th best translation of every
+    sentence (or the last one found), with the spans carried through its own alignment."""
+    cache: dict[tuple[str, ...], list[list]] = {}
+
+    def pick(k: int) -> Translate:
+        def translate(sentences: list[str]):
+            key = tuple(sentences)
+            if key not in cache:
+                cache[key] = _nbest(engine, sentences)
+            return [(h[min(k, len(h) - 1)].text, getattr(h[min(k, len(h) - 1)], "alignment", None))
+                    for h in cache[key]]
+        return translate
+
+    ways = [translate_blocks(blocks, pick(k), source_lang) for k in range(nbest)]
+    return [list(per_block) for per_block in zip(*ways)] if blocks else []

@@ -1,0 +1,62 @@
+"""aiayn.markup.engines: an engine's n-best lists and alignments as the markup layer's translator, and a real tiny
+model's translations carried into well-formed HTML."""
+
+from collections import namedtuple
+
+from helpers import tiny_model
+from test_markup import _Checker
+
+from aiayn.data import Vocab
+from aiayn.decoding.search import SearchConfig
+from aiayn.decoding.translator import Translator
+from aiayn.markup.engines import nbest_blocks, translate_fn
+from aiayn.markup.html import translate_html
+from aiayn.markup.spans import Block, Span, walk
+
+Hyp = namedtuple("Hyp", "text alignment")
+
+
+class ReversingEngine:
+    """Two hypotheses per sentence: the words reversed, then as they are; counts its calls."""
+
+    def __init__(self):
+        self.calls = 0
+
+    def translate_nbest(self, lines, progress=False, prefixes=None, first_line=0, glossary=None, alignments=False):
+        assert alignments
+        self.calls += 1
+        out = []
+        for line in lines:
+            words = line.split()
+            n = len(words)
+            out.append([Hyp(" ".join(reversed(words)), [(n - 1 - j, j) for j in range(n)]),
+                        Hyp(line, [(j, j) for j in range(n)])])
+        return out
+
+
+def test_translate_fn_and_nbest_use_the_engines_alignments_from_one_decoding():
+    block = Block("a b c", [Span(0, 1, "wrap", "x")])
+    engine = ReversingEngine()
+    assert translate_fn(engine)(["a b c"]) == [("c b a", [(2, 0), (1, 1), (0, 2)])]
+    assert translate_fn(engine, nbest=2)(["a b"])[0][0] == "a b"
+    engine.calls = 0
+    (ways,) = nbest_blocks([block], engine, "en", 3)
+    assert engine.calls == 1
+    assert [(w.text, [(s.start, s.end) for s in w.spans]) for w in ways] == [
+        ("c b a", [(4, 5)]), ("a b c", [(0, 1)]), ("a b c", [(0, 1)])]
+
+
+def test_a_tiny_models_translations_come_back_well_formed(copy_data):
+    vocab = Vocab.load(copy_data / "vocab.model")
+    words = (copy_data / "test.src.txt").read_text().split()[:9]
+    source = (f"<p>{words[0]} <b>{words[1]} <i>{words[2]}</i></b> {words[3]}. <a href='x'>{words[4]}</a> "
+              f"{words[5]} <img src='y'> {words[6]} {words[7]}.</p>")
+    translator = Translator(tiny_model(len(vocab), eos_bias=4.0), vocab, SearchConfig(beam=2))
+    out = translate_html(source, translate_fn(translator), "en", "es")
+    checker = _Checker()
+    checker.feed(out)
+    checker.close()
+    assert not checker.bad and not checker.stack
+    assert checker.count == {"p": 1, "b": 1, "i": 1, "a": 1, "img": 1}
+    assert "href='x'" in out and "src='y'" in out
+    assert list(walk(Block("x"))) == [("text", None, "x")]
