@@ -1,0 +1,75 @@
+"""One entry point for every format: translate_document(path_in, path_out, translate, source, target, limits).
+
+The format comes from the file name's extension (FORMATS). A document is read whole and checked first (size, zip,
+XML, macros, the text budget), all its blocks are translated in one call of aiayn.markup.spans.translate_blocks (so a
+server batches every sentence of the document), and the output is written atomically: a bad file raises one DataError
+line naming the file and what is wrong, and leaves nothing at path_out.
+"""
+
+from __future__ import annotations
+
+import importlib
+from pathlib import Path
+
+from aiayn.documents.blocks import Translate, source_chars, translate_all
+from aiayn.documents.safe import DocumentLimits
+from aiayn.errors import DataError, UsageError
+
+# extension -> (module, class): the document classes, each with .blocks and .write(path_out, translated, target)
+FORMATS = {
+    ".txt": ("text", "TextDocument"),
+    ".md": ("markdown", "MarkdownDocument"),
+    ".srt": ("srt", "SrtDocument"),
+    ".html": ("epub", "HtmlFile"),
+    ".htm": ("epub", "HtmlFile"),
+    ".xhtml": ("epub", "HtmlFile"),
+    ".docx": ("ooxml", "OfficeDocument"),
+    ".pptx": ("ooxml", "OfficeDocument"),
+    ".odt": ("odf", "OdfDocument"),
+    ".odp": ("odf", "OdfDocument"),
+    ".epub": ("epub", "EpubDocument"),
+}
+SUPPORTED = tuple(FORMATS)
+_MACRO_ENABLED = (".docm", ".pptm", ".xlsm", ".dotm", ".potm", ".ppsm")
+
+
+def format_of(path: str | Path) -> str:
+    """The format of a file name (its extension, lower case); an extension not supported is a UsageError."""
+    suffix = Path(path).suffix.lower()
+    if suffix in _MACRO_ENABLED:
+        raise UsageError(f"{path}: macro-enabled files ({suffix}) are not translated; save it as "
+                         f"{suffix[:-1] + 'x'} without macros")
+    if suffix not in FORMATS:
+        raise UsageError(f"{path}: files of type {suffix or '(no extension)'} are not supported; "
+                         f"supported: {', '.join(SUPPORTED)}")
+    return suffix
+
+
+def open_document(path: str | Path, limits: DocumentLimits | None = None):
+    """The document read and checked, its blocks ready (`.blocks`), for write(path_out, translated, target)."""
+    path = Path(path)
+    module, name = FORMATS[format_of(path)]
+    cls = getattr(importlib.import_module(f"aiayn.documents.{module}"), name)
+    return cls(path, limits or DocumentLimits())
+
+
+def document_chars(path: str | Path, limits: DocumentLimits | None = None) -> int:
+    """The characters a document sends to translation (what its text budget counts), without translating."""
+    return source_chars(open_document(path, limits).blocks)
+
+
+def translate_document(path_in: str | Path, path_out: str | Path, translate: Translate, source_lang: str,
+                       target_lang: str, limits: DocumentLimits | None = None) -> int:
+    """Translate a document into path_out (same format; written atomically) and return the characters translated.
+    translate(sentences) -> [(translation, word alignment or None)] is called once, with every sentence."""
+    limits = limits or DocumentLimits()
+    if format_of(path_out) != format_of(path_in) and not {format_of(path_out), format_of(path_in)} <= {
+            ".html", ".htm", ".xhtml"}:
+        raise UsageError(f"{path_out}: the output must have the input's format ({Path(path_in).suffix})")
+    document = open_document(path_in, limits)
+    chars = source_chars(document.blocks)
+    if chars > limits.max_chars:
+        raise DataError(f"{path_in}: the text is {chars} characters, over the limit of {limits.max_chars}")
+    translated = translate_all(document.blocks, translate, source_lang)
+    document.write(Path(path_out), translated, target_lang)
+    return chars

@@ -1,0 +1,260 @@
+"""aiayn.documents: each format's text translated whole, every part a reader sees, the rest kept as it was.
+
+The translator is a stand-in with exact word alignments (document_samples.Recorder: words upper-cased one to one, or
+reversed crosswise), so where each formatting lands can be worked out by hand; each test reads the output back
+with the format's own library (python-docx, python-pptx) or as XML."""
+
+from __future__ import annotations
+
+import re
+import zipfile
+
+import pytest
+from document_samples import Recorder, make_docx, make_epub, make_odf, make_pptx, read_entry
+
+from aiayn.documents import FORMATS, open_document, translate_document
+from aiayn.documents.blocks import BlockBuilder, distribute, nest, proportional
+from aiayn.markup.spans import Block, Span
+
+W = "{http://schemas.openxmlformats.org/wordprocessingml/2006/main}"
+
+
+def test_one_call_translates_every_sentence_of_a_document(tmp_path):
+    src = make_docx(tmp_path / "a.docx")
+    rec = Recorder()
+    chars = translate_document(src, tmp_path / "b.docx", rec, "en", "es")
+    assert len(rec.calls) == 1 and chars > 100
+    sentences = rec.sentences
+    # a sentence split across runs (bookmark, proofing mark, bold) is one sentence; the field's result in it
+    assert "The quick brown fox jumps over the dog." in sentences
+    assert "Page 7 of the report." in sentences
+    assert sentences.count("Inside the box.") == 1  # the text box Word holds twice: translated once
+    for part in ("The header line.", "The footer line.", "The footnote text.", "A table cell.", "a box of words",
+                 "A note follows this text.", "We keep new words here."):
+        assert part in sentences
+    assert not any("old words" in s or "PAGE" in s for s in sentences)  # deletions and field codes untouched
+
+
+def test_docx_runs_links_fields_and_changes(tmp_path):
+    import docx
+
+    src = make_docx(tmp_path / "a.docx")
+    out = tmp_path / "b.docx"
+    translate_document(src, out, Recorder(reverse=True), "en", "es")
+    d = docx.Document(out)
+    first = d.paragraphs[0]
+    assert first.text == "DOG. THE OVER JUMPS FOX BROWN QUICK THE"
+    assert [r.text for r in first.runs if r.bold] == ["JUMPS"]  # the bold word's translation, wherever it went
+    xml = read_entry(out, "word/document.xml")
+    assert re.search(r'<w:hyperlink r:id="rIdLink"><w:r><w:rPr><w:rStyle w:val="Hyperlink"/></w:rPr>'
+                     r'<w:t>MANUAL THE</w:t></w:r></w:hyperlink>', xml)
+    assert read_entry(out, "word/_rels/document.xml.rels") == read_entry(src, "word/_rels/document.xml.rels")
+    assert '<w:instrText xml:space="preserve"> PAGE </w:instrText>' in xml and "<w:t>7</w:t>" in xml
+    assert "<w:delText>old words</w:delText>" in xml and "<w:t>WORDS NEW</w:t></w:r></w:ins>" in xml
+    assert 'w:name="mark"' in xml and "proofErr" not in xml
+    assert xml.count("<w:t>BOX. THE INSIDE</w:t>") == 2  # mc:Choice and mc:Fallback alike
+    assert 'descr="WORDS OF BOX A"' in xml
+    assert '<w:lang w:val="es"/>' in xml and "en-US" not in xml
+    assert "<w:footnoteReference w:id=\"1\"/>" in xml
+    for t in re.findall(r"<w:t( [^>]*)?>([^<]*)</w:t>", xml):  # every w:t with edge spaces keeps them
+        assert t[1] == t[1].strip() or 'xml:space="preserve"' in t[0]
+    assert "FOOTNOTE" in read_entry(out, "word/footnotes.xml")
+    assert 'w:val="es"' in read_entry(out, "word/styles.xml")
+    assert d.sections[0].header.paragraphs[0].text == "LINE. HEADER THE"
+
+
+def test_docx_keeps_spaces_at_run_edges(tmp_path):
+    body = ('<w:p><w:r><w:t xml:space="preserve">Say </w:t></w:r><w:r><w:rPr><w:i/></w:rPr><w:t>hello</w:t></w:r>'
+            '<w:r><w:t xml:space="preserve"> to all.</w:t></w:r></w:p>')
+    src = make_docx(tmp_path / "a.docx", body)
+    out = tmp_path / "b.docx"
+    translate_document(src, out, Recorder(), "en", "es")
+    xml = read_entry(out, "word/document.xml")
+    assert '<w:t xml:space="preserve">SAY </w:t>' in xml and '<w:t xml:space="preserve"> TO ALL.</w:t>' in xml
+    assert "<w:i/></w:rPr><w:t>HELLO</w:t>" in xml
+
+
+def test_pptx_slides_notes_tables_fields_and_alt_text(tmp_path):
+    import pptx
+
+    src = make_pptx(tmp_path / "a.pptx")
+    out = tmp_path / "b.pptx"
+    rec = Recorder()
+    translate_document(src, out, rec, "en", "es")
+    assert "Slide 1" in rec.sentences  # the slide-number field's text is in the sentence, kept
+    prs = pptx.Presentation(out)
+    one, two = prs.slides
+    assert one.shapes.title.text == "QUARTERLY RESULTS"
+    body = one.placeholders[1].text_frame.paragraphs[0]
+    assert body.runs[1].text == "VERY" and body.runs[1].font.bold
+    assert "".join(r.text for r in body.runs) == "SALES GREW VERY FAST THIS YEAR."
+    assert one.notes_slide.notes_text_frame.text == "MENTION THE NEW MARKETS."
+    assert two.shapes.title.text == "THE TABLE"
+    table = next(s for s in two.shapes if s.has_table).table
+    assert table.cell(0, 1).text == "SECOND CELL"
+    xml = read_entry(out, "ppt/slides/slide1.xml")
+    assert 'type="slidenum"><a:rPr lang="es"/><a:t>1</a:t></a:fld>' in xml
+    assert 'descr="A BOX WITH THE SLIDE NUMBER"' in xml and 'lang="en-US"' not in xml
+
+
+def test_odt_spans_links_spaces_notes_and_changes(tmp_path):
+    src = make_odf(tmp_path / "a.odt")
+    out = tmp_path / "b.odt"
+    rec = Recorder()
+    translate_document(src, out, rec, "en", "es")
+    assert "Removed sentence." not in rec.sentences and "It reads the guide daily." in rec.sentences
+    xml = read_entry(out, "content.xml")
+    assert ('THE QUICK <text:span text:style-name="T1">BROWN</text:span> FOX. <text:s/>IT READS '
+            '<text:a xlink:type="simple" xlink:href="https://example.org/">THE GUIDE</text:a> DAILY.') in xml
+    assert re.search(r"A NOTE<text:note [^>]*><text:note-citation>1</text:note-citation><text:note-body>"
+                     r"<text:p>THE NOTE SAYS MORE.</text:p></text:note-body></text:note> STAYS HERE.", xml)
+    assert "<text:p>Removed sentence.</text:p>" in xml and "<text:change text:change-id=\"ct1\"/>" in xml
+    assert 'fo:language="es"' in xml and "fo:country" not in xml
+    assert "THE RUNNING HEADER." in read_entry(out, "styles.xml")
+    assert "<dc:language>es</dc:language>" in read_entry(out, "meta.xml")
+    with zipfile.ZipFile(out) as z:
+        first = z.infolist()[0]
+        assert first.filename == "mimetype" and first.compress_type == zipfile.ZIP_STORED
+
+
+def test_odp_slides_notes_and_alt_text(tmp_path):
+    src = make_odf(tmp_path / "a.odp", presentation=True)
+    out = tmp_path / "b.odp"
+    translate_document(src, out, Recorder(), "en", "es")
+    xml = read_entry(out, "content.xml")
+    for text in ("<text:p>THE SLIDE TITLE</text:p>", '<text:span text:style-name="T1">FIRST</text:span> SLIDE.',
+                 "<svg:title>A PICTURE OF A CAT</svg:title>", "<text:p>SPEAK SLOWLY HERE.</text:p>"):
+        assert text in xml
+
+
+def test_epub_chapters_navigation_toc_and_language(tmp_path):
+    src = make_epub(tmp_path / "a.epub")
+    out = tmp_path / "b.epub"
+    translate_document(src, out, Recorder(), "en", "es")
+    chapter = read_entry(out, "OEBPS/chapter1.xhtml")
+    assert "<p>IT WAS A <b>DARK</b> NIGHT.&#160;THE RAIN FELL.</p>" in chapter
+    assert 'alt="A DARK SKY"' in chapter and 'xml:lang="es" lang="es"' in chapter
+    assert "&nbsp;" not in chapter
+    assert '<a href="chapter1.xhtml">THE FIRST CHAPTER</a>' in read_entry(out, "OEBPS/nav.xhtml")
+    ncx = read_entry(out, "OEBPS/toc.ncx")
+    assert "<text>THE FIRST CHAPTER</text>" in ncx and "<text>THE SMALL BOOK</text>" in ncx
+    opf = read_entry(out, "OEBPS/content.opf")
+    assert "<dc:language>es</dc:language>" in opf and "<dc:title>THE SMALL BOOK</dc:title>" in opf
+    with zipfile.ZipFile(out) as z:
+        assert z.infolist()[0].filename == "mimetype" and z.infolist()[0].compress_type == zipfile.ZIP_STORED
+        assert z.read("OEBPS/x.png") == zipfile.ZipFile(src).read("OEBPS/x.png")
+
+
+def test_srt_sentences_across_cues_keep_their_cues_and_timings(tmp_path):
+    src = tmp_path / "a.srt"
+    src.write_text("1\n00:00:01,000 --> 00:00:02,500\nI think that we\n\n2\n00:00:02,600 --> 00:00:04,000\n"
+                   "should go <i>now</i>.\n\n3\n00:00:05,000 --> 00:00:06,000\n- Yes.\n- No!\n", encoding="utf-8")
+    rec = Recorder()
+    translate_document(src, tmp_path / "b.srt", rec, "en", "es")
+    assert rec.sentences == ["I think that we should go now.", "Yes.", "No!"]
+    assert (tmp_path / "b.srt").read_text(encoding="utf-8") == (
+        "1\n00:00:01,000 --> 00:00:02,500\nI THINK THAT WE\n\n2\n00:00:02,600 --> 00:00:04,000\n"
+        "SHOULD GO <i>NOW</i>.\n\n3\n00:00:05,000 --> 00:00:06,000\n- YES.\n- NO!\n")
+    translate_document(src, tmp_path / "c.srt", Recorder(reverse=True), "en", "es")
+    cues = (tmp_path / "c.srt").read_text(encoding="utf-8").split("\n\n")
+    assert cues[0].splitlines()[2] and cues[1].splitlines()[2]  # reordered words: every cue keeps some, in order
+    assert " ".join([cues[0].splitlines()[2], cues[1].splitlines()[2]]) == "<i>NOW</i>. GO SHOULD WE THAT THINK I"
+
+
+MARKDOWN = """---
+title: Keep me
+---
+# A title here
+
+Some **bold words** and `code()` with a [link](https://example.org/x "T") and
+a [reference][ref] on two lines.
+
+```python
+print("not translated")
+```
+
+    indented code stays
+
+- first item
+- second item with ![an image](img.png)
+
+| Name | Value |
+|------|-------|
+| one  | two   |
+
+[ref]: https://example.org/ref
+"""
+
+
+def test_markdown_translates_only_text_and_keeps_the_layout(tmp_path):
+    src = tmp_path / "a.md"
+    src.write_text(MARKDOWN, encoding="utf-8")
+    rec = Recorder()
+    translate_document(src, tmp_path / "b.md", rec, "en", "es")
+    out = (tmp_path / "b.md").read_text(encoding="utf-8")
+    assert out == MARKDOWN.replace("# A title here", "# A TITLE HERE").replace(
+        "Some **bold words** and `code()` with a [link](https://example.org/x \"T\") and\na [reference][ref] on two "
+        "lines.", "SOME **BOLD WORDS** AND `code()` WITH A [LINK](https://example.org/x \"T\") AND\nA [REFERENCE][ref]"
+                  " ON TWO LINES.").replace("- first item", "- FIRST ITEM").replace(
+        "- second item with ![an image](img.png)", "- SECOND ITEM WITH ![AN IMAGE](img.png)").replace(
+        "| Name | Value |", "| NAME | VALUE |").replace("| one  | two   |", "| ONE  | TWO   |")
+    assert not any("Keep me" in s or "not translated" in s or "indented" in s for s in rec.sentences)
+
+
+def test_text_paragraphs_wrapped_over_lines(tmp_path):
+    src = tmp_path / "a.txt"
+    src.write_text("  First line of a\nsentence here.\n\nSecond paragraph.\r\n", encoding="utf-8")
+    rec = Recorder()
+    translate_document(src, tmp_path / "b.txt", rec, "en", "es")
+    assert rec.sentences == ["First line of a sentence here.", "Second paragraph."]
+    assert (tmp_path / "b.txt").read_bytes() == b"  FIRST LINE OF A\nSENTENCE HERE.\n\nSECOND PARAGRAPH.\r\n"
+
+
+def test_html_and_xhtml_go_through_the_markup_layer(tmp_path):
+    src = tmp_path / "a.html"
+    src.write_text('<p lang="en">Hello <b>big</b> world.&nbsp;Bye.</p>', encoding="utf-8")
+    translate_document(src, tmp_path / "b.html", Recorder(), "en", "de")
+    assert (tmp_path / "b.html").read_text() == '<p lang="de">HELLO <b>BIG</b> WORLD.&nbsp;BYE.</p>'
+    src = tmp_path / "a.xhtml"
+    src.write_text('<html xmlns="http://www.w3.org/1999/xhtml"><body><p>Hi.&#160;There.</p></body></html>')
+    translate_document(src, tmp_path / "b.xhtml", Recorder(), "en", "de")
+    assert "<p>HI.&#160;THERE.</p>" in (tmp_path / "b.xhtml").read_text()  # XML has no &nbsp;
+
+
+def test_every_supported_extension_has_a_reader():
+    assert set(FORMATS) == {".txt", ".md", ".srt", ".html", ".htm", ".xhtml", ".docx", ".pptx", ".odt", ".odp",
+                            ".epub"}
+
+
+def test_builder_merges_runs_split_only_by_points():
+    """Two runs of one formatting around a bookmark are one span (the bookmark inside it), so a word split across
+    them is carried as one word; nest() gives the tree the formats rebuild from."""
+    b = BlockBuilder()
+    b.text("a ")
+    b.open("bold")
+    b.text("wo")
+    b.close()
+    b.void("mark")
+    b.open("bold")
+    b.text("rd")
+    b.close()
+    b.text(" b")
+    block = b.block()
+    assert block == Block("a word b", [Span(2, 6, "wrap", "bold"), Span(4, 4, "void", "mark")])
+    tree = nest(block)
+    assert tree[0] == "a " and tree[2] == " b"
+    assert tree[1].span.key == "bold" and tree[1].children[0] == "wo" and tree[1].children[1].span.key == "mark"
+
+
+def test_distribute_keeps_parts_in_order_and_fills_empty_ones():
+    assert distribute([(0, "A B"), (None, " "), (1, "C")], [3, 1]) == ["A B", "C"]
+    # the second part's words came first: the first part would be left empty, so the words are shared 3:1
+    assert distribute([(1, "C"), (None, " "), (0, "A B")], [3, 1]) == ["C A", "B"]
+    assert proportional("a b c d", [1, 1]) == ["a b", "c d"]
+    assert proportional("a b", [10, 1, 1]) == ["a b", "", ""]  # fewer words than parts: by proportion alone
+    assert proportional("a b c", [0, 5, 0]) == ["a", "b", "c"]
+
+
+def test_open_document_reads_without_translating(tmp_path):
+    doc = open_document(make_odf(tmp_path / "a.odt"))
+    assert any(b.text == "It reads the guide daily." or "the guide" in b.text for b in doc.blocks)
