@@ -1,3 +1,4 @@
+# ruff: noqa: E501  (the XML of the samples is written as Word and ODF write it: one element after another)
 """Small documents of every format, built in code for the documents tests: python-docx and python-pptx make real
 Word and PowerPoint packages (their styles, settings, relationships), into which the body is written as Word and
 PowerPoint write it (runs split by bookmarks and proofing marks, links, fields, tracked changes, text boxes kept twice

@@ -9,7 +9,6 @@ from __future__ import annotations
 import re
 import zipfile
 
-import pytest
 from document_samples import Recorder, make_docx, make_epub, make_odf, make_pptx, read_entry
 
 from aiayn.documents import FORMATS, open_document, translate_document

@@ -63,9 +63,10 @@ def translate_document(path_in: str | Path, path_out: str | Path, translate: Tra
     """Translate a document into path_out (same format; written atomically) and return the characters translated.
     translate(sentences) -> [(translation, word alignment or None)] is called once, with every sentence."""
     limits = limits or DocumentLimits()
-    if format_of(path_out) != format_of(path_in) and not {format_of(path_out), format_of(path_in)} <= {
-            ".html", ".htm", ".xhtml"}:
-        raise UsageError(f"{path_out}: the output must have the input's format ({Path(path_in).suffix})")
+    fmt = format_of(path_in)
+    if format_of(path_out) != fmt and not {format_of(path_out), fmt} <= {".html", ".htm", ".xhtml"}:
+        raise UsageError(f"{path_out}: the translation of {Path(path_in).name} is written in its format: "
+                         f"name the output *{fmt}")
     document = open_document(path_in, limits)
     chars = source_chars(document.blocks)
     if chars > limits.max_chars:
