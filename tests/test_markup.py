@@ -175,6 +175,9 @@ def test_sentences_follow_the_source_language():
     assert got[:2] == ["Mr. Smith came at 5 p.m. today.", "He left."]
     text = "Das ist z.B. ein Test. Am 3. Mai kam er."
     assert [text[s:e] for s, e in sentence_ranges(text, "de")] == ["Das ist z.B. ein Test.", "Am 3. Mai kam er."]
+    text = "¿Vino la Dra. López? Sí, vino. M. Dupont grew 3.5 pct. in Q2. ¿Y no hará?; habló."
+    assert [text[s:e] for s, e in sentence_ranges(text, "es")] == [
+        "¿Vino la Dra. López?", "Sí, vino.", "M. Dupont grew 3.5 pct. in Q2.", "¿Y no hará?; habló."]
 
 
 def test_a_sentence_without_letters_is_not_translated():

@@ -1,8 +1,13 @@
 """A block's sentences by its language's rules: sentencex (Wikimedia's segmenter: the abbreviations and sentence
-ends of about 300 languages) where it is installed, else aiayn's own English-abbreviation rule."""
+ends of about 300 languages) where it is installed, else aiayn's own English-abbreviation rule.
+
+Two of sentencex's cuts are undone, as aiayn's own rule never makes them: before a lower-case letter or punctuation
+that is not an opening one ("3.5 pct. in Q2", "¿no hará?; habló", "?)") and after a lone letter and its full stop
+(an initial: "M. Dupont", "J. Smith")."""
 
 from __future__ import annotations
 
+import unicodedata
 from functools import lru_cache
 
 
@@ -39,5 +44,23 @@ def sentence_ranges(text: str, lang: str) -> list[tuple[int, int]]:
             for sentence in split_sentences(line):
                 bounds.append((pos, pos + len(sentence)))
                 pos += len(sentence)
-    ranges = [_strip(text, s, e) for s, e in bounds]
-    return [(s, e) for s, e in ranges if s < e]
+    ranges = [r for r in (_strip(text, s, e) for s, e in bounds) if r[0] < r[1]]
+    merged: list[tuple[int, int]] = []
+    for s, e in ranges:
+        if merged and _joined(text, merged[-1], s):
+            merged[-1] = (merged[-1][0], e)
+        else:
+            merged.append((s, e))
+    return merged
+
+
+_OPENERS = "\"'“‘«([¿¡„"
+
+
+def _joined(text: str, before: tuple[int, int], start: int) -> bool:
+    """Whether a cut between two sentences is one to undo: the next starts lower-case, or the one before ends with
+    an initial."""
+    first = text[start:start + 8].lstrip(_OPENERS)[:1]
+    last = text[before[0]:before[1]].rsplit(None, 1)[-1]
+    closing = bool(first) and unicodedata.category(first).startswith("P")  # , ; : ) ” ... (openers were stripped)
+    return first.islower() or closing or (len(last) == 2 and last[0].isalpha() and last[1] == ".")
