@@ -9,13 +9,13 @@ from __future__ import annotations
 import re
 import zipfile
 
+import pytest
 from document_samples import Recorder, make_docx, make_epub, make_odf, make_pptx, read_entry
 
 from aiayn.documents import FORMATS, open_document, translate_document
 from aiayn.documents.blocks import BlockBuilder, distribute, nest, proportional
 from aiayn.markup.spans import Block, Span
 
-W = "{http://schemas.openxmlformats.org/wordprocessingml/2006/main}"
 
 
 def test_one_call_translates_every_sentence_of_a_document(tmp_path):
@@ -257,3 +257,40 @@ def test_distribute_keeps_parts_in_order_and_fills_empty_ones():
 def test_open_document_reads_without_translating(tmp_path):
     doc = open_document(make_odf(tmp_path / "a.odt"))
     assert any(b.text == "It reads the guide daily." or "the guide" in b.text for b in doc.blocks)
+
+
+class FakeEngine:
+    """An engine as aiayn.markup.engines reads one: translate_nbest(sentences, alignments=True)."""
+
+    def __init__(self) -> None:
+        self.recorder = Recorder()
+
+    def translate_nbest(self, sentences, alignments=False):
+        from types import SimpleNamespace
+
+        return [[SimpleNamespace(text=t, alignment=a if alignments else None)] for t, a in self.recorder(sentences)]
+
+
+def test_translate_file_command_uses_the_engine_and_the_languages(tmp_path, capsys):
+    from argparse import Namespace
+
+    from aiayn.documents.command import is_document, translate_file_command
+    from aiayn.errors import UsageError
+
+    assert is_document("r.docx") and is_document("R.EPUB") and is_document("x.docm")
+    assert not is_document("r.txt") and not is_document(None) and not is_document("-") and not is_document("a.pdf")
+    src = make_odf(tmp_path / "a.odt")
+    args = Namespace(input=str(src), output=str(tmp_path / "b.odt"), checkpoint=[str(tmp_path)], source_lang="en",
+                     target_lang="fr", print_alignment=False, print_scores=None, prefix=None, buffer_size=None,
+                     nbest=1, no_progress=False)
+    engine = FakeEngine()
+    assert translate_file_command(args, engine) == 0
+    assert len(engine.recorder.calls) == 1
+    assert "<dc:language>fr</dc:language>" in read_entry(tmp_path / "b.odt", "meta.xml")
+    assert "a.odt" in capsys.readouterr().err
+    with pytest.raises(UsageError, match="--output"):
+        translate_file_command(Namespace(**{**vars(args), "output": None}), engine)
+    with pytest.raises(UsageError, match="--print-alignment"):
+        translate_file_command(Namespace(**{**vars(args), "print_alignment": True}), engine)
+    with pytest.raises(UsageError, match="language pair"):  # no flags, and the folder records no pair
+        translate_file_command(Namespace(**{**vars(args), "source_lang": None, "target_lang": None}), engine)
