@@ -2,7 +2,7 @@
 
 Two independent implementations of the Transformer run aiayn's weights: logits and per-token log-probs must agree
 to float rounding, and greedy and beam search must give aiayn's tokens where the search rules are the same
-(aiayn's lp="power" = HF's and CTranslate2's |Y|^alpha; aiayn/export/ct2_engine.py lists what differs and why).
+(aiayn's lp="power" = HF's and CTranslate2's |Y|^alpha; aiayn/decoding/ct2.py lists what differs and why).
 
 The models are tiny and trained for 100 steps on the reversed-copy task: a random model would repeat its input to
 the length limit, whereas these stop by themselves at varied lengths, give PAD and BOS almost no probability (as
@@ -26,18 +26,18 @@ from helpers import REPO, save_run, tiny_model
 from aiayn.cli import main
 from aiayn.config import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 from aiayn.data import Vocab, load_split
+from aiayn.decoding.search import SearchConfig, beam_search, greedy_search, max_output_lengths
+from aiayn.decoding.shortlist import build_from_prepared, vmap_lines
+from aiayn.decoding.translator import Translator
 from aiayn.errors import UsageError, UserError
 from aiayn.export.names import parameter_map
 from aiayn.model import Transformer
-from aiayn.search import SearchConfig, beam_search, greedy_search, max_output_lengths
-from aiayn.shortlist import build_from_prepared, vmap_lines
-from aiayn.translate import Translator
 
 transformers = pytest.importorskip("transformers")
 ctranslate2 = pytest.importorskip("ctranslate2")
 
+from aiayn.decoding.ct2 import CT2Translator, own_limits, translate_ct2  # noqa: E402
 from aiayn.export.ct2 import QUANTIZATIONS, export_ct2  # noqa: E402
-from aiayn.export.ct2_engine import CT2Translator, own_limits, translate_ct2  # noqa: E402
 from aiayn.export.hf import export_hf, from_marian, import_hf, to_marian  # noqa: E402
 
 # Word limit. The trained models' beam outputs stay below it: at the limit the engines score hypotheses differently
@@ -213,6 +213,25 @@ def test_hf_round_trip_is_exact(model, vocab, hf_dir):
     other.config.activation_function = "gelu"  # (swish is OPUS-MT's, which aiayn holds: test_import_marian.py)
     with pytest.raises(UserError, match="gelu"):
         from_marian(other)
+
+
+def test_hf_import_checks_every_tensor_against_the_config_without_transformers(model, hf_dir, tmp_path, monkeypatch):
+    """import_hf reads the files itself (MarianMTModel.from_pretrained would fill a layer the weights lack with random
+    weights, and drop one the config does not name); the folder records no pair when none was given."""
+    import shutil
+
+    assert json.loads((hf_dir / "tokenizer_config.json").read_text())["source_lang"] is None
+    monkeypatch.setitem(sys.modules, "transformers", None)  # any import of transformers now fails
+    back, _ = import_hf(hf_dir)
+    assert all(torch.equal(v, model.state_dict()[k]) for k, v in back.state_dict().items())
+    folder = shutil.copytree(hf_dir, tmp_path / "hf")
+    config = json.loads((folder / "config.json").read_text())
+    n = config["encoder_layers"]
+    config["aiayn"]["n_enc_layers"] = n + 1
+    (folder / "config.json").write_text(json.dumps({**config, "encoder_layers": n + 1}))
+    with pytest.raises(UserError, match=f"model.safetensors holds {n} encoder layers where config.json says "
+                                        f"encoder_layers={n + 1}"):
+        import_hf(folder)
 
 
 @pytest.mark.parametrize("overrides, reason", [({"norm_first": True}, "pre-norm"),

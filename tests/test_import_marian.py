@@ -23,8 +23,8 @@ from aiayn.cli import main
 from aiayn.config import EOS_ID, PAD_ID
 from aiayn.data.folder import run_languages
 from aiayn.data.vocab import MarianVocab, Vocab
+from aiayn.decoding.search import SearchConfig, beam_search, greedy_search
 from aiayn.errors import UserError
-from aiayn.search import SearchConfig, beam_search, greedy_search
 
 transformers = pytest.importorskip("transformers")
 spm = pytest.importorskip("sentencepiece")
@@ -227,7 +227,7 @@ def test_forced_decoding_scores_are_hf_log_probs(imported, lines):
 def test_every_decoding_format_adds_the_output_bias(precision, prepack):
     """fp32, bf16 and int8 decoding copies (their own output projections) and a shortlist's rows add the bias."""
     from aiayn.config import ModelConfig
-    from aiayn.inference import decoding_copy
+    from aiayn.decoding.inference import decoding_copy
     from aiayn.model import Transformer
 
     torch.manual_seed(0)
@@ -271,6 +271,89 @@ def test_refusals_are_one_line(spm_models, tmp_path):
     (folder / "vocab.json").unlink()
     with pytest.raises(UserError, match="lacks vocab.json"):
         import_run(folder, tmp_path / "run")
+
+
+class RunsCode:
+    """Unpickled, this calls open(path, "w"): the kind of pickle that runs code when a .bin file is loaded."""
+
+    def __init__(self, path) -> None:
+        self.path = str(path)
+
+    def __reduce__(self):
+        return open, (self.path, "w")
+
+
+def edit_config(**fields):
+    def edit(folder):
+        config = json.loads((folder / "config.json").read_text())
+        (folder / "config.json").write_text(json.dumps({**config, **fields}))
+    return edit
+
+
+def cut_weights(keep: float):
+    def edit(folder):
+        data = (folder / "model.safetensors").read_bytes()
+        (folder / "model.safetensors").write_bytes(data[: int(len(data) * keep)])
+    return edit
+
+
+def bin_weights(write):
+    def edit(folder):
+        (folder / "model.safetensors").unlink()
+        write(folder / "pytorch_model.bin")
+    return edit
+
+
+# Folders that are not the model their config.json describes, or hold a damaged file: (edit, file named, message).
+BROKEN = {
+    "one encoder layer, two in the weights": (edit_config(encoder_layers=1), "model.safetensors",
+                                              "holds 2 encoder layers where config.json says encoder_layers=1"),
+    "three encoder layers, two in the weights": (edit_config(encoder_layers=3), "model.safetensors",
+                                                 "holds 2 encoder layers where config.json says encoder_layers=3"),
+    "one decoder layer, two in the weights": (edit_config(decoder_layers=1), "model.safetensors",
+                                              "holds 2 decoder layers where config.json says decoder_layers=1"),
+    "d_model not the weights'": (edit_config(d_model=64), "model.safetensors",
+                                 "model.shared.weight is 554 x 32 where config.json .* makes it 554 x 64"),
+    "d_ff not the weights'": (edit_config(encoder_ffn_dim=128, decoder_ffn_dim=128), "model.safetensors",
+                              "fc1.weight is 64 x 32 where config.json .* makes it 128 x 32"),
+    "a t5 model": (edit_config(model_type="t5"), "config.json", "model_type 't5' is not 'marian'"),
+    "truncated model.safetensors": (cut_weights(0.5), "model.safetensors", "cannot read .*damaged or incomplete"),
+    "empty model.safetensors": (cut_weights(0.0), "model.safetensors", "cannot read .*damaged or incomplete"),
+    "junk pytorch_model.bin": (bin_weights(lambda path: path.write_bytes(b"not weights" * 100)), "pytorch_model.bin",
+                               "cannot read .*not PyTorch weights"),
+    "pickled code in pytorch_model.bin": (bin_weights(lambda path: torch.save({"x": RunsCode(path.parent / "ran")},
+                                                                              path)),
+                                          "pytorch_model.bin", "holds pickled objects other than tensors"),
+    "junk source.spm": (lambda folder: (folder / "source.spm").write_bytes(b"junk"), "source.spm",
+                        "is not a SentencePiece model"),
+    "junk target.spm": (lambda folder: (folder / "target.spm").write_bytes(b"junk"), "target.spm",
+                        "is not a SentencePiece model"),
+}
+
+
+@pytest.fixture(scope="module")
+def opus_base(spm_models, tmp_path_factory):
+    return opus_folder(tmp_path_factory.mktemp("base") / "opus", spm_models, "opus-mt")
+
+
+@pytest.mark.parametrize("case", list(BROKEN))
+def test_a_folder_that_is_not_its_config_or_is_damaged_is_one_line_naming_the_file(case, opus_base, tmp_path,
+                                                                                   capsys):
+    """Every tensor's name and shape is checked against config.json before anything is written: a layer more or less,
+    another width, another model type, a damaged or pickled weights file, a junk tokenizer model. The error names the
+    user's file (not a temporary one), pickled code never runs, and nothing is left where RUN would be."""
+    import re
+    import shutil
+
+    edit, file, message = BROKEN[case]
+    folder = shutil.copytree(opus_base, tmp_path / "opus")
+    edit(folder)
+    capsys.readouterr()
+    assert main(["import", "--from", "hf", str(folder), "--out", str(tmp_path / "run")]) == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"{folder / file}" in err and re.search(message, err), err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["opus"]  # no run, no temporary folder
+    assert not (folder / "ran").exists()  # the pickled code did not run
 
 
 def test_weights_are_read_from_every_file_layout_without_transformers(spm_models, tmp_path, monkeypatch):
@@ -388,8 +471,8 @@ def opus_run(spm_models, tmp_path_factory):
 def test_ct2_export_gives_aiayn_tokens(opus_run, lines, tmp_path):
     pytest.importorskip("ctranslate2")
     from aiayn.config import BOS_ID
+    from aiayn.decoding.ct2 import CT2Translator
     from aiayn.export.ct2 import export_ct2
-    from aiayn.export.ct2_engine import CT2Translator
 
     model, vocab, _ = load_for_inference(opus_run)
     export_ct2(model, vocab, tmp_path / "ct2")
@@ -419,8 +502,8 @@ def test_ct2_export_gives_aiayn_tokens(opus_run, lines, tmp_path):
 
 
 def test_int8_decoding_and_hf_export_back(opus_run, lines, tmp_path):
+    from aiayn.decoding.translator import Translator
     from aiayn.export.hf import export_hf
-    from aiayn.translate import Translator
 
     model, vocab, _ = load_for_inference(opus_run)
     search = SearchConfig(beam=1, max_len_a=0.0, max_len_b=LIMIT)
@@ -432,6 +515,85 @@ def test_int8_decoding_and_hf_export_back(opus_run, lines, tmp_path):
     back, back_vocab, cfg = load_for_inference(tmp_path / "back")
     assert cfg == model.cfg and isinstance(back_vocab, MarianVocab) and back_vocab.pieces == vocab.pieces
     assert all(torch.equal(v, model.state_dict()[k]) for k, v in back.state_dict().items())
+
+
+@pytest.fixture(scope="module")
+def exported(opus_run, tmp_path_factory):
+    """An imported model exported back by `aiayn export --to hf` (config.json carries its aiayn record)."""
+    from aiayn.export.hf import export_hf
+
+    model, vocab, _ = load_for_inference(opus_run)
+    return export_hf(model, vocab, tmp_path_factory.mktemp("exported") / "hf")
+
+
+def edit_record(**fields):
+    """Edit config.json's Marian fields and, under the same change, its aiayn record (n_enc_layers, ...)."""
+    names = {"encoder_layers": "n_enc_layers", "decoder_layers": "n_dec_layers"}
+
+    def edit(folder):
+        config = json.loads((folder / "config.json").read_text())
+        config["aiayn"].update({names[k]: v for k, v in fields.items() if k in names})
+        (folder / "config.json").write_text(json.dumps({**config, **fields}))
+    return edit
+
+
+# aiayn's own exports were read by MarianMTModel.from_pretrained, which fills a layer the weights lack with random
+# weights and drops one they have: the same checks hold for them.
+EXPORTS_BROKEN = {
+    "three encoder layers, two in the weights": (edit_record(encoder_layers=3), "model.safetensors",
+                                                 "holds 2 encoder layers where config.json says encoder_layers=3"),
+    "one decoder layer, two in the weights": (edit_record(decoder_layers=1), "model.safetensors",
+                                              "holds 2 decoder layers where config.json says decoder_layers=1"),
+    "config.json edited, not its record": (edit_config(encoder_layers=3), "config.json",
+                                           "encoder_layers, .* \\(555, 3, 2, .* disagree with its aiayn record"),
+    "a t5 model": (edit_config(model_type="t5"), "config.json", "model_type 't5' is not 'marian'"),
+    "truncated model.safetensors": (cut_weights(0.9), "model.safetensors", "cannot read .*damaged or incomplete"),
+}
+
+
+@pytest.mark.parametrize("case", list(EXPORTS_BROKEN))
+def test_an_aiayn_export_that_is_not_its_config_is_refused(case, exported, tmp_path, capsys):
+    import re
+    import shutil
+
+    edit, file, message = EXPORTS_BROKEN[case]
+    folder = shutil.copytree(exported, tmp_path / "hf")
+    edit(folder)
+    capsys.readouterr()
+    assert main(["import", "--from", "hf", str(folder), "--out", str(tmp_path / "run")]) == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"{folder / file}" in err and re.search(message, err), err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["hf"]
+
+
+def test_hf_export_keeps_the_language_pair(opus_base, tmp_path, capsys):
+    """export --to hf writes the pair where HF's Marian converter does (tokenizer_config.json's source_lang and
+    target_lang: MarianTokenizer reads them), so export -> import keeps it."""
+    run = tmp_path / "run"
+    assert main(["import", "--from", "hf", str(opus_base), "--out", str(run), "--source-lang", "en", "--target-lang",
+                 "de"]) == 0
+    assert main(["export", "--checkpoint", str(run), "--to", "hf", str(tmp_path / "hf")]) == 0  # the run's pair
+    tok = transformers.MarianTokenizer.from_pretrained(tmp_path / "hf")
+    assert (tok.source_lang, tok.target_lang) == ("en", "de")
+    assert main(["import", "--from", "hf", str(tmp_path / "hf"), "--out", str(tmp_path / "back")]) == 0
+    assert run_languages(tmp_path / "back") == ("en", "de")
+    assert main(["export", "--checkpoint", str(run), "--to", "hf", str(tmp_path / "hf-given"), "--source-lang",
+                 "pt-BR", "--target-lang", "es"]) == 0  # the flags win
+    assert main(["import", "--from", "hf", str(tmp_path / "hf-given"), "--out", str(tmp_path / "given")]) == 0
+    assert run_languages(tmp_path / "given") == ("pt-BR", "es")
+    capsys.readouterr()
+    assert main(["export", "--checkpoint", str(run), "--to", "hf", str(tmp_path / "bad"), "--source-lang",
+                 "auto"]) == 2
+    assert "not a language code" in capsys.readouterr().err and not (tmp_path / "bad").exists()
+
+
+def test_export_help_says_what_each_target_does_with_the_pair(capsys):
+    assert main(["export", "--help"]) == 0
+    text = " ".join(capsys.readouterr().out.split())
+    for target, does in [("argos", "names it in the package's metadata.json (and needs one)"),
+                         ("ct2", "writes it to the folder's aiayn.json"),
+                         ("hf", "writes it as tokenizer_config.json's source_lang and target_lang")]:
+        assert f"--to {target} {does}" in text, target
 
 
 def test_fine_tuning_and_shortlist_on_a_corpus_prepared_with_its_vocabulary(opus_run, tmp_path, capsys):
@@ -468,9 +630,9 @@ def test_argos_package_translates_as_the_ct2_export(opus_run, lines, tmp_path):
     pytest.importorskip("argostranslate")
     from test_export_argos import NAME, argos_search, argos_translate
 
+    from aiayn.decoding.ct2 import CT2Translator
     from aiayn.export.argos import export_argos
     from aiayn.export.ct2 import export_ct2
-    from aiayn.export.ct2_engine import CT2Translator
 
     model, vocab, _ = load_for_inference(opus_run)
     one_sentence = [line for line in lines if line.count(".") == 1 and line.endswith(".")]

@@ -12,27 +12,31 @@ from aiayn.extras import require
 
 
 def export_command(args: argparse.Namespace) -> int:
+    from aiayn.decoding.shortlist import load as load_shortlist
     from aiayn.export.card import provenance
     from aiayn.rundir import inference_checkpoint, load_for_inference, shortlist_path
-    from aiayn.shortlist import load as load_shortlist
 
     if args.to == "hf" and args.quantization:
         raise UsageError("--quantization applies to --to ct2 and argos only (an HF export keeps float32 weights)")
     from aiayn.data.folder import run_languages
+    from aiayn.languages import check_code
 
-    languages = (args.source_lang, args.target_lang)
-    if args.to == "hf" and languages != (None, None):
-        raise UsageError("--source-lang and --target-lang apply to --to ct2 and argos only (an HF folder records "
-                         "no language pair)")
-    if args.to != "hf":  # the pair given, else the run's: a package names it, a CTranslate2 folder records it
-        recorded = run_languages(args.checkpoint) or (None, None)
-        languages = tuple(given or found for given, found in zip(languages, recorded))
-        if args.to == "argos" and None in languages:
-            raise UsageError("--to argos needs --source-lang and --target-lang (ISO 639 codes such as en, de): a "
-                             "package names its language pair, and the run's prepared data record none (aiayn "
-                             "prepare --source-lang/--target-lang records them)")
-        if languages.count(None) == 1:
-            raise UsageError("give both --source-lang and --target-lang: the run records no language pair")
+    languages = (args.source_lang, args.target_lang)  # the pair given, else the run's: every target records it
+    try:
+        for code, side in zip(languages, ("source", "target")):
+            if code is not None:
+                check_code(code, side)
+    except ValueError as e:
+        raise UsageError(str(e)) from None
+    recorded = run_languages(args.checkpoint) or (None, None)
+    languages = tuple(given or found for given, found in zip(languages, recorded))
+    if args.to == "argos" and None in languages:
+        raise UsageError("--to argos needs --source-lang and --target-lang (ISO 639 codes such as en, de): a "
+                         "package names its language pair, and the run's prepared data record none (aiayn "
+                         "prepare --source-lang/--target-lang records them)")
+    if languages.count(None) == 1:
+        raise UsageError("give both --source-lang and --target-lang: the run records no language pair")
+    pair = None if None in languages else languages
     modules = {"hf": ("transformers",), "ct2": ("ctranslate2",), "argos": ("ctranslate2", "spacy")}[args.to]
     require(f"aiayn export --to {args.to}", "export", modules)
     checkpoint = inference_checkpoint(Path(args.checkpoint))
@@ -44,20 +48,27 @@ def export_command(args: argparse.Namespace) -> int:
     if args.to == "hf":
         from aiayn.export.hf import export_hf
 
-        export_hf(model, vocab, args.out, prov)
+        export_hf(model, vocab, args.out, prov, pair)
     elif args.to == "argos":
         from aiayn.export.argos import export_argos
 
         export_argos(model, vocab, args.out, *languages, args.quantization, prov)
     else:
+        from aiayn.decoding.ct2 import VMAP_FILE
         from aiayn.export.ct2 import export_ct2
-        from aiayn.export.ct2_engine import VMAP_FILE
 
-        export_ct2(model, vocab, args.out, args.quantization, prov, shortlist,
-                   None if None in languages else languages)
+        export_ct2(model, vocab, args.out, args.quantization, prov, shortlist, pair)
     print(f"exported {checkpoint} -> {args.out} ({args.to}{', ' + args.quantization if args.quantization else ''})"
           + (f"; its shortlist as {VMAP_FILE} (use_vmap)" if shortlist is not None else ""))
     return 0
+
+
+# What --source-lang/--target-lang do, per target (tests/test_export.py reads the help for each).
+LANGUAGES_HELP = ("The language pair is --source-lang and --target-lang, else the run's (recorded by `aiayn prepare` "
+                  "or `aiayn import`); every target records it: --to argos names it in the package's metadata.json "
+                  "(and needs one); --to ct2 writes it to the folder's aiayn.json, which serve reads; --to hf writes "
+                  "it as tokenizer_config.json's source_lang and target_lang, as HF's Marian converter does, which "
+                  "`aiayn import` reads back.")
 
 
 def register(sub) -> None:
@@ -72,8 +83,7 @@ def register(sub) -> None:
                                    "CTranslate2 model, its SentencePiece model, a spaCy sentence splitter) that "
                                    "argostranslate and LibreTranslate install. --to ct2 also writes the run's "
                                    "shortlist (aiayn shortlist), if it has one, as CTranslate2's vocabulary map. "
-                                   "An Argos package names its language pair: --source-lang and --target-lang "
-                                   "(argos only), else the one `aiayn prepare` recorded for the run's data.")
+                                   f"{LANGUAGES_HELP}")
     add_checkpoint_arg(p)
     p.add_argument("--to", required=True, choices=["hf", "ct2", "argos"],
                    help="hf: MarianMTModel folder; ct2: CTranslate2 folder; argos: Argos Translate package file")

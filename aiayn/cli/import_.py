@@ -36,11 +36,16 @@ def register(sub) -> None:
                                    "aiayn run directory that translate, serve, export, shortlist and train "
                                    "--init-from take. aiayn never downloads it: fetch the folder yourself, e.g. "
                                    "`huggingface-cli download Helsinki-NLP/opus-mt-en-de --local-dir opus-mt-en-de`. "
-                                   "The run records its language pair (serve and export --to argos read it): "
+                                   "The run records its language pair (serve and export read it): "
                                    "--source-lang/--target-lang, else the folder's tokenizer_config.json "
                                    "(source_lang, target_lang), else a folder name such as opus-mt-en-de or en-de. "
-                                   "Refused with one line: untied or separate source/target embeddings, unscaled "
-                                   "embeddings, an activation other than swish or relu (docs/import.md).")
+                                   "Every file is checked before anything is written: a model_type other than "
+                                   "marian, weights that are not the model config.json describes (a layer more or "
+                                   "less, another d_model, a tensor missing or unknown), a damaged weights file, a "
+                                   "pytorch_model.bin holding pickled objects other than tensors (never run), a "
+                                   "junk source.spm or target.spm are each one error line naming the file; so are "
+                                   "untied or separate source/target embeddings, unscaled embeddings, an activation "
+                                   "other than swish or relu (docs/import.md). Nothing is left at --out on failure.")
     p.add_argument("--from", dest="source_format", required=True, choices=["hf"],
                    help="the folder's format: hf (a transformers MarianMTModel folder)")
     p.add_argument("folder", type=Path, help="the model folder to read")
