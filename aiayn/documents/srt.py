@@ -108,8 +108,10 @@ class SrtDocument:
         for group, block in zip(self.groups, translated):
             lines = [line for i in group for line in self.cues[i].lines]
             pieces = iter(split_parts(block, [len(_TAG.sub("", line)) for line in lines], render_srt))
-            for i in group:
-                self.cues[i].lines = [next(pieces) for _ in self.cues[i].lines]
+            for i in group:  # a line left empty is dropped: a blank line would end the cue
+                cue = self.cues[i]
+                kept = [(p, line) for p, line in zip(cue.prefixes, (next(pieces) for _ in cue.lines)) if line]
+                cue.prefixes, cue.lines = [p for p, _ in kept], [line for _, line in kept]
         chunks = ["\n".join(c.head + [p + line for p, line in zip(c.prefixes, c.lines)]) for c in self.cues]
         write_text(path_out, ("\n\n".join(chunks) + "\n").replace("\n", self.newline))
 
