@@ -304,6 +304,29 @@ def bin_weights(write):
     return edit
 
 
+def edit_tensors(edit_state):
+    def edit(folder):
+        from safetensors.torch import load_file, save_file
+
+        state = load_file(folder / "model.safetensors")
+        edit_state(state)
+        save_file(state, folder / "model.safetensors")
+    return edit
+
+
+def one_shard_lost(folder):
+    from safetensors.torch import load_file, save_file
+
+    state = load_file(folder / "model.safetensors")
+    (folder / "model.safetensors").unlink()
+    names = sorted(state)
+    first = "model-00001-of-00002.safetensors"
+    parts = {first: names[::2], "model-00002-of-00002.safetensors": names[1::2]}
+    save_file({k: state[k] for k in parts[first]}, folder / first)  # the second is never written
+    (folder / "model.safetensors.index.json").write_text(
+        json.dumps({"weight_map": {k: file for file, keys in parts.items() for k in keys}}))
+
+
 # Folders that are not the model their config.json describes, or hold a damaged file: (edit, file named, message).
 BROKEN = {
     "one encoder layer, two in the weights": (edit_config(encoder_layers=1), "model.safetensors",
@@ -316,7 +339,12 @@ BROKEN = {
                                  "model.shared.weight is 554 x 32 where config.json .* makes it 554 x 64"),
     "d_ff not the weights'": (edit_config(encoder_ffn_dim=128, decoder_ffn_dim=128), "model.safetensors",
                               "fc1.weight is 64 x 32 where config.json .* makes it 128 x 32"),
+    "a tensor missing": (edit_tensors(lambda state: state.pop("model.encoder.layers.1.fc1.weight")),
+                         "model.safetensors", "lacks model.encoder.layers.1.fc1.weight"),
+    "a tensor no MarianMTModel has": (edit_tensors(lambda state: state.update(extra=torch.zeros(2))),
+                                      "model.safetensors", "holds tensors a MarianMTModel has not: extra"),
     "a t5 model": (edit_config(model_type="t5"), "config.json", "model_type 't5' is not 'marian'"),
+    "a shard lost": (one_shard_lost, "model-00002-of-00002.safetensors", "cannot read .*No such file"),
     "truncated model.safetensors": (cut_weights(0.5), "model.safetensors", "cannot read .*damaged or incomplete"),
     "empty model.safetensors": (cut_weights(0.0), "model.safetensors", "cannot read .*damaged or incomplete"),
     "junk pytorch_model.bin": (bin_weights(lambda path: path.write_bytes(b"not weights" * 100)), "pytorch_model.bin",
