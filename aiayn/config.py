@@ -176,7 +176,7 @@ PRESETS: dict[str, dict[str, Any]] = {
 @dataclass(frozen=True)
 class SearchConfig:
     """How to search: every option a search takes, in one place (defaults are the paper's, section 6.1). The weights
-    it searches with (fp32, bf16, int8) are the model's business: aiayn.inference."""
+    it searches with (fp32, bf16, int8) are the model's business: aiayn.decoding.inference."""
 
     beam: int = 4  # 1 = greedy search
     alpha: float = 0.6  # length penalty exponent
@@ -229,7 +229,7 @@ class SearchConfig:
 
     def word_limit(self, tokens: int, cap: int | None = None) -> int:
         """The most words a translation of a source of `tokens` tokens (EOS included, padding not) may have:
-        int(max_len_a * tokens + max_len_b), raised to min_len, cut to `cap` (aiayn.search.max_output_lengths on
+        int(max_len_a * tokens + max_len_b), raised to min_len, cut to `cap` (aiayn.decoding.search.max_output_lengths on
         tensors; this is it for one sentence, in plain Python)."""
         limit = max(math.floor(self.max_len_a * tokens + self.max_len_b), self.min_len)
         return limit if cap is None else min(limit, cap)
@@ -237,8 +237,8 @@ class SearchConfig:
 
 PAPER_SEARCH = SearchConfig()  # beam 4, alpha 0.6, max length = input + 50 (section 6.1)
 
-PRECISIONS = ("fp32", "bf16", "int8")  # the number formats decoding runs in (aiayn.inference)
+PRECISIONS = ("fp32", "bf16", "int8")  # the number formats decoding runs in (aiayn.decoding.inference)
 # --device's help in every command (cli.common.add_device_arg, TrainConfig.device): the names runtime.resolve_device
 # reads
 DEVICE_HELP = "auto (a CUDA GPU if there is one, else CPU), cpu, cuda, cuda:N"
-SEARCH_IMPLS = ("auto", "eager", "fixed")  # how a Translator runs its search (aiayn.translate.Translator)
+SEARCH_IMPLS = ("auto", "eager", "fixed")  # how a Translator runs its search (aiayn.decoding.translator.Translator)

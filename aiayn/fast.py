@@ -19,8 +19,8 @@ claim against the code). Why each was kept, with its measurements: docs/speed-de
     bound_kernel_cache     oneDNN's and ideep's 1,024-entry   yes             nothing computed: fewer compiled
                            per-shape caches                                   kernels kept
 
-The fused label-smoothed loss is a fast path too; it lives in aiayn/losses.py beside its reference formula. The
-decoding precisions (bf16, int8; prepacked weights) live in aiayn/inference.py, beside the model they equal.
+The fused label-smoothed loss is a fast path too; it lives in aiayn/training/losses.py beside its reference formula. The
+decoding precisions (bf16, int8; prepacked weights) live in aiayn/decoding/inference.py, beside the model they equal.
 The two process-wide settings (keep_freed_memory, bound_kernel_cache) are applied by aiayn.runtime.configure_process
 only, once per process, for every entry point.
 """

@@ -4,7 +4,7 @@ Notation (batch first everywhere):
     B  batch size              S  source length           T  target length (t: one decoding step)
     D  d_model                 F  d_ff                    V  vocabulary size (shared)
     h  heads                   dk d_k (query/key width)   dv d_v (value width)
-    Ns, Nt  tokens of all source / target sentences of a packed batch (aiayn.packed: no padding)
+    Ns, Nt  tokens of all source / target sentences of a packed batch (aiayn.training.packed: no padding)
 
 Reading guide, paper -> code:
     3.2.1 scaled dot-product attention   -> `scaled_dot_product_attention` (`attention`: it or torch's fused kernel)
@@ -16,8 +16,8 @@ Reading guide, paper -> code:
                                             .output_bias; aiayn.export.marian): off unless a config asks
     3.5   positional encoding            -> `sinusoidal_positions`
     5.4   residual dropout, post-norm    -> `SublayerConnection`
-    packed batches (not in the paper)    -> `Transformer.encode_packed/decode_hidden_packed`, aiayn.packed
-    decoding a step at a time            -> `Transformer.decode` with a cache: aiayn.cache (keys/values, beam rows)
+    packed batches (not in the paper)    -> `Transformer.encode_packed/decode_hidden_packed`, aiayn.training.packed
+    decoding a step at a time            -> `Transformer.decode` with a cache: aiayn.decoding.cache (keys/values, beam rows)
 
 Initialization (documented in docs/model.md): embeddings N(0, D^-0.5) with the pad row zeroed (as fairseq,
 so that embedding * sqrt(D) has unit scale and the tied output projection starts with unit-variance logits);
@@ -33,10 +33,10 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from aiayn.cache import DecoderCache, LayerCache
 from aiayn.config import PAD_ID, ModelConfig
+from aiayn.decoding.cache import DecoderCache, LayerCache
 from aiayn.fast import Dropout, LayerNorm, use_matmul_attention
-from aiayn.packed import PackedMask, Sentences, packed_attention
+from aiayn.training.packed import PackedMask, Sentences, packed_attention
 
 # ---------------------------------------------------------------------------------------------------------
 # Pure functions: the paper's equations.
@@ -126,8 +126,8 @@ class MultiHeadAttention(nn.Module):
         """x (B, n, D) gives the queries; keys/values come from x (self-attention) or memory (B, m, D) (cross).
 
         mask: bool, broadcastable to (B, h, n, m), True = may attend. is_causal: no query sees a later position.
-        cache: decoding, a step at a time; it holds the earlier steps' keys/values (aiayn.cache).
-        A PackedMask as mask: x (Nq, D) and memory (Nk, D) are packed sentences (aiayn.packed)."""
+        cache: decoding, a step at a time; it holds the earlier steps' keys/values (aiayn.decoding.cache).
+        A PackedMask as mask: x (Nq, D) and memory (Nk, D) are packed sentences (aiayn.training.packed)."""
         source = x if self.self_attention else memory
         if isinstance(mask, PackedMask):
             q, k, v = self.w_q(x), self.w_k(source), self.w_v(source)  # (Nq, h*dk), (Nk, h*dk), (Nk, h*dv)

@@ -67,7 +67,7 @@ class Progress:
 
 
 class TrainingProgress(Progress):
-    """Training's progress (`tc`: aiayn.train's TrainConfig): counting seconds for a time budget, else steps, on
+    """Training's progress (`tc`: aiayn.training.train's TrainConfig): counting seconds for a time budget, else steps, on
     standard output; the figures of each logged step beside the count (a plain line only on those steps). silent:
     not the main process (nothing shown)."""
 

@@ -13,16 +13,16 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from aiayn import checkpoint as ckpt
 from aiayn import files, rundir
 from aiayn.config import ModelConfig
 from aiayn.data import builtin_corpus, prepare
+from aiayn.decoding.search import SearchConfig
+from aiayn.decoding.translator import Translator
 from aiayn.errors import UsageError
 from aiayn.metrics import chrf, corpus_bleu
 from aiayn.runtime import resolve_device, resolve_dtype
-from aiayn.search import SearchConfig
-from aiayn.train import TrainConfig, resume, train
-from aiayn.translate import Translator
+from aiayn.training import checkpoint as ckpt
+from aiayn.training.train import TrainConfig, resume, train
 
 # The quickstart's departures from the `small` preset, each measured (RESULTS.md, "Quickstart recipe search";
 # docs/model.md): no dropout (a 12-minute run sees each sentence ~3 times, far from overfitting; `--set dropout=0.1`

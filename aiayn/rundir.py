@@ -1,6 +1,6 @@
 """A run on disk: its layout, its one writer (Run) and what its readers find in it. The only module that knows where
 a run keeps anything; the checkpoint files' own format (weights, trainer state, headers, shapes, averaging) is
-aiayn.checkpoint's.
+aiayn.training.checkpoint's.
 
     RUN/config.json                                   model config, training config, the data it trains on (path,
                                                       content digest), the vocabulary's SHA-256 and, when
@@ -53,13 +53,13 @@ from typing import Any
 
 import torch
 
-from aiayn import checkpoint as ckpt
 from aiayn import files
 from aiayn.config import ModelConfig
 from aiayn.data.folder import META_FILE, RUN_CONFIG, prepared_sha256, read_meta
 from aiayn.data.vocab import MODEL_FILE, Vocab
 from aiayn.errors import CheckpointError, DataError, UsageError
 from aiayn.model import Transformer
+from aiayn.training import checkpoint as ckpt
 
 CONFIG = RUN_CONFIG
 VOCAB = MODEL_FILE
@@ -79,7 +79,7 @@ _STEP_RE = re.compile(r"step_(\d+)\.safetensors$")
 def run_record(model: dict[str, Any], train: dict[str, Any], data_dir: Path, vocab_path: Path,
                parent: dict[str, Any] | None = None) -> dict[str, Any]:
     """What RUN/config.json holds: the model and training configs, what the run trains on, and for a fine-tuning run
-    the checkpoint it started from (aiayn.checkpoint.parent_record)."""
+    the checkpoint it started from (aiayn.training.checkpoint.parent_record)."""
     record = {"model": model, "train": train, "data": str(Path(data_dir).resolve()),
               "data_sha256": prepared_sha256(data_dir), "vocab_sha256": files.sha256_file(vocab_path),
               "languages": read_meta(data_dir).get("languages")}  # serve and export read them (data.run_languages)
@@ -274,7 +274,7 @@ def shortlist_path(checkpoint: Path) -> Path:
 
 def load_for_inference(path: Path, device: str | torch.device = "cpu") -> tuple[Transformer, Vocab, ModelConfig]:
     """(model in eval mode, vocabulary, config) from a run directory (inference_checkpoint) or a checkpoint file: the
-    header and shapes checked first, then the vocabulary, then the weights (what aiayn.inference.load converts)."""
+    header and shapes checked first, then the vocabulary, then the weights (what aiayn.decoding.inference.load converts)."""
     path = inference_checkpoint(Path(path))
     _, cfg, shapes = ckpt.read_header(path)
     ckpt.check_shapes(path, cfg, shapes)  # before the model or its weights take any memory

@@ -86,7 +86,7 @@ class Runtime:
                 module, device_ids=[self.device.index] if self.device.type == "cuda" else None)
         if not compile:
             return module
-        from aiayn.packed import mark_constant_for_compile
+        from aiayn.training.packed import mark_constant_for_compile
 
         mark_constant_for_compile()
         return torch.compile(module)

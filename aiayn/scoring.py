@@ -1,8 +1,8 @@
 """Forced decoding: the log-probability a model gives a given translation (`aiayn score`). (How translate prints the
-scores of its own outputs, `--print-scores`, is aiayn.lines'.)
+scores of its own outputs, `--print-scores`, is aiayn.decoding.lines'.)
 
 A pair's score is the sum of log p(y_t | y_<t, x) over the target's tokens, EOS included, under teacher forcing: the
-negative of the training objective's NLL on that pair without label smoothing (aiayn.losses). Its per-token mean
+negative of the training objective's NLL on that pair without label smoothing (aiayn.training.losses). Its per-token mean
 divides by the same count (words + 1). Sentences are scored in length-sorted batches; padding changes nothing.
 """
 
@@ -15,9 +15,9 @@ import torch
 import torch.nn.functional as F
 
 from aiayn.config import BOS_ID, EOS_ID, PAD_ID
+from aiayn.decoding.lines import encode_sources
+from aiayn.decoding.translator import padded
 from aiayn.errors import DataError
-from aiayn.lines import encode_sources
-from aiayn.translate import padded
 
 
 class PairScore(NamedTuple):

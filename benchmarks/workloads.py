@@ -14,7 +14,7 @@ from __future__ import annotations
 import torch
 
 from aiayn.config import BOS_ID, EOS_ID, PAD_ID, ModelConfig
-from aiayn.search import SearchConfig, beam_search, greedy_search
+from aiayn.decoding.search import SearchConfig, beam_search, greedy_search
 
 HARNESS_VOCAB = {"base": 32_000, "small": 8_000}
 FIRST_WORD = 4  # ids below are special (PAD, UNK, BOS, EOS)

@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from aiayn import checkpoint as ckpt
 from aiayn import rundir
 from aiayn.config import EOS_ID, ModelConfig
 from aiayn.model import Transformer
+from aiayn.training import checkpoint as ckpt
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED_DATA = REPO.parent / "shared" / "data"  # the real corpora (../shared), read by path; may be absent

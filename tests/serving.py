@@ -19,8 +19,8 @@ import uvicorn
 from helpers import REPO, browser, save_run, tiny_model  # noqa: F401 (browser: the serve tests import it here)
 
 from aiayn.data import Vocab
-from aiayn.search import SearchConfig
-from aiayn.translate import Translator
+from aiayn.decoding.search import SearchConfig
+from aiayn.decoding.translator import Translator
 
 SEARCH = SearchConfig(beam=4, max_len_b=10)
 

@@ -9,12 +9,13 @@ from helpers import REPO
 
 PACKAGE = REPO / "aiayn"
 FEATURES = ("aiayn.parsing", "aiayn.experiments", "aiayn.export", "aiayn.viz", "aiayn.serve", "aiayn.cli")
+CORE_PACKAGES = ("data", "metrics", "decoding", "training")
 OPTIONAL_DEPS = ("transformers", "ctranslate2", "fastapi", "uvicorn", "matplotlib", "selenium", "datasets")
 
 
 def core_files() -> list:
-    """The core: the top-level modules (but `python -m aiayn`, which is the CLI) and data/ and metrics/."""
-    files = [*PACKAGE.glob("*.py"), *(PACKAGE / "data").glob("*.py"), *(PACKAGE / "metrics").glob("*.py")]
+    """The core: the top-level modules (but `python -m aiayn`, which is the CLI) and the core's subpackages."""
+    files = [*PACKAGE.glob("*.py"), *(f for sub in CORE_PACKAGES for f in (PACKAGE / sub).glob("*.py"))]
     return sorted(f for f in files if f.name != "__main__.py")
 
 
@@ -47,18 +48,21 @@ def test_importing_the_core_loads_no_feature_and_no_optional_dependency():
 
 # The core's floors, lowest first (docs/architecture.md): a module imports only modules on floors below its own.
 FLOORS = [
-    ["errors", "allocator"],
-    ["fast", "packed", "cache", "progress", "sampling", "sentences"],
-    ["files", "config", "extras", "metrics.bleu", "metrics.evalb", "ensemble", "languages"],
-    ["data.folder", "data.vocab", "data.batching", "model", "runtime", "search", "metrics.significance", "lines"],
-    ["data.prepare", "data.corpora", "losses", "doctor", "static_search", "glossary"],
+    ["decoding", "training", "errors", "allocator"],  # the subpackages' __init__ import nothing
+    ["fast", "training.packed", "decoding.cache", "progress", "decoding.sampling", "decoding.sentences"],
+    ["files", "config", "extras", "metrics.bleu", "metrics.evalb", "decoding.ensemble", "languages",
+     "decoding.alignment"],
+    ["data.folder", "data.vocab", "data.batching", "model", "runtime", "decoding.search", "metrics.significance",
+     "decoding.lines"],
+    ["data.prepare", "data.corpora", "training.losses", "doctor", "decoding.static_search", "decoding.glossary",
+     "decoding.ct2"],
     ["data"],
-    ["checkpoint", "metrics.perplexity"],
+    ["training.checkpoint", "metrics.perplexity"],
     ["metrics", "rundir"],
-    ["inference", "shortlist"],
-    ["translate"],
-    ["selection", "scoring"],
-    ["train"],
+    ["decoding.inference", "decoding.shortlist"],
+    ["decoding.translator"],
+    ["training.selection", "scoring"],
+    ["training.train"],
     ["quickstart"],
 ]
 
@@ -122,7 +126,7 @@ def test_no_import_cycles():
 
 def test_multi_head_attention_reads_like_the_paper():
     """MultiHeadAttention.forward is eq. 1 and the projections, at most 30 lines: the cache, beam rows, kernels and
-    attention recording live beside it (aiayn.cache, aiayn.fast, aiayn.packed, aiayn.viz)."""
+    attention recording live beside it (aiayn.decoding.cache, aiayn.fast, aiayn.training.packed, aiayn.viz)."""
     tree = ast.parse((PACKAGE / "model.py").read_text(encoding="utf-8"))
     mha = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "MultiHeadAttention")
     forward = next(n for n in mha.body if isinstance(n, ast.FunctionDef) and n.name == "forward")
@@ -134,7 +138,7 @@ def test_multi_head_attention_reads_like_the_paper():
 PROCESS_SETTERS = {"mallopt", "keep_freed_memory", "bound_kernel_cache", "set_num_threads", "enable_cudnn_sdp",
                    "attention_without_shape_plans", "allow_tf32"}
 ENTRY_POINTS = {"cli/__init__.py": {"main"}, "serve/workers.py": {"serve", "build_server"},
-                "runtime.py": {"setup_runtime"}, "inference.py": {"load"}}
+                "runtime.py": {"setup_runtime"}, "decoding/inference.py": {"load"}}
 
 
 def _setters(tree) -> set[str]:

@@ -1,4 +1,4 @@
-"""The decoder's incremental state (aiayn.cache): the self-attention cache's layouts, writes in place, its one spare
+"""The decoder's incremental state (aiayn.decoding.cache): the self-attention cache's layouts, writes in place, its one spare
 buffer under beam reorders, and incremental decoding equal to full decoding through all of it."""
 
 import pytest

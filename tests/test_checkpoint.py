@@ -9,9 +9,9 @@ import torch
 from helpers import save_run, tiny_model
 from safetensors.torch import load_file, safe_open, save_file
 
-from aiayn import checkpoint as ckpt
 from aiayn import rundir
 from aiayn.config import ModelConfig
+from aiayn.training import checkpoint as ckpt
 
 
 def test_average_two_checkpoints_is_their_mean(tmp_path):
@@ -72,7 +72,7 @@ def test_loading_for_inference_leaves_torch_compile_unimported(copy_data, tmp_pa
     from aiayn.data import Vocab
 
     run = save_run(tiny_model(len(Vocab.load(copy_data / "vocab.model"))), copy_data / "vocab.model", tmp_path / "run")
-    code = ("import sys\nfrom aiayn.translate import Translator\n"
+    code = ("import sys\nfrom aiayn.decoding.translator import Translator\n"
             f"Translator.load({str(run)!r}, precision='fp32')\nprint('torch._dynamo' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"

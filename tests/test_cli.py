@@ -9,7 +9,7 @@ from helpers import REPO, save_run, tiny_model
 
 from aiayn.cli import COMMANDS, build_parser, main
 from aiayn.cli.common import add_precision_arg
-from aiayn.train import TrainConfig
+from aiayn.training.train import TrainConfig
 
 
 def test_every_command_module_registers_and_has_help(capsys):

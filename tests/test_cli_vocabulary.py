@@ -12,7 +12,7 @@ import pytest
 
 from aiayn.cli import build_parser, main
 from aiayn.cli.common import add_device_arg, add_language_args, add_precision_arg
-from aiayn.train import TrainConfig
+from aiayn.training.train import TrainConfig
 
 OLD_SPELLINGS = {"--src-lang": "--source-lang", "--tgt-lang": "--target-lang", "--lang": "--target-lang",
                  "--weights": "--precision"}

@@ -13,15 +13,15 @@ import torch
 
 from aiayn.config import ModelConfig
 from aiayn.data.batching import Batch, pack
-from aiayn.losses import TrainingObjective
 from aiayn.model import Transformer
 from aiayn.runtime import Runtime
-from aiayn.train import make_optimizer
+from aiayn.training.losses import TrainingObjective
+from aiayn.training.train import make_optimizer
 from benchmarks.workloads import train_batch
 
 
 def _steps(model: Transformer, inputs: tuple, n_tokens: int, compile_: bool, steps: int = 3) -> list[float]:
-    """Losses of `steps` updates (forward, backward, Adam at lr 1e-3) as aiayn.train's _update takes them."""
+    """Losses of `steps` updates (forward, backward, Adam at lr 1e-3) as aiayn.training.train's _update takes them."""
     objective = Runtime(torch.device("cpu")).wrap(TrainingObjective(model), compile=compile_)
     opt = make_optimizer(model, (0.9, 0.98), 1e-9)
     for group in opt.param_groups:

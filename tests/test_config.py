@@ -43,7 +43,7 @@ def test_word_limit_is_max_output_lengths_for_one_sentence():
     import torch
 
     from aiayn.config import PAD_ID, SearchConfig
-    from aiayn.search import max_output_lengths
+    from aiayn.decoding.search import max_output_lengths
 
     src = torch.tensor([[5, 6, 7, 3], [5, 3, PAD_ID, PAD_ID], [3, PAD_ID, PAD_ID, PAD_ID]])
     for search, cap in [(SearchConfig(), None), (SearchConfig(max_len_a=0.5, max_len_b=1, min_len=2), None),

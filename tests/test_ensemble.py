@@ -1,4 +1,4 @@
-"""Ensembles (aiayn.ensemble): the mixed distribution is the members' mean probability, incremental decoding equals
+"""Ensembles (aiayn.decoding.ensemble): the mixed distribution is the members' mean probability, incremental decoding equals
 full decoding, a search over the ensemble takes the hand-computed argmax, an ensemble of one model twice is that model,
 and mismatched vocabularies are refused."""
 
@@ -11,10 +11,10 @@ from helpers import save_run, tiny_model
 from aiayn.cli import main
 from aiayn.config import BOS_ID, EOS_ID, PAD_ID
 from aiayn.data import Vocab
-from aiayn.ensemble import Ensemble, check_same_vocabulary
+from aiayn.decoding.ensemble import Ensemble, check_same_vocabulary
+from aiayn.decoding.search import SearchConfig, beam_search, greedy_search
+from aiayn.decoding.translator import Translator
 from aiayn.errors import UsageError
-from aiayn.search import SearchConfig, beam_search, greedy_search
-from aiayn.translate import Translator
 
 V = 40
 

@@ -13,12 +13,12 @@ import pytest
 import torch
 from conftest import write_copy_corpus
 
-from aiayn import checkpoint as ckpt
 from aiayn import files, rundir
 from aiayn.cli import main
 from aiayn.config import ModelConfig
 from aiayn.errors import CheckpointError, DataError
-from aiayn.train import TrainConfig, noam_lr, resume, train
+from aiayn.training import checkpoint as ckpt
+from aiayn.training.train import TrainConfig, noam_lr, resume, train
 
 CFG = ModelConfig.preset("tiny", dropout=0.0)
 TUNE = TrainConfig(max_steps=6, max_tokens=400, warmup=10, lr_factor=0.3, save_every_steps=3, save_every_minutes=0,
@@ -41,8 +41,8 @@ def _train_records(run: Path) -> list[dict]:
 
 def _first_forward_weights(monkeypatch) -> list:
     """Patches the training objective to keep a copy of the weights its first forward saw."""
-    import aiayn.train
-    from aiayn.losses import TrainingObjective
+    import aiayn.training.train
+    from aiayn.training.losses import TrainingObjective
 
     seen = []
 
@@ -52,7 +52,7 @@ def _first_forward_weights(monkeypatch) -> list:
                 seen.append({n: p.detach().clone() for n, p in self.model.named_parameters()})
             return super().forward(*a, **k)
 
-    monkeypatch.setattr(aiayn.train, "TrainingObjective", Objective)
+    monkeypatch.setattr(aiayn.training.train, "TrainingObjective", Objective)
     return seen
 
 

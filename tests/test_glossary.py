@@ -1,4 +1,4 @@
-"""Glossaries (aiayn.glossary): the TSV file, term matching, dynamic beam allocation worked out by hand on a scripted
+"""Glossaries (aiayn.decoding.glossary): the TSV file, term matching, dynamic beam allocation worked out by hand on a scripted
 model, every constraint met on real models, plain sentences searched as without a glossary, the errors, the CLI."""
 
 import math
@@ -11,8 +11,7 @@ from test_search import TABLES, A, B, C, E, ScriptedModel, src_of
 
 from aiayn.cli import main
 from aiayn.data import Vocab
-from aiayn.errors import UsageError, UserError
-from aiayn.glossary import (
+from aiayn.decoding.glossary import (
     Glossary,
     advance,
     advancing_tokens,
@@ -21,8 +20,9 @@ from aiayn.glossary import (
     holds,
     needed,
 )
-from aiayn.search import SearchConfig, beam_search
-from aiayn.translate import Translator, padded
+from aiayn.decoding.search import SearchConfig, beam_search
+from aiayn.decoding.translator import Translator, padded
+from aiayn.errors import UsageError, UserError
 
 QUICKSTART = Path("/work/runs/quickstart/run")
 
@@ -142,7 +142,7 @@ def test_the_plain_search_comes_first_and_rivals_the_allocation(tiny, monkeypatc
     def counting(model, src, *args, lexical=None, **kw):
         searched.append((src.size(0), lexical is not None))
         return beam_search(model, src, *args, lexical=lexical, **kw)
-    monkeypatch.setattr("aiayn.glossary.beam_search", counting)
+    monkeypatch.setattr("aiayn.decoding.glossary.beam_search", counting)
     both = constrained_beam_search(model, src, search, terms=terms)
     missed = [i for i, (words, p) in enumerate(zip(terms, plain)) if not holds(p[0].tokens, words[0])]
     assert 0 < len(missed) < len(lines) and searched == [(len(lines), False), (len(missed), True)]

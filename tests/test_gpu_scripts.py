@@ -94,8 +94,8 @@ def test_kinds_of_a_cpu_profile_add_up_to_its_total():
     from torch.profiler import ProfilerActivity, profile
 
     from aiayn.config import ModelConfig
-    from aiayn.losses import TrainingObjective
     from aiayn.model import Transformer
+    from aiayn.training.losses import TrainingObjective
     from benchmarks.gpu.profile_step import KINDS, by_kind, timed_work
     from benchmarks.workloads import train_batch
 

@@ -1,4 +1,4 @@
-"""The decoding precisions of aiayn.inference (fp32, bf16, int8; prepacked or not), each against the model it
+"""The decoding precisions of aiayn.decoding.inference (fp32, bf16, int8; prepacked or not), each against the model it
 came from."""
 
 import copy
@@ -9,13 +9,13 @@ import torch.nn.functional as F
 from helpers import save_run, tiny_model
 from torch import nn
 
-from aiayn import inference
 from aiayn.config import ModelConfig
 from aiayn.data import Vocab
+from aiayn.decoding import inference
+from aiayn.decoding.inference import DecodingTransformer, PrepackedLinear, decoding_copy
+from aiayn.decoding.translator import Translator
 from aiayn.errors import UsageError
-from aiayn.inference import DecodingTransformer, PrepackedLinear, decoding_copy
 from aiayn.model import Transformer
-from aiayn.translate import Translator
 
 
 def test_decoding_copy_is_the_model_in_another_dtype():
@@ -37,7 +37,7 @@ def test_decoding_copy_is_the_model_in_another_dtype():
 
 
 def skip_unless_prepacking_works(dtype: torch.dtype) -> None:
-    from aiayn.inference import _prepacking_works
+    from aiayn.decoding.inference import _prepacking_works
 
     if not _prepacking_works(dtype):
         pytest.skip(f"oneDNN's packed linear does not run in {dtype} with this torch build and CPU")
@@ -70,7 +70,7 @@ def _calls(model: DecodingTransformer) -> list:
 def test_prepacked_copy_decodes_as_the_model(dtype):
     # Every projection packed, the tied output projection too (and it is the one that runs); logits and beam search
     # as the unpacked copy's; the model passed in untouched.
-    from aiayn.search import SearchConfig, beam_search
+    from aiayn.decoding.search import SearchConfig, beam_search
 
     skip_unless_prepacking_works(torch.float32 if dtype == "fp32" else torch.bfloat16)
     torch.manual_seed(0)
@@ -112,7 +112,7 @@ def test_prepacked_copy_decodes_as_the_model(dtype):
 def test_int8_copy_follows_the_model():
     # Dynamic int8 projections (per output channel): logits close to fp32's, the same greedy output on a model whose
     # choices are clear-cut, the original untouched.
-    from aiayn.search import SearchConfig, greedy_search
+    from aiayn.decoding.search import SearchConfig, greedy_search
 
     torch.manual_seed(0)
     model = Transformer(ModelConfig.preset("tiny", vocab_size=60)).eval()
@@ -137,7 +137,7 @@ def test_int8_copy_follows_the_model():
 @pytest.mark.parametrize("precision, prepack", [("fp32", None), ("fp32", False), ("bf16", None), ("bf16", False),
                                              ("int8", None)])
 def test_output_rows_are_the_output_projection_of_those_pieces(precision, prepack):
-    # What a lexical shortlist (aiayn.shortlist) decodes with: in every format the rows of the tied projection for
+    # What a lexical shortlist (aiayn.decoding.shortlist) decodes with: in every format the rows of the tied projection for
     # the pieces asked, as the full projection computes them (int8: one scale per row, so the same int8 rows).
     if prepack is None and precision != "int8":
         skip_unless_prepacking_works(torch.float32 if precision == "fp32" else torch.bfloat16)

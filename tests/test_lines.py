@@ -1,4 +1,4 @@
-"""aiayn.lines: the text side every engine shares (sentences, source ids, target prefixes, output columns), and
+"""aiayn.decoding.lines: the text side every engine shares (sentences, source ids, target prefixes, output columns), and
 that it imports no torch."""
 
 import subprocess
@@ -9,8 +9,7 @@ from helpers import REPO
 
 from aiayn.config import EOS_ID, UNK_ID
 from aiayn.data import Vocab
-from aiayn.errors import UsageError
-from aiayn.lines import (
+from aiayn.decoding.lines import (
     Layout,
     Translation,
     encode_prefixes,
@@ -21,10 +20,11 @@ from aiayn.lines import (
     split_prefixes,
     token_scores,
 )
+from aiayn.errors import UsageError
 
 
 def test_imports_no_torch():
-    code = "import sys, aiayn.lines, aiayn.config, aiayn.data.vocab; print('torch' in sys.modules)"
+    code = "import sys, aiayn.decoding.lines, aiayn.config, aiayn.data.vocab; print('torch' in sys.modules)"
     assert subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True,
                           check=True).stdout.strip() == "False"
 

@@ -4,7 +4,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from aiayn.losses import LabelSmoothedCrossEntropy, label_smoothed_cross_entropy, label_smoothed_nll_loss
+from aiayn.training.losses import LabelSmoothedCrossEntropy, label_smoothed_cross_entropy, label_smoothed_nll_loss
 
 
 def test_label_smoothed_loss_by_hand():
@@ -72,7 +72,7 @@ def test_compiled_gpu_loss_equals_the_formula(dtype):
 
 def test_compiler_failure_falls_back_to_the_chunked_loss(monkeypatch):
     """Where torch.compile cannot run, "auto" warns once and computes the same loss the chunked way."""
-    import aiayn.losses as losses
+    import aiayn.training.losses as losses
 
     def broken():
         raise RuntimeError("no Triton here")

@@ -11,12 +11,12 @@ import torch
 from helpers import tiny_model
 from sacrebleu.significance import PairedTest
 
-from aiayn import checkpoint as ckpt
 from aiayn import rundir
 from aiayn.cli import main
 from aiayn.data import load_split
 from aiayn.metrics import chrf, corpus_bleu, paired_significance, perplexity, tokenized_bleu
 from aiayn.metrics.bleu import moses_tokenize, split_compounds
+from aiayn.training import checkpoint as ckpt
 
 HYPS = ["The cat sat on the mat.", "He read the book, didn't he?", "It's 3.5 km to the station!",
         "A quick brown fox jumps over the lazy dog"]

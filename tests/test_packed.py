@@ -1,4 +1,4 @@
-"""Packed batches (aiayn.packed): the layout worked out by hand; packed attention against dense attention under
+"""Packed batches (aiayn.training.packed): the layout worked out by hand; packed attention against dense attention under
 block-diagonal masks (an independent way to keep sentences apart); the whole model against padded batches of the same
 sentences (loss, gradients, encoder and decoder states, Adam steps, `train(packed=True)`); no attention across a
 sentence boundary; the CUDA route's wiring against a CPU stand-in of torch's varlen_attn. The variable-length flash
@@ -15,10 +15,10 @@ from helpers import REPO
 
 from aiayn.config import BOS_ID, EOS_ID, PAD_ID, ModelConfig
 from aiayn.data import PackedBatch, collate, pack
-from aiayn.losses import batch_loss, packed_batch_loss
 from aiayn.model import MultiHeadAttention, Transformer
-from aiayn.packed import PackedMask, Sentences, use_varlen_attention, varlen_attention
-from aiayn.train import TrainConfig, make_optimizer, train
+from aiayn.training.losses import batch_loss, packed_batch_loss
+from aiayn.training.packed import PackedMask, Sentences, use_varlen_attention, varlen_attention
+from aiayn.training.train import TrainConfig, make_optimizer, train
 
 V = 50
 cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="the variable-length flash kernel needs CUDA")
@@ -260,10 +260,10 @@ def varlen_attn_on_cpu(query, key, value, cu_seq_q, cu_seq_k, max_q, max_k, *, w
 
 def test_the_model_calls_the_varlen_kernel_as_documented(monkeypatch):
     """The CUDA route's wiring (which lengths, which maximum, causal how), run on the CPU against a stand-in."""
-    import aiayn.packed
+    import aiayn.training.packed
 
-    monkeypatch.setattr(aiayn.packed, "varlen_attn", varlen_attn_on_cpu)
-    monkeypatch.setattr(aiayn.packed, "use_varlen_attention", lambda q, v: True)
+    monkeypatch.setattr(aiayn.training.packed, "varlen_attn", varlen_attn_on_cpu)
+    monkeypatch.setattr(aiayn.training.packed, "use_varlen_attention", lambda q, v: True)
     batch = collate(random_pairs(6, seed=6))
     model = make_model()
     padded, _, _ = batch_loss(model, *batch.inputs(), eps=0.1)

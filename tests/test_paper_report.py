@@ -187,7 +187,7 @@ def test_every_budget_names_options_the_experiments_take():
     from aiayn.experiments.table1 import measure_table1
     from aiayn.experiments.table3.runner import train_variations
     from aiayn.quickstart import quickstart
-    from aiayn.train import TrainConfig
+    from aiayn.training.train import TrainConfig
 
     for b in BUDGETS.values():
         inspect.signature(measure_table1).bind_partial(**b.table1)

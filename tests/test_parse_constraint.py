@@ -4,9 +4,9 @@ gives a tree with one leaf per word under the constraint, and only well-formed t
 import torch
 
 from aiayn.config import BOS_ID, EOS_ID, PAD_ID
+from aiayn.decoding.search import SearchConfig, beam_search, greedy_search
 from aiayn.parsing.constraint import TreeConstraint
 from aiayn.parsing.trees import delinearize
-from aiayn.search import SearchConfig, beam_search, greedy_search
 
 S, CS, NP, CNP, XX = 4, 5, 6, 7, 8
 STRUCTURE = {S: "(S", CS: ")S", NP: "(NP", CNP: ")NP", XX: "XX"}

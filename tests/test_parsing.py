@@ -71,7 +71,7 @@ def test_prepare_train_parse_end_to_end(tmp_path, capsys, leaves):
     from aiayn.config import EOS_ID, ModelConfig
     from aiayn.data import Vocab, load_split
     from aiayn.parsing.parse import structure_ids
-    from aiayn.train import TrainConfig, train
+    from aiayn.training.train import TrainConfig, train
 
     train_trees = _toy_treebank(tmp_path / "train.trees", 300, 1)
     dev_trees = _toy_treebank(tmp_path / "dev.trees", 20, 2)

@@ -27,17 +27,17 @@ from conftest import write_copy_corpus
 from helpers import REPO, tiny_model
 from safetensors.torch import load_file, safe_open, save_file
 
-import aiayn.selection as selection_mod
-import aiayn.train as train_mod
-from aiayn import checkpoint as ckpt
+import aiayn.training.selection as selection_mod
+import aiayn.training.train as train_mod
 from aiayn import files, rundir
 from aiayn.cli import build_parser, main
 from aiayn.config import ModelConfig
 from aiayn.data import folder as folder_mod
 from aiayn.data import load_split, open_prepared, prepare
+from aiayn.decoding.translator import Translation, Translator
 from aiayn.errors import CheckpointError, DataError, UsageError
-from aiayn.train import RESUMABLE_OPTIONS, TrainConfig, resume, train
-from aiayn.translate import Translation, Translator
+from aiayn.training import checkpoint as ckpt
+from aiayn.training.train import RESUMABLE_OPTIONS, TrainConfig, resume, train
 
 TINY = ["--preset", "tiny", "--max-tokens", "160", "--save-every-minutes", "0", "--no-progress", "--threads", "1",
         "--warmup", "50"]

@@ -8,10 +8,10 @@ import pytest
 import torch
 from helpers import save_run, tiny_model
 
-from aiayn import checkpoint as ckpt
 from aiayn import rundir
 from aiayn.errors import CheckpointError, UsageError
 from aiayn.rundir import Run
+from aiayn.training import checkpoint as ckpt
 
 
 def _record(tmp_path):

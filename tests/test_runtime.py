@@ -7,7 +7,8 @@ import torch
 from helpers import tiny_model
 from torch import nn
 
-from aiayn import inference, runtime
+from aiayn import runtime
+from aiayn.decoding import inference
 from aiayn.errors import UsageError
 
 
@@ -48,7 +49,7 @@ def test_fp16_autocasts_matmuls_and_scales_the_loss_while_bf16_and_fp32_do_not()
 
 def test_auto_picking_fp16_says_so_in_the_start_line(copy_data, tmp_path, monkeypatch, capsys):
     from aiayn.config import ModelConfig
-    from aiayn.train import TrainConfig, train
+    from aiayn.training.train import TrainConfig, train
 
     monkeypatch.setattr(runtime, "auto_dtype", lambda device_type, bf16: "fp16")  # as on a T4 or V100
     tc = TrainConfig(max_steps=1, max_tokens=400, save_every_minutes=0, threads=1, dtype="auto")

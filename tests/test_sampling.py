@@ -1,10 +1,10 @@
-"""Sampling's draws (aiayn.sampling): sample_from's rules on log-probs given directly, and the per-line generators.
+"""Sampling's draws (aiayn.decoding.sampling): sample_from's rules on log-probs given directly, and the per-line generators.
 What the draws give through sample_search (the distribution, top-k, top-p, temperature, scores, batches) is tested in
 tests/test_search.py with a scripted model."""
 
 import torch
 
-from aiayn.sampling import sample_from, sentence_generator
+from aiayn.decoding.sampling import sample_from, sentence_generator
 
 
 def close(freqs, expect, tol=0.03):  # 3000 draws: a frequency's standard deviation is at most 0.009

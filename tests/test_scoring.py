@@ -15,10 +15,10 @@ from helpers import REPO, save_run, tiny_model
 
 from aiayn.config import BOS_ID, EOS_ID
 from aiayn.data import Vocab
-from aiayn.losses import batch_loss
+from aiayn.decoding.search import SearchConfig
+from aiayn.decoding.translator import Translator
 from aiayn.scoring import score_ids, score_pairs
-from aiayn.search import SearchConfig
-from aiayn.translate import Translator
+from aiayn.training.losses import batch_loss
 
 
 @pytest.fixture(scope="module")
@@ -30,7 +30,7 @@ def setup(copy_data):
 
 
 def test_score_is_minus_the_training_nll_of_each_pair(setup):
-    """Batched and padded, each pair's score equals -NLL of aiayn.losses (eps 0) on that pair alone, and its mean
+    """Batched and padded, each pair's score equals -NLL of aiayn.training.losses (eps 0) on that pair alone, and its mean
     divides by words + 1."""
     model, vocab, src, tgt = setup
     tgt = tgt[:5] + [""]  # an empty target: only EOS is scored
@@ -84,7 +84,7 @@ def test_score_cli(setup, copy_data, tmp_path, capsys):
 def test_print_scores(setup, copy_data, tmp_path, capsys, monkeypatch):
     """translate --print-scores: TAB sentence score; 'tokens': TAB token log-probs whose sum / lp is that score."""
     from aiayn.cli import main
-    from aiayn.search import length_penalty
+    from aiayn.decoding.search import length_penalty
 
     model, vocab, src, _ = setup
     run = _run(copy_data, tmp_path, setup)

@@ -7,10 +7,10 @@ import pytest
 import torch
 
 from aiayn.config import BOS_ID, EOS_ID, PAD_ID, ModelConfig
+from aiayn.decoding.search import SearchConfig, length_penalty, sample_search
+from aiayn.decoding.search import beam_search as _beam_search
+from aiayn.decoding.search import greedy_search as _greedy_search
 from aiayn.model import Transformer
-from aiayn.search import SearchConfig, length_penalty, sample_search
-from aiayn.search import beam_search as _beam_search
-from aiayn.search import greedy_search as _greedy_search
 
 
 def beam_search(model, src, **kw):

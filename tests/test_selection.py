@@ -12,13 +12,13 @@ import sacrebleu
 import torch
 from conftest import write_copy_corpus
 
-from aiayn import checkpoint as ckpt
 from aiayn import rundir
 from aiayn.cli import main
 from aiayn.config import ModelConfig
 from aiayn.errors import UsageError
-from aiayn.selection import EarlyStopping
-from aiayn.train import TrainConfig, resume, train
+from aiayn.training import checkpoint as ckpt
+from aiayn.training.selection import EarlyStopping
+from aiayn.training.train import TrainConfig, resume, train
 
 TINY = ModelConfig.preset("tiny")
 
@@ -46,10 +46,10 @@ def test_early_stopping_by_hand():
 @pytest.fixture
 def scripted(monkeypatch):
     """Dev BLEU by step from a table (chrF = BLEU + 1), instead of translating; the table is set by the test."""
-    import aiayn.selection
+    import aiayn.training.selection
 
     table: dict[int, float] = {}
-    judge = aiayn.train.judge
+    judge = aiayn.training.train.judge
 
     def judge_at(state, *a, **k):
         table["now"] = state.step
@@ -59,8 +59,8 @@ def scripted(monkeypatch):
         time.sleep(table.get("sleep", 0.0))
         return {"bleu": table[table["now"]], "chrf": table[table["now"]] + 1}
 
-    monkeypatch.setattr(aiayn.train, "judge", judge_at)
-    monkeypatch.setattr(aiayn.selection, "dev_translation_scores", scores)
+    monkeypatch.setattr(aiayn.training.train, "judge", judge_at)
+    monkeypatch.setattr(aiayn.training.selection, "dev_translation_scores", scores)
     return table
 
 
@@ -131,8 +131,8 @@ def test_evaluation_time_counts_against_max_minutes(copy_data, tmp_path, scripte
 
 
 def test_dev_bleu_and_chrf_are_sacrebleu_on_the_checkpoints_own_translations(copy_data, tmp_path):
-    from aiayn.search import SearchConfig
-    from aiayn.translate import Translator
+    from aiayn.decoding.search import SearchConfig
+    from aiayn.decoding.translator import Translator
 
     tc = dataclasses.replace(SELECT, max_steps=60, save_every_steps=60, eval_bleu_lines=12, eval_beam=2,
                              best_metric="chrf", patience=0, lr_factor=2.0)

@@ -1,11 +1,11 @@
-"""The sentence splitter (aiayn.sentences): cuts where a sentence ends and a capitalized one begins, never inside an
+"""The sentence splitter (aiayn.decoding.sentences): cuts where a sentence ends and a capitalized one begins, never inside an
 abbreviation or after an initial, and the pieces join back to the line."""
 
 from __future__ import annotations
 
 import pytest
 
-from aiayn.sentences import split_sentences
+from aiayn.decoding.sentences import split_sentences
 
 
 @pytest.mark.parametrize("line, sentences", [

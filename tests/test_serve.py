@@ -16,9 +16,9 @@ uvicorn = pytest.importorskip("uvicorn")
 
 from serving import ServerThread, browser, call, copy_translator, serve_process, until  # noqa: E402
 
-from aiayn.search import SearchConfig  # noqa: E402
+from aiayn.decoding.search import SearchConfig  # noqa: E402
+from aiayn.decoding.translator import Translator  # noqa: E402
 from aiayn.serve import BatchConfig, Limits, create_app  # noqa: E402
-from aiayn.translate import Translator  # noqa: E402
 
 
 @pytest.fixture(scope="module")

@@ -21,8 +21,9 @@ from starlette.responses import JSONResponse  # noqa: E402
 from starlette.routing import Route  # noqa: E402
 
 from aiayn.data import Vocab  # noqa: E402
+from aiayn.decoding.search import SearchConfig  # noqa: E402
+from aiayn.decoding.translator import Translator  # noqa: E402
 from aiayn.errors import UsageError  # noqa: E402
-from aiayn.search import SearchConfig  # noqa: E402
 from aiayn.serve import create_app  # noqa: E402
 from aiayn.serve.access import (  # noqa: E402
     AccessConfig,
@@ -35,7 +36,6 @@ from aiayn.serve.access import (  # noqa: E402
 )
 from aiayn.serve.buckets import LocalBuckets, SharedBuckets  # noqa: E402
 from aiayn.serve.observe import ObserveConfig  # noqa: E402
-from aiayn.translate import Translator  # noqa: E402
 
 ALICE, BOB = "alice-3f9c2e7d1b8a4c6e", "bob-8d1e5a2c9f7b3e40"
 

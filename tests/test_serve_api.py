@@ -16,9 +16,9 @@ httpx = pytest.importorskip("httpx")
 from helpers import labelled_run  # noqa: E402
 from serving import Send, ServerThread, browser, call, copy_translator, serve_process  # noqa: E402
 
-from aiayn.search import SearchConfig  # noqa: E402
+from aiayn.decoding.search import SearchConfig  # noqa: E402
+from aiayn.decoding.translator import Translator  # noqa: E402
 from aiayn.serve import LanguagePair, Limits, create_app  # noqa: E402
-from aiayn.translate import Translator  # noqa: E402
 
 FORM = {"Content-Type": "application/x-www-form-urlencoded"}
 
@@ -242,8 +242,8 @@ def test_a_server_with_a_shortlist(setup, copy_data, tmp_path):
     may turn it off ("shortlist": false) or ask for it (true; a 422 on a server without one); /info says which."""
     from helpers import save_run
 
+    from aiayn.decoding.shortlist import build_from_prepared
     from aiayn.serve.reload import ModelSource
-    from aiayn.shortlist import build_from_prepared
 
     translator, lines = setup
     run = save_run(translator.model, copy_data / "vocab.model", tmp_path / "run")

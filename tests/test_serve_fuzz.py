@@ -18,10 +18,10 @@ from schemathesis.specs.openapi.checks import (  # noqa: E402
 )
 from serving import copy_translator  # noqa: E402
 
-from aiayn.search import SearchConfig  # noqa: E402
+from aiayn.decoding.search import SearchConfig  # noqa: E402
+from aiayn.decoding.shortlist import build_from_prepared  # noqa: E402
+from aiayn.decoding.translator import Translator  # noqa: E402
 from aiayn.serve import Limits, create_app  # noqa: E402
-from aiayn.shortlist import build_from_prepared  # noqa: E402
-from aiayn.translate import Translator  # noqa: E402
 
 EXAMPLES = 30  # per operation and generation mode: the file takes ~6 s on 2 idle cores, ~25 s on busy ones
 

@@ -15,10 +15,10 @@ from helpers import tiny_model  # noqa: E402
 from prometheus_client.parser import text_string_to_metric_families  # noqa: E402
 
 from aiayn.data import Vocab  # noqa: E402
-from aiayn.search import SearchConfig  # noqa: E402
+from aiayn.decoding.search import SearchConfig  # noqa: E402
+from aiayn.decoding.translator import Translator  # noqa: E402
 from aiayn.serve import create_app  # noqa: E402
 from aiayn.serve.observe import SHARED_DIR, ObserveConfig  # noqa: E402
-from aiayn.translate import Translator  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -138,9 +138,9 @@ import httpx
 sys.path.insert(0, sys.argv[1])
 from helpers import tiny_model
 from aiayn.data import Vocab
-from aiayn.search import SearchConfig
+from aiayn.decoding.search import SearchConfig
 from aiayn.serve import create_app
-from aiayn.translate import Translator
+from aiayn.decoding.translator import Translator
 
 vocab = Vocab.load(sys.argv[2] + "/vocab.model")
 lines = open(sys.argv[2] + "/test.src.txt").read().splitlines()

@@ -18,11 +18,11 @@ pytest.importorskip("lingua", reason="the serve extra installs lingua-language-d
 from serving import REPO, SEARCH, ServerThread, browser, free_port, save_run, tiny_model, wait_until_listening  # noqa: E402
 
 from aiayn.data import Vocab  # noqa: E402
-from aiayn.search import SearchConfig  # noqa: E402
+from aiayn.decoding.search import SearchConfig  # noqa: E402
+from aiayn.decoding.translator import Translator  # noqa: E402
 from aiayn.serve import LanguagePair, create_app  # noqa: E402
 from aiayn.serve.models import Models  # noqa: E402
 from aiayn.serve.reload import ModelSource  # noqa: E402
-from aiayn.translate import Translator  # noqa: E402
 
 # six direct pairs: every language to and from English; the others go through English
 PAIRS = [("en", "de"), ("en", "es"), ("en", "fr"), ("de", "en"), ("es", "en"), ("fr", "en")]
@@ -306,7 +306,7 @@ def test_command_line_says_what_is_wrong(runs, tmp_path, capsys):
 
 
 def test_glossary_field(runs, copy_data):
-    """"glossary" on /translate: the answer is the offline translation with the same glossary (aiayn.glossary), in a
+    """"glossary" on /translate: the answer is the offline translation with the same glossary (aiayn.decoding.glossary), in a
     batch beside a request without one, whose answer stays the plain one; a glossary through a pivot, or with
     sampling, is a 422."""
     from serving import call, copy_translator
@@ -340,7 +340,7 @@ def test_ctranslate2_folders_are_served_beside_runs(runs, tmp_path, capsys):
     counted, in int8 too; a glossary or attention asked of it is a 422; serving one needs --lp power."""
     pytest.importorskip("ctranslate2")
     from aiayn.cli import main
-    from aiayn.export.ct2_engine import CT2Translator
+    from aiayn.decoding.ct2 import CT2Translator
 
     _, made, lines = runs
     ct2 = tmp_path / "en-de-ct2"

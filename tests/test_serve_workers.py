@@ -26,12 +26,12 @@ pytest.importorskip("uvicorn")
 from helpers import REPO, save_run, tiny_model  # noqa: E402
 from serving import wait_until_listening  # noqa: E402
 
-from aiayn import checkpoint as ckpt  # noqa: E402
 from aiayn import rundir  # noqa: E402
 from aiayn.data import Vocab  # noqa: E402
-from aiayn.search import SearchConfig  # noqa: E402
+from aiayn.decoding.search import SearchConfig  # noqa: E402
+from aiayn.decoding.translator import Translator  # noqa: E402
 from aiayn.serve import BatchConfig, Batcher  # noqa: E402
-from aiayn.translate import Translator  # noqa: E402
+from aiayn.training import checkpoint as ckpt  # noqa: E402
 
 SEARCH = SearchConfig(beam=4, max_len_b=10)
 SEARCH_FLAGS = ["--beam", "4", "--max-len-b", "10"]

@@ -11,10 +11,10 @@ from helpers import labelled_run, tiny_model
 from aiayn.cli import main
 from aiayn.config import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 from aiayn.data import Vocab, prepare
+from aiayn.decoding.search import SearchConfig
+from aiayn.decoding.shortlist import Shortlist, build, build_from_prepared, coverage, load, vmap_lines
+from aiayn.decoding.translator import Translator, padded
 from aiayn.errors import CheckpointError, DataError, UsageError
-from aiayn.search import SearchConfig
-from aiayn.shortlist import Shortlist, build, build_from_prepared, coverage, load, vmap_lines
-from aiayn.translate import Translator, padded
 
 
 def flat(rows):
@@ -47,7 +47,7 @@ def test_the_builder_keeps_the_best_dice_pieces_and_the_most_frequent():
     assert tiny_shortlist(per_source=1, frequent=3).frequent.tolist() == [10, 11, 13]
     assert tiny_shortlist(per_source=0).per_source.shape == (16, 0)
     # the same answer whatever the chunking of the pairs (counted 2 pairs at a time)
-    import aiayn.shortlist as module
+    import aiayn.decoding.shortlist as module
     chunk, module._CHUNK_PAIRS = module._CHUNK_PAIRS, 2
     try:
         assert torch.equal(tiny_shortlist().per_source, shortlist.per_source)

@@ -1,4 +1,4 @@
-"""The static-shape decoder (aiayn.static_search) against aiayn.search: the same hypotheses, tokens, scores and
+"""The static-shape decoder (aiayn.decoding.static_search) against aiayn.decoding.search: the same hypotheses, tokens, scores and
 positional scores, on tiny random models whose EOS logit is raised so that sentences finish at different steps."""
 
 import functools
@@ -8,9 +8,9 @@ import torch
 from helpers import tiny_model
 
 from aiayn.config import EOS_ID, PAD_ID
+from aiayn.decoding.search import SearchConfig, beam_search, greedy_search
+from aiayn.decoding.static_search import StaticDecoder, static_search
 from aiayn.errors import UsageError
-from aiayn.search import SearchConfig, beam_search, greedy_search
-from aiayn.static_search import StaticDecoder, static_search
 
 
 def _sources(n: int = 8, seed: int = 1) -> torch.Tensor:
@@ -83,7 +83,7 @@ def test_limits_respected(model):
 
 
 def test_one_decoder_many_batches_and_the_hard_cap(model):
-    """A decoder reused across batches of other shapes and searches; max_len caps words as aiayn.search's does."""
+    """A decoder reused across batches of other shapes and searches; max_len caps words as aiayn.decoding.search's does."""
     decoder = StaticDecoder(model, max_len=24)
     for seed, search in [(1, SearchConfig(beam=4, max_len_b=12)), (2, SearchConfig(beam=1, max_len_b=12)),
                          (1, SearchConfig(beam=4, max_len_b=12))]:
@@ -116,7 +116,7 @@ def test_fixed_shape_steps_run_the_models_own_attention_and_keep_few_states(mode
     """The fixed-shape step runs the model's own decoder layers and MultiHeadAttention modules (FixedLayerCache), so
     an attention swapped into a module (as aiayn.viz's recorder) is the one that runs; states are kept per batch
     shape, the least recently used dropped past MAX_STATES."""
-    from aiayn import static_search as ss
+    from aiayn.decoding import static_search as ss
     from aiayn.model import attention
 
     calls = {"self": 0, "cross": 0}
@@ -148,7 +148,7 @@ def _counting(calls, kind, *args):
 def test_bf16_decoding_copy_runs_the_fixed_shape_search():
     """The bf16 decoding copy (what `--precision bf16` runs) through the fixed-shape steps: its attention takes the
     fused kernel, whose mask must broadcast; the hypotheses are the eager search's up to bf16 rounding."""
-    from aiayn.inference import decoding_copy
+    from aiayn.decoding.inference import decoding_copy
 
     model, src = decoding_copy(_model("post-norm", 3.2), "bf16"), _sources()
     search = SearchConfig(beam=2, max_len_b=12)

@@ -15,11 +15,11 @@ import pytest
 import torch
 from helpers import REPO
 
-from aiayn import checkpoint as ckpt
 from aiayn import rundir
 from aiayn.config import ModelConfig
 from aiayn.progress import TrainingProgress as Progress
-from aiayn.train import TrainConfig, anneal_factor, noam_lr, train
+from aiayn.training import checkpoint as ckpt
+from aiayn.training.train import TrainConfig, anneal_factor, noam_lr, train
 
 
 def test_noam_lr_values():
@@ -190,8 +190,8 @@ class _OverflowAt:
     each call saw, so that a skipped update can be seen to leave them alone."""
 
     def __init__(self, monkeypatch, at: set[int]):
-        import aiayn.train
-        from aiayn.losses import TrainingObjective
+        import aiayn.training.train
+        from aiayn.training.losses import TrainingObjective
 
         self.calls, self.seen = 0, []
         hook = self
@@ -203,7 +203,7 @@ class _OverflowAt:
                 loss, nll = super().forward(*a, **k)
                 return (loss * math.inf if hook.calls in at else loss), nll
 
-        monkeypatch.setattr(aiayn.train, "TrainingObjective", Objective)
+        monkeypatch.setattr(aiayn.training.train, "TrainingObjective", Objective)
 
 
 def test_fp16_overflow_is_skipped_counted_and_does_not_advance_the_schedule(copy_data, tmp_path, monkeypatch):
@@ -225,7 +225,7 @@ def test_fp16_overflow_is_skipped_counted_and_does_not_advance_the_schedule(copy
 
 
 def test_fp16_resume_equals_the_uninterrupted_run(copy_data, tmp_path, monkeypatch):
-    from aiayn.train import resume
+    from aiayn.training.train import resume
 
     cfg = ModelConfig.preset("tiny")
     tc = TrainConfig(max_steps=12, max_tokens=400, warmup=40, save_every_steps=6, save_every_minutes=0, log_every=3,

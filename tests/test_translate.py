@@ -8,10 +8,10 @@ from helpers import save_run, tiny_model
 from aiayn.cli import main
 from aiayn.config import EOS_ID
 from aiayn.data import Vocab
+from aiayn.decoding.lines import encode_sources
+from aiayn.decoding.search import SearchConfig
+from aiayn.decoding.translator import Translator
 from aiayn.errors import UsageError
-from aiayn.lines import encode_sources
-from aiayn.search import SearchConfig
-from aiayn.translate import Translator
 
 
 def translate_lines(model, vocab, lines, batch_size=64, max_input_len=None, precision="fp32", **search):
@@ -189,7 +189,7 @@ def test_translate_help_lists_the_decoding_options(capsys):
 
 
 def test_fixed_shape_search_gives_the_eager_translations(setup, copy_data, tmp_path, capsys):
-    """search_impl="fixed" (aiayn.static_search: what a GPU runs by default) gives the eager search's hypotheses for
+    """search_impl="fixed" (aiayn.decoding.static_search: what a GPU runs by default) gives the eager search's hypotheses for
     greedy, beam and n-best search; options it does not do run eagerly, announced once on stderr."""
     model, vocab, lines = setup
     for search in (SearchConfig(beam=1, max_len_b=10), SearchConfig(beam=4, max_len_b=10),

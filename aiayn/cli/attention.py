@@ -6,10 +6,10 @@ import argparse
 from pathlib import Path
 
 from aiayn.cli.common import add_device_arg, add_precision_arg, add_search_args, non_negative_int, search_config
+from aiayn.decoding.translator import Translator
 from aiayn.errors import UsageError
 from aiayn.extras import require
 from aiayn.runtime import resolve_device
-from aiayn.translate import Translator
 
 
 def parse_heads(text: str | None) -> list[int] | None:

@@ -6,10 +6,10 @@ import argparse
 import sys
 from pathlib import Path
 
-from aiayn.checkpoint import average_checkpoints, save_weights
 from aiayn.cli.common import add_old_name, positive_int
 from aiayn.errors import UsageError
 from aiayn.rundir import AVERAGED, checkpoint_paths
+from aiayn.training.checkpoint import average_checkpoints, save_weights
 
 
 def average_command(args: argparse.Namespace) -> int:

@@ -154,7 +154,7 @@ def add_search_args(p: argparse.ArgumentParser, defaults: SearchConfig = PAPER_S
 
 
 def add_precision_arg(p: argparse.ArgumentParser) -> None:
-    """--precision: the number format decoding runs the model in (aiayn.inference)."""
+    """--precision: the number format decoding runs the model in (aiayn.decoding.inference)."""
     p.add_argument("--precision", choices=PRECISIONS, default="fp32",
                    help="decode in fp32 (the weights as trained), bf16 (a bf16 copy of them) or int8 (int8 "
                         "projections, CPU) (default fp32)")

@@ -25,8 +25,8 @@ def prepare_command(args: argparse.Namespace) -> int:
 
 
 def parse_command(args: argparse.Namespace) -> int:
+    from aiayn.decoding.translator import Translator
     from aiayn.parsing.parse import Parser
-    from aiayn.translate import Translator
 
     if args.output not in (None, "-"):
         check_output_path(args.output)  # before the work, not after it

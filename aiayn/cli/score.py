@@ -11,7 +11,7 @@ from aiayn.runtime import resolve_device
 
 
 def score_command(args: argparse.Namespace) -> int:
-    from aiayn import inference
+    from aiayn.decoding import inference
     from aiayn.scoring import score_pairs
 
     if args.output not in (None, "-"):

@@ -28,7 +28,7 @@ from aiayn.extras import require
 
 def serve_command(args: argparse.Namespace) -> int:
     require("aiayn serve", "serve")
-    from aiayn.export.ct2_engine import is_ct2_model
+    from aiayn.decoding.ct2 import is_ct2_model
     from aiayn.rundir import inference_checkpoint
     from aiayn.runtime import resolve_device
     from aiayn.serve import BatchConfig, Limits
@@ -69,7 +69,7 @@ def serve_command(args: argparse.Namespace) -> int:
     if not many and not ct2:
         checkpoint = inference_checkpoint(path)  # a missing one is said here, before any worker starts
         if args.shortlist:
-            from aiayn.shortlist import run_file
+            from aiayn.decoding.shortlist import run_file
 
             run_file(path, None if args.shortlist is True else args.shortlist)  # likewise
     elif not many:

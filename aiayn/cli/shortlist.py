@@ -1,4 +1,4 @@
-"""`aiayn shortlist`: build the lexical shortlist of a run (aiayn.shortlist) from the training pairs it learned
+"""`aiayn shortlist`: build the lexical shortlist of a run (aiayn.decoding.shortlist) from the training pairs it learned
 from, for `translate --shortlist`, `serve --shortlist` and the CTranslate2 export's vocabulary map."""
 
 from __future__ import annotations
@@ -9,9 +9,9 @@ from pathlib import Path
 from aiayn import rundir
 from aiayn.cli.common import non_negative_int, warn_old_name
 from aiayn.data.folder import read_meta
+from aiayn.decoding.shortlist import FREQUENT, PER_SOURCE, build_from_prepared
 from aiayn.errors import DataError, UsageError
 from aiayn.files import check_output_path, sha256_file
-from aiayn.shortlist import FREQUENT, PER_SOURCE, build_from_prepared
 
 
 def shortlist_command(args: argparse.Namespace) -> int:

@@ -13,7 +13,7 @@ from aiayn.config import PRESETS, ModelConfig
 from aiayn.errors import UsageError
 from aiayn.extras import require
 from aiayn.rundir import parent_checkpoint
-from aiayn.train import FINE_TUNE_FIELDS, TrainConfig, resume, train, train_or_resume
+from aiayn.training.train import FINE_TUNE_FIELDS, TrainConfig, resume, train, train_or_resume
 
 
 def load_config_file(path: Path) -> dict[str, Any]:

@@ -16,10 +16,10 @@ from aiayn.cli.common import (
     search_config,
 )
 from aiayn.config import SEARCH_IMPLS
+from aiayn.decoding.lines import SCORE_KINDS, join_lines, score_columns, split_lines, split_prefixes, token_scores
 from aiayn.errors import UsageError
 from aiayn.extras import require
 from aiayn.files import atomic_text_output, check_output_path, line_buffers, read_lines
-from aiayn.lines import SCORE_KINDS, join_lines, score_columns, split_lines, split_prefixes, token_scores
 
 
 def translate_command(args: argparse.Namespace) -> int:
@@ -43,7 +43,7 @@ def translate_command(args: argparse.Namespace) -> int:
         raise UsageError("--glossary needs --engine aiayn and beam or greedy search, without --print-alignment, "
                          "--sampling or target prefixes")
     if args.glossary:
-        from aiayn.glossary import Glossary
+        from aiayn.decoding.glossary import Glossary
 
         glossary = Glossary.read(args.glossary)
     else:
@@ -75,7 +75,7 @@ def _translate_function(args: argparse.Namespace, search, glossary):
     hypothesis what follows its text or None), by the engine and options asked for (glossary: aiayn's engine)."""
     progress = args.input not in (None, "-") and not args.no_progress
     if args.engine == "ct2":  # an exported CTranslate2 folder; the search flags map as aiayn.export.ct2 says
-        from aiayn.export.ct2_engine import CT2Translator
+        from aiayn.decoding.ct2 import CT2Translator
 
         if args.shortlist not in (None, True):
             raise UsageError("with --engine ct2, --shortlist takes no FILE: the exported folder's vocabulary map "
@@ -85,14 +85,15 @@ def _translate_function(args: argparse.Namespace, search, glossary):
         return lambda lines, prefixes, _: (ct2.translate_nbest(lines, search, batch_size=args.batch_size,
                                                                max_input_len=args.max_input_len, prefixes=prefixes),
                                            None)
+    from aiayn.decoding.translator import Translator
     from aiayn.runtime import resolve_device
-    from aiayn.translate import Translator
 
     translator = Translator.load(args.checkpoint, search, args.precision, device=resolve_device(args.device),
                                  batch_size=args.batch_size, max_input_len=args.max_input_len,
                                  shortlist=args.shortlist, search_impl=args.search_impl)
     if args.print_alignment:  # word alignments from cross-attention, Marian/OpenNMT style: text ||| 0-0 1-2 ...
-        from aiayn.viz.alignment import format_alignment, translate_with_alignment
+        from aiayn.decoding.alignment import format_alignment
+        from aiayn.viz.alignment import translate_with_alignment
 
         def aligned(lines, _, __):
             nbests, alignments = translate_with_alignment(translator, lines, args.alignment_layer, progress=progress)

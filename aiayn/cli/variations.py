@@ -7,7 +7,7 @@ import argparse
 from aiayn.cli.common import add_dataclass_args, add_device_arg, given_fields, positive_float, positive_int
 from aiayn.config import INITS
 from aiayn.errors import UsageError
-from aiayn.train import TrainConfig
+from aiayn.training.train import TrainConfig
 
 # Chosen per machine or by --steps/--minutes; every other training option is a flag, fixed for all rows.
 _NOT_FLAGS = ("max_steps", "max_minutes", "device", "threads", "keep_last")

@@ -1,6 +1,6 @@
 """Batching a prepared split: PreparedSplit (aiayn.data.folder) --TokenBatchSampler--> lists of example indices
 --collate--> Batch of padded tensors (token-based batches, section 5.1: ~25,000 source and target tokens)
---pack--> PackedBatch (the same sentences without padding, for `aiayn train --packed`: aiayn.packed)."""
+--pack--> PackedBatch (the same sentences without padding, for `aiayn train --packed`: aiayn.training.packed)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import torch
 
 from aiayn.config import BOS_ID, EOS_ID, PAD_ID
 from aiayn.errors import DataError
-from aiayn.packed import Sentences
+from aiayn.training.packed import Sentences
 
 # ---------------------------------------------------------------------------------------------------
 # Batching
@@ -137,7 +137,7 @@ class Batch:
         return self._map(lambda t: t.to(device, non_blocking=True))
 
     def inputs(self) -> tuple[torch.Tensor, ...]:
-        """What aiayn.losses.TrainingObjective takes."""
+        """What aiayn.training.losses.TrainingObjective takes."""
         return self.src, self.tgt_in, self.tgt_out
 
     def _map(self, fn: Callable[[torch.Tensor], torch.Tensor]) -> Batch:
@@ -163,7 +163,7 @@ def collate(pairs: Sequence[tuple[np.ndarray, np.ndarray]]) -> Batch:
 @dataclasses.dataclass
 class PackedBatch:
     """The sentences of a Batch one after another, no padding: sentence i is src[src_sentences.cu_seqlens[i]:
-    src_sentences.cu_seqlens[i+1]], and likewise on the target side (aiayn.packed)."""
+    src_sentences.cu_seqlens[i+1]], and likewise on the target side (aiayn.training.packed)."""
 
     src: torch.Tensor  # (Ns,)  ids..., EOS of each sentence in turn
     tgt_in: torch.Tensor  # (Nt,)  BOS, ids... of each sentence
@@ -183,7 +183,7 @@ class PackedBatch:
                                    tgt_sentences=self.tgt_sentences.to(device))
 
     def inputs(self) -> tuple[torch.Tensor | Sentences, ...]:
-        """What aiayn.losses.TrainingObjective takes."""
+        """What aiayn.training.losses.TrainingObjective takes."""
         return self.src, self.tgt_in, self.tgt_out, self.src_sentences, self.tgt_sentences
 
 

@@ -28,10 +28,10 @@ from pathlib import Path
 
 from aiayn.config import BOS_ID, PAD_ID
 from aiayn.data.vocab import MODEL_FILE
+from aiayn.decoding.ct2 import AIAYN_FILE
 from aiayn.errors import UsageError, UserError
 from aiayn.export.card import Provenance, write_card
 from aiayn.export.ct2 import QUANTIZATIONS, ct2_spec
-from aiayn.export.ct2_engine import AIAYN_FILE
 from aiayn.export.hf import spm_files
 from aiayn.files import atomic_write
 from aiayn.model import Transformer

@@ -32,12 +32,12 @@ import torch
 
 from aiayn.config import BOS_ID, EOS_ID, UNK_ID, ModelConfig
 from aiayn.data.vocab import MODEL_FILE
+from aiayn.decoding.ct2 import AIAYN_FILE, DECODING_NOTES, MIN_POSITIONS, VMAP_FILE
+from aiayn.decoding.shortlist import Shortlist, vmap_lines
 from aiayn.errors import UsageError
 from aiayn.export.card import Provenance, fresh_folder, write_card
-from aiayn.export.ct2_engine import AIAYN_FILE, DECODING_NOTES, MIN_POSITIONS, VMAP_FILE
 from aiayn.export.names import POSITIONS, parameter_map
 from aiayn.model import Transformer, sinusoidal_positions
-from aiayn.shortlist import Shortlist, vmap_lines
 
 QUANTIZATIONS = ("int8", "int8_float32", "int16", "float16", "bfloat16")
 def head_dim(cfg: ModelConfig) -> int:
@@ -150,7 +150,7 @@ def export_ct2(model: Transformer, vocab, out: Path, quantization: str | None = 
                prov: Provenance | None = None, shortlist: Shortlist | None = None,
                languages: tuple[str, str] | None = None) -> Path:
     """Write `out`: a CTranslate2 folder (model.bin, config.json, shared vocabulary, vocab.model, aiayn.json,
-    README.md), the weights quantized as `quantization` says (None: float32); with a `shortlist` (aiayn.shortlist),
+    README.md), the weights quantized as `quantization` says (None: float32); with a `shortlist` (aiayn.decoding.shortlist),
     also its vocabulary map, vmap.txt (CTranslate2's use_vmap). aiayn.json records the model config, the
     quantization and the (source, target) `languages` (None: unknown), which `aiayn serve` reads. Returns `out`."""
     from ctranslate2.converters.converter import Converter

@@ -9,8 +9,8 @@ from typing import NamedTuple
 
 import torch
 
-from aiayn.losses import batch_loss
 from aiayn.runtime import Runtime
+from aiayn.training.losses import batch_loss
 
 
 class Perplexity(NamedTuple):

@@ -1,6 +1,6 @@
 """The search constraint that makes every parse a well-formed tree with exactly one leaf per input word.
 
-An aiayn.search.Constraint: for each decoder row, from its prefix, the tokens allowed next:
+An aiayn.decoding.search.Constraint: for each decoder row, from its prefix, the tokens allowed next:
     "(X"   while words remain (a constituent must cover a word), the root is not yet closed and fewer than
            max_opens "(" tokens stand in a row (the first token is "(X"). The PTB sample's trees have at most 6 in a
            row; a model whose copy of the next word is not aligned yet would put the word off with "(NP (NP (NP ...".

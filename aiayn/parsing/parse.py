@@ -8,12 +8,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from aiayn.decoding.search import SearchConfig
+from aiayn.decoding.translator import Translator
 from aiayn.errors import CheckpointError, DataError
 from aiayn.parsing.constraint import TreeConstraint
 from aiayn.parsing.prepare import WORDS_MARK
 from aiayn.parsing.trees import POS, delinearize
-from aiayn.search import SearchConfig
-from aiayn.translate import Translator
 
 PAPER_PARSE_SEARCH = SearchConfig(beam=21, alpha=0.3, max_len_a=1.0, max_len_b=300)
 

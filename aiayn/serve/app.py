@@ -37,8 +37,9 @@ from fastapi_offline import FastAPIOffline
 from starlette.exceptions import HTTPException
 
 import aiayn
+from aiayn.decoding.lines import Translation
+from aiayn.decoding.translator import Translator
 from aiayn.errors import UsageError
-from aiayn.lines import Translation
 from aiayn.serve.access import AccessConfig, install_access
 from aiayn.serve.batcher import BatchConfig, QueueFull, RequestTimeout
 from aiayn.serve.bodies import ApiError, body_schema, check_text, read_body, validate
@@ -61,7 +62,6 @@ from aiayn.serve.pivot import translate_along
 from aiayn.serve.reload import Reloader
 from aiayn.serve.segments import Piece, join, pieces
 from aiayn.serve.state import Limits, Server, model_info
-from aiayn.translate import Translator
 
 
 def _error(status: int, message: str, headers: dict[str, str] | None = None, **extra) -> JSONResponse:

@@ -8,7 +8,7 @@ appends a job, the collector task takes jobs oldest first while the batch stays 
 counted: rows x longest source, as fairseq's --max-tokens) and hands the batch to a one-thread executor; the loop
 stays free to accept requests while the model runs, and those pile up into the next batch. Jobs in one batch share
 one search: a job asking for more n-best rides with jobs asking for the same number (the n-best size changes
-when beam search stops, see aiayn.search.beam_search), and others wait for the next batch.
+when beam search stops, see aiayn.decoding.search.beam_search), and others wait for the next batch.
 
 A new model without downtime: `swap(translator)` (on the event loop) serves the new model from the next job on.
 Each job keeps the translator that encoded it (vocabularies may differ), and a batch holds jobs of one translator
@@ -35,10 +35,10 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TypeVar
 
+from aiayn.decoding.glossary import check_fits
+from aiayn.decoding.lines import Translation, encode_prefixes
+from aiayn.decoding.translator import Translator
 from aiayn.errors import UsageError
-from aiayn.glossary import check_fits
-from aiayn.lines import Translation, encode_prefixes
-from aiayn.translate import Translator
 
 T = TypeVar("T")
 
@@ -83,7 +83,7 @@ class _Job:
     future: asyncio.Future
     call: Callable[[], object] | None = None
     prefixes: list[list[int]] | None = None  # target prefix ids per text ([]: none)
-    terms: list | None = None  # glossary terms per text (aiayn.glossary.Term lists; []: none)
+    terms: list | None = None  # glossary terms per text (aiayn.decoding.glossary.Term lists; []: none)
     arrived: float = field(default_factory=time.perf_counter)
 
     @property
@@ -133,7 +133,7 @@ class Batcher:
         """Translate `texts` (up to `nbest` hypotheses each, best first) among whatever else is queued. options:
         SearchConfig fields that differ from the server's (sampling, top_k, ...; a bad one is a UsageError before
         queuing); prefixes: per text, the text its translations start with ("": none); full_vocabulary: without the
-        server's shortlist; glossary: (source term, target term) pairs each translation must follow (aiayn.glossary;
+        server's shortlist; glossary: (source term, target term) pairs each translation must follow (aiayn.decoding.glossary;
         such requests are batched with each other only). Sampling seeds text i of the request by i, so a request's
         samples do not depend on what it is batched with."""
         self._admit(len(texts))

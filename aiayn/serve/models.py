@@ -25,11 +25,11 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from aiayn.decoding.translator import Translator
 from aiayn.serve.batcher import BatchConfig, Batcher, QueueFull
 from aiayn.serve.bodies import ApiError
 from aiayn.serve.libre import LanguagePair, language_name
 from aiayn.serve.reload import ModelSource
-from aiayn.translate import Translator
 
 RETRY_S = 10.0  # a model that failed to load is tried again after this long (each request meanwhile: the error)
 PIVOT_FIRST = "en"  # the pivot language tried first, where both legs exist

@@ -8,7 +8,7 @@ from __future__ import annotations
 import asyncio
 from collections import defaultdict
 
-from aiayn.lines import Translation
+from aiayn.decoding.lines import Translation
 from aiayn.serve.bodies import ApiError
 from aiayn.serve.libre import LanguagePair
 from aiayn.serve.models import Models

@@ -32,10 +32,10 @@ import torch
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 
-from aiayn.export.ct2_engine import CT2Translator, is_ct2_model
-from aiayn.search import SearchConfig
+from aiayn.decoding.ct2 import CT2Translator, is_ct2_model
+from aiayn.decoding.search import SearchConfig
+from aiayn.decoding.translator import Translator
 from aiayn.serve.buckets import SharedBuckets
-from aiayn.translate import Translator
 
 STATS = ("batches", "sentences", "requests", "rejected", "timed_out", "model_busy_s")  # Batcher.stats' counters
 POLL_S = 0.2  # how often a worker looks at the board
@@ -55,7 +55,7 @@ class ModelSource:
 
     def load(self) -> tuple[Translator, Path]:
         """The translator, and the checkpoint file it was read from; a folder `aiayn export --to ct2` wrote, or an
-        Argos Translate package, is decoded by CTranslate2 (aiayn.export.ct2_engine.CT2Translator: the same id-level
+        Argos Translate package, is decoded by CTranslate2 (aiayn.decoding.ct2.CT2Translator: the same id-level
         API), in the compute type of `precision`, with its vocabulary map where `shortlist` is asked for."""
         from aiayn.rundir import inference_checkpoint
 

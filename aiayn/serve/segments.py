@@ -5,7 +5,7 @@ ones kept as they are (line breaks, the spaces around them, empty lines; in HTML
 contents of <script>, <style>, <code> and <pre>). The answer joins the translated and kept pieces in their order,
 so a text of three lines comes back as three lines, and an HTML fragment keeps its tags and attributes.
 
-Sentences: aiayn.sentences.split_sentences, the rule `aiayn translate` splits lines with.
+Sentences: aiayn.decoding.sentences.split_sentences, the rule `aiayn translate` splits lines with.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import re
 from html.parser import HTMLParser
 from typing import NamedTuple
 
-from aiayn.sentences import split_sentences
+from aiayn.decoding.sentences import split_sentences
 
 
 class Piece(NamedTuple):

@@ -5,12 +5,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from aiayn.decoding.search import SearchConfig
+from aiayn.decoding.translator import Translator
 from aiayn.model import expected_parameters
-from aiayn.search import SearchConfig
 from aiayn.serve.batcher import Batcher
 from aiayn.serve.detect import Detector
 from aiayn.serve.models import Models
-from aiayn.translate import Translator
 
 
 @dataclass(frozen=True)
@@ -70,7 +70,7 @@ class Server:
 
 def model_info(translator: Translator, checkpoint: str | None) -> dict:
     """What /info says about the model served (a reload replaces it)."""
-    cfg = translator.cfg  # None: an Argos package (a CTranslate2 model of anyone's; aiayn.export.ct2_engine)
+    cfg = translator.cfg  # None: an Argos package (a CTranslate2 model of anyone's; aiayn.decoding.ct2)
     return {"checkpoint": checkpoint, "model": cfg and cfg.to_dict(),
             "parameters": cfg and expected_parameters(cfg), "vocab_size": len(translator.vocab),
             "device": str(translator.device), "precision": translator.precision,

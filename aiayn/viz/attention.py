@@ -15,7 +15,7 @@ Paper -> code:
 How the weights are obtained: `recording(model)` gives every MultiHeadAttention an AttentionRecorder as its
 `attention` (and restores them after), and `record` runs ONE teacher-forced forward, model.encode + model.decode on
 the whole target, so each recorder keeps its softmax weights (B, h, n, m). The target is the one given or else the
-model's own beam-search output (aiayn.translate.Translator). Not beam search itself: it groups the beams of a
+model's own beam-search output (aiayn.decoding.translator.Translator). Not beam search itself: it groups the beams of a
 sentence and feeds one position a step, while one forward over the finished output gives the same weights for that
 output at once.
 
@@ -114,10 +114,10 @@ def record(model: nn.Module, src: Tensor, tgt_in: Tensor) -> tuple[Tensor, dict[
 def attention_data(translator_or_model, vocab, src: str, tgt: str | None = None, digits: int = 4) -> dict:
     """Tokens and every head's weights for one sentence pair, as a JSON-ready dict (the attention.json format).
 
-    translator_or_model: an aiayn.translate.Translator (its model, vocabulary and search), or a Transformer (then
+    translator_or_model: an aiayn.decoding.translator.Translator (its model, vocabulary and search), or a Transformer (then
     searched with the paper's settings). vocab: the model's Vocab (None: the translator's). tgt: the translation to
     force; None = the model's own beam-search output. Weights are rounded to `digits` decimals."""
-    from aiayn.translate import Translator
+    from aiayn.decoding.translator import Translator
 
     if isinstance(translator_or_model, Translator):
         translator = translator_or_model

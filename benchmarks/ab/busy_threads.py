@@ -16,9 +16,9 @@ import time
 import torch
 
 from aiayn.config import BOS_ID, EOS_ID, ModelConfig
-from aiayn.losses import TrainingObjective
 from aiayn.model import Transformer
 from aiayn.runtime import free_cores
+from aiayn.training.losses import TrainingObjective
 from benchmarks.timing import measure, table
 
 

@@ -9,8 +9,8 @@ import argparse
 
 import torch
 
-from aiayn.losses import TrainingObjective
 from aiayn.model import Transformer
+from aiayn.training.losses import TrainingObjective
 from benchmarks import workloads
 from benchmarks.timing import compare, once
 

@@ -5,7 +5,7 @@
     python -m benchmarks.ab.decode_weights --checkpoint runs/multi30k --src data-bin/multi30k/test.src.txt \
         --ref data-bin/multi30k/test.tgt.txt --threads 2 [--precision fp32,fp32-unpacked,bf16,bf16-unpacked,int8]
 
-"-unpacked": the same weights with F.linear on plain weight matrices instead of aiayn.inference.PrepackedLinear (the
+"-unpacked": the same weights with F.linear on plain weight matrices instead of aiayn.decoding.inference.PrepackedLinear (the
 default on CPU): Translator(..., prepack=False), to see what packing the weights gives.
 """
 
@@ -16,12 +16,12 @@ from pathlib import Path
 
 import torch
 
+from aiayn.decoding.search import SearchConfig
+from aiayn.decoding.translator import Translator
 from aiayn.fast import keep_freed_memory
 from aiayn.metrics import corpus_bleu
 from aiayn.rundir import load_for_inference
 from aiayn.runtime import cpu_flags
-from aiayn.search import SearchConfig
-from aiayn.translate import Translator
 from benchmarks.timing import compare, table
 
 

@@ -14,8 +14,8 @@ import copy
 import torch
 
 from aiayn import fast
-from aiayn.losses import TrainingObjective
 from aiayn.model import Transformer
+from aiayn.training.losses import TrainingObjective
 from benchmarks import workloads
 from benchmarks.timing import compare, measure, table
 

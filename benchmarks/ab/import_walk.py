@@ -9,7 +9,7 @@ down into a module and comes back up into one it has not finished (a callback, o
 Module-level code run by imports is not counted.
 
     python -m benchmarks.ab.import_walk quickstart --out /tmp/walk   # aiayn quickstart --max-steps 2 --preset tiny
-    python -m benchmarks.ab.import_walk load --run /tmp/walk         # aiayn.inference.load(run)
+    python -m benchmarks.ab.import_walk load --run /tmp/walk         # aiayn.decoding.inference.load(run)
     python -m benchmarks.ab.import_walk table before.txt after.txt    # saved reports side by side
 
 Each prints the moves (caller module.function -> callee module.function, "CLIMB" where one climbs), then the
@@ -115,7 +115,7 @@ def walk_quickstart(out: Path) -> Walk:
 
 
 def walk_load(run: Path) -> Walk:
-    from aiayn import inference
+    from aiayn.decoding import inference
 
     w = Walk()
     w.run(lambda: inference.load(run))
@@ -127,7 +127,7 @@ def main() -> None:
     sub = p.add_subparsers(dest="command", required=True)
     q = sub.add_parser("quickstart", help="aiayn quickstart --max-steps 2 --preset tiny --out OUT")
     q.add_argument("--out", type=Path, required=True, help="a new folder for the quickstart")
-    lo = sub.add_parser("load", help="aiayn.inference.load(RUN)")
+    lo = sub.add_parser("load", help="aiayn.decoding.inference.load(RUN)")
     lo.add_argument("--run", type=Path, required=True, help="a run directory (e.g. the quickstart's OUT/run)")
     t = sub.add_parser("table", help="saved reports side by side")
     t.add_argument("reports", type=Path, nargs="+")
@@ -140,7 +140,7 @@ def main() -> None:
         print(w.report(f"aiayn quickstart --max-steps 2 --preset tiny --out {args.out} ({PACKAGE})"))
     else:
         w = walk_load(args.run)
-        print(w.report(f"aiayn.inference.load({args.run}) ({PACKAGE})"))
+        print(w.report(f"aiayn.decoding.inference.load({args.run}) ({PACKAGE})"))
 
 
 if __name__ == "__main__":

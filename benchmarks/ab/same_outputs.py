@@ -43,7 +43,7 @@ def fixture(out: Path, steps: int, seed: int) -> None:
     """Prepare the built-in corpus (4,000 pieces) and train the quickstart's fp32 shape for `steps` steps."""
     from aiayn.data import builtin_corpus, prepare
     from aiayn.quickstart import recipe
-    from aiayn.train import TrainConfig, train
+    from aiayn.training.train import TrainConfig, train
 
     raw = builtin_corpus(out / "raw")
     prepare(*raw["train"], out / "data", vocab_size=4000, valid=raw["valid"], test=raw["test"])
@@ -60,8 +60,8 @@ def held_out(fixture_dir: Path, n: int) -> list[str]:
 
 
 def translations(fixture_dir: Path, setting: str, lines: list[str]) -> list[str]:
-    from aiayn.search import SearchConfig
-    from aiayn.translate import Translator
+    from aiayn.decoding.search import SearchConfig
+    from aiayn.decoding.translator import Translator
 
     precision, beam = SETTINGS[setting]
     # positional: the trees compared may predate the name `precision` (Translator.load's `weights` then)
@@ -72,7 +72,7 @@ def translations(fixture_dir: Path, setting: str, lines: list[str]) -> list[str]
 def losses(fixture_dir: Path, steps: int, packed: bool, seed: int) -> list[float]:
     """Training losses of the first `steps` steps of a fresh run (the fixture's model shape, fixed seed), one a step."""
     from aiayn import rundir
-    from aiayn.train import TrainConfig, train
+    from aiayn.training.train import TrainConfig, train
 
     _, _, cfg = rundir.load_for_inference(fixture_dir / "run")
     with tempfile.TemporaryDirectory() as tmp:
@@ -115,8 +115,8 @@ def compare(a: Path, b: Path) -> bool:
 
 def time_decoding(fixture_dir: Path, n: int, repeats: int) -> dict[str, float]:
     """Median seconds to translate n held-out sentences with each fp32/int8 setting (one thread)."""
-    from aiayn.search import SearchConfig
-    from aiayn.translate import Translator
+    from aiayn.decoding.search import SearchConfig
+    from aiayn.decoding.translator import Translator
 
     torch.set_num_threads(1)
     lines = held_out(fixture_dir, n)

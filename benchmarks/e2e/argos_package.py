@@ -22,12 +22,12 @@ import tempfile
 import zipfile
 from pathlib import Path
 
+from aiayn.decoding.ct2 import CT2Translator
+from aiayn.decoding.search import SearchConfig
 from aiayn.export.argos import ARGOS_DECODING, export_argos
 from aiayn.export.ct2 import export_ct2
-from aiayn.export.ct2_engine import CT2Translator
 from aiayn.metrics import corpus_bleu
 from aiayn.rundir import inference_checkpoint, load_for_inference
-from aiayn.search import SearchConfig
 from benchmarks.timing import once, table
 
 ARGOS = """

@@ -8,7 +8,7 @@ test.tgt.txt with sacreBLEU), and prints one markdown table. aiayn decodes with 
 HF and CTranslate2 have) and, for reference, with the paper's GNMT penalty. HF generate takes one length limit
 per call, so HF batches hold sentences of equal limit. CTranslate2 is run with
 patience 1 (its default: stops after `beam` finished hypotheses) and with a patience that lets it search as
-long as aiayn (aiayn/export/ct2_engine.py: DECODING_NOTES). Every engine runs on one thread (--threads).
+long as aiayn (aiayn/decoding/ct2.py: DECODING_NOTES). Every engine runs on one thread (--threads).
 """
 
 from __future__ import annotations
@@ -20,14 +20,14 @@ from pathlib import Path
 import torch
 
 from aiayn.config import PAD_ID
+from aiayn.decoding.ct2 import own_limits, translate_ct2
+from aiayn.decoding.lines import encode_sources
+from aiayn.decoding.search import SearchConfig
+from aiayn.decoding.translator import Translator
 from aiayn.export.ct2 import export_ct2
-from aiayn.export.ct2_engine import own_limits, translate_ct2
 from aiayn.export.hf import export_hf
-from aiayn.lines import encode_sources
 from aiayn.metrics import corpus_bleu
 from aiayn.rundir import inference_checkpoint, load_for_inference
-from aiayn.search import SearchConfig
-from aiayn.translate import Translator
 from benchmarks.timing import once, table
 
 

@@ -7,7 +7,7 @@ The first --n test sentences (test.src.txt) are translated by every engine, gree
 |Y|^alpha penalty all of them have, max length = source + 50), --reps times, interleaved (engine after engine,
 so drift on a shared machine hits all alike); the table shows median sentences/s and the ratio to aiayn fp32 of
 the same search (> 1 = faster than aiayn fp32). Model loading and export are not timed. CTranslate2 runs with
-its default patience 1: its beam search may stop earlier than aiayn's (DECODING_NOTES in aiayn/export/ct2_engine.py);
+its default patience 1: its beam search may stop earlier than aiayn's (DECODING_NOTES in aiayn/decoding/ct2.py);
 the last column counts the lines equal to aiayn fp32's.
 """
 
@@ -19,11 +19,11 @@ from pathlib import Path
 
 import torch
 
+from aiayn.decoding.ct2 import CT2Translator
+from aiayn.decoding.search import SearchConfig
+from aiayn.decoding.translator import Translator
 from aiayn.export.ct2 import export_ct2
-from aiayn.export.ct2_engine import CT2Translator
 from aiayn.rundir import inference_checkpoint, load_for_inference
-from aiayn.search import SearchConfig
-from aiayn.translate import Translator
 from benchmarks.timing import compare, table
 
 

@@ -2,7 +2,7 @@
 
     python -m benchmarks.e2e.glossary --checkpoint runs/quickstart/run --candidates names.tsv [--threads 2]
 
---candidates is a bilingual list (`source<TAB>target`, aiayn.glossary's format: e.g. Bible names, Jesus -> Jesús).
+--candidates is a bilingual list (`source<TAB>target`, aiayn.decoding.glossary's format: e.g. Bible names, Jesus -> Jesús).
 Each entry is checked against the test references (the run's recorded prepared data, or --data): among the test
 sentences whose source holds the source term (whole words, case as written: what `aiayn translate --glossary`
 matches), the share whose reference holds the target term; entries at or above --min-rate are the glossary, the
@@ -29,10 +29,10 @@ from pathlib import Path
 
 import torch
 
-from aiayn.glossary import Glossary, constrained_beam_search
+from aiayn.decoding.glossary import Glossary, constrained_beam_search
+from aiayn.decoding.search import SearchConfig
+from aiayn.decoding.translator import Translator, padded
 from aiayn.metrics import chrf, corpus_bleu
-from aiayn.search import SearchConfig
-from aiayn.translate import Translator, padded
 from benchmarks.timing import compare, table
 
 

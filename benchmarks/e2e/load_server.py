@@ -39,9 +39,9 @@ from pathlib import Path
 import httpx
 import torch
 
-from aiayn.search import SearchConfig
+from aiayn.decoding.search import SearchConfig
+from aiayn.decoding.translator import Translator
 from aiayn.serve.workers import auto_workers, usable_cores
-from aiayn.translate import Translator
 from benchmarks.timing import once, table
 
 REPO = Path(__file__).resolve().parents[2]
@@ -49,11 +49,11 @@ REPO = Path(__file__).resolve().parents[2]
 
 def tiny_run(folder: Path) -> tuple[Path, list[str]]:
     """A run directory holding a random `tiny` model and a vocabulary of synthetic sentences, and those sentences."""
-    from aiayn import checkpoint as ckpt
     from aiayn import rundir
     from aiayn.config import ModelConfig
     from aiayn.data import Vocab
     from aiayn.model import Transformer
+    from aiayn.training import checkpoint as ckpt
 
     rng = random.Random(0)
     words = "the a man woman dog street runs plays red blue green in on with near small big child ball".split()

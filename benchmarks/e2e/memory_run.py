@@ -15,7 +15,7 @@ from pathlib import Path
 
 from aiayn.config import ModelConfig
 from aiayn.fast import keep_freed_memory
-from aiayn.train import TrainConfig, train
+from aiayn.training.train import TrainConfig, train
 
 
 def main() -> None:

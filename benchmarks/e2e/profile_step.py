@@ -8,7 +8,7 @@ benchmarks/peers/aiayn_adapter.py.
 
 Prints the top operators by self CPU time. A training step is forward + loss under autocast, backward, Adam,
 zero_grad; "## forward+loss", "## backward", "## optimizer" rows give the split. Decoding runs on aiayn's decoding
-copy (aiayn.inference.decoding_copy: --precision, default the --dtype's; --unpacked: prepack=False).
+copy (aiayn.decoding.inference.decoding_copy: --precision, default the --dtype's; --unpacked: prepack=False).
 """
 
 import argparse
@@ -17,10 +17,10 @@ import torch
 from torch.profiler import ProfilerActivity, profile, record_function
 
 from aiayn.config import PRECISIONS
+from aiayn.decoding.inference import decoding_copy
 from aiayn.fast import keep_freed_memory
-from aiayn.inference import decoding_copy
-from aiayn.losses import TrainingObjective
 from aiayn.model import Transformer
+from aiayn.training.losses import TrainingObjective
 from benchmarks import workloads
 from benchmarks.timing import measure
 

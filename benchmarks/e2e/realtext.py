@@ -74,8 +74,8 @@ def inprocess(args: argparse.Namespace) -> None:
 
     import torch
 
-    from aiayn.search import PAPER_SEARCH
-    from aiayn.translate import Translator
+    from aiayn.decoding.search import PAPER_SEARCH
+    from aiayn.decoding.translator import Translator
 
     start = time.perf_counter()
     search = dataclasses.replace(PAPER_SEARCH, lp="power", beam_patience=args.beam_patience)

@@ -13,9 +13,9 @@ import time
 
 import torch
 
-from aiayn.search import SearchConfig
+from aiayn.decoding.search import SearchConfig
+from aiayn.decoding.translator import Translator
 from aiayn.serve.batcher import BatchConfig, Batcher
-from aiayn.translate import Translator
 
 
 def rss_mb() -> float:

@@ -1,4 +1,4 @@
-"""Decoding with a lexical shortlist (aiayn.shortlist) against the full vocabulary, in aiayn and in CTranslate2 (its
+"""Decoding with a lexical shortlist (aiayn.decoding.shortlist) against the full vocabulary, in aiayn and in CTranslate2 (its
 vocabulary map, use_vmap): sentences/s, BLEU and lines identical to the full vocabulary's, markdown tables.
 
     python -m benchmarks.e2e.shortlist --checkpoint runs/multi30k --data data-bin/multi30k [--threads 1]
@@ -33,14 +33,14 @@ import torch
 
 from aiayn.config import BOS_ID, EOS_ID, PAD_ID, ModelConfig
 from aiayn.data import Vocab
+from aiayn.decoding.ct2 import VMAP_FILE, CT2Translator
+from aiayn.decoding.search import SearchConfig
+from aiayn.decoding.shortlist import SPECIALS, Shortlist, build_from_prepared, coverage
+from aiayn.decoding.translator import Translator, padded
 from aiayn.export.ct2 import export_ct2
-from aiayn.export.ct2_engine import VMAP_FILE, CT2Translator
 from aiayn.metrics import corpus_bleu
 from aiayn.model import Transformer
 from aiayn.rundir import inference_checkpoint, load_for_inference
-from aiayn.search import SearchConfig
-from aiayn.shortlist import SPECIALS, Shortlist, build_from_prepared, coverage
-from aiayn.translate import Translator, padded
 from benchmarks.timing import compare, table
 
 CT2_QUANTIZATION = {"fp32": None, "int8": "int8"}  # aiayn's decoding precision -> the CTranslate2 export's

@@ -34,8 +34,8 @@ from pathlib import Path
 import httpx
 import torch
 
-from aiayn.search import SearchConfig
-from aiayn.translate import Translator
+from aiayn.decoding.search import SearchConfig
+from aiayn.decoding.translator import Translator
 from benchmarks.e2e.load_server import REPO, Connection, cpu_model, start_server, tiny_run
 from benchmarks.timing import table
 

@@ -18,13 +18,13 @@ import json
 import torch
 
 from aiayn.config import ModelConfig
-from aiayn.inference import decoding_copy
-from aiayn.losses import TrainingObjective
+from aiayn.decoding.inference import decoding_copy
+from aiayn.decoding.search import SearchConfig, beam_search, greedy_search
+from aiayn.decoding.static_search import StaticDecoder
 from aiayn.model import Transformer, count_parameters
 from aiayn.runtime import attention_without_shape_plans
-from aiayn.search import SearchConfig, beam_search, greedy_search
-from aiayn.static_search import StaticDecoder
-from aiayn.train import make_optimizer
+from aiayn.training.losses import TrainingObjective
+from aiayn.training.train import make_optimizer
 from benchmarks.timing import measure
 from benchmarks.workloads import forward_flops, train_batch
 
@@ -85,11 +85,11 @@ def train_speed(preset: str, dtype: str, tokens: int, steps: int, device, compil
 
 def decoder(preset: str, dtype: str, beam: int, sents: int, n_tokens: int, device, graphed: bool = False):
     """A call that decodes `sents` random sources of 23-27 tokens, every hypothesis forced to n_tokens words.
-    graphed: by aiayn.static_search's fixed-shape steps (on CUDA one captured graph replayed per step), not
-    aiayn.search's."""
+    graphed: by aiayn.decoding.static_search's fixed-shape steps (on CUDA one captured graph replayed per step), not
+    aiayn.decoding.search's."""
     torch.manual_seed(0)
     cfg = ModelConfig.preset(preset)
-    attention_without_shape_plans(device)  # as aiayn.inference.load does
+    attention_without_shape_plans(device)  # as aiayn.decoding.inference.load does
     model = decoding_copy(Transformer(cfg).to(device), dtype)
     src = train_batch(cfg.vocab_size, sents * 27, device, seed=1, lo=23, hi=27)[0][:sents]
     search = SearchConfig(beam=beam, max_len_a=0.0, max_len_b=n_tokens, min_len=n_tokens)

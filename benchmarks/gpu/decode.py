@@ -1,4 +1,4 @@
-"""Decoding on one GPU, in one run: aiayn (eager, and graphed: aiayn.static_search's fixed-shape step replayed as a
+"""Decoding on one GPU, in one run: aiayn (eager, and graphed: aiayn.decoding.static_search's fixed-shape step replayed as a
 CUDA graph) beside HF `generate` and CTranslate2, greedy and beam 4, batches of 64 and 512 sentences.
 
     python -m benchmarks.gpu.decode --checkpoint RUN --data DATA --out decode.jsonl     # a trained model, real text
@@ -36,7 +36,7 @@ from pathlib import Path
 import torch
 
 from aiayn.config import BOS_ID, EOS_ID, PAD_ID
-from aiayn.search import SearchConfig, beam_search, greedy_search
+from aiayn.decoding.search import SearchConfig, beam_search, greedy_search
 
 ENGINES = ("aiayn", "aiayn graphed", "hf", "ct2")
 
@@ -56,7 +56,7 @@ def pad(sources: list[list[int]], device: torch.device) -> torch.Tensor:
 def aiayn_engine(model, search: SearchConfig, graphed: bool) -> Callable[[torch.Tensor], list[list[int]]]:
     """src (N, S) -> the best hypothesis's word ids per sentence, by aiayn's search (eager) or aiayn.graphed's."""
     if graphed:  # one decoder: its first call (the warm-up) captures the graph, the timed calls replay it
-        from aiayn.static_search import StaticDecoder
+        from aiayn.decoding.static_search import StaticDecoder
 
         static = StaticDecoder(model, max_len=search.max_len_b)
         return lambda src: [h[0].tokens for h in static.search(src, search)]
@@ -132,10 +132,10 @@ def time_cell(run, src: torch.Tensor, reps: int, device: torch.device) -> tuple[
 
 def cells(args, model, vocab, sources: list[list[int]], search_for, device, workload: str, emit) -> None:
     """Every (beam, sentences, engine) cell of one workload; aiayn eager first in each (the reference output)."""
-    from aiayn.inference import decoding_copy
+    from aiayn.decoding.inference import decoding_copy
     from aiayn.runtime import attention_without_shape_plans
 
-    attention_without_shape_plans(device)  # as aiayn.inference.load does: decoding meets a new shape at every step
+    attention_without_shape_plans(device)  # as aiayn.decoding.inference.load does: decoding meets a new shape at every step
     dtype = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}[args.dtype]
     engines = [e for e in args.engines.split(",") if e]
     ours = decoding_copy(copy.deepcopy(model).to(device), "fp32" if args.dtype == "fp16" else args.dtype)
@@ -224,7 +224,7 @@ def main() -> None:
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
     emit({"what": "device", "name": name, "torch": torch.__version__})
     if args.checkpoint:
-        from aiayn.lines import encode_sources
+        from aiayn.decoding.lines import encode_sources
         from aiayn.rundir import load_for_inference
 
         model, vocab, _ = load_for_inference(Path(args.checkpoint))

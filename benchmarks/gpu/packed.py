@@ -9,7 +9,7 @@ Batches are the shared harness's (benchmarks/workloads.py: sentences of 25-30 to
 real tokens, the same for both layouts, so MFU compares them directly (against the peak of a large matmul in the
 training dtype measured in the same run, and for bf16 the datasheet's where the device is known: as
 benchmarks/gpu/check.py). Each packed record also says which
-attention ran ("varlen flash" or "padded rows": aiayn.packed) and how far its loss is from the padded one's on the
+attention ran ("varlen flash" or "padded rows": aiayn.training.packed) and how far its loss is from the padded one's on the
 same batch without dropout (relative difference; bf16 rounding makes it ~1e-3, fp32 ~1e-7).
 """
 
@@ -22,16 +22,16 @@ import torch
 
 from aiayn.config import ModelConfig
 from aiayn.data.batching import Batch, pack
-from aiayn.losses import TrainingObjective
 from aiayn.model import Transformer, count_parameters
-from aiayn.packed import use_varlen_attention
+from aiayn.training.losses import TrainingObjective
+from aiayn.training.packed import use_varlen_attention
 from benchmarks.gpu.check import DATASHEET_BF16, peak_matmul, sync, training_setup
 from benchmarks.timing import measure
 from benchmarks.workloads import forward_flops, train_batch
 
 
 def attention_route(cfg: ModelConfig, device: torch.device, dtype: str) -> str:
-    """Which packed attention the model's shapes take on this device (aiayn.packed.use_varlen_attention)."""
+    """Which packed attention the model's shapes take on this device (aiayn.training.packed.use_varlen_attention)."""
     q = torch.empty(1, cfg.n_heads, cfg.d_k, device=device, dtype=torch.bfloat16 if dtype == "bf16" else None)
     v = torch.empty(1, cfg.n_heads, cfg.d_v, device=device, dtype=q.dtype)
     return "varlen flash" if use_varlen_attention(q, v) else "padded rows"

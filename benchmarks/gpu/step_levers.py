@@ -5,7 +5,7 @@ several settings in one run, and a kernel-level profile of the chosen ones. Not 
 
 Variants (comma-separated; each builds on the defaults below, names combine with '+'); every lever is a parameter
 of aiayn or torch, nothing is patched:
-    eager      foreach Adam, aiayn's loss path (aiayn.losses.TrainingObjective: the real-token rows picked by a boolean
+    eager      foreach Adam, aiayn's loss path (aiayn.training.losses.TrainingObjective: the real-token rows picked by a boolean
                mask) with the chunked fused loss (loss_kernel="chunked"), no compiler
     fused      Adam(fused=True)
     closs      the loss as the reference formula under torch.compile (loss_kernel="compiled")
@@ -14,7 +14,7 @@ of aiayn or torch, nothing is patched:
     cudagraph  torch.compile(mode="reduce-overhead"): compiled and replayed as CUDA graphs
     cudnn      attention through the cuDNN kernel (padded batches need a mask, which flash refuses)
     nodrop     dropout off (what dropout costs, for the table only)
-    library    whatever aiayn.train does now (make_optimizer, TrainingObjective with loss_kernel="auto")
+    library    whatever aiayn.training.train does now (make_optimizer, TrainingObjective with loss_kernel="auto")
 
 Batches are the shared harness's shape (sentences of 25-30 tokens, ~25,000 target tokens) and FLOPs are counted as
 benchmarks/gpu/check.py does (the harness's model FLOPs, benchmarks/workloads.py); MFU is against the bf16 matmul
@@ -32,10 +32,10 @@ from pathlib import Path
 
 import torch
 
-from aiayn import losses
 from aiayn.config import ModelConfig
 from aiayn.model import Transformer
-from aiayn.train import make_optimizer
+from aiayn.training import losses
+from aiayn.training.train import make_optimizer
 from benchmarks.gpu.check import peak_matmul
 from benchmarks.timing import measure, once
 from benchmarks.workloads import forward_flops, train_batch

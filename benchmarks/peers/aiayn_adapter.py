@@ -10,14 +10,14 @@ subclass it with one attribute set, because the harness takes a file and looks u
 
     precision         None: decode as `aiayn translate --precision fp32`, or bf16 when the harness autocasts (its
                       --dtype bf16); "int8": `--precision int8` (run it with the harness's --dtype fp32)
-                      -> aiayn.inference.decoding_copy(model, precision, packed, consume=True)
+                      -> aiayn.decoding.inference.decoding_copy(model, precision, packed, consume=True)
     packed            None: aiayn's default (packed on CPU); False: F.linear on plain weight matrices
     torch_layer_norm  True: aiayn's LayerNorms return fp32 under autocast, as torch's nn.LayerNorm
                       -> aiayn.fast.set_layer_norm_output(model, autocast=False)
 
 The harness's ids are fairseq's (BOS 0, PAD 1, EOS 2, words from 4); aiayn's are PAD 0, BOS 2, EOS 3. Words
 keep their ids; the special ids are remapped in prepare_train/prepare_src (untimed) and EOS back in generate.
-Training uses aiayn's own loss path (`aiayn.losses.batch_loss`: the vocabulary projection and the
+Training uses aiayn's own loss path (`aiayn.training.losses.batch_loss`: the vocabulary projection and the
 label-smoothed loss on real target tokens only) -- that is part of what is measured.
 """
 
@@ -27,11 +27,11 @@ import common  # the harness's module, on sys.path when the harness loads this f
 import torch
 
 from aiayn.config import BOS_ID, EOS_ID, PAD_ID, ModelConfig
+from aiayn.decoding.inference import decoding_copy
+from aiayn.decoding.search import SearchConfig, beam_search, greedy_search
 from aiayn.fast import keep_freed_memory, set_layer_norm_output
-from aiayn.inference import decoding_copy
-from aiayn.losses import batch_loss
 from aiayn.model import Transformer
-from aiayn.search import SearchConfig, beam_search, greedy_search
+from aiayn.training.losses import batch_loss
 
 
 def to_aiayn_ids(x: torch.Tensor) -> torch.Tensor:

@@ -61,10 +61,10 @@ import sys
 import time
 from pathlib import Path
 
-from aiayn.checkpoint import average_checkpoints, save_weights
 from aiayn.config import EOS_ID
 from aiayn.data import Vocab, load_split
 from aiayn.rundir import checkpoint_paths
+from aiayn.training.checkpoint import average_checkpoints, save_weights
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -146,7 +146,7 @@ def recipe(args) -> dict:
     from aiayn.cli.common import model_overrides
     from aiayn.cli.train import load_config_file
     from aiayn.config import ModelConfig
-    from aiayn.train import TrainConfig
+    from aiayn.training.train import TrainConfig
 
     cfg = load_config_file(args.config)
     m = ModelConfig.preset(cfg.get("preset", "base"), **{**cfg.get("model", {}), **model_overrides(args.aiayn_set)})

@@ -19,9 +19,11 @@ from typing import Any
 
 import torch
 
-from aiayn import checkpoint as ckpt
 from aiayn import files, rundir
 from aiayn.config import PAPER_VOCAB, ModelConfig
+from aiayn.decoding.alignment import word_ids
+from aiayn.decoding.search import SearchConfig
+from aiayn.decoding.translator import Translator
 from aiayn.errors import UserError
 from aiayn.experiments import paper
 from aiayn.experiments.params import format_table as format_params
@@ -42,10 +44,8 @@ from aiayn.parsing.prepare import prepare_parse
 from aiayn.parsing.trees import iter_tree_strings
 from aiayn.quickstart import quickstart
 from aiayn.runtime import configure_process, resolve_device
-from aiayn.search import SearchConfig
-from aiayn.train import TrainConfig, resume, train
-from aiayn.translate import Translator
-from aiayn.viz.alignment import word_ids
+from aiayn.training import checkpoint as ckpt
+from aiayn.training.train import TrainConfig, resume, train
 from aiayn.viz.attention import attention_data, plot_lines, render_html
 
 Say = Callable[[str], None]

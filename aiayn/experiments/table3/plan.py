@@ -13,7 +13,7 @@ from aiayn.config import INITS, ModelConfig
 from aiayn.data.folder import META_FILE
 from aiayn.errors import DataError, UsageError
 from aiayn.experiments.table3.rows import ROWS, scaled_preset
-from aiayn.train import TrainConfig
+from aiayn.training.train import TrainConfig
 
 # Training options every row shares unless given: the paper's (TrainConfig's defaults) but for how a run saves:
 # often enough to resume an interrupted row, and only the newest checkpoint (no averaging in Table 3).

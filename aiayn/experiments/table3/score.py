@@ -10,10 +10,11 @@ from typing import Any
 
 import torch
 
-from aiayn import checkpoint as ckpt
 from aiayn import files, rundir
 from aiayn.data import Vocab, load_split
 from aiayn.data.folder import META_FILE
+from aiayn.decoding.search import PAPER_SEARCH
+from aiayn.decoding.translator import Translator
 from aiayn.errors import DataError
 from aiayn.experiments.table3.plan import (
     RESULT,
@@ -29,9 +30,8 @@ from aiayn.experiments.table3.rows import paper_row, replica_seed, row_of
 from aiayn.metrics import CorpusMetric, corpus_bleu, perplexity
 from aiayn.model import Transformer, count_parameters
 from aiayn.runtime import Runtime, cpu_model, resolve_device
-from aiayn.search import PAPER_SEARCH
-from aiayn.train import resume, train
-from aiayn.translate import Translator
+from aiayn.training import checkpoint as ckpt
+from aiayn.training.train import resume, train
 
 
 def train_row(out: Path, plan: Plan, name: str, max_steps: int, device: str = "auto", threads: int = 0,

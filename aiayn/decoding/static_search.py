@@ -1,18 +1,18 @@
 """Greedy and beam search with a step of fixed shapes, so that on a GPU one step can be captured as a CUDA graph and
-replayed: the same searches as aiayn.search (same Hypothesis lists, same conventions), organized differently.
+replayed: the same searches as aiayn.decoding.search (same Hypothesis lists, same conventions), organized differently.
 
-aiayn.search drops finished sentences from the batch and grows the self-attention cache, so every step has new
+aiayn.decoding.search drops finished sentences from the batch and grows the self-attention cache, so every step has new
 shapes and Python drives each kernel. Here nothing changes shape from step to step:
     * the self-attention keys/values of each decoder layer live in a preallocated (N, h, L, d) buffer; step t writes
       position t in place (index_copy_ with t a device tensor) and attends over all L positions, those after t masked;
-      the model's own decoder layers and attention modules run the step (aiayn.cache.FixedLayerCache holds the
+      the model's own decoder layers and attention modules run the step (aiayn.decoding.cache.FixedLayerCache holds the
       buffers), so a swapped-in attention (aiayn.viz's recorder) runs here too;
     * cross-attention keys/values are computed once per batch into buffers, source padding masked;
     * the batch keeps all its sentences and beams (N = B * k rows): a finished sentence's rows get score -inf, so
       they can neither finish nor win anything again, and a greedy row that has finished writes PAD;
     * the step number t is a device tensor the step itself advances, so the same step runs again unchanged.
 The host reads one flag (are all sentences done?) every SYNC_EVERY steps. The step's logic (candidates, finishing,
-the alive set, early stopping, the length penalty) is aiayn.search's own functions, called on the fixed shapes.
+the alive set, early stopping, the length penalty) is aiayn.decoding.search's own functions, called on the fixed shapes.
 
 Capture (CUDA only, `StaticDecoder(graphs=True)`): the first batch of a shape (rows, source length rounded up to
 SRC_BUCKET, beam, search options) loads its inputs into the static buffers, runs the step a few times on a side
@@ -22,7 +22,7 @@ search then replays the graph once per step. Later batches of the same shape cop
 buffers and replay the same graph. Everything the step reads is a buffer of the state it was captured with; nothing
 in it reads the host, so replaying it is one launch per step instead of hundreds.
 
-Notation as aiayn.search: B sentences, k beams, N = B * k rows, V vocabulary, t the step, W = L the most positions
+Notation as aiayn.decoding.search: B sentences, k beams, N = B * k rows, V vocabulary, t the step, W = L the most positions
 (words + EOS), S the (padded) source length.
 """
 
@@ -35,11 +35,9 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from aiayn.cache import FixedLayerCache
 from aiayn.config import BOS_ID, EOS_ID, PAD_ID
-from aiayn.errors import UsageError
-from aiayn.fast import row_topk
-from aiayn.search import (
+from aiayn.decoding.cache import FixedLayerCache
+from aiayn.decoding.search import (
     NEG_INF,
     Hypothesis,
     SearchConfig,
@@ -51,6 +49,8 @@ from aiayn.search import (
     search_over,
     top_candidates,
 )
+from aiayn.errors import UsageError
+from aiayn.fast import row_topk
 
 SYNC_EVERY = 8  # steps between the host's checks that every sentence is done
 SRC_BUCKET = 16  # on CUDA source lengths are rounded up to a multiple of this, so few graphs are captured
@@ -82,7 +82,7 @@ class _State:
 
 class StaticDecoder:
     """Greedy (search.beam == 1) and beam search of `model` with fixed-shape steps: `search(src, config)` returns
-    what aiayn.search.greedy_search / beam_search return. max_len: the most words an output may have (a batch whose
+    what aiayn.decoding.search.greedy_search / beam_search return. max_len: the most words an output may have (a batch whose
     word limit exceeds it is refused). graphs: capture each step shape as a CUDA graph (default: on CUDA); otherwise
     every step runs eagerly. A state (buffers, and its graph) is kept per batch shape: rows, source length and
     positions, each rounded up to a bucket on CUDA (SRC_BUCKET, LEN_BUCKET), at most MAX_STATES of them."""
@@ -109,12 +109,12 @@ class StaticDecoder:
     @torch.inference_mode()
     def search(self, src: Tensor, search: SearchConfig, max_len: int | None = None,
                constraint=None, prefixes=None, lines=None) -> list[list[Hypothesis]]:
-        """src (B, S) padded with PAD_ID -> per sentence its Hypothesis list (as aiayn.search). max_len: a hard cap
-        on words, as aiayn.search's. Constraints, target prefixes, sampling and n-gram blocking are refused."""
+        """src (B, S) padded with PAD_ID -> per sentence its Hypothesis list (as aiayn.decoding.search). max_len: a hard cap
+        on words, as aiayn.decoding.search's. Constraints, target prefixes, sampling and n-gram blocking are refused."""
         unsupported = self.unsupported(search, constraint, prefixes)
         if unsupported:
             raise UsageError(f"{', '.join(unsupported)}: not supported by the static (fixed-shape) decoder; decode "
-                             "with aiayn.search")
+                             "with aiayn.decoding.search")
         limit = max_output_lengths(src, search.max_len_a, search.max_len_b, search.min_len, max_len)  # (B,)
         W = int(limit.max()) + 1
         if W > self.W:
@@ -192,7 +192,7 @@ class StaticDecoder:
 
     # -- one step: device tensors only -----------------------------------------------------------------------------
     def _log_probs(self, s: _State, min_len: int) -> Tensor:
-        """The model's decoder on each row's newest token, log-softmaxed and constrained as aiayn.search: (N, V)
+        """The model's decoder on each row's newest token, log-softmaxed and constrained as aiayn.decoding.search: (N, V)
         fp32."""
         model, t = self.model, s.t
         last = s.tokens.index_select(1, t.view(1))  # (N, 1)
@@ -212,7 +212,7 @@ class StaticDecoder:
         t.add_(1)
 
     def _beam_step(self, s: _State, search: SearchConfig, k: int) -> None:
-        """aiayn.search.beam_search's step (its candidates, finishing, alive set and stopping rule), on all B * k rows:
+        """aiayn.decoding.search.beam_search's step (its candidates, finishing, alive set and stopping rule), on all B * k rows:
         a dead row's candidates are -inf."""
         t, (B, nbest), W = s.t, s.fin_scores.shape, s.W
         cand_scores, cand_beams, cand_tokens = top_candidates(self._log_probs(s, search.min_len), s.scores, B, 2 * k)
@@ -294,7 +294,7 @@ def _capture(step) -> torch.cuda.CUDAGraph:
 
 def static_search(model, src: Tensor, search: SearchConfig, max_len: int | None = None,
                   constraint=None) -> list[list[Hypothesis]]:
-    """One call of StaticDecoder sized for this batch: greedy (search.beam == 1) or beam search, as aiayn.search's
+    """One call of StaticDecoder sized for this batch: greedy (search.beam == 1) or beam search, as aiayn.decoding.search's
     greedy_search / beam_search (arguments alike). No graph is kept between calls: for that, keep a StaticDecoder."""
     limit = max_output_lengths(src, search.max_len_a, search.max_len_b, search.min_len, max_len)
     return StaticDecoder(model, int(limit.max()), graphs=False).search(src, search, max_len, constraint)

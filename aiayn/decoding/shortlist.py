@@ -42,7 +42,7 @@ from aiayn import rundir
 from aiayn.config import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 from aiayn.data.folder import load_split, read_meta
 from aiayn.data.vocab import Vocab
-from aiayn.ensemble import Ensemble
+from aiayn.decoding.ensemble import Ensemble
 from aiayn.errors import CheckpointError, DataError, UsageError
 from aiayn.files import atomic_write, sha256_file
 
@@ -230,7 +230,7 @@ def _check_vocab(shortlist: Shortlist, path: Path, vocab) -> None:
 
 
 class Shortlisted(nn.Module):
-    """A decoding model (aiayn.inference.DecodingTransformer) whose logits are computed for `ids` only: the rows of
+    """A decoding model (aiayn.decoding.inference.DecodingTransformer) whose logits are computed for `ids` only: the rows of
     the tied output projection for those pieces, in the model's precision (`output_rows`); every other piece's
     logit is -inf. It has the three methods the searches call (encode, decode, new_cache) and the model's cfg."""
 

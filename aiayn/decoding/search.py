@@ -8,7 +8,7 @@ the cross-attention keys/values stay one per sentence), and a sentence whose sea
 step's cost follows the sentences still searched. One beam step is fairseq's: add the running log-probs to this
 step's log-softmax, take the top 2*beam of beam*vocab candidates, finish the candidates among the top `beam` that end
 in EOS, keep the best `beam` others alive. Those pieces (constrain, top_candidates, finish_scores, alive_candidates,
-search_over) are also aiayn.static_search's fixed-shape step, and a LexicalHook (aiayn.glossary) plugs into it.
+search_over) are also aiayn.decoding.static_search's fixed-shape step, and a LexicalHook (aiayn.decoding.glossary) plugs into it.
 
 Conventions (docs/decoding.md):
     * |Y| counts the EOS: a hypothesis of n words has |Y| = n + 1 (as fairseq).
@@ -39,15 +39,15 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from aiayn.config import BOS_ID, EOS_ID, PAD_ID, PAPER_SEARCH, SearchConfig
+from aiayn.decoding.sampling import Sampler
 from aiayn.errors import UsageError
 from aiayn.fast import row_topk
-from aiayn.sampling import Sampler
 
 NEG_INF = float("-inf")
 
 
 class LexicalHook(Protocol):
-    """What must appear in the output (aiayn.glossary.DynamicBeamAllocation), plugged into beam_search's step:
+    """What must appear in the output (aiayn.decoding.glossary.DynamicBeamAllocation), plugged into beam_search's step:
     `restrict` the (N, V) allowed mask before the step (sent: each active sentence's index, kk rows each), `alive`
     choose the k live candidates of each sentence (bsz, k), best first, from the step's top_candidates and
     alive_candidates' choice."""
@@ -313,7 +313,7 @@ def beam_search(model, src: Tensor, search: SearchConfig = PAPER_SEARCH, max_len
                 constraint: Constraint | None = None, prefixes: Sequence[Sequence[int]] | None = None,
                 lines: Tensor | None = None, lexical: LexicalHook | None = None) -> list[list[Hypothesis]]:
     """Beam search. src (B, S) padded with PAD_ID -> per sentence up to `search.nbest` Hypothesis, best first.
-    prefixes, lines: as greedy_search's. lexical: terms the output must hold (aiayn.glossary).
+    prefixes, lines: as greedy_search's. lexical: terms the output must hold (aiayn.decoding.glossary).
 
     A sentence stops when its nbest-th finished score is at least the best score any live hypothesis
     could still reach (its log-prob can only fall, its lp is at most lp at the word limit), or at its

@@ -6,7 +6,7 @@ step t needs from steps < t, so that a step costs one position's work instead of
     DecoderCache   every layer's, and the position reached; `reorder` follows beam search's choices
     by_sentence    cross-attention of g decoder rows (beams) per source sentence against its keys kept once
     FixedLayerCache  one layer's keys/values in buffers of fixed shape, for the fixed-shape search
-                   (aiayn.static_search): the same `attend`, with the step a device tensor
+                   (aiayn.decoding.static_search): the same `attend`, with the step a device tensor
 
 Incremental decoding equals full decoding of the same prefixes (tests/test_model.py, tests/test_cache.py).
 """
@@ -170,7 +170,7 @@ class DecoderCache:
 
 @dataclass
 class FixedLayerCache:
-    """One decoder layer's keys/values for the fixed-shape search (aiayn.static_search): nothing changes shape from
+    """One decoder layer's keys/values for the fixed-shape search (aiayn.decoding.static_search): nothing changes shape from
     step to step, and nothing is read back to the host, so that one step can be captured as a CUDA graph.
 
     Self-attention keys/values live in preallocated (N, h, W, d) buffers: step `t` (a 0-d device tensor, advanced by

@@ -1,5 +1,5 @@
 """Sampling's draws: a token per row from the model's distribution, reshaped by temperature, top-k and top-p, with
-random numbers that belong to the input line, not to the batch (aiayn.search.sample_search runs them).
+random numbers that belong to the input line, not to the batch (aiayn.decoding.search.sample_search runs them).
 
     sentence_generator(seed, line)   the generator input line `line` draws from: the same in any batch or buffer
     sample_from(lprobs, uniforms)    one token per row by inverse CDF, after temperature, top-k and top-p

@@ -1,6 +1,6 @@
 """Which checkpoint is best: the dev evaluation at each checkpoint (loss, NLL, perplexity, and with --eval-bleu-lines
 BLEU and chrF of the checkpoint's own translations), whether it beats every earlier one by --best-metric, and early
-stopping (--patience). aiayn.train calls `judge` at each checkpoint and saves what it decides through its
+stopping (--patience). aiayn.training.train calls `judge` at each checkpoint and saves what it decides through its
 aiayn.rundir.Run; `tc` is its TrainConfig, `state` its TrainState (only read here, but for the early-stopping state
 and the best dev loss)."""
 
@@ -12,14 +12,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from aiayn.data import PreparedSplit, Vocab
+from aiayn.decoding.search import PAPER_SEARCH
+from aiayn.decoding.translator import Translator
 from aiayn.errors import DataError
 from aiayn.files import read_lines
 from aiayn.metrics import chrf, corpus_bleu
 from aiayn.metrics.perplexity import perplexity
 from aiayn.model import Transformer
 from aiayn.runtime import Runtime
-from aiayn.search import PAPER_SEARCH
-from aiayn.translate import Translator
 
 BEST_METRICS = ("loss", "bleu", "chrf")  # what checkpoint_best keeps: the lowest dev loss, or the highest BLEU/chrF
 

@@ -4,7 +4,7 @@ A glossary is a list of (source term, target term) pairs (`Glossary`, read from 
 source term that occurs as whole words, with the case as written, becomes a constraint: the target term's
 SentencePiece pieces must appear, in order and contiguous, somewhere in the translation.
 
-The search is the beam search of aiayn.search with `DynamicBeamAllocation` plugged into its step (Post & Vilar 2018,
+The search is the beam search of aiayn.decoding.search with `DynamicBeamAllocation` plugged into its step (Post & Vilar 2018,
 "Fast Lexically Constrained Decoding with Dynamic Beam Allocation"; Sockeye's and fairseq's constrained search):
 
     * a hypothesis's progress is how many constraint pieces it has produced: the pieces of the constraints it has
@@ -38,9 +38,9 @@ import torch
 from torch import Tensor
 
 from aiayn.config import EOS_ID, PAD_ID, UNK_ID
+from aiayn.decoding.search import NEG_INF, SearchConfig, beam_search, max_output_lengths
 from aiayn.errors import UsageError, UserError
 from aiayn.fast import row_topk
-from aiayn.search import NEG_INF, SearchConfig, beam_search, max_output_lengths
 
 Term = tuple[int, ...]  # a target term's piece ids
 
@@ -171,7 +171,7 @@ def bank_sizes(k: int, counts: Sequence[int]) -> list[int]:
 
 
 class DynamicBeamAllocation:
-    """aiayn.search.beam_search's `lexical` hook: per sentence its terms; per live hypothesis (sentence, beam slot)
+    """aiayn.decoding.search.beam_search's `lexical` hook: per sentence its terms; per live hypothesis (sentence, beam slot)
     the terms it has met. `restrict` bans what would break a constraint, `alive` chooses the live beam by banks."""
 
     def __init__(self, terms: Sequence[Sequence[Term]], limit: Tensor):

@@ -6,7 +6,7 @@
                                 torch.compile (its fused kernels are the compiler's), the chunked path if that
                                 cannot run; each kernel can be asked for by name (LOSS_KERNELS)
     batch_loss                  one batch through the model: the vocabulary projection on real tokens only
-    packed_batch_loss           the same for a packed batch (aiayn.packed): no padding anywhere
+    packed_batch_loss           the same for a packed batch (aiayn.training.packed): no padding anywhere
     TrainingObjective           model + loss in one forward, what DDP and torch.compile wrap
 """
 
@@ -20,7 +20,7 @@ from torch import Tensor
 
 from aiayn.config import PAD_ID
 from aiayn.model import Transformer
-from aiayn.packed import Sentences
+from aiayn.training.packed import Sentences
 
 
 def label_smoothed_nll_loss(lprobs: Tensor, target: Tensor, eps: float) -> tuple[Tensor, Tensor]:

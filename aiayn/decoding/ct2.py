@@ -24,11 +24,11 @@ from pathlib import Path
 
 from aiayn.config import BOS_ID, EOS_ID, PAD_ID, UNK_ID, ModelConfig, SearchConfig
 from aiayn.data.vocab import MODEL_FILE, Vocab
+from aiayn.decoding.lines import Translation, encode_prefixes, encode_sources
 from aiayn.errors import UsageError, UserError
-from aiayn.lines import Translation, encode_prefixes, encode_sources
 
 AIAYN_FILE = "aiayn.json"  # the aiayn config, beside CTranslate2's own config.json
-VMAP_FILE = "vmap.txt"  # CTranslate2's vocabulary map: the run's shortlist (aiayn.shortlist.vmap_lines)
+VMAP_FILE = "vmap.txt"  # CTranslate2's vocabulary map: the run's shortlist (aiayn.decoding.shortlist.vmap_lines)
 MIN_POSITIONS = 1024  # rows of the written sinusoid table at least (CTranslate2 refuses positions past the table)
 
 DECODING_NOTES = """\
@@ -69,7 +69,7 @@ def limit_batches(sources: Sequence[list[int] | None], search: SearchConfig, cap
 
 def own_limits(sources: Sequence[list[int] | None], search: SearchConfig, cap: int | None) -> dict[int, int]:
     """{source index: its word limit int(a * x + b)} (x = tokens with EOS, raised to min_len, capped at `cap`), the
-    blank (None) sources left out: aiayn.search.max_output_lengths, in plain Python."""
+    blank (None) sources left out: aiayn.decoding.search.max_output_lengths, in plain Python."""
     return {i: search.word_limit(len(source), cap) for i, source in enumerate(sources) if source is not None}
 
 
@@ -146,7 +146,7 @@ class CT2Translator:
         """The best translation of each line (options: those of `translate_nbest`)."""
         return [hyps[0].text for hyps in self.translate_nbest(lines, search, **options)]
 
-    # ---- aiayn.translate.Translator's id-level API, with the search given at construction (aiayn serve)
+    # ---- aiayn.decoding.translator.Translator's id-level API, with the search given at construction (aiayn serve)
 
     def encode(self, lines: Sequence[str]) -> list[list[int] | None]:
         return encode_sources(self.vocab, lines, self.max_input_len)
@@ -159,7 +159,7 @@ class CT2Translator:
         if constraint is not None or any(terms or []):
             raise UsageError("a CTranslate2 model decodes without constraints or a glossary; serve the run itself "
                              "(aiayn's search) for those")
-        from aiayn.search import Hypothesis  # the server's type (torch is loaded there already)
+        from aiayn.decoding.search import Hypothesis  # the server's type (torch is loaded there already)
 
         found = self._search(sources, prefixes or [[] for _ in sources], self.search, len(sources) or 1, self.patience)
         return [[Hypothesis(ids, score) for ids, score in hyps] for hyps in found]

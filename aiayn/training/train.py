@@ -9,9 +9,9 @@ A run remembers what it was trained on (config.json: the data's content digest a
 resuming on data prepared again in the same folder is refused. Ctrl-C/SIGTERM stop after the current update with a
 checkpoint (no dev evaluation: stopping stays quick) and the summary says which signal ("interrupted_by").
 
-Where the rest lives: the loss in aiayn.losses, device/dtype/processes in aiayn.runtime, the run on disk (lock,
-config.json, log, step checkpoints: one rundir.Run) in aiayn.rundir, the checkpoint files' format in aiayn.checkpoint,
-which checkpoint is best in aiayn.selection, batches in aiayn.data, dev perplexity in aiayn.metrics.perplexity, plots
+Where the rest lives: the loss in aiayn.training.losses, device/dtype/processes in aiayn.runtime, the run on disk (lock,
+config.json, log, step checkpoints: one rundir.Run) in aiayn.rundir, the checkpoint files' format in aiayn.training.checkpoint,
+which checkpoint is best in aiayn.training.selection, batches in aiayn.data, dev perplexity in aiayn.metrics.perplexity, plots
 in aiayn.viz.curves.
 """
 
@@ -27,18 +27,18 @@ from typing import Any
 
 import torch
 
-from aiayn import checkpoint as ckpt
 from aiayn import rundir
 from aiayn.config import DEVICE_HELP, ModelConfig, check_fields, check_types
 from aiayn.data import PreparedSplit, TokenBatchSampler, Vocab, collate, open_prepared, pack
 from aiayn.errors import CheckpointError, DataError, UsageError
 from aiayn.fast import set_layer_norm_output
-from aiayn.losses import TrainingObjective
 from aiayn.model import Transformer, count_parameters
 from aiayn.progress import TrainingProgress
 from aiayn.rundir import Run
 from aiayn.runtime import DTYPES, Runtime, StopOnSignal, setup_runtime
-from aiayn.selection import BEST_METRICS, EarlyStopping, describe, judge
+from aiayn.training import checkpoint as ckpt
+from aiayn.training.losses import TrainingObjective
+from aiayn.training.selection import BEST_METRICS, EarlyStopping, describe, judge
 
 
 def noam_lr(step: int, d_model: int, warmup: int = 4000, factor: float = 1.0) -> float:

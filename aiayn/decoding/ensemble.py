@@ -5,7 +5,7 @@ At every step the next token's distribution is the mean of the members' distribu
     log p(y | prefix) = logsumexp_m log p_m(y | prefix) - log M,
 
 as fairseq's EnsembleModel does (probabilities averaged, not logits). `Ensemble` has the three methods the searches
-call on a model (aiayn.search): `encode` (the members' memories side by side on the feature axis, so that the
+call on a model (aiayn.decoding.search): `encode` (the members' memories side by side on the feature axis, so that the
 search's row selections apply to all at once), `decode` (the mixed log-probabilities: already normalized, so the
 search's log_softmax leaves them as they are) and `new_cache` (one decoder cache per member, reordered together).
 The members may differ in shape (layers, width, heads) but not in vocabulary; checkpoint averaging

@@ -1,7 +1,7 @@
 """Translation: text in, detokenized translations out, one per input line, in input order (`Translator`).
 
 Sentences are sorted by length and searched in batches (less padding); the answers are put back in
-input order. The text side (lines, sentences, prefixes, the rules for awkward input) is aiayn.lines'.
+input order. The text side (lines, sentences, prefixes, the rules for awkward input) is aiayn.decoding.lines'.
 """
 
 from __future__ import annotations
@@ -12,17 +12,24 @@ from pathlib import Path
 
 import torch
 
-from aiayn import inference
 from aiayn.config import PAD_ID, SEARCH_IMPLS
-from aiayn.ensemble import Ensemble, check_same_vocabulary
+from aiayn.decoding import inference
+from aiayn.decoding.ensemble import Ensemble, check_same_vocabulary
+from aiayn.decoding.glossary import Glossary, Term, constrained_beam_search, encode_terms
+from aiayn.decoding.lines import Translation, encode_prefixes, encode_sources, warn
+from aiayn.decoding.search import (
+    PAPER_SEARCH,
+    Constraint,
+    Hypothesis,
+    SearchConfig,
+    max_output_lengths,
+    search_function,
+)
+from aiayn.decoding.shortlist import Shortlist, run_file
+from aiayn.decoding.shortlist import load as load_shortlist
+from aiayn.decoding.static_search import StaticDecoder
 from aiayn.errors import UsageError
-from aiayn.glossary import Glossary, Term, constrained_beam_search, encode_terms
-from aiayn.lines import Translation, encode_prefixes, encode_sources, warn
 from aiayn.progress import Progress
-from aiayn.search import PAPER_SEARCH, Constraint, Hypothesis, SearchConfig, max_output_lengths, search_function
-from aiayn.shortlist import Shortlist, run_file
-from aiayn.shortlist import load as load_shortlist
-from aiayn.static_search import StaticDecoder
 
 
 def padded(rows: Sequence[Sequence[int]], device: str | torch.device = "cpu") -> torch.Tensor:
@@ -39,16 +46,16 @@ def translation_of(vocab, hyp: Hypothesis) -> Translation:
 
 
 class Translator:
-    """A model (decoded in `precision`: aiayn.inference), its vocabulary and how to search: text in, text out. What
+    """A model (decoded in `precision`: aiayn.decoding.inference), its vocabulary and how to search: text in, text out. What
     the CLI, the quickstart, the server, the attention views and the exporters share.
 
     Sentences are sorted by length and searched in batches of `batch_size` (less padding); answers come back in
     input order. `model` may be a list of models of one vocabulary: they are decoded as an ensemble
-    (aiayn.ensemble). `shortlist` (aiayn.shortlist): each batch computes the output projection for its source
+    (aiayn.decoding.ensemble). `shortlist` (aiayn.decoding.shortlist): each batch computes the output projection for its source
     pieces' target pieces only.
 
-    search_impl: "eager" (aiayn.search: finished sentences leave the batch, each step's shapes new; the fastest on
-    CPUs), "fixed" (aiayn.static_search: fixed-shape steps, replayed as CUDA graphs on a GPU; the same hypotheses) or
+    search_impl: "eager" (aiayn.decoding.search: finished sentences leave the batch, each step's shapes new; the fastest on
+    CPUs), "fixed" (aiayn.decoding.static_search: fixed-shape steps, replayed as CUDA graphs on a GPU; the same hypotheses) or
     "auto" (the default: fixed on CUDA, eager elsewhere). The fixed-shape search does greedy, beam and n-best search
     of one model without a shortlist; a batch that asks for more (sampling, target prefixes, n-gram blocking, a
     constraint, a shortlist, an ensemble) runs the eager search, and the first such batch says so on stderr."""
@@ -60,7 +67,7 @@ class Translator:
                  prepack: bool | None = None, shortlist: Shortlist | None = None, search_impl: str = "auto"):
         self.vocab, self.search, self.device = vocab, search, torch.device(device)
         self.precision = precision
-        # aiayn.inference: the formats; a model already in the asked one (Translator.load's) is taken as it is
+        # aiayn.decoding.inference: the formats; a model already in the asked one (Translator.load's) is taken as it is
         members = [inference.decoding_copy(m.to(self.device), self.precision, prepack)
                    for m in (model if isinstance(model, (list, tuple)) else [model])]
         self.model = members[0] if len(members) == 1 else Ensemble(members)
@@ -79,7 +86,7 @@ class Translator:
 
     def _fixed_shape_decoder(self) -> StaticDecoder | None:
         """The fixed-shape decoder for this model (None for an ensemble), sized for the longest output the search
-        allows (its buffers hold each batch's positions only: aiayn.static_search)."""
+        allows (its buffers hold each batch's positions only: aiayn.decoding.static_search)."""
         if isinstance(self.model, Ensemble):
             return None
         search, cfg = self.search, self.cfg
@@ -90,7 +97,7 @@ class Translator:
 
     def _decode_function(self, constraint, prefixes, terms):
         """The search to run a batch with: the fixed-shape decoder's where it was asked for and covers the batch's
-        options, else aiayn.search's (the fallback said once); with glossary terms, aiayn.glossary's."""
+        options, else aiayn.decoding.search's (the fallback said once); with glossary terms, aiayn.decoding.glossary's."""
         eager = partial(constrained_beam_search, terms=terms) if terms else search_function(self.search)
         if not self.fixed_asked:
             return eager
@@ -108,7 +115,7 @@ class Translator:
              precision: str = "fp32", device: str | torch.device = "cpu", prepack: bool | None = None,
              shortlist: bool | str | Path | None = None, **kw) -> Translator:
         """From a run directory (its averaged, else best, else newest checkpoint) or a checkpoint file; from several,
-        an ensemble of them (one vocabulary). Each is loaded and converted once, by aiayn.inference.load. shortlist:
+        an ensemble of them (one vocabulary). Each is loaded and converted once, by aiayn.decoding.inference.load. shortlist:
         True, the shortlist of the (first) checkpoint's run; a path, that file; None or False, none."""
         paths = [checkpoint] if isinstance(checkpoint, (str, Path)) else list(checkpoint)
         lexical = run_file(paths[0], None if shortlist is True else shortlist) if shortlist else None
@@ -120,7 +127,7 @@ class Translator:
                    shortlist=lexical and load_shortlist(lexical, vocab), **kw)
 
     def weight_bytes(self) -> int:
-        """Bytes of the weights its model holds in its decoding format (aiayn.inference.weight_bytes; an ensemble:
+        """Bytes of the weights its model holds in its decoding format (aiayn.decoding.inference.weight_bytes; an ensemble:
         every member's)."""
         return inference.weight_bytes(self.model)
 
@@ -132,11 +139,11 @@ class Translator:
                    line_numbers: Sequence[int] | None = None, terms: Sequence[Sequence[Term]] | None = None
                    ) -> list[list[Hypothesis]]:
         """Search every source (ids with EOS; None = blank) in length-sorted batches; answers in input order.
-        A blank source gets one empty hypothesis of score 0. `constraint` (see aiayn.search.Constraint, called with
+        A blank source gets one empty hypothesis of score 0. `constraint` (see aiayn.decoding.search.Constraint, called with
         input line numbers) restricts what the search may generate. prefixes: per source, the word ids its
         translations start with ([]: none). Sampling seeds each source by its input line number: line_numbers[i]
         (from 0; default i). terms: per source, the target terms (piece ids) its translations must hold
-        (`glossary_terms`; aiayn.glossary)."""
+        (`glossary_terms`; aiayn.decoding.glossary)."""
         cfg, search = self.cfg, self.search
         max_len = cfg.max_positions - 1 if cfg.positional == "learned" else None  # BOS + words < table size
         results: list[list[Hypothesis]] = [[Hypothesis([], 0.0, [])] for _ in sources]
@@ -192,7 +199,7 @@ class Translator:
         """Up to search.nbest translations per line, best first; prefixes: per line, the text its translations start
         with ("" or None: no prefix). first_line: the input line number (from 0) of lines[0], when `lines` is one
         buffer of a longer input: sampling seeds each line by its number in the whole input. glossary: terms each
-        translation must hold (glossary_terms; aiayn.glossary)."""
+        translation must hold (glossary_terms; aiayn.decoding.glossary)."""
         prefix_ids = None if prefixes is None else encode_prefixes(self.vocab, [p or "" for p in prefixes])
         numbers = range(first_line, first_line + len(lines))
         hyps = self.search_ids(self.encode(lines), progress, prefixes=prefix_ids, line_numbers=numbers,

@@ -3,7 +3,7 @@
 without it).
 
     split_prefixes   `source<TAB>prefix` lines, or --prefix FILE -> sources and target prefixes
-    split_lines      lines -> sentences (aiayn.sentences), each line's Layout; join_lines puts translations back
+    split_lines      lines -> sentences (aiayn.decoding.sentences), each line's Layout; join_lines puts translations back
     encode_sources   text -> source ids + EOS, cut at max_input_len with a warning; None for a blank line
     encode_prefixes  target prefixes -> word ids (no EOS); a piece outside the vocabulary is an error
     Translation      one hypothesis: text, score, ids, token log-probs
@@ -24,8 +24,8 @@ from collections.abc import Sequence
 from typing import NamedTuple
 
 from aiayn.config import EOS_ID, UNK_ID
+from aiayn.decoding.sentences import split_sentences
 from aiayn.errors import UsageError
-from aiayn.sentences import split_sentences
 
 
 def warn(msg: str) -> None:
@@ -94,7 +94,7 @@ class Layout(NamedTuple):
 
 def split_lines(lines: Sequence[str], prefixes: Sequence[str] | None = None
                 ) -> tuple[list[str], list[str] | None, list[Layout]]:
-    """Lines cut into sentences (aiayn.sentences): (sentences, their prefixes or None, each line's Layout). A line
+    """Lines cut into sentences (aiayn.decoding.sentences): (sentences, their prefixes or None, each line's Layout). A line
     of one sentence, a blank line and a line with a target prefix stay whole, as they are."""
     sentences: list[str] = []
     sentence_prefixes: list[str] = []
