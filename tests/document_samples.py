@@ -65,7 +65,7 @@ def read_entry(path: Path, name: str) -> str:
 
 BODY = """
 <w:p><w:r><w:t xml:space="preserve">The quick </w:t></w:r><w:bookmarkStart w:id="0" w:name="mark"/><w:r><w:t>br</w:t></w:r>\
-<w:proofErr w:type="spellStart"/><w:r><w:t>own fox </w:t></w:r><w:bookmarkEnd w:id="0"/>\
+<w:proofErr w:type="spellStart"/><w:r><w:t xml:space="preserve">own fox </w:t></w:r><w:bookmarkEnd w:id="0"/>\
 <w:r><w:rPr><w:b/><w:lang w:val="en-US"/></w:rPr><w:t>jumps</w:t></w:r><w:r><w:t xml:space="preserve"> over the dog.</w:t></w:r></w:p>
 <w:p><w:r><w:t xml:space="preserve">Read </w:t></w:r><w:hyperlink r:id="rIdLink"><w:r><w:rPr><w:rStyle w:val="Hyperlink"/></w:rPr>\
 <w:t>the manual</w:t></w:r></w:hyperlink><w:r><w:t xml:space="preserve"> now.</w:t></w:r></w:p>

@@ -17,7 +17,6 @@ from aiayn.documents.blocks import BlockBuilder, distribute, nest, proportional
 from aiayn.markup.spans import Block, Span
 
 
-
 def test_one_call_translates_every_sentence_of_a_document(tmp_path):
     src = make_docx(tmp_path / "a.docx")
     rec = Recorder()
@@ -294,3 +293,30 @@ def test_translate_file_command_uses_the_engine_and_the_languages(tmp_path, caps
         translate_file_command(Namespace(**{**vars(args), "print_alignment": True}), engine)
     with pytest.raises(UsageError, match="language pair"):  # no flags, and the folder records no pair
         translate_file_command(Namespace(**{**vars(args), "source_lang": None, "target_lang": None}), engine)
+
+
+def test_docx_reads_edge_spaces_as_word_does_and_leaves_field_only_paragraphs(tmp_path):
+    """A w:t without xml:space="preserve" shows no edge spaces in Word, so none are translated; a paragraph whose
+    only text is a field's result (a page number) has nothing to translate and is left as it was."""
+    body = ('<w:p><w:r><w:t>Two </w:t></w:r><w:r><w:t xml:space="preserve"> words.</w:t></w:r></w:p>'
+            '<w:p><w:fldSimple w:instr=" PAGE "><w:r><w:t>3</w:t></w:r></w:fldSimple></w:p>')
+    src = make_docx(tmp_path / "a.docx", body)
+    rec = Recorder()
+    translate_document(src, tmp_path / "b.docx", rec, "en", "es")
+    assert "Two words." in rec.sentences and not any("3" in s for s in rec.sentences)
+    assert '<w:fldSimple w:instr=" PAGE "><w:r><w:t>3</w:t></w:r></w:fldSimple>' in read_entry(
+        tmp_path / "b.docx", "word/document.xml")
+
+
+def test_odp_master_page_prompts_are_left_alone(tmp_path):
+    src = make_odf(tmp_path / "a.odp", presentation=True)
+    styles = read_entry(src, "styles.xml").replace(
+        '<style:master-page style:name="Default"/>',
+        '<style:master-page style:name="Default"><draw:frame><draw:text-box><text:p>Click to edit the title'
+        '</text:p></draw:text-box></draw:frame></style:master-page>')
+    from document_samples import rewrite_zip
+
+    rewrite_zip(src, {"styles.xml": styles})
+    rec = Recorder()
+    translate_document(src, tmp_path / "b.odp", rec, "en", "es")
+    assert "Click to edit the title" not in rec.sentences and "The slide title" in rec.sentences

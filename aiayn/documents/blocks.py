@@ -31,9 +31,11 @@ class BlockBuilder:
         self.spans: list[list] = []  # [start, end, kind, key, text]
         self.stack: list[int] = []
         self.last_closed: int | None = None  # a span that a run of the same key right after may extend
+        self.free = False  # a letter or digit outside kept text
 
     def text(self, s: str) -> None:
         if s:
+            self.free = self.free or any(ch.isalnum() for ch in s)
             self.parts.append(s)
             self.pos += len(s)
             self.last_closed = None
@@ -56,12 +58,14 @@ class BlockBuilder:
         self.spans.append([self.pos, self.pos, "void", key, None])
 
     def keep(self, s: str, key) -> None:
-        start = self.pos
+        start, free = self.pos, self.free
         self.text(s)
+        self.free = free
         self.spans.append([start, self.pos, "keep", key, None])
 
     def has_text(self) -> bool:
-        return any(ch.isalnum() for part in self.parts for ch in part)
+        """Whether the block holds a letter or digit outside kept text (else there is nothing to translate)."""
+        return self.free
 
     def block(self) -> Block:
         while self.stack:

@@ -1,13 +1,14 @@
 """OpenDocument text (.odt) and presentations (.odp): every text:p and text:h a reader sees, and alt text.
 
-Body text, tables, frames and text boxes, slides and their speaker notes (presentation:notes), headers and footers
-(styles.xml's master pages), footnotes and endnotes (a text:note inside a paragraph stays at its place, its own
-paragraphs are blocks of their own), comments; svg:title and svg:desc (alt text). text:span and text:a are "wrap"
-spans (a link keeps its xlink:href); spaces are read by ODF's rules (runs of white space collapse, text:s c="N" is N
-spaces) and written back the same way; tabs, line breaks, fields, bookmarks, frames and notes stay at their place
-(void spans). Deleted text kept by change tracking (text:tracked-changes) is not translated. The language of the
-styles (fo:language) and meta.xml's dc:language become the target's. The zip is written with `mimetype` first and
-stored, as ODF requires.
+Body text, tables, frames and text boxes, slides and their speaker notes (presentation:notes), a text's headers and
+footers (styles.xml's master pages; a presentation's master pages hold its layouts' prompts, left as they are),
+footnotes and endnotes (a text:note inside a paragraph stays at its place, its own paragraphs are blocks of their
+own), comments; svg:title and svg:desc (alt text). text:span and text:a are "wrap" spans (a link keeps its
+xlink:href); spaces are read by ODF's rules (runs of white space collapse, text:s c="N" is N spaces) and written back
+the same way; tabs, line breaks, bookmarks, frames and notes stay at their place (void spans), and a field (a page
+number, a date) keeps the text it shows in the sentence (a keep span). Deleted text kept by change tracking
+(text:tracked-changes) is not translated. The language of the styles (fo:language) and meta.xml's dc:language become
+the target's. The zip is written with `mimetype` first and stored, as ODF requires.
 """
 
 from __future__ import annotations
@@ -178,14 +179,15 @@ class OdfDocument:
                       for name in ("content.xml", "styles.xml", "meta.xml") if name in self.entries}
         self.blocks: list[Block] = []
         self.plans: list = []
+        # a text's master pages hold its headers and footers; a presentation's, the prompts of its layouts
+        skipped = (f"{{{TEXT}}}tracked-changes",) + ((f"{{{STYLE}}}master-page",) if path.suffix == ".odp" else ())
         for name in ("content.xml", "styles.xml"):
             if name in self.trees:
-                self._read_part(self.trees[name])
+                self._read_part(self.trees[name], skipped)
 
-    def _read_part(self, tree) -> None:
-        tracked = f"{{{TEXT}}}tracked-changes"
+    def _read_part(self, tree, skipped: tuple[str, ...]) -> None:
         for element in list(tree.iter(f"{{{TEXT}}}p", f"{{{TEXT}}}h", f"{{{SVG}}}title", f"{{{SVG}}}desc")):
-            if any(a.tag == tracked for a in element.iterancestors()):
+            if any(a.tag in skipped for a in element.iterancestors()):
                 continue
             if etree.QName(element).namespace == SVG:
                 if element.text and any(ch.isalnum() for ch in element.text) and not len(element):

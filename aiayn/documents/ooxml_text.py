@@ -122,8 +122,10 @@ class _Walker:
             name = etree.QName(c).localname if isinstance(c.tag, str) else None
             if name == "rPr" or name is None or name in self.d.dropped:
                 continue
-            if name == "t":
-                self.items.append(("t", rpr, c.text or ""))
+            if name == "t":  # Word drops a w:t's edge spaces unless it says xml:space="preserve"
+                text = c.text or ""
+                self.items.append(("t", rpr, text if self.d is not WORD or c.get(XML_SPACE) == "preserve"
+                                   else text.strip()))
             elif name == "noBreakHyphen":
                 self.items.append(("t", rpr, "\u2011"))
             else:  # a tab, a break, a drawing, a footnote mark ...: its own run with the same properties
