@@ -229,8 +229,8 @@ class SearchConfig:
 
     def word_limit(self, tokens: int, cap: int | None = None) -> int:
         """The most words a translation of a source of `tokens` tokens (EOS included, padding not) may have:
-        int(max_len_a * tokens + max_len_b), raised to min_len, cut to `cap` (aiayn.decoding.search.max_output_lengths on
-        tensors; this is it for one sentence, in plain Python)."""
+        int(max_len_a * tokens + max_len_b), raised to min_len, cut to `cap` (aiayn.decoding.search.max_output_lengths
+        on tensors; this is it for one sentence, in plain Python)."""
         limit = max(math.floor(self.max_len_a * tokens + self.max_len_b), self.min_len)
         return limit if cap is None else min(limit, cap)
 

@@ -17,7 +17,8 @@ Reading guide, paper -> code:
     3.5   positional encoding            -> `sinusoidal_positions`
     5.4   residual dropout, post-norm    -> `SublayerConnection`
     packed batches (not in the paper)    -> `Transformer.encode_packed/decode_hidden_packed`, aiayn.training.packed
-    decoding a step at a time            -> `Transformer.decode` with a cache: aiayn.decoding.cache (keys/values, beam rows)
+    decoding a step at a time            -> `Transformer.decode` with a cache: aiayn.decoding.cache (keys/values, beam
+    rows)
 
 Initialization (documented in docs/model.md): embeddings N(0, D^-0.5) with the pad row zeroed (as fairseq,
 so that embedding * sqrt(D) has unit scale and the tied output projection starts with unit-variance logits);

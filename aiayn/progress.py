@@ -67,8 +67,8 @@ class Progress:
 
 
 class TrainingProgress(Progress):
-    """Training's progress (`tc`: aiayn.training.train's TrainConfig): counting seconds for a time budget, else steps, on
-    standard output; the figures of each logged step beside the count (a plain line only on those steps). silent:
+    """Training's progress (`tc`: aiayn.training.train's TrainConfig): counting seconds for a time budget, else steps,
+    on standard output; the figures of each logged step beside the count (a plain line only on those steps). silent:
     not the main process (nothing shown)."""
 
     def __init__(self, tc, step: int, enabled: bool, silent: bool = False, plain_every: float = 60.0,

@@ -274,7 +274,8 @@ def shortlist_path(checkpoint: Path) -> Path:
 
 def load_for_inference(path: Path, device: str | torch.device = "cpu") -> tuple[Transformer, Vocab, ModelConfig]:
     """(model in eval mode, vocabulary, config) from a run directory (inference_checkpoint) or a checkpoint file: the
-    header and shapes checked first, then the vocabulary, then the weights (what aiayn.decoding.inference.load converts)."""
+    header and shapes checked first, then the vocabulary, then the weights (what aiayn.decoding.inference.load
+    converts)."""
     path = inference_checkpoint(Path(path))
     _, cfg, shapes = ckpt.read_header(path)
     ckpt.check_shapes(path, cfg, shapes)  # before the model or its weights take any memory

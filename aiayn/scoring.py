@@ -2,8 +2,8 @@
 scores of its own outputs, `--print-scores`, is aiayn.decoding.lines'.)
 
 A pair's score is the sum of log p(y_t | y_<t, x) over the target's tokens, EOS included, under teacher forcing: the
-negative of the training objective's NLL on that pair without label smoothing (aiayn.training.losses). Its per-token mean
-divides by the same count (words + 1). Sentences are scored in length-sorted batches; padding changes nothing.
+negative of the training objective's NLL on that pair without label smoothing (aiayn.training.losses). Its per-token
+mean divides by the same count (words + 1). Sentences are scored in length-sorted batches; padding changes nothing.
 """
 
 from __future__ import annotations

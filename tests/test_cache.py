@@ -1,5 +1,5 @@
-"""The decoder's incremental state (aiayn.decoding.cache): the self-attention cache's layouts, writes in place, its one spare
-buffer under beam reorders, and incremental decoding equal to full decoding through all of it."""
+"""The decoder's incremental state (aiayn.decoding.cache): the self-attention cache's layouts, writes in place, its one
+spare buffer under beam reorders, and incremental decoding equal to full decoding through all of it."""
 
 import pytest
 import torch

@@ -1,6 +1,6 @@
-"""Ensembles (aiayn.decoding.ensemble): the mixed distribution is the members' mean probability, incremental decoding equals
-full decoding, a search over the ensemble takes the hand-computed argmax, an ensemble of one model twice is that model,
-and mismatched vocabularies are refused."""
+"""Ensembles (aiayn.decoding.ensemble): the mixed distribution is the members' mean probability, incremental decoding
+equals full decoding, a search over the ensemble takes the hand-computed argmax, an ensemble of one model twice is that
+model, and mismatched vocabularies are refused."""
 
 import math
 

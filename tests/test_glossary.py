@@ -1,5 +1,6 @@
-"""Glossaries (aiayn.decoding.glossary): the TSV file, term matching, dynamic beam allocation worked out by hand on a scripted
-model, every constraint met on real models, plain sentences searched as without a glossary, the errors, the CLI."""
+"""Glossaries (aiayn.decoding.glossary): the TSV file, term matching, dynamic beam allocation worked out by hand on a
+scripted model, every constraint met on real models, plain sentences searched as without a glossary, the errors, the
+CLI."""
 
 import math
 from pathlib import Path

@@ -137,8 +137,8 @@ def test_int8_copy_follows_the_model():
 @pytest.mark.parametrize("precision, prepack", [("fp32", None), ("fp32", False), ("bf16", None), ("bf16", False),
                                              ("int8", None)])
 def test_output_rows_are_the_output_projection_of_those_pieces(precision, prepack):
-    # What a lexical shortlist (aiayn.decoding.shortlist) decodes with: in every format the rows of the tied projection for
-    # the pieces asked, as the full projection computes them (int8: one scale per row, so the same int8 rows).
+    # What a lexical shortlist (aiayn.decoding.shortlist) decodes with: in every format the rows of the tied projection
+    # for the pieces asked, as the full projection computes them (int8: one scale per row, so the same int8 rows).
     if prepack is None and precision != "int8":
         skip_unless_prepacking_works(torch.float32 if precision == "fp32" else torch.bfloat16)
     torch.manual_seed(0)

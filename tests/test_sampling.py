@@ -1,6 +1,6 @@
-"""Sampling's draws (aiayn.decoding.sampling): sample_from's rules on log-probs given directly, and the per-line generators.
-What the draws give through sample_search (the distribution, top-k, top-p, temperature, scores, batches) is tested in
-tests/test_search.py with a scripted model."""
+"""Sampling's draws (aiayn.decoding.sampling): sample_from's rules on log-probs given directly, and the per-line
+generators. What the draws give through sample_search (the distribution, top-k, top-p, temperature, scores, batches) is
+tested in tests/test_search.py with a scripted model."""
 
 import torch
 

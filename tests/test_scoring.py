@@ -30,8 +30,8 @@ def setup(copy_data):
 
 
 def test_score_is_minus_the_training_nll_of_each_pair(setup):
-    """Batched and padded, each pair's score equals -NLL of aiayn.training.losses (eps 0) on that pair alone, and its mean
-    divides by words + 1."""
+    """Batched and padded, each pair's score equals -NLL of aiayn.training.losses (eps 0) on that pair alone, and its
+    mean divides by words + 1."""
     model, vocab, src, tgt = setup
     tgt = tgt[:5] + [""]  # an empty target: only EOS is scored
     scores = score_pairs(model, vocab, src, tgt, batch_size=4)

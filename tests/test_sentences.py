@@ -1,5 +1,5 @@
-"""The sentence splitter (aiayn.decoding.sentences): cuts where a sentence ends and a capitalized one begins, never inside an
-abbreviation or after an initial, and the pieces join back to the line."""
+"""The sentence splitter (aiayn.decoding.sentences): cuts where a sentence ends and a capitalized one begins, never
+inside an abbreviation or after an initial, and the pieces join back to the line."""
 
 from __future__ import annotations
 

@@ -1,5 +1,6 @@
-"""The static-shape decoder (aiayn.decoding.static_search) against aiayn.decoding.search: the same hypotheses, tokens, scores and
-positional scores, on tiny random models whose EOS logit is raised so that sentences finish at different steps."""
+"""The static-shape decoder (aiayn.decoding.static_search) against aiayn.decoding.search: the same hypotheses, tokens,
+scores and positional scores, on tiny random models whose EOS logit is raised so that sentences finish at different
+steps."""
 
 import functools
 
@@ -83,7 +84,7 @@ def test_limits_respected(model):
 
 
 def test_one_decoder_many_batches_and_the_hard_cap(model):
-    """A decoder reused across batches of other shapes and searches; max_len caps words as aiayn.decoding.search's does."""
+    """A decoder reused across batches of other shapes and searches; max_len caps words as the eager search does."""
     decoder = StaticDecoder(model, max_len=24)
     for seed, search in [(1, SearchConfig(beam=4, max_len_b=12)), (2, SearchConfig(beam=1, max_len_b=12)),
                          (1, SearchConfig(beam=4, max_len_b=12))]:

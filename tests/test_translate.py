@@ -189,8 +189,8 @@ def test_translate_help_lists_the_decoding_options(capsys):
 
 
 def test_fixed_shape_search_gives_the_eager_translations(setup, copy_data, tmp_path, capsys):
-    """search_impl="fixed" (aiayn.decoding.static_search: what a GPU runs by default) gives the eager search's hypotheses for
-    greedy, beam and n-best search; options it does not do run eagerly, announced once on stderr."""
+    """search_impl="fixed" (aiayn.decoding.static_search: what a GPU runs by default) gives the eager search's
+    hypotheses for greedy, beam and n-best search; options it does not do run eagerly, announced once on stderr."""
     model, vocab, lines = setup
     for search in (SearchConfig(beam=1, max_len_b=10), SearchConfig(beam=4, max_len_b=10),
                    SearchConfig(beam=3, nbest=2, max_len_b=10, lp="power")):

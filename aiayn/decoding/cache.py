@@ -170,8 +170,8 @@ class DecoderCache:
 
 @dataclass
 class FixedLayerCache:
-    """One decoder layer's keys/values for the fixed-shape search (aiayn.decoding.static_search): nothing changes shape from
-    step to step, and nothing is read back to the host, so that one step can be captured as a CUDA graph.
+    """One decoder layer's keys/values for the fixed-shape search (aiayn.decoding.static_search): nothing changes shape
+    from step to step, and nothing is read back to the host, so that one step can be captured as a CUDA graph.
 
     Self-attention keys/values live in preallocated (N, h, W, d) buffers: step `t` (a 0-d device tensor, advanced by
     the search) writes position t in place, and the query attends over all W positions, those after t masked.

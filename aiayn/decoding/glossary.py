@@ -4,8 +4,8 @@ A glossary is a list of (source term, target term) pairs (`Glossary`, read from 
 source term that occurs as whole words, with the case as written, becomes a constraint: the target term's
 SentencePiece pieces must appear, in order and contiguous, somewhere in the translation.
 
-The search is the beam search of aiayn.decoding.search with `DynamicBeamAllocation` plugged into its step (Post & Vilar 2018,
-"Fast Lexically Constrained Decoding with Dynamic Beam Allocation"; Sockeye's and fairseq's constrained search):
+The search is the beam search of aiayn.decoding.search with `DynamicBeamAllocation` plugged into its step (Post & Vilar
+2018, "Fast Lexically Constrained Decoding with Dynamic Beam Allocation"; Sockeye's and fairseq's constrained search):
 
     * a hypothesis's progress is how many constraint pieces it has produced: the pieces of the constraints it has
       met, plus the longest partial match of an unmet one at its end (a bank per progress value, 0..C pieces);
@@ -171,8 +171,9 @@ def bank_sizes(k: int, counts: Sequence[int]) -> list[int]:
 
 
 class DynamicBeamAllocation:
-    """aiayn.decoding.search.beam_search's `lexical` hook: per sentence its terms; per live hypothesis (sentence, beam slot)
-    the terms it has met. `restrict` bans what would break a constraint, `alive` chooses the live beam by banks."""
+    """aiayn.decoding.search.beam_search's `lexical` hook: per sentence its terms; per live hypothesis (sentence, beam
+    slot) the terms it has met. `restrict` bans what would break a constraint, `alive` chooses the live beam by
+    banks."""
 
     def __init__(self, terms: Sequence[Sequence[Term]], limit: Tensor):
         self.terms = [list(dict.fromkeys(tuple(t) for t in ts)) for ts in terms]

@@ -59,7 +59,8 @@ class DecodingTransformer(Transformer):
 
     def output_rows(self, ids: Tensor) -> Callable[[Tensor], Tensor]:
         """The output projection of the pieces `ids` (V',) alone, in this model's format: hidden (..., D) -> logits
-        (..., V'), output_logits(hidden)[..., ids] up to the order of the sums (aiayn.decoding.shortlist decodes with it)."""
+        (..., V'), output_logits(hidden)[..., ids] up to the order of the sums (aiayn.decoding.shortlist decodes with
+        it)."""
         rows = self.output_projection.rows(ids) if self.output_projection is not None else functools.partial(
             F.linear, weight=self.embedding.weight.index_select(0, ids))  # (V', D)
         return rows if self.output_bias is None else lambda hidden: self.add_output_bias(rows(hidden), ids)

@@ -3,8 +3,8 @@
 without it).
 
     split_prefixes   `source<TAB>prefix` lines, or --prefix FILE -> sources and target prefixes
-    split_lines      lines -> sentences (aiayn.decoding.sentences), each line's Layout; join_lines puts translations back
-    encode_sources   text -> source ids + EOS, cut at max_input_len with a warning; None for a blank line
+    split_lines      lines -> sentences (aiayn.decoding.sentences), each line's Layout; join_lines puts translations
+    back encode_sources   text -> source ids + EOS, cut at max_input_len with a warning; None for a blank line
     encode_prefixes  target prefixes -> word ids (no EOS); a piece outside the vocabulary is an error
     Translation      one hypothesis: text, score, ids, token log-probs
     score_columns    the columns `--print-scores` appends to an output line (SCORE_KINDS)
@@ -94,8 +94,8 @@ class Layout(NamedTuple):
 
 def split_lines(lines: Sequence[str], prefixes: Sequence[str] | None = None
                 ) -> tuple[list[str], list[str] | None, list[Layout]]:
-    """Lines cut into sentences (aiayn.decoding.sentences): (sentences, their prefixes or None, each line's Layout). A line
-    of one sentence, a blank line and a line with a target prefix stay whole, as they are."""
+    """Lines cut into sentences (aiayn.decoding.sentences): (sentences, their prefixes or None, each line's Layout). A
+    line of one sentence, a blank line and a line with a target prefix stay whole, as they are."""
     sentences: list[str] = []
     sentence_prefixes: list[str] = []
     layouts = []

@@ -8,7 +8,8 @@ the cross-attention keys/values stay one per sentence), and a sentence whose sea
 step's cost follows the sentences still searched. One beam step is fairseq's: add the running log-probs to this
 step's log-softmax, take the top 2*beam of beam*vocab candidates, finish the candidates among the top `beam` that end
 in EOS, keep the best `beam` others alive. Those pieces (constrain, top_candidates, finish_scores, alive_candidates,
-search_over) are also aiayn.decoding.static_search's fixed-shape step, and a LexicalHook (aiayn.decoding.glossary) plugs into it.
+search_over) are also aiayn.decoding.static_search's fixed-shape step, and a LexicalHook (aiayn.decoding.glossary) plugs
+into it.
 
 Conventions (docs/decoding.md):
     * |Y| counts the EOS: a hypothesis of n words has |Y| = n + 1 (as fairseq).

@@ -230,8 +230,8 @@ def _check_vocab(shortlist: Shortlist, path: Path, vocab) -> None:
 
 
 class Shortlisted(nn.Module):
-    """A decoding model (aiayn.decoding.inference.DecodingTransformer) whose logits are computed for `ids` only: the rows of
-    the tied output projection for those pieces, in the model's precision (`output_rows`); every other piece's
+    """A decoding model (aiayn.decoding.inference.DecodingTransformer) whose logits are computed for `ids` only: the
+    rows of the tied output projection for those pieces, in the model's precision (`output_rows`); every other piece's
     logit is -inf. It has the three methods the searches call (encode, decode, new_cache) and the model's cfg."""
 
     def __init__(self, model: nn.Module, ids: Tensor):

@@ -22,8 +22,8 @@ search then replays the graph once per step. Later batches of the same shape cop
 buffers and replay the same graph. Everything the step reads is a buffer of the state it was captured with; nothing
 in it reads the host, so replaying it is one launch per step instead of hundreds.
 
-Notation as aiayn.decoding.search: B sentences, k beams, N = B * k rows, V vocabulary, t the step, W = L the most positions
-(words + EOS), S the (padded) source length.
+Notation as aiayn.decoding.search: B sentences, k beams, N = B * k rows, V vocabulary, t the step, W = L the most
+positions (words + EOS), S the (padded) source length.
 """
 
 from __future__ import annotations
@@ -82,9 +82,9 @@ class _State:
 
 class StaticDecoder:
     """Greedy (search.beam == 1) and beam search of `model` with fixed-shape steps: `search(src, config)` returns
-    what aiayn.decoding.search.greedy_search / beam_search return. max_len: the most words an output may have (a batch whose
-    word limit exceeds it is refused). graphs: capture each step shape as a CUDA graph (default: on CUDA); otherwise
-    every step runs eagerly. A state (buffers, and its graph) is kept per batch shape: rows, source length and
+    what aiayn.decoding.search.greedy_search / beam_search return. max_len: the most words an output may have (a batch
+    whose word limit exceeds it is refused). graphs: capture each step shape as a CUDA graph (default: on CUDA);
+    otherwise every step runs eagerly. A state (buffers, and its graph) is kept per batch shape: rows, source length and
     positions, each rounded up to a bucket on CUDA (SRC_BUCKET, LEN_BUCKET), at most MAX_STATES of them."""
 
     def __init__(self, model, max_len: int, graphs: bool | None = None):
@@ -109,8 +109,9 @@ class StaticDecoder:
     @torch.inference_mode()
     def search(self, src: Tensor, search: SearchConfig, max_len: int | None = None,
                constraint=None, prefixes=None, lines=None) -> list[list[Hypothesis]]:
-        """src (B, S) padded with PAD_ID -> per sentence its Hypothesis list (as aiayn.decoding.search). max_len: a hard cap
-        on words, as aiayn.decoding.search's. Constraints, target prefixes, sampling and n-gram blocking are refused."""
+        """src (B, S) padded with PAD_ID -> per sentence its Hypothesis list (as aiayn.decoding.search). max_len: a hard
+        cap on words, as aiayn.decoding.search's. Constraints, target prefixes, sampling and n-gram blocking are
+        refused."""
         unsupported = self.unsupported(search, constraint, prefixes)
         if unsupported:
             raise UsageError(f"{', '.join(unsupported)}: not supported by the static (fixed-shape) decoder; decode "
@@ -192,8 +193,8 @@ class StaticDecoder:
 
     # -- one step: device tensors only -----------------------------------------------------------------------------
     def _log_probs(self, s: _State, min_len: int) -> Tensor:
-        """The model's decoder on each row's newest token, log-softmaxed and constrained as aiayn.decoding.search: (N, V)
-        fp32."""
+        """The model's decoder on each row's newest token, log-softmaxed and constrained as aiayn.decoding.search: (N,
+        V) fp32."""
         model, t = self.model, s.t
         last = s.tokens.index_select(1, t.view(1))  # (N, 1)
         x = model.embedding(last) * model.embed_scale + self.positions.index_select(0, t.view(1))  # (N, 1, D)
@@ -212,8 +213,8 @@ class StaticDecoder:
         t.add_(1)
 
     def _beam_step(self, s: _State, search: SearchConfig, k: int) -> None:
-        """aiayn.decoding.search.beam_search's step (its candidates, finishing, alive set and stopping rule), on all B * k rows:
-        a dead row's candidates are -inf."""
+        """aiayn.decoding.search.beam_search's step (its candidates, finishing, alive set and stopping rule), on all B *
+        k rows: a dead row's candidates are -inf."""
         t, (B, nbest), W = s.t, s.fin_scores.shape, s.W
         cand_scores, cand_beams, cand_tokens = top_candidates(self._log_probs(s, search.min_len), s.scores, B, 2 * k)
         cand_rows = cand_beams + (torch.arange(B, device=t.device) * k)[:, None]  # (B, 2k)
@@ -294,7 +295,8 @@ def _capture(step) -> torch.cuda.CUDAGraph:
 
 def static_search(model, src: Tensor, search: SearchConfig, max_len: int | None = None,
                   constraint=None) -> list[list[Hypothesis]]:
-    """One call of StaticDecoder sized for this batch: greedy (search.beam == 1) or beam search, as aiayn.decoding.search's
-    greedy_search / beam_search (arguments alike). No graph is kept between calls: for that, keep a StaticDecoder."""
+    """One call of StaticDecoder sized for this batch: greedy (search.beam == 1) or beam search, as
+    aiayn.decoding.search's greedy_search / beam_search (arguments alike). No graph is kept between calls: for that,
+    keep a StaticDecoder."""
     limit = max_output_lengths(src, search.max_len_a, search.max_len_b, search.min_len, max_len)
     return StaticDecoder(model, int(limit.max()), graphs=False).search(src, search, max_len, constraint)

@@ -46,19 +46,20 @@ def translation_of(vocab, hyp: Hypothesis) -> Translation:
 
 
 class Translator:
-    """A model (decoded in `precision`: aiayn.decoding.inference), its vocabulary and how to search: text in, text out. What
-    the CLI, the quickstart, the server, the attention views and the exporters share.
+    """A model (decoded in `precision`: aiayn.decoding.inference), its vocabulary and how to search: text in, text out.
+    What the CLI, the quickstart, the server, the attention views and the exporters share.
 
     Sentences are sorted by length and searched in batches of `batch_size` (less padding); answers come back in
     input order. `model` may be a list of models of one vocabulary: they are decoded as an ensemble
-    (aiayn.decoding.ensemble). `shortlist` (aiayn.decoding.shortlist): each batch computes the output projection for its source
-    pieces' target pieces only.
+    (aiayn.decoding.ensemble). `shortlist` (aiayn.decoding.shortlist): each batch computes the output projection for its
+    source pieces' target pieces only.
 
-    search_impl: "eager" (aiayn.decoding.search: finished sentences leave the batch, each step's shapes new; the fastest on
-    CPUs), "fixed" (aiayn.decoding.static_search: fixed-shape steps, replayed as CUDA graphs on a GPU; the same hypotheses) or
-    "auto" (the default: fixed on CUDA, eager elsewhere). The fixed-shape search does greedy, beam and n-best search
-    of one model without a shortlist; a batch that asks for more (sampling, target prefixes, n-gram blocking, a
-    constraint, a shortlist, an ensemble) runs the eager search, and the first such batch says so on stderr."""
+    search_impl: "eager" (aiayn.decoding.search: finished sentences leave the batch, each step's shapes new; the fastest
+    on CPUs), "fixed" (aiayn.decoding.static_search: fixed-shape steps, replayed as CUDA graphs on a GPU; the same
+    hypotheses) or "auto" (the default: fixed on CUDA, eager elsewhere). The fixed-shape search does greedy, beam and
+    n-best search of one model without a shortlist; a batch that asks for more (sampling, target prefixes, n-gram
+    blocking, a constraint, a shortlist, an ensemble) runs the eager search, and the first such batch says so on
+    stderr."""
 
     SEARCH_IMPLS = SEARCH_IMPLS
 
@@ -97,7 +98,8 @@ class Translator:
 
     def _decode_function(self, constraint, prefixes, terms):
         """The search to run a batch with: the fixed-shape decoder's where it was asked for and covers the batch's
-        options, else aiayn.decoding.search's (the fallback said once); with glossary terms, aiayn.decoding.glossary's."""
+        options, else aiayn.decoding.search's (the fallback said once); with glossary terms,
+        aiayn.decoding.glossary's."""
         eager = partial(constrained_beam_search, terms=terms) if terms else search_function(self.search)
         if not self.fixed_asked:
             return eager
@@ -115,8 +117,8 @@ class Translator:
              precision: str = "fp32", device: str | torch.device = "cpu", prepack: bool | None = None,
              shortlist: bool | str | Path | None = None, **kw) -> Translator:
         """From a run directory (its averaged, else best, else newest checkpoint) or a checkpoint file; from several,
-        an ensemble of them (one vocabulary). Each is loaded and converted once, by aiayn.decoding.inference.load. shortlist:
-        True, the shortlist of the (first) checkpoint's run; a path, that file; None or False, none."""
+        an ensemble of them (one vocabulary). Each is loaded and converted once, by aiayn.decoding.inference.load.
+        shortlist: True, the shortlist of the (first) checkpoint's run; a path, that file; None or False, none."""
         paths = [checkpoint] if isinstance(checkpoint, (str, Path)) else list(checkpoint)
         lexical = run_file(paths[0], None if shortlist is True else shortlist) if shortlist else None
         loaded = [inference.load(path, precision, device, prepack) for path in paths]
@@ -127,8 +129,8 @@ class Translator:
                    shortlist=lexical and load_shortlist(lexical, vocab), **kw)
 
     def weight_bytes(self) -> int:
-        """Bytes of the weights its model holds in its decoding format (aiayn.decoding.inference.weight_bytes; an ensemble:
-        every member's)."""
+        """Bytes of the weights its model holds in its decoding format (aiayn.decoding.inference.weight_bytes; an
+        ensemble: every member's)."""
         return inference.weight_bytes(self.model)
 
     def encode(self, lines: Sequence[str]) -> list[list[int] | None]:
@@ -139,8 +141,8 @@ class Translator:
                    line_numbers: Sequence[int] | None = None, terms: Sequence[Sequence[Term]] | None = None
                    ) -> list[list[Hypothesis]]:
         """Search every source (ids with EOS; None = blank) in length-sorted batches; answers in input order.
-        A blank source gets one empty hypothesis of score 0. `constraint` (see aiayn.decoding.search.Constraint, called with
-        input line numbers) restricts what the search may generate. prefixes: per source, the word ids its
+        A blank source gets one empty hypothesis of score 0. `constraint` (see aiayn.decoding.search.Constraint, called
+        with input line numbers) restricts what the search may generate. prefixes: per source, the word ids its
         translations start with ([]: none). Sampling seeds each source by its input line number: line_numbers[i]
         (from 0; default i). terms: per source, the target terms (piece ids) its translations must hold
         (`glossary_terms`; aiayn.decoding.glossary)."""

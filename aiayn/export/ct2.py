@@ -150,9 +150,10 @@ def export_ct2(model: Transformer, vocab, out: Path, quantization: str | None = 
                prov: Provenance | None = None, shortlist: Shortlist | None = None,
                languages: tuple[str, str] | None = None) -> Path:
     """Write `out`: a CTranslate2 folder (model.bin, config.json, shared vocabulary, vocab.model, aiayn.json,
-    README.md), the weights quantized as `quantization` says (None: float32); with a `shortlist` (aiayn.decoding.shortlist),
-    also its vocabulary map, vmap.txt (CTranslate2's use_vmap). aiayn.json records the model config, the
-    quantization and the (source, target) `languages` (None: unknown), which `aiayn serve` reads. Returns `out`."""
+    README.md), the weights quantized as `quantization` says (None: float32); with a `shortlist`
+    (aiayn.decoding.shortlist), also its vocabulary map, vmap.txt (CTranslate2's use_vmap). aiayn.json records the model
+    config, the quantization and the (source, target) `languages` (None: unknown), which `aiayn serve` reads. Returns
+    `out`."""
     from ctranslate2.converters.converter import Converter
 
     if quantization is not None and quantization not in QUANTIZATIONS:

@@ -10,9 +10,9 @@ resuming on data prepared again in the same folder is refused. Ctrl-C/SIGTERM st
 checkpoint (no dev evaluation: stopping stays quick) and the summary says which signal ("interrupted_by").
 
 Where the rest lives: the loss in aiayn.training.losses, device/dtype/processes in aiayn.runtime, the run on disk (lock,
-config.json, log, step checkpoints: one rundir.Run) in aiayn.rundir, the checkpoint files' format in aiayn.training.checkpoint,
-which checkpoint is best in aiayn.training.selection, batches in aiayn.data, dev perplexity in aiayn.metrics.perplexity, plots
-in aiayn.viz.curves.
+config.json, log, step checkpoints: one rundir.Run) in aiayn.rundir, the checkpoint files' format in
+aiayn.training.checkpoint, which checkpoint is best in aiayn.training.selection, batches in aiayn.data, dev perplexity
+in aiayn.metrics.perplexity, plots in aiayn.viz.curves.
 """
 
 from __future__ import annotations

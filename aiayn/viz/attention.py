@@ -114,9 +114,9 @@ def record(model: nn.Module, src: Tensor, tgt_in: Tensor) -> tuple[Tensor, dict[
 def attention_data(translator_or_model, vocab, src: str, tgt: str | None = None, digits: int = 4) -> dict:
     """Tokens and every head's weights for one sentence pair, as a JSON-ready dict (the attention.json format).
 
-    translator_or_model: an aiayn.decoding.translator.Translator (its model, vocabulary and search), or a Transformer (then
-    searched with the paper's settings). vocab: the model's Vocab (None: the translator's). tgt: the translation to
-    force; None = the model's own beam-search output. Weights are rounded to `digits` decimals."""
+    translator_or_model: an aiayn.decoding.translator.Translator (its model, vocabulary and search), or a Transformer
+    (then searched with the paper's settings). vocab: the model's Vocab (None: the translator's). tgt: the translation
+    to force; None = the model's own beam-search output. Weights are rounded to `digits` decimals."""
     from aiayn.decoding.translator import Translator
 
     if isinstance(translator_or_model, Translator):

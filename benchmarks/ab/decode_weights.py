@@ -5,8 +5,8 @@
     python -m benchmarks.ab.decode_weights --checkpoint runs/multi30k --src data-bin/multi30k/test.src.txt \
         --ref data-bin/multi30k/test.tgt.txt --threads 2 [--precision fp32,fp32-unpacked,bf16,bf16-unpacked,int8]
 
-"-unpacked": the same weights with F.linear on plain weight matrices instead of aiayn.decoding.inference.PrepackedLinear (the
-default on CPU): Translator(..., prepack=False), to see what packing the weights gives.
+"-unpacked": the same weights with F.linear on plain weight matrices instead of aiayn.decoding.inference.PrepackedLinear
+(the default on CPU): Translator(..., prepack=False), to see what packing the weights gives.
 """
 
 from __future__ import annotations

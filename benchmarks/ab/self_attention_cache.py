@@ -10,8 +10,8 @@
     into a new buffer (one index_select over a (T*N, h*d) view);
 (c) rows with room: (N, h, T, d) with room to grow, written in place, read contiguously per row, reordered whole
     (room included) with one index_select over an (N, h*T*d) view.
-aiayn.decoding.cache.LayerCache runs (b) in fp32 until the first reorder and (a) after it, (a) throughout in CPU bf16: the
-last columns. Rows 256 = beam 4 over 64 sentences, reordered every step (each row picks one of its sentence's 4);
+aiayn.decoding.cache.LayerCache runs (b) in fp32 until the first reorder and (a) after it, (a) throughout in CPU bf16:
+the last columns. Rows 256 = beam 4 over 64 sentences, reordered every step (each row picks one of its sentence's 4);
 rows 64 = greedy, never reordered. Each step: write this position's keys/values, attention of one query per row
 over the t cached positions (eq. 1, two matmuls and an fp32 softmax), then (beam) the reorder. Prints ms per layer
 for the whole search (--steps steps; best of --reps rounds, the layouts interleaved) and the ratios to (a); all

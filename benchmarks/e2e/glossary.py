@@ -2,8 +2,8 @@
 
     python -m benchmarks.e2e.glossary --checkpoint runs/quickstart/run --candidates names.tsv [--threads 2]
 
---candidates is a bilingual list (`source<TAB>target`, aiayn.decoding.glossary's format: e.g. Bible names, Jesus -> Jesús).
-Each entry is checked against the test references (the run's recorded prepared data, or --data): among the test
+--candidates is a bilingual list (`source<TAB>target`, aiayn.decoding.glossary's format: e.g. Bible names, Jesus ->
+Jesús). Each entry is checked against the test references (the run's recorded prepared data, or --data): among the test
 sentences whose source holds the source term (whole words, case as written: what `aiayn translate --glossary`
 matches), the share whose reference holds the target term; entries at or above --min-rate are the glossary, the
 others are listed and left out. Then the test split (the first --n lines) is translated without and with the glossary

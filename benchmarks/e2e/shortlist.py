@@ -1,5 +1,5 @@
-"""Decoding with a lexical shortlist (aiayn.decoding.shortlist) against the full vocabulary, in aiayn and in CTranslate2 (its
-vocabulary map, use_vmap): sentences/s, BLEU and lines identical to the full vocabulary's, markdown tables.
+"""Decoding with a lexical shortlist (aiayn.decoding.shortlist) against the full vocabulary, in aiayn and in CTranslate2
+(its vocabulary map, use_vmap): sentences/s, BLEU and lines identical to the full vocabulary's, markdown tables.
 
     python -m benchmarks.e2e.shortlist --checkpoint runs/multi30k --data data-bin/multi30k [--threads 1]
     python -m benchmarks.e2e.shortlist --random base --vocab-size 32000 --allowed 500,2000,8000 [--threads 1]

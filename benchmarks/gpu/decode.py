@@ -1,5 +1,5 @@
-"""Decoding on one GPU, in one run: aiayn (eager, and graphed: aiayn.decoding.static_search's fixed-shape step replayed as a
-CUDA graph) beside HF `generate` and CTranslate2, greedy and beam 4, batches of 64 and 512 sentences.
+"""Decoding on one GPU, in one run: aiayn (eager, and graphed: aiayn.decoding.static_search's fixed-shape step replayed
+as a CUDA graph) beside HF `generate` and CTranslate2, greedy and beam 4, batches of 64 and 512 sentences.
 
     python -m benchmarks.gpu.decode --checkpoint RUN --data DATA --out decode.jsonl     # a trained model, real text
     python -m benchmarks.gpu.decode --preset base --out decode.jsonl                     # random `base`, forced length
@@ -135,7 +135,7 @@ def cells(args, model, vocab, sources: list[list[int]], search_for, device, work
     from aiayn.decoding.inference import decoding_copy
     from aiayn.runtime import attention_without_shape_plans
 
-    attention_without_shape_plans(device)  # as aiayn.decoding.inference.load does: decoding meets a new shape at every step
+    attention_without_shape_plans(device)  # as inference.load does: decoding meets a new shape at every step
     dtype = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}[args.dtype]
     engines = [e for e in args.engines.split(",") if e]
     ours = decoding_copy(copy.deepcopy(model).to(device), "fp32" if args.dtype == "fp16" else args.dtype)

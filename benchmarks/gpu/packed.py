@@ -9,8 +9,8 @@ Batches are the shared harness's (benchmarks/workloads.py: sentences of 25-30 to
 real tokens, the same for both layouts, so MFU compares them directly (against the peak of a large matmul in the
 training dtype measured in the same run, and for bf16 the datasheet's where the device is known: as
 benchmarks/gpu/check.py). Each packed record also says which
-attention ran ("varlen flash" or "padded rows": aiayn.training.packed) and how far its loss is from the padded one's on the
-same batch without dropout (relative difference; bf16 rounding makes it ~1e-3, fp32 ~1e-7).
+attention ran ("varlen flash" or "padded rows": aiayn.training.packed) and how far its loss is from the padded one's on
+the same batch without dropout (relative difference; bf16 rounding makes it ~1e-3, fp32 ~1e-7).
 """
 
 from __future__ import annotations

@@ -5,7 +5,8 @@ several settings in one run, and a kernel-level profile of the chosen ones. Not 
 
 Variants (comma-separated; each builds on the defaults below, names combine with '+'); every lever is a parameter
 of aiayn or torch, nothing is patched:
-    eager      foreach Adam, aiayn's loss path (aiayn.training.losses.TrainingObjective: the real-token rows picked by a boolean
+    eager      foreach Adam, aiayn's loss path (aiayn.training.losses.TrainingObjective: the real-token rows picked by a
+    boolean
                mask) with the chunked fused loss (loss_kernel="chunked"), no compiler
     fused      Adam(fused=True)
     closs      the loss as the reference formula under torch.compile (loss_kernel="compiled")
