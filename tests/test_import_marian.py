@@ -352,6 +352,8 @@ BROKEN = {
     "pickled code in pytorch_model.bin": (bin_weights(lambda path: torch.save({"x": RunsCode(path.parent / "ran")},
                                                                               path)),
                                           "pytorch_model.bin", "holds pickled objects other than tensors"),
+    "vocab.json ids not numbers": (lambda folder: (folder / "vocab.json").write_text('{"a": "x", "b": 1}'),
+                                   "vocab.json", "does not give the ids 0..553 of the model's 554 embedding rows"),
     "junk source.spm": (lambda folder: (folder / "source.spm").write_bytes(b"junk"), "source.spm",
                         "is not a SentencePiece model"),
     "junk target.spm": (lambda folder: (folder / "target.spm").write_bytes(b"junk"), "target.spm",
@@ -382,6 +384,17 @@ def test_a_folder_that_is_not_its_config_or_is_damaged_is_one_line_naming_the_fi
     assert err.count("\n") == 1 and f"{folder / file}" in err and re.search(message, err), err
     assert sorted(p.name for p in tmp_path.iterdir()) == ["opus"]  # no run, no temporary folder
     assert not (folder / "ran").exists()  # the pickled code did not run
+
+
+def test_a_full_output_folder_is_refused_before_the_weights_are_read(opus_base, tmp_path, capsys, monkeypatch):
+    import aiayn.export.marian as marian
+
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / "mine.txt").write_text("keep me")
+    monkeypatch.setattr(marian, "read_weights", lambda folder: pytest.fail("the weights were read"))
+    assert main(["import", "--from", "hf", str(opus_base), "--out", str(tmp_path / "run")]) == 1
+    assert "already exists and is not an empty folder" in capsys.readouterr().err
+    assert [p.name for p in (tmp_path / "run").iterdir()] == ["mine.txt"]
 
 
 def test_weights_are_read_from_every_file_layout_without_transformers(spm_models, tmp_path, monkeypatch):
@@ -565,6 +578,14 @@ def edit_record(**fields):
     return edit
 
 
+def swap_pieces(a: str, b: str):
+    def edit(folder):
+        ids = json.loads((folder / "vocab.json").read_text())
+        ids[a], ids[b] = ids[b], ids[a]
+        (folder / "vocab.json").write_text(json.dumps(ids))
+    return edit
+
+
 # aiayn's own exports were read by MarianMTModel.from_pretrained, which fills a layer the weights lack with random
 # weights and drops one they have: the same checks hold for them.
 EXPORTS_BROKEN = {
@@ -576,6 +597,7 @@ EXPORTS_BROKEN = {
                                            "encoder_layers, .* \\(555, 3, 2, .* disagree with its aiayn record"),
     "a t5 model": (edit_config(model_type="t5"), "config.json", "model_type 't5' is not 'marian'"),
     "truncated model.safetensors": (cut_weights(0.9), "model.safetensors", "cannot read .*damaged or incomplete"),
+    "special pieces moved": (swap_pieces("<pad>", "<unk>"), "vocab.json", "does not give aiayn's special pieces"),
 }
 
 

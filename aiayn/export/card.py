@@ -98,13 +98,18 @@ tests/test_export.py checks both).
     write_text(folder / "README.md", text)
 
 
+def check_fresh(out: Path) -> None:
+    """Refuse an output folder that holds files (before anything long is done for it)."""
+    if out.exists() and (not out.is_dir() or any(out.iterdir())):
+        raise UserError(f"{out} already exists and is not an empty folder; remove it or choose another output folder")
+
+
 @contextmanager
 def fresh_folder(out: Path) -> Iterator[Path]:
     """Yield a temporary folder beside `out`; on success rename it to `out` (aiayn.files.commit_folder: a kill leaves
     no half-written `out`). Refuses an `out` that holds files."""
     out = Path(out)
-    if out.exists() and (not out.is_dir() or any(out.iterdir())):
-        raise UserError(f"{out} already exists and is not an empty folder; remove it or choose another output folder")
+    check_fresh(out)
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
     umask = os.umask(0)

@@ -380,8 +380,8 @@ def import_hf(folder: Path):
         raise UserError(f"{folder} needs one SentencePiece model for both sides (source.spm = target.spm)")
     check_sentencepiece(spm)
     vocab = Vocab(spm)  # refuses other special ids
-    pieces = read_json(folder / "vocab.json")
-    if any(vocab.piece(i) != p for p, i in pieces.items()) or len(pieces) != len(vocab):
+    pieces = read_pieces(folder / "vocab.json", len(vocab))
+    if any(vocab.piece(i) != p for p, i in pieces.items()):
         raise UserError(f"{folder}/vocab.json does not give source.spm's SentencePiece ids; aiayn needs them equal")
     return from_marian_state(config, *read_weights(folder), folder / "config.json"), vocab
 
@@ -395,6 +395,16 @@ def read_json(path: Path) -> dict:
     if not isinstance(found, dict):
         raise UserError(f"{path} holds {type(found).__name__}, not a JSON object")
     return found
+
+
+def read_pieces(path: Path, size: int) -> dict[str, int]:
+    """vocab.json's {piece: id}, refused with one line naming it unless its ids are exactly 0..size-1 (the model's
+    embedding rows)."""
+    pieces = read_json(path)
+    ids = pieces.values()
+    if not all(type(i) is int for i in ids) or sorted(ids) != list(range(size)):
+        raise UserError(f"{path} does not give the ids 0..{size - 1} of the model's {size} embedding rows, each once")
+    return pieces
 
 
 def check_sentencepiece(path: Path) -> None:

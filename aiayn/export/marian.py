@@ -49,7 +49,7 @@ from aiayn.config import BOS_ID, EOS_ID, PAD_ID, UNK_ID, ModelConfig
 from aiayn.data.folder import IMPORT_RECORD
 from aiayn.data.vocab import MODEL_FILE, SPECIAL_PIECES, MarianVocab
 from aiayn.errors import CheckpointError, UserError
-from aiayn.export.card import fresh_folder
+from aiayn.export.card import check_fresh, fresh_folder
 from aiayn.export.hf import (
     _permute_d,
     check_marian_config,
@@ -58,6 +58,7 @@ from aiayn.export.hf import (
     from_marian_state,
     import_hf,
     read_json,
+    read_pieces,
     read_weights,
     sinusoid_permutation,
     tied_tensor,
@@ -110,17 +111,17 @@ def check_opus_mt(config: dict, path: Path | str = "config.json") -> None:
         raise UserError(f"{path}: aiayn cannot hold this Marian model: " + "; ".join(problems))
 
 
-def renumbering(config: dict, pieces: dict[str, int]) -> tuple[list[int | None], list[str]]:
-    """(for each aiayn id, the Marian id whose row it takes (None: the new PAD row); the pieces in aiayn's id order)."""
+def renumbering(config: dict, pieces: dict[str, int], path: Path | str = "vocab.json"
+                ) -> tuple[list[int | None], list[str]]:
+    """(for each aiayn id, the Marian id whose row it takes (None: the new PAD row); the pieces in aiayn's id order),
+    of vocab.json's pieces (`read_pieces` checked their ids)."""
     size = config["vocab_size"]
-    if sorted(pieces.values()) != list(range(size)):
-        raise UserError(f"vocab.json does not give the ids 0..{size - 1} of the model's {size} embedding rows")
     if "<unk>" not in pieces:
-        raise UserError("vocab.json has no <unk> piece")
+        raise UserError(f"{path} has no <unk> piece")
     special = {UNK_ID: pieces["<unk>"], BOS_ID: config["pad_token_id"], EOS_ID: config["eos_token_id"]}
     clash = sorted(set(pieces) & set(SPECIAL_PIECES.values()) - {"<unk>", "</s>", "<pad>"})
     if clash or len(set(special.values())) < 3:
-        raise UserError(f"vocab.json's special pieces are not OPUS-MT's (<unk>, </s>, <pad>: {clash or special})")
+        raise UserError(f"{path}: its special pieces are not OPUS-MT's (<unk>, </s>, <pad>: {clash or special})")
     by_id = sorted(pieces, key=pieces.get)
     rest = [i for i in range(size) if i not in special.values()]
     rows = [None, special[UNK_ID], special[BOS_ID], special[EOS_ID], *rest]
@@ -165,7 +166,8 @@ def read_opus_mt(folder: Path, config: dict) -> tuple[Transformer, list[str]]:
     """(the aiayn Transformer, its pieces in id order) of an OPUS-MT folder and its config.json; refused with one
     line where aiayn cannot hold it."""
     check_opus_mt(config, folder / "config.json")
-    rows, pieces = renumbering(config, read_json(folder / "vocab.json"))
+    path = folder / "vocab.json"
+    rows, pieces = renumbering(config, read_pieces(path, config["vocab_size"]), path)
     state, where = read_weights(folder)
     return from_opus_mt(config, state, rows, where), pieces
 
@@ -192,6 +194,7 @@ def import_run(folder: Path, out: Path, languages: dict[str, str] | None = None)
     (`languages`, else the ones the folder names, `folder_languages`). Returns (its checkpoint, its model config).
     Every file is read and checked (config, tokenizer, every tensor's name and shape) before anything is written."""
     folder = Path(folder)
+    check_fresh(Path(out))
     if not (folder / "config.json").is_file():
         raise CheckpointError(f"{folder} is not an HF model folder (no config.json)")
     config = read_json(folder / "config.json")
@@ -210,7 +213,9 @@ def import_run(folder: Path, out: Path, languages: dict[str, str] | None = None)
     elif source == target:  # aiayn's own export, one SentencePiece model
         model, vocab = import_hf(folder)
     else:  # aiayn's export of an imported model: the pieces are already in aiayn's order
-        ids = read_json(folder / "vocab.json")
+        ids = read_pieces(folder / "vocab.json", config["vocab_size"])
+        if any(ids.get(piece) != i for i, piece in SPECIAL_PIECES.items()):
+            raise UserError(f"{folder / 'vocab.json'} does not give aiayn's special pieces their ids {SPECIAL_PIECES}")
         model = from_marian_state(config, *read_weights(folder), folder / "config.json")
         pieces = sorted(ids, key=ids.get)
     with fresh_folder(out) as tmp:
