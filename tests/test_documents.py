@@ -199,13 +199,19 @@ def test_markdown_translates_only_text_and_keeps_the_layout(tmp_path):
     assert not any("Keep me" in s or "not translated" in s or "indented" in s for s in rec.sentences)
 
 
-def test_text_paragraphs_wrapped_over_lines(tmp_path):
+def test_text_lines_alone_and_prose_wrapped_over_lines(tmp_path):
+    """Short lines (a title, a list) are translated one by one; a sentence wrapped over lines (a long line or a
+    next line in lower case) is one sentence, cut back into as many lines."""
     src = tmp_path / "a.txt"
-    src.write_text("  First line of a\nsentence here.\n\nSecond paragraph.\r\n", encoding="utf-8")
+    src.write_text("A Title\nShopping list\n\n  This first line of a long paragraph is long enough\nto wrap, and "
+                   "goes\non here.\n\nSecond paragraph.\r\n", encoding="utf-8")
     rec = Recorder()
     translate_document(src, tmp_path / "b.txt", rec, "en", "es")
-    assert rec.sentences == ["First line of a sentence here.", "Second paragraph."]
-    assert (tmp_path / "b.txt").read_bytes() == b"  FIRST LINE OF A\nSENTENCE HERE.\n\nSECOND PARAGRAPH.\r\n"
+    assert rec.sentences == ["A Title", "Shopping list",
+                             "This first line of a long paragraph is long enough to wrap, and goes on here.",
+                             "Second paragraph."]
+    assert (tmp_path / "b.txt").read_bytes() == (b"A TITLE\nSHOPPING LIST\n\n  THIS FIRST LINE OF A LONG PARAGRAPH IS "
+                                                 b"LONG ENOUGH\nTO WRAP, AND GOES\nON HERE.\n\nSECOND PARAGRAPH.\r\n")
 
 
 def test_html_and_xhtml_go_through_the_markup_layer(tmp_path):

@@ -95,9 +95,9 @@ def _identity(b: Block) -> tuple[str, str]:
 
 
 def source_chars(blocks: Sequence[Block]) -> int:
-    """The characters sent to translation: every distinct block's text that holds a letter or digit."""
-    seen = {_identity(b): len(b.text) for b in blocks if any(ch.isalnum() for ch in b.text)}
-    return sum(seen.values())
+    """The characters of the document's text that go to translation (every block holding a letter or digit, a
+    repeated one each time it appears: what a reader sees), which the text budget counts."""
+    return sum(len(b.text) for b in blocks if any(ch.isalnum() for ch in b.text))
 
 
 @dataclass

@@ -123,8 +123,13 @@ def write_zip(path: Path, infos: list[zipfile.ZipInfo], entries: dict[str, bytes
 
 
 _INTERNAL_SUBSET = re.compile(rb"<!DOCTYPE[^>\[]*\[", re.I)
-_PARSER = etree.XMLParser(resolve_entities=False, no_network=True, load_dtd=False, dtd_validation=False,
-                          huge_tree=False, remove_blank_text=False, strip_cdata=False)
+
+
+def _parser() -> etree.XMLParser:
+    """A parser per document (lxml's parser objects are not to be shared across threads): no entity resolved, no
+    DTD loaded, nothing fetched, lxml's limits on depth and text sizes kept (huge_tree off)."""
+    return etree.XMLParser(resolve_entities=False, no_network=True, load_dtd=False, dtd_validation=False,
+                           huge_tree=False, remove_blank_text=False, strip_cdata=False)
 
 
 def parse_xml(data: bytes, where: str, allow_doctype: bool = False) -> etree._ElementTree:
@@ -136,7 +141,7 @@ def parse_xml(data: bytes, where: str, allow_doctype: bool = False) -> etree._El
         if not allow_doctype or _INTERNAL_SUBSET.search(data) or b"<!ENTITY" in data.upper():
             raise DataError(f"{where}: the XML declares a DOCTYPE or entities, which documents are not allowed to")
     try:
-        tree = etree.ElementTree(etree.fromstring(data, _PARSER))
+        tree = etree.ElementTree(etree.fromstring(data, _parser()))
     except etree.XMLSyntaxError as e:
         raise DataError(f"{where}: the XML does not parse ({e.msg})") from None
     for node in tree.iter(etree.Entity):

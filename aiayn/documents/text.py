@@ -1,9 +1,11 @@
 """Plain text (.txt), and what the line-based formats share: lines joined into one block and cut back.
 
-A paragraph (lines up to a blank line) is one block, so a sentence wrapped over several lines is translated whole;
+A line is translated on its own, as `aiayn translate` does, unless it is prose wrapped onto the next line: a line
+that ends no sentence and is long (50 characters or more) or followed by a line starting in lower case goes on into
+the next one, and the lines so joined are one block, so a sentence wrapped over several lines is translated whole;
 each line is a "part" span of it, and the translation is cut back into the same number of lines at the target words
 aligned to each line's end (aiayn.documents.blocks.distribute). Blank lines, each line's indentation and trailing
-spaces, and the file's line ending (\\n or \\r\\n) are kept.
+spaces, and the file's line endings (\n or \r\n) are kept.
 """
 
 from __future__ import annotations
@@ -76,6 +78,16 @@ class Paragraph:
     suffixes: list[str]
 
 
+_ENDS = re.compile(r"[.!?…:;。！？][\"'”’»)\]]*$")
+WRAPPED = 50  # a line this long that ends no sentence is taken for prose wrapped onto the next line
+
+
+def _continues(line: str, next_line: str) -> bool:
+    """Whether next_line goes on with line's sentence: line ends none, and is long (wrapped prose) or the next one
+    starts in lower case. Short lines without a full stop (titles, lists, verse) stay lines of their own."""
+    return not _ENDS.search(line) and (len(line) >= WRAPPED or next_line[:1].islower())
+
+
 class TextDocument:
     """A .txt file read for translation: one block per paragraph."""
 
@@ -89,7 +101,7 @@ class TextDocument:
             if not body:
                 current = None
                 continue
-            if current is None:
+            if current is None or not _continues(current.texts[-1], body):
                 current = Paragraph(n, [], [], [])
                 self.paragraphs.append(current)
             current.prefixes.append(pre)
