@@ -11,7 +11,7 @@ their source ancestors at an element's edge). The tree, read in order, gives the
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any
 
 _EDGES = re.compile(r"^(\W*)(.*?)(\W*)$", re.S)
@@ -269,7 +269,7 @@ def place(source: str, src: list[tuple[int, int]], tokens: list[str], links: dic
             s, e = min(max(span[0], lo), hi), max(min(span[1], hi), lo)
             if child.empty and child.kind != "keep":
                 s = e = min(max(span[0], lo), hi)
-            out.append(replace(child.span, start=s, end=max(s, e)))
+            out.append(child.span.at(s, max(s, e)))
             emit(child, s, max(s, e))
 
     text = " ".join(word for word, _ in final)

@@ -27,9 +27,10 @@ from __future__ import annotations
 import re
 import unicodedata
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 from aiayn.markup.nesting import Node, place
+from aiayn.markup.sentences import sentence_ranges
 
 KINDS = ("wrap", "keep", "replace", "void")
 Alignment = list[tuple[int, int]]  # (source word, target word), words split at whitespace
@@ -49,6 +50,10 @@ class Span:
     kind: str = "wrap"
     key: object = None  # what the format needs to rebuild the element (opaque here)
     text: str | None = None  # the replacement, for kind "replace"
+
+    def at(self, start: int, end: int) -> Span:
+        """The same span over another range (dataclasses.replace, without its cost in the hot loops)."""
+        return Span(start, end, self.kind, self.key, self.text)
 
 
 @dataclass
@@ -81,7 +86,7 @@ def walk(block: Block) -> Iterator[tuple[str, Span | None, str]]:
 
     for span in block.spans:
         while stack and not (stack[-1].start <= span.start and (span.start < stack[-1].end or
-                                                                contains(stack[-1], replace(span, end=span.start)))):
+                                                                contains(stack[-1], span.at(span.start, span.start)))):
             yield from text_to(stack[-1].end)
             yield "close", stack.pop(), ""
         end = min(span.end, stack[-1].end) if stack else span.end  # cut a crossing span
@@ -89,7 +94,7 @@ def walk(block: Block) -> Iterator[tuple[str, Span | None, str]]:
         end = max(end, start)
         yield from text_to(start)
         if span.kind == "wrap":
-            stack.append(replace(span, start=start, end=end) if (start, end) != (span.start, span.end) else span)
+            stack.append(span.at(start, end) if (start, end) != (span.start, span.end) else span)
             yield "open", span, ""
         elif span.kind == "void":
             yield "void", span, ""
@@ -153,11 +158,11 @@ def _piece(span: Span, lo: int, hi: int, text: str) -> Span | None:
     """The part of a span inside [lo, hi), shifted to start at lo; None when it has no text there (points: when it
     lies there)."""
     if span.start == span.end or span.kind == "void":
-        return replace(span, start=span.start - lo, end=span.end - lo) if lo <= span.start <= hi else None
+        return span.at(span.start - lo, span.end - lo) if lo <= span.start <= hi else None
     s, e = max(span.start, lo), min(span.end, hi)
     if s >= e or not text[s:e].strip():
         return None
-    return replace(span, start=s - lo, end=e - lo)
+    return span.at(s - lo, e - lo)
 
 
 def has_letters(text: str) -> bool:
@@ -167,8 +172,6 @@ def has_letters(text: str) -> bool:
 
 def _plan(block: Block, source_lang: str) -> list[tuple[int, int, bool]]:
     """A block cut into pieces (start, end, is_sentence) that join back to its text; gaps are whitespace."""
-    from aiayn.markup.sentences import sentence_ranges
-
     pieces, pos = [], 0
     for s, e in sentence_ranges(block.text, source_lang):
         if s > pos:
@@ -188,7 +191,7 @@ def _gap_spans(block: Block, lo: int, hi: int, claimed: set[int]) -> list[Span]:
             continue
         inside = lo <= span.start and span.end <= hi and (span.start < hi or span.start == span.end == hi == lo)
         if inside or (lo <= span.start <= hi and span.start == span.end):
-            out.append(replace(span, start=span.start - lo, end=span.end - lo))
+            out.append(span.at(span.start - lo, span.end - lo))
             claimed.add(k)
     return out
 
@@ -205,9 +208,10 @@ def translate_blocks(blocks: Sequence[Block], translate: Translate, source_lang:
     results = translate([text for _, _, text in jobs]) if jobs else []
     if len(results) != len(jobs):
         raise ValueError(f"translate returned {len(results)} translations for {len(jobs)} sentences")
-    done = {(b, p): r for (b, p, _), r in zip(jobs, results)}
-    return [_assemble(block, pieces, {p: r for (bb, p), r in done.items() if bb == b})
-            for b, (block, pieces) in enumerate(zip(blocks, plans))]
+    done: list[dict] = [{} for _ in blocks]  # per block: piece index -> (translation, alignment)
+    for (b, p, _), result in zip(jobs, results):
+        done[b][p] = result
+    return [_assemble(block, pieces, got) for block, pieces, got in zip(blocks, plans, done)]
 
 
 def _assemble(block: Block, pieces: list[tuple[int, int, bool]], done: dict) -> Block:
@@ -225,7 +229,7 @@ def _assemble(block: Block, pieces: list[tuple[int, int, bool]], done: dict) -> 
                 out, moved = block.text[s:e], [span for _, span in mine]
         else:
             out, moved = block.text[s:e], _gap_spans(block, s, e, claimed)
-        spans.extend(replace(span, start=span.start + offset, end=span.end + offset) for span in moved)
+        spans.extend(span.at(span.start + offset, span.end + offset) for span in moved)
         text.append(out)
         offset += len(out)
     return Block("".join(text), spans)
