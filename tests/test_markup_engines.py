@@ -9,7 +9,7 @@ from test_markup import _Checker
 from aiayn.data import Vocab
 from aiayn.decoding.search import SearchConfig
 from aiayn.decoding.translator import Translator
-from aiayn.markup.engines import nbest_blocks, translate_fn
+from aiayn.markup.engines import nbest_blocks, translate_fn, translate_html_nbest
 from aiayn.markup.html import translate_html
 from aiayn.markup.spans import Block, Span, walk
 
@@ -44,6 +44,13 @@ def test_translate_fn_and_nbest_use_the_engines_alignments_from_one_decoding():
     assert engine.calls == 1
     assert [(w.text, [(s.start, s.end) for s in w.spans]) for w in ways] == [
         ("c b a", [(4, 5)]), ("a b c", [(0, 1)]), ("a b c", [(0, 1)])]
+
+
+def test_html_alternatives_come_from_one_decoding_each_with_its_own_placement():
+    engine = ReversingEngine()
+    ways = translate_html_nbest('<p title="a b">x <b>y</b> z</p>', engine, "en", "es", 2)
+    assert ways == ['<p title="b a">z <b>y</b> x</p>', '<p title="a b">x <b>y</b> z</p>'] and engine.calls == 1
+    assert translate_html_nbest("<br>", engine, "en", "es", 2) == ["<br>", "<br>"]
 
 
 def test_a_tiny_models_translations_come_back_well_formed(copy_data):

@@ -9,6 +9,7 @@ from __future__ import annotations
 import inspect
 from collections.abc import Sequence
 
+from aiayn.markup.html import HtmlDocument
 from aiayn.markup.spans import Block, Translate, translate_blocks
 
 
@@ -47,3 +48,14 @@ def nbest_blocks(blocks: Sequence[Block], engine, source_lang: str, nbest: int) 
 
     ways = [translate_blocks(blocks, pick(k), source_lang) for k in range(nbest)]
     return [list(per_block) for per_block in zip(*ways)] if blocks else []
+
+
+def translate_html_nbest(markup: str, engine, source_lang: str, target_lang: str | None, nbest: int) -> list[str]:
+    """An HTML text translated up to `nbest` ways from one decoding (format=html with alternatives): the best first."""
+    document = HtmlDocument(markup)
+    blocks = document.blocks + [Block(value) for value in document.attributes]
+    if not blocks:
+        return [document.render([], [], target_lang)] * nbest
+    ways = list(zip(*nbest_blocks(blocks, engine, source_lang, nbest)))  # per way: every block
+    n = len(document.blocks)
+    return [document.render(list(way[:n]), [b.text for b in way[n:]], target_lang) for way in ways]
