@@ -223,6 +223,11 @@ def test_html_and_xhtml_go_through_the_markup_layer(tmp_path):
     src.write_text('<html xmlns="http://www.w3.org/1999/xhtml"><body><p>Hi.&#160;There.</p></body></html>')
     translate_document(src, tmp_path / "b.xhtml", Recorder(), "en", "de")
     assert "<p>HI.&#160;THERE.</p>" in (tmp_path / "b.xhtml").read_text()  # XML has no &nbsp;
+    old = tmp_path / "c.xhtml"  # EPUB 2's XHTML 1.1: its DOCTYPE declares HTML's entities (never fetched)
+    old.write_text('<!DOCTYPE html PUBLIC "-//W3C//DTD XHTML 1.1//EN" "http://www.w3.org/TR/xhtml11/DTD/xhtml11.dtd">'
+                   '<html xmlns="http://www.w3.org/1999/xhtml"><body><p>Caf&eacute; open.</p></body></html>')
+    translate_document(old, tmp_path / "d.xhtml", Recorder(), "en", "de")
+    assert "<p>CAFÉ OPEN.</p>" in (tmp_path / "d.xhtml").read_text()
 
 
 def test_every_supported_extension_has_a_reader():
@@ -326,3 +331,20 @@ def test_odp_master_page_prompts_are_left_alone(tmp_path):
     rec = Recorder()
     translate_document(src, tmp_path / "b.odp", rec, "en", "es")
     assert "Click to edit the title" not in rec.sentences and "The slide title" in rec.sentences
+
+
+def test_docx_main_part_is_found_by_its_relationship(tmp_path):
+    """Word Online names its main part word/document2.xml: the package's _rels/.rels says where it is."""
+    import docx
+    from document_samples import rewrite_zip
+
+    src = make_docx(tmp_path / "a.docx")
+    renamed = {"word/document.xml": None, "word/document2.xml": read_entry(src, "word/document.xml"),
+               "word/_rels/document.xml.rels": None,
+               "word/_rels/document2.xml.rels": read_entry(src, "word/_rels/document.xml.rels"),
+               "_rels/.rels": read_entry(src, "_rels/.rels").replace("word/document.xml", "word/document2.xml"),
+               "[Content_Types].xml": read_entry(src, "[Content_Types].xml").replace("/word/document.xml",
+                                                                                     "/word/document2.xml")}
+    rewrite_zip(src, renamed)
+    translate_document(src, tmp_path / "b.docx", Recorder(), "en", "es")
+    assert docx.Document(tmp_path / "b.docx").paragraphs[1].text == "READ THE MANUAL NOW."

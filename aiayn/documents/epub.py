@@ -1,8 +1,9 @@
 """HTML pages (.html, .htm, .xhtml) and EPUB books (.epub), through aiayn.markup.html.
 
 A page is aiayn.markup.html's HtmlDocument: its blocks, then its alt and title values, each a block. An .xhtml page
-(and every XHTML file of a book) must parse as XML first (safely: no entities, no DTD fetched) and is written back as
-XML (a no-break space as &#160;, never &nbsp;, which XML does not define).
+(and every XHTML file of a book) must parse as XML first (safely: no entity declared, no DTD fetched; HTML's named
+entities such as &nbsp;, which an XHTML 1.1 DOCTYPE declares, are accepted) and is written back as XML (a no-break
+space the translation holds as &#160;).
 
 An EPUB: every XHTML file its package document (OPF) lists, the navigation document among them (nav.xhtml: the table
 of contents of EPUB 3), the EPUB 2 table of contents (toc.ncx: its navLabel, docTitle and docAuthor texts), and the
@@ -14,6 +15,8 @@ zip is written with `mimetype` first and stored, as EPUB requires; every other f
 from __future__ import annotations
 
 import posixpath
+import re
+from html.entities import name2codepoint
 from pathlib import Path
 
 from lxml import etree
@@ -37,8 +40,8 @@ class Page:
     """One HTML or XHTML text: its blocks (text blocks, then its alt/title values), rendered back with render()."""
 
     def __init__(self, source: str, where: str, xml: bool) -> None:
-        if xml:
-            parse_xml(source.encode("utf-8"), where, allow_doctype=True)
+        if xml:  # it must be XML; HTML's named entities count as declared (an XHTML DOCTYPE declares them)
+            parse_xml(_HTML_ENTITY.sub(_numeric, source).encode("utf-8"), where, allow_doctype=True)
         self.xml = xml
         self.document = HtmlDocument(source)
         self.blocks = self.document.blocks + [Block(value) for value in self.document.attributes]
@@ -47,6 +50,17 @@ class Page:
         n = len(self.document.blocks)
         out = self.document.render(translated[:n], [b.text for b in translated[n:]], target_lang)
         return out.replace("&nbsp;", "&#160;") if self.xml else out
+
+
+_HTML_ENTITY = re.compile(r"&([A-Za-z][A-Za-z0-9]*);")
+
+
+def _numeric(m: re.Match) -> str:
+    """An HTML named entity as a character reference, for the XML check (XML's own five stay as they are)."""
+    name = m.group(1)
+    if name in ("amp", "lt", "gt", "quot", "apos") or name not in name2codepoint:
+        return m.group(0)
+    return f"&#{name2codepoint[name]};"
 
 
 class HtmlFile:

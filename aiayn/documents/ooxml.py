@@ -33,15 +33,28 @@ class OfficeDocument:
         self.path = path
         self.infos, self.entries = read_zip(path, limits)
         refuse_macros(path, list(self.entries), self.entries.get("[Content_Types].xml"))
-        main = _MAIN[path.suffix.lower()]
-        if main not in self.entries:
-            raise DataError(f"{path}: not a {path.suffix} file (it has no {main})")
+        main = self._main_part()
+        words = {name for name in self.entries if _WORD_PARTS.fullmatch(name)} | (
+            {main} if path.suffix.lower() == ".docx" else set())
         self.trees = {name: parse_xml(data, f"{path}: {name}") for name, data in self.entries.items()
-                      if _WORD_PARTS.fullmatch(name) or _DRAWING_PARTS.fullmatch(name)}
+                      if name in words or _DRAWING_PARTS.fullmatch(name)}
         self.blocks: list[Block] = []
         self.plans: list = []
         for name, tree in self.trees.items():
-            self._read_part(tree, WORD if name.startswith("word/") and _WORD_PARTS.fullmatch(name) else DRAWING)
+            self._read_part(tree, WORD if name in words else DRAWING)
+
+    def _main_part(self) -> str:
+        """The main part the package's relationships name (word/document.xml, ppt/presentation.xml as a rule)."""
+        kind = self.path.suffix.lower()
+        main = _MAIN[kind]
+        if "_rels/.rels" in self.entries:
+            rels = parse_xml(self.entries["_rels/.rels"], f"{self.path}: _rels/.rels")
+            for rel in rels.getroot():
+                if (rel.get("Type") or "").endswith("/officeDocument"):
+                    main = (rel.get("Target") or main).lstrip("/")
+        if main not in self.entries or not main.startswith(_MAIN[kind].split("/")[0] + "/"):
+            raise DataError(f"{self.path}: not a {kind} file (it has no {_MAIN[kind]})")
+        return main
 
     def _read_part(self, tree, dialect) -> None:
         for p in list(tree.iter(dialect.q("p"))):
