@@ -161,6 +161,11 @@ def test_keep_and_replace_spans_come_back_exactly():
     # nothing aligned to it: inserted beside its neighbour's translation
     text, _ = carry("a 5 b", [Span(2, 3, "keep")], "A B", [(0, 0), (2, 1)])
     assert text == "A 5 B"
+    # kept text inside a word: marked where the translation holds it, else added at the same end of the word
+    text, moved = carry("a word1, b", [Span(6, 7, "keep")], "A PALABRA, B", [(0, 0), (1, 1), (2, 2)])
+    assert text == "A PALABRA1, B" and text[moved[0].start:moved[0].end] == "1"
+    text, moved = carry("x A<b", [Span(3, 4, "keep")], "X A<B", [(0, 0), (1, 1)])
+    assert text == "X A<B" and moved[0].start == 3
 
 
 def test_protected_spans_find_what_is_not_language():

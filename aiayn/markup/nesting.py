@@ -89,18 +89,30 @@ def _source_edge(edge: str) -> str:
 
 
 def _inside_word(node: Node, source: str, src, tokens: list[str], aligned: list[int]):
-    """For kept text inside a word (letters beside it in the same source word): the aligned target word holding the
-    same text and where it lies in it, or None."""
+    """For kept text inside a word (letters beside it in the same source word: "word<sup>1</sup>", "A&lt;b"): the
+    aligned target word that gets it, the text's place in it, and the word's new text; None for other spans. The
+    text is marked where the translation holds it, else put at the same end of the translated word (before its edge
+    punctuation) as in the source."""
     text = source[node.span.start:node.span.end]
     words = [src[i] for i in node.source_words]
-    if not text or not words or not (any(c.isalnum() for c in source[words[0][0]:node.span.start]) or
-                                     any(c.isalnum() for c in source[node.span.end:words[-1][1]])):
+    if not text or not words or not aligned:
+        return None
+    letters_before = any(c.isalnum() for c in source[words[0][0]:node.span.start])
+    letters_after = any(c.isalnum() for c in source[node.span.end:words[-1][1]])
+    if not (letters_before or letters_after):
         return None
     for j in aligned:
         at = tokens[j].find(text)
         if at >= 0:
-            return j, (at, at + len(text))
-    return None
+            return j, (at, at + len(text)), tokens[j]
+    if letters_before:
+        j = aligned[-1]
+        lead, core, trail = _EDGES.match(tokens[j]).groups()
+        at = len(lead) + len(core)
+        return j, (at, at + len(text)), lead + core + text + trail
+    j = aligned[0]
+    lead, rest = _EDGES.match(tokens[j]).group(1), tokens[j][len(_EDGES.match(tokens[j]).group(1)):]
+    return j, (len(lead), len(lead) + len(text)), lead + text + rest
 
 
 def _substitute(source, src, tokens, links, nodes) -> tuple[list[tuple[str, Node | None]], dict[int, list[int]]]:
@@ -115,10 +127,10 @@ def _substitute(source, src, tokens, links, nodes) -> tuple[list[tuple[str, Node
             continue
         aligned = sorted({j for i in node.source_words for j in links.get(i, [])} - claimed)
         inside = _inside_word(node, source, src, tokens, aligned)
-        if inside is not None:  # part of a word ("A&lt;b"): found in its translation, marked there
-            node.text, node.char = tokens[inside[0]], inside[1]
-            head[inside[0]] = node
-            claimed.add(inside[0])
+        if inside is not None:  # part of a word: marked in (or added to) its translation
+            j, node.char, node.text = inside
+            head[j] = node
+            claimed.add(j)
         elif aligned:
             _keep_word(node, source, src, tokens, links, True)
             head[aligned[0]] = node
