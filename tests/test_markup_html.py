@@ -49,3 +49,9 @@ def test_blocks_hold_the_text_with_entities_decoded():
     doc = HtmlDocument("<p>A &amp; <b>B</b></p>")
     assert [b.text for b in doc.blocks] == ["A & B"]
     assert [(s.kind, s.start, s.end) for s in doc.blocks[0].spans] == [("keep", 2, 3), ("wrap", 4, 5)]
+
+
+def test_a_footnote_mark_stays_on_its_number_not_the_whole_word():
+    source = '<p>The word<sup>1</sup> is here, see note<sup><a href="#n2">2</a></sup>.</p>'
+    out = translate_html(source, Recorder(reverse), "en", "es")
+    assert out == '<p>note<sup><a href="#n2">2</a></sup>. see here, is word<sup>1</sup> The</p>'

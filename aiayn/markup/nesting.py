@@ -250,6 +250,15 @@ def _trimmed(node: Node, source: str, final, starts: list[int]) -> tuple[int, in
     return start, max(start, end)
 
 
+def _stripped(text: str, start: int, end: int) -> tuple[int, int]:
+    """A range without the whitespace at its ends."""
+    while start < end and text[start].isspace():
+        start += 1
+    while end > start and text[end - 1].isspace():
+        end -= 1
+    return start, end
+
+
 def place(source: str, src: list[tuple[int, int]], tokens: list[str], links: dict[int, list[int]],
           nodes: list[Node]) -> tuple[str, list]:
     """The translation with kept text substituted, and the spans on it in document order (see the module)."""
@@ -261,6 +270,8 @@ def place(source: str, src: list[tuple[int, int]], tokens: list[str], links: dic
         starts.append(pos)
         pos += len(word) + 1
     out: list = []
+    # a wrap around exactly a kept text (a footnote mark "word<sup>1</sup>"): around that text, not its whole word
+    kept = {(n.span.start, n.span.end): n for n in nodes if n.kind in ("keep", "replace")}
 
     def emit(node: Node, lo: int, hi: int) -> None:
         for child in node.children:
@@ -278,6 +289,9 @@ def place(source: str, src: list[tuple[int, int]], tokens: list[str], links: dic
                 span = (s, s)
             else:
                 span = _trimmed(child, source, final, starts)
+                inner = kept.get(_stripped(source, child.span.start, child.span.end))
+                if inner is not None and child.lo <= inner.lo < child.hi:
+                    span = (starts[inner.lo] + inner.char[0], starts[inner.lo] + inner.char[1])
             s, e = min(max(span[0], lo), hi), max(min(span[1], hi), lo)
             if child.empty and child.kind != "keep":
                 s = e = min(max(span[0], lo), hi)
