@@ -348,3 +348,12 @@ def test_docx_main_part_is_found_by_its_relationship(tmp_path):
     rewrite_zip(src, renamed)
     translate_document(src, tmp_path / "b.docx", Recorder(), "en", "es")
     assert docx.Document(tmp_path / "b.docx").paragraphs[1].text == "READ THE MANUAL NOW."
+
+
+def test_markdown_code_span_across_a_line_break_is_read_whole(tmp_path):
+    src = tmp_path / "a.md"
+    src.write_text("Call `load(model,\nvocab)` to start.\nIt returns `x`.\n", encoding="utf-8")
+    rec = Recorder()
+    translate_document(src, tmp_path / "b.md", rec, "en", "es")
+    assert rec.sentences == ["Call load(model, vocab) to start.", "It returns x."]
+    assert (tmp_path / "b.md").read_text() == "CALL `load(model, vocab)` TO START.\nIT RETURNS `x`.\n"

@@ -7,7 +7,8 @@ list item wrapped over several lines is one block cut back into as many lines (a
 `code` and autolinks <...> are kept verbatim ("keep" spans), emphasis (** __ * _ ~~), links [text](url),
 reference links [text][ref] and [text], and images' alt text ![alt](src) are wrap spans whose URLs and labels are
 untouched, inline HTML tags stay at their place. Table rows are translated cell by cell. Emphasis is read within a
-line (a ** pair across a line break is left as text).
+line (a ** pair across a line break is left as text); a code span cut by a line break joins its two lines into one,
+the one change to the layout (Markdown reads a soft break as a space).
 """
 
 from __future__ import annotations
@@ -45,6 +46,7 @@ class Unit:
     prefixes: list[str] = field(default_factory=list)
     texts: list[str] = field(default_factory=list)
     suffixes: list[str] = field(default_factory=list)
+    joined: list[int] = field(default_factory=list)  # lines written into the line before them (see _join_code)
 
 
 class _Inline:
@@ -176,7 +178,8 @@ class MarkdownDocument:
             for n, pre, piece, post in zip(unit.lines, unit.prefixes, pieces, unit.suffixes):
                 lines[n] = (lines[n] if n in touched else "") + pre + piece + post  # a table row: cell after cell
                 touched.add(n)
-        write_text(path_out, "\n".join(lines))
+        dropped = {n for unit in self.units for n in unit.joined}
+        write_text(path_out, "\n".join(line for n, line in enumerate(lines) if n not in dropped))
 
 
 def _units(lines: list[str]) -> list[Unit]:
@@ -226,7 +229,22 @@ def _units(lines: list[str]) -> list[Unit]:
         current.prefixes.append(m.group(1))
         current.texts.append(m.group(2))
         current.suffixes.append(m.group(3))
-    return [u for u in units if any(ch.isalnum() for t in u.texts for ch in t)]
+    return [_join_code(u) for u in units if any(ch.isalnum() for t in u.texts for ch in t)]
+
+
+def _join_code(unit: Unit) -> Unit:
+    """A code span that a line break cuts (`a` ... `b\nc`) is read whole: its two lines become one (a soft line
+    break is a space in Markdown, so the page reads the same), the only change to the layout."""
+    k = 0
+    while k + 1 < len(unit.texts):
+        if "`" in _CODE.sub("", unit.texts[k].replace("\\`", "")):  # a backtick left open at the line's end
+            unit.texts[k] += " " + unit.texts.pop(k + 1)
+            unit.suffixes[k] = unit.suffixes.pop(k + 1)
+            unit.joined.append(unit.lines.pop(k + 1))
+            unit.prefixes.pop(k + 1)
+        else:
+            k += 1
+    return unit
 
 
 def _front_matter(lines: list[str]) -> int:
