@@ -9,9 +9,9 @@ from test_markup import _Checker
 from aiayn.data import Vocab
 from aiayn.decoding.search import SearchConfig
 from aiayn.decoding.translator import Translator
-from aiayn.markup.engines import nbest_blocks, translate_fn, translate_html_nbest
+from aiayn.markup.engines import compose, nbest_blocks, pivot, translate_fn, translate_html_nbest
 from aiayn.markup.html import translate_html
-from aiayn.markup.spans import Block, Span, walk
+from aiayn.markup.spans import Block, Span, translate_blocks, walk
 
 Hyp = namedtuple("Hyp", "text alignment")
 
@@ -51,6 +51,28 @@ def test_html_alternatives_come_from_one_decoding_each_with_its_own_placement():
     ways = translate_html_nbest('<p title="a b">x <b>y</b> z</p>', engine, "en", "es", 2)
     assert ways == ['<p title="b a">z <b>y</b> x</p>', '<p title="a b">x <b>y</b> z</p>'] and engine.calls == 1
     assert translate_html_nbest("<br>", engine, "en", "es", 2) == ["<br>", "<br>"]
+
+
+def test_a_pivot_route_aligns_through_its_middle_language():
+    assert compose([(0, 1), (1, 0), (2, 2)], [(1, 0), (0, 1), (3, 2)]) == [(0, 0), (1, 1)]
+    assert compose(None, [(0, 0)]) is None
+    reverse = translate_fn(ReversingEngine())
+    twice = pivot(reverse, reverse)  # reversed twice: the words as they were, each aligned to itself
+    assert twice(["a b c"]) == [("a b c", [(0, 0), (1, 1), (2, 2)])]
+    out = translate_blocks([Block("a b c", [Span(0, 1, "wrap", "x")])], pivot(reverse, translate_fn(Swapper())), "en")
+    assert [(out[0].text[s.start:s.end], s.key) for s in out[0].spans] == [("a", "x")]
+
+
+class Swapper:
+    """Swaps the first two words."""
+
+    def translate_nbest(self, lines, alignments=False):
+        out = []
+        for line in lines:
+            w = line.split()
+            order = [1, 0, *range(2, len(w))] if len(w) > 1 else list(range(len(w)))
+            out.append([Hyp(" ".join(w[i] for i in order), [(i, j) for j, i in enumerate(order)])])
+        return out
 
 
 def test_a_tiny_models_translations_come_back_well_formed(copy_data):

@@ -59,3 +59,25 @@ def translate_html_nbest(markup: str, engine, source_lang: str, target_lang: str
     ways = list(zip(*nbest_blocks(blocks, engine, source_lang, nbest)))  # per way: every block
     n = len(document.blocks)
     return [document.render(list(way[:n]), [b.text for b in way[n:]], target_lang) for way in ways]
+
+
+def compose(first: list[tuple[int, int]] | None, second: list[tuple[int, int]] | None) -> list[tuple[int, int]] | None:
+    """Source -> pivot links then pivot -> target links as source -> target links: each target word linked to the
+    source word of its pivot word (one link per target word; none where its pivot word has no link)."""
+    if first is None or second is None:
+        return None
+    source_of: dict[int, int] = {}
+    for i, j in first:
+        source_of.setdefault(j, i)
+    return [(source_of[j], k) for j, k in second if j in source_of]
+
+
+def pivot(first: Translate, second: Translate) -> Translate:
+    """A translator through a middle language: `first` to it, `second` from it, the alignments composed."""
+
+    def translate(sentences: list[str]):
+        middle = first(sentences)
+        final = second([text for text, _ in middle])
+        return [(text, compose(a, b)) for (_, a), (text, b) in zip(middle, final)]
+
+    return translate
