@@ -357,3 +357,25 @@ def test_markdown_code_span_across_a_line_break_is_read_whole(tmp_path):
     translate_document(src, tmp_path / "b.md", rec, "en", "es")
     assert rec.sentences == ["Call load(model, vocab) to start.", "It returns x."]
     assert (tmp_path / "b.md").read_text() == "CALL `load(model, vocab)` TO START.\nIT RETURNS `x`.\n"
+
+
+def test_comments_charts_and_smartart_are_translated(tmp_path):
+    from document_samples import rewrite_zip
+
+    a = "http://schemas.openxmlformats.org/drawingml/2006/main"
+    w = "http://schemas.openxmlformats.org/wordprocessingml/2006/main"
+    src = make_docx(tmp_path / "a.docx")
+    rewrite_zip(src, {
+        "word/comments.xml": f'<w:comments xmlns:w="{w}"><w:comment w:id="0"><w:p><w:r><w:t>Check this figure.'
+                             '</w:t></w:r></w:p></w:comment></w:comments>',
+        "word/charts/chart1.xml": f'<c:chartSpace xmlns:c="urn:x" xmlns:a="{a}"><c:title><c:tx><c:rich><a:p><a:r>'
+                                  '<a:t>Sales by year</a:t></a:r></a:p></c:rich></c:tx></c:title></c:chartSpace>'})
+    pres = make_pptx(tmp_path / "a.pptx")
+    rewrite_zip(pres, {"ppt/diagrams/data1.xml": f'<dgm:dataModel xmlns:dgm="urn:y" xmlns:a="{a}"><a:p><a:r>'
+                                                 '<a:t>First step</a:t></a:r></a:p></dgm:dataModel>'})
+    rec = Recorder()
+    translate_document(src, tmp_path / "b.docx", rec, "en", "es")
+    translate_document(pres, tmp_path / "b.pptx", rec, "en", "es")
+    assert "<w:t>CHECK THIS FIGURE.</w:t>" in read_entry(tmp_path / "b.docx", "word/comments.xml")
+    assert "<a:t>SALES BY YEAR</a:t>" in read_entry(tmp_path / "b.docx", "word/charts/chart1.xml")
+    assert "<a:t>FIRST STEP</a:t>" in read_entry(tmp_path / "b.pptx", "ppt/diagrams/data1.xml")
