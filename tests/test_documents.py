@@ -379,3 +379,19 @@ def test_comments_charts_and_smartart_are_translated(tmp_path):
     assert "<w:t>CHECK THIS FIGURE.</w:t>" in read_entry(tmp_path / "b.docx", "word/comments.xml")
     assert "<a:t>SALES BY YEAR</a:t>" in read_entry(tmp_path / "b.docx", "word/charts/chart1.xml")
     assert "<a:t>FIRST STEP</a:t>" in read_entry(tmp_path / "b.pptx", "ppt/diagrams/data1.xml")
+
+
+def test_documents_import_no_torch(tmp_path):
+    """A server's file worker or a CTranslate2 user translates documents without loading torch."""
+    import subprocess
+    import sys
+
+    from helpers import REPO
+
+    code = ("import sys\nsys.path.insert(0, 'tests')\nfrom pathlib import Path\n"
+            "from document_samples import Recorder, make_odf\nfrom aiayn.documents import translate_document\n"
+            f"p = make_odf(Path({str(tmp_path / 'a.odt')!r}))\n"
+            f"translate_document(p, Path({str(tmp_path / 'b.odt')!r}), Recorder(), 'en', 'es')\n"
+            "print('torch' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False" and (tmp_path / "b.odt").is_file()
