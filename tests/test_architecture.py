@@ -8,7 +8,8 @@ import sys
 from helpers import REPO
 
 PACKAGE = REPO / "aiayn"
-FEATURES = ("aiayn.parsing", "aiayn.experiments", "aiayn.export", "aiayn.viz", "aiayn.serve", "aiayn.cli")
+FEATURES = ("aiayn.parsing", "aiayn.experiments", "aiayn.export", "aiayn.viz", "aiayn.serve", "aiayn.cli",
+            "aiayn.markup")
 CORE_PACKAGES = ("data", "metrics", "decoding", "training")
 OPTIONAL_DEPS = ("transformers", "ctranslate2", "fastapi", "uvicorn", "matplotlib", "selenium", "datasets")
 
@@ -53,15 +54,15 @@ FLOORS = [
     ["files", "config", "extras", "metrics.bleu", "metrics.evalb", "decoding.ensemble", "languages",
      "decoding.alignment"],
     ["data.folder", "data.vocab", "data.batching", "model", "runtime", "decoding.search", "metrics.significance",
-     "decoding.lines"],
+     "decoding.lines", "decoding.batches"],
     ["data.prepare", "data.corpora", "training.losses", "doctor", "decoding.static_search", "decoding.glossary",
-     "decoding.ct2"],
+     "decoding.ct2", "decoding.attention"],
     ["data"],
     ["training.checkpoint", "metrics.perplexity"],
     ["metrics", "rundir"],
     ["decoding.inference", "decoding.shortlist"],
     ["decoding.translator"],
-    ["training.selection", "scoring"],
+    ["training.selection", "scoring", "decoding.engine"],
     ["training.train"],
     ["quickstart"],
 ]
