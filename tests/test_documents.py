@@ -395,3 +395,14 @@ def test_documents_import_no_torch(tmp_path):
             "print('torch' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False" and (tmp_path / "b.odt").is_file()
+
+
+def test_a_long_link_does_not_lend_its_style_to_the_text_around_it(tmp_path):
+    """The paragraph's own formatting is the one most characters outside links have: a word the translation adds
+    outside every element is not styled as a link."""
+    body = ('<w:p><w:r><w:t xml:space="preserve">See </w:t></w:r><w:hyperlink r:id="rIdLink"><w:r><w:rPr>'
+            '<w:rStyle w:val="Hyperlink"/></w:rPr><w:t>the very long manual of the whole project</w:t></w:r>'
+            '</w:hyperlink><w:r><w:t xml:space="preserve"> now.</w:t></w:r></w:p>')
+    src = make_docx(tmp_path / "a.docx", body)
+    doc = open_document(src)
+    assert [s.key for s in doc.blocks[0].spans] == [("c", 0), ("r", 1)]  # the link and its run; the rest is plain

@@ -162,15 +162,27 @@ def read_paragraph(element, dialect: Dialect) -> tuple[Block, Paragraph] | None:
             body.append(child)
     walker.children(body)
     walker.finish()
-    sizes: dict[int, int] = {}
-    for item in walker.items:
-        if item[0] == "t":
-            sizes[item[1]] = sizes.get(item[1], 0) + len(item[2])
-    if not sizes:
+    para.base = _base_formatting(walker.items)
+    if para.base is None:
         return None
-    para.base = max(sizes, key=sizes.get)
     builder = _build(walker.items, para)
     return (builder.block(), para) if builder.has_text() else None
+
+
+def _base_formatting(items: list[tuple]) -> int | None:
+    """The paragraph's own formatting: the one most characters outside links and other containers have (a link's
+    style must not become the text's around it), else the most characters' anywhere; None: no text at all."""
+    top: dict[int, int] = {}
+    anywhere: dict[int, int] = {}
+    depth = 0
+    for item in items:
+        depth += {"open": 1, "close": -1}.get(item[0], 0)
+        if item[0] == "t":
+            anywhere[item[1]] = anywhere.get(item[1], 0) + len(item[2])
+            if not depth:
+                top[item[1]] = top.get(item[1], 0) + len(item[2])
+    sizes = top or anywhere
+    return max(sizes, key=sizes.get) if sizes else None
 
 
 def _build(items: list[tuple], para: Paragraph) -> BlockBuilder:
