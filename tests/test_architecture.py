@@ -9,7 +9,7 @@ from helpers import REPO
 
 PACKAGE = REPO / "aiayn"
 FEATURES = ("aiayn.parsing", "aiayn.experiments", "aiayn.export", "aiayn.viz", "aiayn.serve", "aiayn.cli",
-            "aiayn.markup")
+            "aiayn.markup", "aiayn.documents")
 CORE_PACKAGES = ("data", "metrics", "decoding", "training")
 OPTIONAL_DEPS = ("transformers", "ctranslate2", "fastapi", "uvicorn", "matplotlib", "selenium", "datasets")
 
@@ -64,7 +64,7 @@ FLOORS = [
     ["decoding.translator"],
     ["training.selection", "scoring", "decoding.engine"],
     ["training.train"],
-    ["quickstart"],
+    ["quickstart", "training.distill"],
 ]
 
 
