@@ -185,6 +185,15 @@ def test_sentences_follow_the_source_language():
         "¿Vino la Dra. López?", "Sí, vino.", "M. Dupont grew 3.5 pct. in Q2.", "¿Y no hará?; habló."]
 
 
+def test_without_sentencex_aiayns_own_rule_splits(monkeypatch):
+    import aiayn.markup.sentences as sentences
+
+    monkeypatch.setattr(sentences, "_sentencex", lambda: None)
+    text = "Mr. Smith came.  He left.\nThen  it rained"
+    assert [text[s:e] for s, e in sentences.sentence_ranges(text, "en")] == ["Mr. Smith came.", "He left.",
+                                                                             "Then  it rained"]
+
+
 def test_a_sentence_without_letters_is_not_translated():
     fake = Recorder(mangle_numbers)
     out = translate_blocks([Block("2020"), Block("  "), Block("12 €")], fake, "en")
