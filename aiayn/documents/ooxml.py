@@ -14,7 +14,7 @@ from pathlib import Path
 
 from lxml import etree
 
-from aiayn.documents.ooxml_text import DRAWING, WORD, A, W, read_paragraph, set_language, write_paragraph
+from aiayn.documents.ooxml_text import DRAWING, WORD, W, read_paragraph, set_language, write_paragraph
 from aiayn.documents.safe import DocumentLimits, parse_xml, read_zip, refuse_macros, serialize_xml, write_zip
 from aiayn.errors import DataError
 from aiayn.markup.spans import Block
@@ -104,5 +104,3 @@ def _word_default_language(styles, lang: str) -> None:
     if rpr.find(f"{{{W}}}lang") is None:
         etree.SubElement(rpr, f"{{{W}}}lang").set(f"{{{W}}}val", lang)
 
-
-__all__ = ["OfficeDocument", "A", "W"]

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 
 from lxml import etree
 
-from aiayn.documents.blocks import BlockBuilder, Node, nest
+from aiayn.documents.blocks import BlockBuilder, nest
 from aiayn.markup.spans import Block
 
 W = "http://schemas.openxmlformats.org/wordprocessingml/2006/main"
@@ -284,7 +284,3 @@ def set_language(element, lang: str) -> None:
         if isinstance(node.tag, str) and node.get("lang") is not None and etree.QName(node).namespace == A:
             node.set("lang", lang)
 
-
-def nodes_text(items: list) -> str:
-    """The plain text of a nested block (for tests and plain-text parts)."""
-    return "".join(i if isinstance(i, str) else nodes_text(i.children) for i in items if isinstance(i, (str, Node)))
