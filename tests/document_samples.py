@@ -186,6 +186,7 @@ reads <text:a xlink:type="simple" xlink:href="https://example.org/">the guide</t
 <text:p>A note<text:note text:id="n1" text:note-class="footnote"><text:note-citation>1</text:note-citation>\
 <text:note-body><text:p>The note says more.</text:p></text:note-body></text:note> stays here.</text:p>
 <text:p>Old text <text:change text:change-id="ct1"/>remains.</text:p>
+<text:p>Name:<text:tab/>value<text:line-break/>next line</text:p>
 <table:table table:name="T"><table:table-column/><table:table-row><table:table-cell><text:p>A cell of the table.</text:p>\
 </table:table-cell></table:table-row></table:table>
 </office:text>"""

@@ -107,6 +107,8 @@ def test_odt_spans_links_spaces_notes_and_changes(tmp_path):
     assert re.search(r"A NOTE<text:note [^>]*><text:note-citation>1</text:note-citation><text:note-body>"
                      r"<text:p>THE NOTE SAYS MORE.</text:p></text:note-body></text:note> STAYS HERE.", xml)
     assert "<text:p>Removed sentence.</text:p>" in xml and "<text:change text:change-id=\"ct1\"/>" in xml
+    assert "<text:p>NAME:<text:tab/>VALUE<text:line-break/>NEXT LINE</text:p>" in xml
+    assert "Name: value next line" in rec.sentences  # a tab and a break part words
     assert 'fo:language="es"' in xml and "fo:country" not in xml
     assert "THE RUNNING HEADER." in read_entry(out, "styles.xml")
     assert "<dc:language>es</dc:language>" in read_entry(out, "meta.xml")
@@ -406,3 +408,17 @@ def test_a_long_link_does_not_lend_its_style_to_the_text_around_it(tmp_path):
     src = make_docx(tmp_path / "a.docx", body)
     doc = open_document(src)
     assert [s.key for s in doc.blocks[0].spans] == [("c", 0), ("r", 1)]  # the link and its run; the rest is plain
+
+
+def test_docx_content_controls_smart_tags_tabs_and_breaks(tmp_path):
+    body = ('<w:p><w:r><w:t xml:space="preserve">Dear </w:t></w:r><w:sdt><w:sdtPr><w:alias w:val="Name"/></w:sdtPr>'
+            '<w:sdtContent><w:r><w:t>customer name</w:t></w:r></w:sdtContent></w:sdt><w:r><w:t>,</w:t></w:r>'
+            '<w:r><w:tab/><w:t>see</w:t><w:br/><w:t xml:space="preserve">the </w:t></w:r><w:smartTag w:uri="urn:x" '
+            'w:element="place"><w:r><w:t>city hall</w:t></w:r></w:smartTag><w:r><w:t>.</w:t></w:r></w:p>')
+    src = make_docx(tmp_path / "a.docx", body)
+    rec = Recorder()
+    translate_document(src, tmp_path / "b.docx", rec, "en", "es")
+    xml = read_entry(tmp_path / "b.docx", "word/document.xml")
+    assert '<w:sdt><w:sdtPr><w:alias w:val="Name"/></w:sdtPr><w:sdtContent><w:r><w:t>CUSTOMER NAME' in xml
+    assert '<w:smartTag w:uri="urn:x" w:element="place"><w:r><w:t>CITY HALL</w:t></w:r></w:smartTag>' in xml
+    assert "<w:r><w:tab/></w:r>" in xml and "<w:r><w:br/></w:r>" in xml

@@ -43,6 +43,7 @@ class OdfParagraph:
     element: etree._Element
     voids: list = field(default_factory=list)
     shells: list = field(default_factory=list)
+    spacing: set = field(default_factory=set)  # voids a reader sees as white space (text:tab, text:line-break)
 
 
 class _Reader:
@@ -92,6 +93,10 @@ class _Reader:
                 self.after_space = shown[-1].isspace()
             else:
                 self.b.void(("v", len(self.para.voids) - 1))
+            if name in ("tab", "line-break"):  # a space in the sentence: the words on either side are two
+                self.para.spacing.add(len(self.para.voids) - 1)
+                self.b.text(" ")
+                self.after_space = True
 
 
 def read_paragraph(element) -> tuple[Block, OdfParagraph] | None:
@@ -107,6 +112,7 @@ class _Writer:
 
     def __init__(self) -> None:
         self.at_start = True
+        self.trim = False  # a tab or line break was just written: the space standing for it is dropped
 
     def text(self, parent, s: str) -> None:
         for piece in re.split(r"( {2,})", s):
@@ -139,13 +145,16 @@ class _Writer:
     def nodes(self, parent, items: list, para: OdfParagraph) -> None:
         for item in items:
             if isinstance(item, str):
-                self.text(parent, item)
+                text = item[1:] if self.trim and item.startswith(" ") else item
+                self.trim = self.trim and not text
+                self.text(parent, text)
                 continue
             kind, key = item.span.kind, item.span.key
             if kind in ("void", "keep") and isinstance(key, tuple) and key[0] == "v":
                 void = para.voids[key[1]]
                 void.tail = None
                 parent.append(void)
+                self.trim = key[1] in para.spacing
             elif kind == "wrap" and isinstance(key, tuple) and key[0] == "c":
                 shell = copy.deepcopy(para.shells[key[1]])
                 parent.append(shell)

@@ -38,6 +38,7 @@ class Dialect:
         return f"{{{self.ns}}}{name}"
 
 
+_SPACING = ("tab", "br", "cr")  # what a reader sees as white space between two words
 WORD = Dialect(W, ("pPr",), (), ("hyperlink", "ins", "smartTag", "customXml", "moveTo", "sdt"),
                ("proofErr", "lastRenderedPageBreak", "softHyphen"))
 DRAWING = Dialect(A, ("pPr",), ("endParaRPr",), (), ())
@@ -54,6 +55,7 @@ class Paragraph:
     rprs: list = field(default_factory=list)  # run properties (None: none), indexed by ("r", i) keys
     voids: list = field(default_factory=list)  # lists of elements kept as they are, ("v", i)
     shells: list = field(default_factory=list)  # container elements without their runs, ("c", i)
+    spacing: set = field(default_factory=set)  # voids that a reader sees as white space (tabs, breaks)
     base: int | None = None
 
 
@@ -75,10 +77,11 @@ class _Walker:
             self.p.rprs.append(rpr)
         return self.rpr_index[key]
 
-    def void(self, pieces: list, shown: str = "") -> None:
+    def void(self, pieces: list, shown: str = "", spacing: bool = False) -> None:
         """Elements kept as they are (pieces: elements, or (run, child): the child in a run like that one); shown:
-        the text a field shows, which stays in the sentence as kept text."""
-        self.items.append(("v", pieces, shown))
+        the text a field shows, which stays in the sentence as kept text; spacing: a tab or a break, a space in the
+        sentence (the words on either side are two words)."""
+        self.items.append(("v", pieces, shown, spacing))
 
     def shown(self, elements: list) -> str:
         return "".join(t.text or "" for e in elements for t in e.iter(self.d.q("t")))
@@ -97,7 +100,7 @@ class _Walker:
             elif name in self.d.dropped:
                 continue
             else:  # fields (w:fldSimple, a:fld) keep the text they show in the sentence
-                self.void([child], self.shown([child]) if name in ("fldSimple", "fld") else "")
+                self.void([child], self.shown([child]) if name in ("fldSimple", "fld") else "", name in _SPACING)
 
     def container(self, child, name: str) -> None:
         shell = child.makeelement(child.tag, child.attrib, child.nsmap)
@@ -129,7 +132,7 @@ class _Walker:
             elif name == "noBreakHyphen":
                 self.items.append(("t", rpr, "\u2011"))
             else:  # a tab, a break, a drawing, a footnote mark ...: its own run with the same properties
-                self.void([(run, c)])
+                self.void([(run, c)], spacing=name in _SPACING)
 
     def field_run(self, run, types: list[str]) -> None:
         if not self.depth:
@@ -203,6 +206,9 @@ def _build(items: list[tuple], para: Paragraph) -> BlockBuilder:
                 b.keep(item[2], ("v", len(para.voids) - 1))  # a field's result: in the sentence, kept
             else:
                 b.void(("v", len(para.voids) - 1))
+            if item[3]:
+                para.spacing.add(len(para.voids) - 1)
+                b.text(" ")
         elif item[0] == "open":
             b.open(("c", item[1]))
         else:
@@ -216,31 +222,37 @@ def write_paragraph(block: Block, para: Paragraph, target_lang: str) -> None:
     for child in list(element):
         element.remove(child)
     out: list = list(para.prefix)
-    _render(nest(block), out, para.base, para, target_lang)
+    _render(nest(block), out, para.base, para, target_lang, {"trim": False})
     out.extend(para.suffix)
     for child in out:
         element.append(child)
 
 
-def _render(items: list, out: list, rpr: int, para: Paragraph, lang: str) -> None:
+def _render(items: list, out: list, rpr: int, para: Paragraph, lang: str, state: dict) -> None:
+    """Rebuild elements from the nested block into `out`. state["trim"]: a tab or break was just written, so the
+    space that stood for it in the sentence is dropped."""
     for item in items:
         if isinstance(item, str):
-            out.append(_text_run(item, para, rpr, lang))
+            text = item[1:] if state["trim"] and item.startswith(" ") else item
+            state["trim"] = state["trim"] and not text
+            if text:
+                out.append(_text_run(text, para, rpr, lang))
             continue
         kind, key = item.span.kind, item.span.key
         if kind in ("void", "keep") and isinstance(key, tuple) and key[0] == "v":
             out.extend(_void_elements(para.voids[key[1]], para))
+            state["trim"] = key[1] in para.spacing
         elif kind == "wrap" and isinstance(key, tuple) and key[0] == "r":
-            _render(item.children, out, key[1], para, lang)
+            _render(item.children, out, key[1], para, lang, state)
         elif kind == "wrap" and isinstance(key, tuple) and key[0] == "c":
             shell = copy.deepcopy(para.shells[key[1]])
             inner: list = []
-            _render(item.children, inner, rpr, para, lang)
+            _render(item.children, inner, rpr, para, lang, state)
             target = shell.find(para.dialect.q("sdtContent"))
             (target if target is not None else shell).extend(inner)
             out.append(shell)
         else:  # a span the markup layer added (kept text, a glossary term): its text in the current formatting
-            _render(item.children or ([item.span.text] if item.span.text else []), out, rpr, para, lang)
+            _render(item.children or ([item.span.text] if item.span.text else []), out, rpr, para, lang, state)
 
 
 def _void_elements(pieces: list, para: Paragraph) -> list:
