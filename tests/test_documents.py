@@ -422,3 +422,15 @@ def test_docx_content_controls_smart_tags_tabs_and_breaks(tmp_path):
     assert '<w:sdt><w:sdtPr><w:alias w:val="Name"/></w:sdtPr><w:sdtContent><w:r><w:t>CUSTOMER NAME' in xml
     assert '<w:smartTag w:uri="urn:x" w:element="place"><w:r><w:t>CITY HALL</w:t></w:r></w:smartTag>' in xml
     assert "<w:r><w:tab/></w:r>" in xml and "<w:r><w:br/></w:r>" in xml
+
+
+def test_auto_source_language_is_detected_from_the_documents_text(tmp_path):
+    src = make_odf(tmp_path / "a.odt")
+    seen = []
+
+    def detect(text: str) -> str:
+        seen.append(text)
+        return "en"
+
+    translate_document(src, tmp_path / "b.odt", Recorder(), "auto", "es", detect=detect)
+    assert len(seen) == 1 and seen[0].startswith("The first chapter\nThe quick brown fox.")

@@ -9,6 +9,7 @@ line naming the file and what is wrong, and leaves nothing at path_out.
 from __future__ import annotations
 
 import importlib
+from collections.abc import Callable
 from pathlib import Path
 
 from aiayn.documents.blocks import Translate, source_chars, translate_all
@@ -59,9 +60,11 @@ def document_chars(path: str | Path, limits: DocumentLimits | None = None) -> in
 
 
 def translate_document(path_in: str | Path, path_out: str | Path, translate: Translate, source_lang: str,
-                       target_lang: str, limits: DocumentLimits | None = None) -> int:
+                       target_lang: str, limits: DocumentLimits | None = None,
+                       detect: Callable[[str], str] | None = None) -> int:
     """Translate a document into path_out (same format; written atomically) and return the characters translated.
-    translate(sentences) -> [(translation, word alignment or None)] is called once, with every sentence."""
+    translate(sentences) -> [(translation, word alignment or None)] is called once, with every sentence. source_lang
+    "auto": detect(text) names it, from the document's first SAMPLE_CHARS characters of text."""
     limits = limits or DocumentLimits()
     fmt = format_of(path_in)
     if format_of(path_out) != fmt and not {format_of(path_out), fmt} <= {".html", ".htm", ".xhtml"}:
@@ -71,6 +74,25 @@ def translate_document(path_in: str | Path, path_out: str | Path, translate: Tra
     chars = source_chars(document.blocks)
     if chars > limits.max_chars:
         raise DataError(f"{path_in}: the text is {chars} characters, over the limit of {limits.max_chars}")
+    if source_lang == "auto":
+        if detect is None:
+            raise UsageError(f"{path_in}: the source language is auto, and nothing here detects languages")
+        source_lang = detect(text_sample(document.blocks))
     translated = translate_all(document.blocks, translate, source_lang)
     document.write(Path(path_out), translated, target_lang)
     return chars
+
+
+SAMPLE_CHARS = 2000
+
+
+def text_sample(blocks, most: int = SAMPLE_CHARS) -> str:
+    """The document's first `most` characters of text (blocks joined by newlines): what a detector reads."""
+    out, size = [], 0
+    for b in blocks:
+        if size >= most:
+            break
+        if any(ch.isalnum() for ch in b.text):
+            out.append(b.text.strip())
+            size += len(out[-1]) + 1
+    return "\n".join(out)[:most]
