@@ -307,3 +307,14 @@ def test_an_identity_translation_gives_back_every_tag_and_word_in_place():
         source, _ = _random_html(rng, rng.randint(1, 12))
         out = translate_html(source, Recorder(lambda words: [(w, i) for i, w in enumerate(words)]), "en", "es")
         assert _tokens(out) == _tokens(source), (source, out)
+
+
+def test_protected_spans_join_other_spans_without_crossing_them():
+    from aiayn.markup.spans import with_protected
+
+    text = "Pay 15 € by 2020 or 12 $ now"
+    spans = [Span(4, 6, "replace", text="X"), Span(20, 22, "wrap", "b")]  # "15" taken by a term; "12" bold
+    out = with_protected(text, spans)
+    assert [(text[s.start:s.end], s.kind) for s in out] == [
+        ("15", "replace"), ("€", "keep"), ("2020", "keep"), ("12", "wrap"), ("12", "keep"), ("$", "keep")]
+    assert parents(out) == [None, None, None, None, 3, None]  # "12" lies inside the bold; "12 $" would cross it

@@ -18,7 +18,7 @@ import re
 from dataclasses import dataclass
 from html.parser import HTMLParser
 
-from aiayn.markup.spans import Block, Span, Translate, contains, protected_spans, translate_blocks, walk
+from aiayn.markup.spans import Block, Span, Translate, contains, translate_blocks, walk, with_protected
 
 INLINE = frozenset("a abbr acronym b bdi bdo big cite data del dfn em font i img ins label mark nobr q rp rt ruby s "
                    "small span strike strong sub sup time tt u var wbr".split())
@@ -267,21 +267,6 @@ def _render_block(block: Block, attributes: list[str], target_lang: str | None) 
         else:
             out.append(_escape(text))
     return "".join(out)
-
-
-def with_protected(text: str, spans: list[Span]) -> list[Span]:
-    """The spans with `protected_spans(text)` added where one overlaps no keep span, crosses no element and holds no
-    point, each after the spans that start at or before it (document order)."""
-    out = list(spans)
-    for extra in protected_spans(text):
-        clash = any(s.start < extra.end and extra.start < s.end and (s.kind != "wrap" or not (
-            s.start <= extra.start and extra.end <= s.end)) for s in out) or any(
-            s.start == s.end and extra.start < s.start < extra.end for s in out)
-        if not clash:
-            at = next((i for i, s in enumerate(out) if s.start > extra.start), len(out))
-            out.insert(at, extra)
-    assert all(s.end >= s.start for s in out)
-    return out
 
 
 def translate_html(markup: str, translate: Translate, source_lang: str, target_lang: str | None = None) -> str:

@@ -284,3 +284,26 @@ def protected_spans(text: str) -> list[Span]:
             merged.append((s, e))
         pieces = 1
     return [Span(s, e, "keep") for s, e in merged]
+
+
+def with_protected(text: str, spans: list[Span]) -> list[Span]:
+    """The spans (elements, glossary terms ...) with `protected_spans(text)` added where one overlaps no keep or
+    replace span, crosses no element and holds no point (else its parts, "12" and "$" of "12 $", each where it can),
+    each after the spans that start at or before it (document order): what a caller gives translate_blocks or carry
+    so that numbers and symbols come back exactly."""
+    out = list(spans)
+
+    def fits(extra: Span) -> bool:
+        return not any(s.start < extra.end and extra.start < s.end and (s.kind != "wrap" or not (
+            s.start <= extra.start and extra.end <= s.end)) for s in out) and not any(
+            s.start == s.end and extra.start < s.start < extra.end for s in out)
+
+    for merged in protected_spans(text):
+        parts = [merged] if fits(merged) else [Span(merged.start + s, merged.start + e, "keep") for s, e in sorted(
+            [m.span() for m in _PROTECTED.finditer(text[merged.start:merged.end])] +
+            list(_symbol_runs(text[merged.start:merged.end])))]
+        for extra in parts:
+            if fits(extra):
+                at = next((i for i, s in enumerate(out) if s.start > extra.start), len(out))
+                out.insert(at, extra)
+    return out
