@@ -170,6 +170,14 @@ PRESETS: dict[str, dict[str, Any]] = {
     # vocabulary (the structure tokens are ~50 of it; a larger one mostly costs output-layer time), P_drop 0.3.
     "parse-small": _base(vocab_size=2000, n_enc_layers=4, n_dec_layers=4, d_model=256, d_ff=1024, n_heads=4,
                          d_k=64, d_v=64, dropout=0.3),
+    # Students for `aiayn distill` (not in the paper): a deep encoder and a shallow decoder (Kasai et al. 2021; the
+    # decoder runs once per output word, the encoder once per sentence), embeddings tied as everywhere, at small width.
+    "student-6-1": _base(vocab_size=8000, n_enc_layers=6, n_dec_layers=1, d_model=256, d_ff=1024, n_heads=4,
+                         d_k=64, d_v=64),
+    "student-6-2": _base(vocab_size=8000, n_enc_layers=6, n_dec_layers=2, d_model=256, d_ff=1024, n_heads=4,
+                         d_k=64, d_v=64),
+    "student-6-1-tiny": _base(vocab_size=8000, n_enc_layers=6, n_dec_layers=1, d_model=128, d_ff=512, n_heads=4,
+                              d_k=32, d_v=32),
 }
 
 

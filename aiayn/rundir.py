@@ -14,6 +14,7 @@ aiayn.training.checkpoint's.
     RUN/shortlist.safetensors                         `aiayn shortlist` output: the lexical shortlist that
                                                       `translate --shortlist` and `serve --shortlist` decode with
     RUN/log.jsonl, RUN/tb/                            training/dev log lines; TensorBoard events
+    RUN/distill/                                      `aiayn distill`'s teacher translations, distilled data, recipe
     RUN/train.lock                                    one writer per run: the trainer holds a lock on it (RunLock)
 
 config.json is written last when a run starts: a folder with it is a run. A run refuses to resume on data prepared
@@ -67,6 +68,7 @@ CHECKPOINT_DIR = "checkpoints"
 BEST = "checkpoint_best.safetensors"
 AVERAGED = "averaged.safetensors"
 SHORTLIST = "shortlist.safetensors"
+DISTILL = "distill"  # a distilled student's run: the teacher's translations and the data (aiayn distill)
 LOG = "log.jsonl"
 LOCK_FILE = "train.lock"
 _STEP_RE = re.compile(r"step_(\d+)\.safetensors$")
@@ -142,7 +144,7 @@ def unstarted(run_dir: Path) -> bool:
         return True
     if not run_dir.is_dir():
         return False
-    return all(p.name in (VOCAB, LOCK_FILE) or files.is_temp(p) for p in run_dir.iterdir())
+    return all(p.name in (VOCAB, LOCK_FILE, DISTILL) or files.is_temp(p) for p in run_dir.iterdir())
 
 
 def check_new(run_dir: Path) -> None:

@@ -23,6 +23,7 @@ COMMANDS = [
     "aiayn.cli.prepare",
     "aiayn.cli.train",
     "aiayn.cli.average",
+    "aiayn.cli.distill",
     "aiayn.cli.shortlist",
     "aiayn.cli.translate",
     "aiayn.cli.score",

@@ -1,0 +1,190 @@
+"""aiayn distill on tiny models: each stage's output checked against what it must be (the data's sources in order, the
+teacher's own beam translations as targets, dev/test/vocabulary unchanged, a 6+1 student that translate loads, the
+shortlist and the int8 record), a rerun after a kill or lost files continues to the same result, bad inputs are one
+line each, and two torchrun processes give the translations one process gives, merged in input order."""
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+from conftest import write_copy_corpus
+from helpers import REPO, labelled_run, save_run, tiny_model
+
+from aiayn import rundir
+from aiayn.cli import main
+from aiayn.config import EOS_ID, SearchConfig
+from aiayn.data import load_split, open_prepared, prepare
+from aiayn.decoding.translator import Translator
+from aiayn.files import sha256_file
+from aiayn.training import checkpoint as ckpt
+from aiayn.training.distill import shard_path
+
+STUDENT = ["--student", "student-6-1", "--set", "d_model=32", "--set", "d_ff=64", "--set", "d_k=8", "--set", "d_v=8",
+           "--max-steps", "4", "--max-tokens", "200", "--shard-size", "20", "--threads", "1", "--int8-lines", "10",
+           "--no-progress"]
+
+
+@pytest.fixture(scope="module")
+def setup(copy_data, tmp_path_factory):
+    """120 copy-task pairs (dev 10) prepared with copy_data's vocabulary and labelled en -> de, and a random tiny
+    teacher run of that vocabulary (also labelled en -> de)."""
+    root = tmp_path_factory.mktemp("distill")
+    train, valid = write_copy_corpus(root / "raw", 120, seed=7), write_copy_corpus(root / "raw", 10, seed=8)
+    data = root / "data"
+    prepare(*train, data, vocab=copy_data / "vocab.model", valid=valid, languages=("en", "de"))
+    teacher = labelled_run(tiny_model(120, seed=3, eos_bias=6.0), copy_data, root / "teacher", ("en", "de"))
+    return data, teacher
+
+
+def distill(data, teacher, out, *extra):
+    return main(["distill", "--teacher", str(teacher), "--data", str(data), "--out", str(out), *STUDENT, *extra])
+
+
+@pytest.fixture(scope="module")
+def done(setup, tmp_path_factory):
+    data, teacher = setup
+    out = tmp_path_factory.mktemp("done") / "student"
+    assert distill(data, teacher, out) == 0
+    return out
+
+
+def test_each_stage(setup, done, capsys):
+    data, teacher = setup
+    split, distilled = load_split(data, "train"), open_prepared(done / "distill" / "data", full_check=True)
+    sources = [list(split[i][0]) + [EOS_ID] for i in range(len(split))]
+    beams = Translator.load(teacher, SearchConfig(beam=4, alpha=0.6)).search_ids(sources)
+    expected = [(s[:-1], h[0].tokens) for s, h in zip(sources, beams) if h[0].tokens]
+    got = distilled["train"]
+    assert len(got) == len(expected) > 60  # pairs the teacher left empty are dropped, nothing else
+    assert all(list(got[i][0]) == s and list(got[i][1]) == t for i, (s, t) in enumerate(expected))
+    for name in ("vocab.model", "valid.src.txt", "valid.tgt.txt", "valid.tgt.bin", "valid.idx.npy"):
+        assert (done / "distill" / "data" / name).read_bytes() == (data / name).read_bytes(), name
+
+    cfg = rundir.read_config(done)  # the student: a run like any other, on the distilled data
+    assert (cfg["model"]["n_enc_layers"], cfg["model"]["n_dec_layers"], cfg["model"]["d_model"]) == (6, 1, 32)
+    assert Path(cfg["data"]) == (done / "distill" / "data").resolve() and cfg["languages"] == {"source": "en",
+                                                                                               "target": "de"}
+    recipe = json.loads((done / "distill" / "recipe.json").read_text())
+    assert recipe["student"]["preset"] == "student-6-1" and recipe["search"] == {"beam": 4, "alpha": 0.6}
+    assert recipe["teachers"][0]["sha256"] == sha256_file(rundir.inference_checkpoint(teacher))
+    assert recipe["stages"]["teacher"]["sentences"] == 120 and recipe["stages"]["student"]["steps"] == 4
+    assert recipe["stages"]["data"]["kept"] == len(expected)
+    int8 = recipe["stages"]["int8"]
+    assert int8["sentences"] == 10 and 0 <= int8["identical"] <= 1 and {"fp32", "int8"} <= set(int8)
+    assert (done / rundir.SHORTLIST).is_file()
+
+    (done.parent / "in.txt").write_text("alpha bravo\ncharlie\n")
+    capsys.readouterr()
+    assert main(["translate", "--checkpoint", str(done), "--input", str(done.parent / "in.txt"), "--shortlist"]) == 0
+    assert len(capsys.readouterr().out.splitlines()) == 2
+
+
+def test_a_rerun_redoes_only_what_is_missing(setup, done, tmp_path):
+    """As after kills at each stage: a shard, the data, the student's checkpoints and the shortlist lost, a
+    half-written data folder and a temp file left behind. The same command gives back the same files."""
+    data, teacher = setup
+    out = tmp_path / "student"
+    shutil.copytree(done, out)
+    shard = shard_path(out, 1)
+    shard.unlink()
+    (shard.parent / ".shard_00002.npz.abcdefgh.tmp").write_bytes(b"torn")
+    shutil.rmtree(out / "distill" / "data")
+    (out / "distill" / "data.partial").mkdir()
+    for path in [*rundir.checkpoint_paths(out), out / rundir.BEST]:  # killed before its first checkpoint
+        path.unlink()
+    for path in rundir.checkpoint_paths(out):
+        ckpt.state_path(path).unlink(missing_ok=True)
+    (out / rundir.SHORTLIST).unlink()
+    assert distill(data, teacher, out) == 0
+    assert shard.read_bytes() == shard_path(done, 1).read_bytes()
+    meta = lambda run: json.loads((run / "distill" / "data" / "meta.json").read_text())  # noqa: E731
+    assert meta(out)["content_sha256"] == meta(done)["content_sha256"]
+    last, ref = rundir.latest_checkpoint(out), rundir.latest_checkpoint(done)
+    assert last.name == ref.name and ckpt.load_weights(last)[0].keys() == ckpt.load_weights(ref)[0].keys()
+    assert all((a == b).all() for a, b in zip(ckpt.load_weights(last)[0].values(), ckpt.load_weights(ref)[0].values()))
+    assert (out / rundir.SHORTLIST).read_bytes() == (done / rundir.SHORTLIST).read_bytes()
+
+
+def _env():
+    return {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}
+
+
+def _command(data, teacher, out):
+    return ["-m", "aiayn", "distill", "--teacher", str(teacher), "--data", str(data), "--out", str(out), *STUDENT]
+
+
+def test_killed_while_the_teacher_translates_and_run_again(setup, done, tmp_path):
+    data, teacher = setup
+    out = tmp_path / "student"
+    proc = subprocess.Popen([sys.executable, *_command(data, teacher, out)], env=_env(),
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.time() + 60
+    while time.time() < deadline and not shard_path(out, 0).exists():
+        time.sleep(0.005)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    assert not (out / "distill" / "data").exists(), "the command finished the teacher's stage before it was killed"
+    assert distill(data, teacher, out) == 0
+    for k in range(6):
+        assert shard_path(out, k).read_bytes() == shard_path(done, k).read_bytes()
+
+
+def test_two_processes_translate_their_shards_merged_in_order(setup, done, tmp_path):
+    data, teacher = setup
+    out = tmp_path / "student"
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
+           *_command(data, teacher, out)[1:]]
+    res = subprocess.run(cmd, env=_env(), capture_output=True, text=True)
+    assert res.returncode == 0, res.stderr[-3000:]
+    recipe = json.loads((out / "distill" / "recipe.json").read_text())
+    assert recipe["stages"]["teacher"]["processes"] == 2
+    for name in ("train.src.bin", "train.tgt.bin", "train.idx.npy"):
+        assert (out / "distill" / "data" / name).read_bytes() == (done / "distill" / "data" / name).read_bytes()
+
+
+def _error(capsys, code, argv):
+    assert main(argv) == code
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("error: ") and "\n" not in err, err
+    return err
+
+
+def test_bad_inputs_are_one_line_each_and_write_nothing(setup, copy_data, tmp_path, capsys):
+    data, teacher = setup
+    out = tmp_path / "student"
+    base = ["distill", "--data", str(data), "--out", str(out), *STUDENT]
+    other_vocab = tmp_path / "other"
+    prepare(copy_data / "valid.src.txt", copy_data / "valid.tgt.txt", other_vocab, vocab_size=60)
+    stranger = save_run(tiny_model(60), other_vocab / "vocab.model", tmp_path / "stranger")
+    assert "another vocabulary" in _error(capsys, 1, [*base, "--teacher", str(stranger)])
+    french = labelled_run(tiny_model(120), copy_data, tmp_path / "fr", ("fr", "de"))
+    assert "translates fr -> de but the data" in _error(capsys, 1, [*base, "--teacher", str(french)])
+    assert "unknown student preset 'student-9-9'" in _error(capsys, 2, [*base, "--teacher", str(teacher),
+                                                                        "--student", "student-9-9"])
+    assert not out.exists()
+    out.mkdir()
+    (out / "notes.txt").write_text("mine")
+    assert "holds no distillation" in _error(capsys, 2, [*base, "--teacher", str(teacher)])
+
+
+def test_a_rerun_with_another_recipe_is_refused(setup, done, capsys):
+    data, teacher = setup
+    err = _error(capsys, 2, ["distill", "--teacher", str(teacher), "--data", str(data), "--out", str(done),
+                             *STUDENT, "--beam", "2"])
+    assert "another search" in err
+
+
+def test_student_presets_are_deep_encoders_and_shallow_decoders():
+    from aiayn.config import ModelConfig
+
+    shapes = {name: (c.n_enc_layers, c.n_dec_layers) for name in ("student-6-1", "student-6-2", "student-6-1-tiny")
+              for c in [ModelConfig.preset(name)]}
+    assert shapes == {"student-6-1": (6, 1), "student-6-2": (6, 2), "student-6-1-tiny": (6, 1)}
+    assert np.all([ModelConfig.preset(n).d_model < ModelConfig.preset("base").d_model for n in shapes])
