@@ -130,3 +130,22 @@ def test_other_broken_inputs(tmp_path):
     with zipfile.ZipFile(tmp_path / "f.epub", "w") as z:
         z.writestr("mimetype", "application/epub+zip")
     assert "container.xml" in refused(tmp_path / "f.epub")
+
+
+def test_media_are_streamed_not_held(tmp_path):
+    """A package's pictures are checked and copied a MiB at a time: translating a document with 16 MiB of them
+    holds a few MiB at most, and copies them byte for byte."""
+    import os
+    import tracemalloc
+
+    src = make_docx(tmp_path / "a.docx")
+    picture = os.urandom(16 << 20)
+    rewrite_zip(src, {"word/media/image1.png": picture})
+    del picture
+    tracemalloc.start()
+    translate_document(src, tmp_path / "b.docx", Recorder(), "en", "es")
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    assert peak < 6 << 20, peak
+    with zipfile.ZipFile(src) as a, zipfile.ZipFile(tmp_path / "b.docx") as b:
+        assert a.read("word/media/image1.png") == b.read("word/media/image1.png")

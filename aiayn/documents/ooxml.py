@@ -36,8 +36,8 @@ class OfficeDocument:
         main = self._main_part()
         words = {name for name in self.entries if _WORD_PARTS.fullmatch(name)} | (
             {main} if path.suffix.lower() == ".docx" else set())
-        self.trees = {name: parse_xml(data, f"{path}: {name}") for name, data in self.entries.items()
-                      if name in words or _DRAWING_PARTS.fullmatch(name)}
+        self.trees = {name: parse_xml(self.entries[name], f"{path}: {name}") for name in self.entries
+                      if name in words or _DRAWING_PARTS.fullmatch(name)}  # (the parts only: media stay unread)
         self.blocks: list[Block] = []
         self.plans: list = []
         for name, tree in self.trees.items():

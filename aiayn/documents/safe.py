@@ -1,8 +1,10 @@
 """Reading untrusted documents safely: bounded zips, XML without entities or network, one error line per problem.
 
     DocumentLimits            the bounds a document must stay within (file size, unpacked size, ratio, text budget)
-    read_zip(path, limits)    a zip's entries as bytes, after every check (size, ratio, count, encryption, names)
-    write_zip(path, entries)  the entries back, atomically, `mimetype` first and stored where the format wants it
+    read_zip(path, limits)    a zip's entries (read when asked for), after every check (size, ratio, count,
+                              encryption, names, each entry unpacking whole)
+    write_zip(path, entries)  the entries back, atomically, `mimetype` first and stored where the format wants it;
+                              entries not replaced are streamed from the input
     parse_xml(data, where)    an lxml tree from bytes: no DTD loaded, no entity expanded, no network, no DOCTYPE with
                               an internal subset (where entity bombs live); a parse error names the file and part
     refuse_macros(...)        a package holding macros (vbaProject.bin, ODF Basic/Scripts) is refused
@@ -15,6 +17,7 @@ from __future__ import annotations
 
 import re
 import zipfile
+from collections.abc import MutableMapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -37,6 +40,7 @@ class DocumentLimits:
 
 _OLE_MAGIC = b"\xd0\xcf\x11\xe0\xa1\xb1\x1a\xe1"  # a compound file: an encrypted OOXML package, or .doc/.ppt
 _RATIO_FLOOR = 1 << 20
+_CHUNK = 1 << 20
 
 
 def check_size(path: Path, limits: DocumentLimits) -> int:
@@ -51,10 +55,11 @@ def check_size(path: Path, limits: DocumentLimits) -> int:
     return size
 
 
-def read_zip(path: Path, limits: DocumentLimits) -> tuple[list[zipfile.ZipInfo], dict[str, bytes]]:
-    """The entries of a zip package (their infos in order, and name -> bytes), after checking that it is a zip, not
-    encrypted, and within the limits on entries, unpacked size and compression ratio (a zip bomb is refused before
-    any of it is unpacked; the sizes read are checked again while reading)."""
+def read_zip(path: Path, limits: DocumentLimits) -> tuple[list[zipfile.ZipInfo], ZipEntries]:
+    """A zip package's entries (their infos in order, and name -> bytes, read when asked for), after checking that it
+    is a zip, not encrypted, within the limits on entries, unpacked size and compression ratio (a zip bomb is refused
+    before any of it is unpacked), and that every entry unpacks whole to the size its header says (streamed, a MiB
+    at a time: a corrupt file is refused before anything is translated, and no more than a MiB of media is held)."""
     check_size(path, limits)
     with open(path, "rb") as f:
         head = f.read(8)
@@ -68,10 +73,9 @@ def read_zip(path: Path, limits: DocumentLimits) -> tuple[list[zipfile.ZipInfo],
     with archive:
         infos = archive.infolist()
         _check_infos(path, infos, limits)
-        entries = {}
         for info in infos:
-            entries[info.filename] = _read_entry(path, archive, info)
-    return infos, entries
+            _unpack(path, archive, info, None)
+    return infos, ZipEntries(path, infos)
 
 
 def _check_infos(path: Path, infos: list[zipfile.ZipInfo], limits: DocumentLimits) -> None:
@@ -93,32 +97,72 @@ def _check_infos(path: Path, infos: list[zipfile.ZipInfo], limits: DocumentLimit
         names.add(info.filename)
 
 
-def _read_entry(path: Path, archive: zipfile.ZipFile, info: zipfile.ZipInfo) -> bytes:
-    """An entry's bytes, reading at most its declared size plus one byte (a lying header cannot unpack more)."""
+def _unpack(path: Path, archive: zipfile.ZipFile, info: zipfile.ZipInfo, sink) -> None:
+    """Unpack an entry a MiB at a time, never past its declared size plus one byte (a lying header cannot unpack
+    more), into sink(chunk) (None: checked only); refused unless it unpacks whole to its declared size."""
     try:
         with archive.open(info) as f:
-            data = f.read(info.file_size + 1)
+            size = 0
+            while chunk := f.read(min(_CHUNK, info.file_size + 1 - size) or 1):
+                size += len(chunk)
+                if size > info.file_size:
+                    break
+                if sink is not None:
+                    sink(chunk)
     except (zipfile.BadZipFile, OSError, ValueError, EOFError, NotImplementedError, RuntimeError) as e:
         raise DataError(f"{path}: entry {info.filename!r} cannot be read (a corrupt zip: {e})") from None
-    if len(data) != info.file_size:
+    if size != info.file_size:
         raise DataError(f"{path}: entry {info.filename!r} is not the size its header says (a corrupt zip)")
-    return data
 
 
-def write_zip(path: Path, infos: list[zipfile.ZipInfo], entries: dict[str, bytes],
-              stored_first: str | None = None) -> None:
+class ZipEntries(MutableMapping):
+    """A checked zip's entries, name -> bytes: read from the file when asked for, replaced by assignment."""
+
+    def __init__(self, path: Path, infos: list[zipfile.ZipInfo]) -> None:
+        self.path, self.infos = path, {i.filename: i for i in infos}
+        self.changed: dict[str, bytes] = {}
+
+    def __getitem__(self, name: str) -> bytes:
+        if name in self.changed:
+            return self.changed[name]
+        info = self.infos[name]
+        parts: list[bytes] = []
+        with zipfile.ZipFile(self.path) as archive:
+            _unpack(self.path, archive, info, parts.append)
+        return b"".join(parts)
+
+    def __setitem__(self, name: str, data: bytes) -> None:
+        self.changed[name] = data
+
+    def __delitem__(self, name: str) -> None:
+        raise TypeError("entries of a document are replaced, never removed")
+
+    def __iter__(self):
+        return iter(self.infos)
+
+    def __len__(self) -> int:
+        return len(self.infos)
+
+
+def write_zip(path: Path, infos: list[zipfile.ZipInfo], entries: ZipEntries, stored_first: str | None = None) -> None:
     """Write the entries in the order of `infos`, atomically; `stored_first` (ODF's and EPUB's `mimetype`) goes first
-    and uncompressed, as those formats require. Every other entry keeps its compression (deflated if it had none)."""
+    and uncompressed, as those formats require. Every other entry keeps its compression (deflated if it had none);
+    an entry not replaced is copied from the input a MiB at a time."""
     order = [i for i in infos if i.filename == stored_first] + [i for i in infos if i.filename != stored_first]
 
     def write(tmp: Path) -> None:
-        with zipfile.ZipFile(tmp, "w") as out:
+        with zipfile.ZipFile(tmp, "w") as out, zipfile.ZipFile(entries.path) as source:
             for info in order:
                 stored = info.filename == stored_first or info.compress_type == zipfile.ZIP_STORED
                 new = zipfile.ZipInfo(info.filename, date_time=info.date_time)
                 new.compress_type = zipfile.ZIP_STORED if stored else zipfile.ZIP_DEFLATED
                 new.external_attr = info.external_attr
-                out.writestr(new, entries[info.filename])
+                if info.filename in entries.changed:
+                    out.writestr(new, entries.changed[info.filename])
+                else:
+                    new.file_size = info.file_size
+                    with out.open(new, "w") as sink:
+                        _unpack(entries.path, source, info, sink.write)
     atomic_write(path, write)
 
 
