@@ -18,8 +18,7 @@ import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from aiayn.markup.html import with_protected
-from aiayn.markup.spans import Block, Span, translate_blocks, walk
+from aiayn.markup.spans import Block, Span, translate_blocks, walk, with_protected
 
 
 class BlockBuilder:
@@ -80,7 +79,7 @@ Translate = Callable[[list[str]], list]
 def translate_all(blocks: Sequence[Block], translate: Translate, source_lang: str) -> list[Block]:
     """Each block translated (identical blocks, e.g. a text box Word holds twice, translated once and alike); blocks
     without a letter or digit come back as they are. One call of translate_blocks, so a server batches them. Numbers,
-    URLs, e-mail addresses and symbols are keep spans (aiayn.markup.html.with_protected), as in HTML."""
+    URLs, e-mail addresses and symbols are keep spans (aiayn.markup.spans.with_protected), as in HTML."""
     unique: dict = {}
     for b in blocks:
         if any(ch.isalnum() for ch in b.text):  # numbers, URLs, symbols come back exactly (keep spans)
