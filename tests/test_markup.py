@@ -203,6 +203,14 @@ def test_a_sentence_without_letters_is_not_translated():
 def test_parents_follow_the_flat_lists_rule():
     spans = [Span(0, 5, "wrap", "a"), Span(0, 2, "wrap", "b"), Span(2, 2, "void"), Span(5, 5, "void")]
     assert parents(spans) == [None, 0, 0, None]  # a point at the end of a non-empty element lies after it
+    empty = [Span(3, 3, "wrap", "a"), Span(3, 3, "void"), Span(3, 3, "wrap", "b")]
+    assert parents(empty) == [None, 0, None]  # an empty element holds an image at its place, not an empty element
+
+
+def test_two_dropped_elements_side_by_side_stay_side_by_side():
+    def drop_bc(words):
+        return [(w.upper(), i) for i, w in enumerate(words) if w not in ("b", "c")]
+    assert one("a [i b/i] [u c/u] d", drop_bc) == "A [i /i][u /u]D"
 
 
 class _Checker(HTMLParser):

@@ -223,8 +223,8 @@ def _tree(nodes: list[Node], n: int) -> Node:
     for node in (x for x in nodes if x.empty):
         at, ancestors, p = root, _ancestors(node, nodes), node.lo
         while True:
-            inner = next((c for c in at.children if c.kind == "wrap" and (
-                c.lo < p < c.hi or (c.index in ancestors and c.lo <= p and (p < c.hi or c.empty)))), None)
+            inner = next((c for c in at.children if c.kind == "wrap" and (c.lo < p < c.hi or (
+                c.index in ancestors and c.lo <= p and (p < c.hi or (c.empty and node.kind != "wrap"))))), None)
             if inner is None:
                 break
             at = inner

@@ -19,7 +19,8 @@ touched (an element across a sentence end is two elements, one per sentence).
 
 Nesting in a flat list: `Block.spans` lists spans in document order (an element before what it holds); a span lies
 inside the nearest earlier "wrap" whose range holds it, except that an empty span at the end of a non-empty wrap lies
-after it. `walk(block)` turns a block into open/text/close events by that rule.
+after it, and an empty wrap holds no empty wrap (it holds an image at its place: a linked image). `walk(block)`
+turns a block into open/text/close events by that rule.
 """
 
 from __future__ import annotations
@@ -68,7 +69,9 @@ def contains(outer: Span, inner: Span) -> bool:
     """Whether `inner` (listed after `outer`) lies inside it: the flat list's nesting rule."""
     if outer.kind != "wrap" or not (outer.start <= inner.start and inner.end <= outer.end):
         return False
-    return not (inner.start == inner.end == outer.end and outer.start < outer.end)
+    if inner.start == inner.end == outer.end:  # a point at an element's end: after it, unless the element is empty
+        return outer.start == outer.end and inner.kind != "wrap"  # and the point no element (<a><img></a>)
+    return True
 
 
 def walk(block: Block) -> Iterator[tuple[str, Span | None, str]]:

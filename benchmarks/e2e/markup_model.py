@@ -111,7 +111,7 @@ def intact(source: str, out: str) -> bool:
 
 
 def text_of(paragraph: str) -> str:
-    return " ".join(html.unescape(re.sub(r"<[^>]+>", " ", paragraph)).split())
+    return " ".join(html.unescape(re.sub(r"<[^>]+>", "", paragraph)).split())
 
 
 def main() -> None:
