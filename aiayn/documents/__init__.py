@@ -4,7 +4,9 @@ A reading guide, from the entry point down:
 
     document.py     translate_document(path_in, path_out, translate, source_lang, target_lang, limits): the format
                     from the extension, the checks, one translation call, an atomic write; FORMATS, format_of,
-                    document_chars; translate_file_command (`aiayn translate --input FILE.docx`)
+                    document_chars, text_sample (for a detector)
+    formats.py      the extensions and the module reading each (imports nothing)
+    command.py      `aiayn translate --input FILE.docx`: is_document, translate_file_command(args, engine)
     blocks.py       what the formats share: BlockBuilder (a walk -> Block), translate_all, nest (a translated Block
                     -> a tree to rebuild from), distribute (a block cut back into lines or cues)
     ooxml.py        .docx and .pptx packages: which parts, alt text, the language settings
@@ -22,7 +24,7 @@ Spans and blocks are aiayn.markup's; this package never imports torch.
 from __future__ import annotations
 
 _EXPORTS = {"translate_document": "document", "open_document": "document", "document_chars": "document",
-            "format_of": "document", "FORMATS": "document", "SUPPORTED": "document",
+            "format_of": "document", "FORMATS": "formats", "SUPPORTED": "formats",
             "translate_file_command": "command", "DocumentLimits": "safe"}
 
 

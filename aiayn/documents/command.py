@@ -11,7 +11,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from aiayn.documents.document import FORMATS, format_of, translate_document
+from aiayn.documents.formats import FORMATS, MACRO_ENABLED
 from aiayn.errors import UsageError
 
 LINE_FORMATS = (".txt",)  # what `aiayn translate` reads line by line, as it always has
@@ -22,17 +22,18 @@ def is_document(path: str | Path | None) -> bool:
     if path is None or str(path) == "-":
         return False
     suffix = Path(path).suffix.lower()
-    return suffix not in LINE_FORMATS and (suffix in FORMATS or suffix in (".docm", ".pptm"))
+    return suffix not in LINE_FORMATS and (suffix in FORMATS or suffix in MACRO_ENABLED)
 
 
 # flags that shape the line-by-line output, and what they would mean for a document
 _LINE_ONLY = {"print_alignment": "--print-alignment", "print_scores": "--print-scores", "prefix": "--prefix",
-              "buffer_size": "--buffer-size"}
+              "buffer_size": "--buffer-size", "glossary": "--glossary"}
 
 
 def translate_file_command(args: argparse.Namespace, engine) -> int:
     """Translate the document args.input into args.output (same format, written whole) with `engine`. Languages:
     --source-lang/--target-lang where the command has them, else the pair the model's run records."""
+    from aiayn.documents.document import format_of, translate_document
     from aiayn.markup.engines import translate_fn
 
     if args.output in (None, "-"):

@@ -13,31 +13,15 @@ from collections.abc import Callable
 from pathlib import Path
 
 from aiayn.documents.blocks import Translate, source_chars, translate_all
+from aiayn.documents.formats import FORMATS, MACRO_ENABLED, SUPPORTED
 from aiayn.documents.safe import DocumentLimits
 from aiayn.errors import DataError, UsageError
-
-# extension -> (module, class): the document classes, each with .blocks and .write(path_out, translated, target)
-FORMATS = {
-    ".txt": ("text", "TextDocument"),
-    ".md": ("markdown", "MarkdownDocument"),
-    ".srt": ("srt", "SrtDocument"),
-    ".html": ("epub", "HtmlFile"),
-    ".htm": ("epub", "HtmlFile"),
-    ".xhtml": ("epub", "HtmlFile"),
-    ".docx": ("ooxml", "OfficeDocument"),
-    ".pptx": ("ooxml", "OfficeDocument"),
-    ".odt": ("odf", "OdfDocument"),
-    ".odp": ("odf", "OdfDocument"),
-    ".epub": ("epub", "EpubDocument"),
-}
-SUPPORTED = tuple(FORMATS)
-_MACRO_ENABLED = (".docm", ".pptm", ".xlsm", ".dotm", ".potm", ".ppsm")
 
 
 def format_of(path: str | Path) -> str:
     """The format of a file name (its extension, lower case); an extension not supported is a UsageError."""
     suffix = Path(path).suffix.lower()
-    if suffix in _MACRO_ENABLED:
+    if suffix in MACRO_ENABLED:
         raise UsageError(f"{path}: macro-enabled files ({suffix}) are not translated; save it as "
                          f"{suffix[:-1] + 'x'} without macros")
     if suffix not in FORMATS:
