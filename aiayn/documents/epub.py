@@ -7,9 +7,10 @@ space the translation holds as &#160;).
 
 An EPUB: every XHTML file its package document (OPF) lists, the navigation document among them (nav.xhtml: the table
 of contents of EPUB 3), the EPUB 2 table of contents (toc.ncx: its navLabel, docTitle and docAuthor texts), and the
-book's title and description (dc:title, dc:description); dc:language and the table of contents' xml:lang become the
-target's. A book protected by DRM (META-INF/rights.xml, or encryption.xml naming anything but fonts) is refused. The
-zip is written with `mimetype` first and stored, as EPUB requires; every other file is copied as it was.
+book's title and description (dc:title, dc:description); dc:language and the package's and the table of contents'
+xml:lang become the target's. A book protected by DRM (META-INF/rights.xml, or encryption.xml naming anything but
+fonts) is refused. The zip is written with `mimetype` first and stored, as EPUB requires; every other file is copied
+as it was.
 """
 
 from __future__ import annotations
@@ -159,6 +160,8 @@ class EpubDocument:
                 self.entries[name] = serialize_xml(part)
         for language in self.opf.iter(f"{{{DC}}}language"):
             language.text = target_lang
+        if self.opf.getroot().get(XML_LANG) is not None:
+            self.opf.getroot().set(XML_LANG, target_lang)
         self.entries[self.opf_name] = serialize_xml(self.opf)
         write_zip(path_out, self.infos, self.entries, stored_first="mimetype")
 
