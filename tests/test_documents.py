@@ -434,3 +434,33 @@ def test_auto_source_language_is_detected_from_the_documents_text(tmp_path):
 
     translate_document(src, tmp_path / "b.odt", Recorder(), "auto", "es", detect=detect)
     assert len(seen) == 1 and seen[0].startswith("The first chapter\nThe quick brown fox.")
+
+
+def test_code_styles_are_kept(tmp_path):
+    """Word's and LibreOffice's code styles: a paragraph of one (HTML Preformatted, Preformatted Text, through an
+    automatic style's parent in ODF) is left as it is, a run of one (Source Text, HTML Code) kept verbatim."""
+    from document_samples import rewrite_zip
+
+    body = ('<w:p><w:pPr><w:pStyle w:val="HTMLPreformatted"/></w:pPr><w:r><w:t>print("hi")</w:t></w:r></w:p>'
+            '<w:p><w:r><w:t xml:space="preserve">Call </w:t></w:r><w:r><w:rPr><w:rStyle w:val="SourceText"/></w:rPr>'
+            '<w:t>load</w:t></w:r><w:r><w:rPr><w:rStyle w:val="SourceText"/></w:rPr><w:t>_all()</w:t></w:r>'
+            '<w:r><w:t xml:space="preserve"> first.</w:t></w:r></w:p>')
+    src = make_docx(tmp_path / "a.docx", body)
+    rec = Recorder()
+    translate_document(src, tmp_path / "b.docx", rec, "en", "es")
+    xml = read_entry(tmp_path / "b.docx", "word/document.xml")
+    assert "<w:t>print(\"hi\")</w:t>" in xml and not any("print" in s for s in rec.sentences)
+    assert "Call load_all() first." in rec.sentences
+    assert '<w:rStyle w:val="SourceText"/></w:rPr><w:t>load_all()</w:t>' in xml and "CALL" in xml
+    odt = make_odf(tmp_path / "a.odt")
+    content = read_entry(odt, "content.xml").replace(
+        "</office:automatic-styles>", '<style:style style:name="P9" style:family="paragraph" '
+        'style:parent-style-name="Preformatted_20_Text"/></office:automatic-styles>').replace(
+        "<text:h text:outline-level=\"1\">The first chapter</text:h>",
+        '<text:p text:style-name="P9">x = load()</text:p><text:p>Run <text:span text:style-name="Source_20_Text">'
+        "make<text:s/>all</text:span> now.</text:p>")
+    rewrite_zip(odt, {"content.xml": content})
+    translate_document(odt, tmp_path / "b.odt", rec, "en", "es")
+    out = read_entry(tmp_path / "b.odt", "content.xml")
+    assert '<text:p text:style-name="P9">x = load()</text:p>' in out
+    assert 'RUN <text:span text:style-name="Source_20_Text">make all</text:span> NOW.' in out

@@ -5,6 +5,7 @@ a translated Block back as a tree of text and spans.
                         key (split only by voids: bookmarks, proofing marks) become one span, so a word split across
                         runs stays one word
     translate_all       every block of a document in one translate_blocks call (identical blocks once)
+    is_code_style       a paragraph or character style that marks code (left as it is / kept verbatim)
     nest(block)         the translated block as a tree: Node(span, children) and plain strings, in text order
                         (aiayn.markup.spans.walk's nesting)
     distribute(...)     a block made of parts (subtitle cues, wrapped lines) cut back into its parts, in order
@@ -57,10 +58,20 @@ class BlockBuilder:
         self.spans.append([self.pos, self.pos, "void", key, None])
 
     def keep(self, s: str, key) -> None:
+        """Text passed through verbatim; right after kept text of the same key (a code run split in two) it
+        extends that span, so one word never holds two kept pieces."""
         start, free = self.pos, self.free
         self.text(s)
         self.free = free
-        self.spans.append([start, self.pos, "keep", key, None])
+        self.mark_keep(start, key)
+
+    def mark_keep(self, start: int, key) -> None:
+        """The text added since `start` is kept verbatim (see keep)."""
+        last = next((s for s in reversed(self.spans) if s[2] == "keep"), None)
+        if last is not None and last[3] == key and last[1] == start and key == ("code",):
+            last[1] = self.pos
+        else:
+            self.spans.append([start, self.pos, "keep", key, None])
 
     def has_text(self) -> bool:
         """Whether the block holds a letter or digit outside kept text (else there is nothing to translate)."""
@@ -74,6 +85,20 @@ class BlockBuilder:
 
 
 Translate = Callable[[list[str]], list]
+
+# Styles that mark code in word processors (Word's HTML styles, LibreOffice's, common custom names), compared in
+# lower case without spaces, underscores or ODF's "_20_": a paragraph of one is left as it is, a run of one is kept.
+CODE_PARAGRAPH_STYLES = {"preformattedtext", "htmlpreformatted", "code", "codeblock", "sourcecode", "verbatim"}
+CODE_RUN_STYLES = {"sourcetext", "htmlcode", "htmlkeyboard", "htmltypewriter", "htmlsample", "code", "codechar",
+                   "inlinecode", "verbatimchar", "sourcecode"}
+
+
+def is_code_style(name: str | None, paragraph: bool) -> bool:
+    """Whether a paragraph (or run) style name marks code."""
+    if not name:
+        return False
+    plain = re.sub(r"[^a-z0-9]", "", name.lower().replace("_20_", ""))
+    return plain in (CODE_PARAGRAPH_STYLES if paragraph else CODE_RUN_STYLES)
 
 
 def translate_all(blocks: Sequence[Block], translate: Translate, source_lang: str) -> list[Block]:

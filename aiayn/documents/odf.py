@@ -20,7 +20,7 @@ from pathlib import Path
 
 from lxml import etree
 
-from aiayn.documents.blocks import BlockBuilder, nest
+from aiayn.documents.blocks import BlockBuilder, is_code_style, nest
 from aiayn.documents.safe import DocumentLimits, parse_xml, read_zip, refuse_macros, serialize_xml, write_zip
 from aiayn.errors import DataError
 from aiayn.markup.spans import Block
@@ -49,8 +49,8 @@ class OdfParagraph:
 class _Reader:
     """A paragraph's mixed content as a Block, white space read as ODF says (collapsed; text:s is N spaces)."""
 
-    def __init__(self, para: OdfParagraph) -> None:
-        self.para, self.b = para, BlockBuilder()
+    def __init__(self, para: OdfParagraph, code) -> None:
+        self.para, self.b, self.code = para, BlockBuilder(), code
         self.after_space = True  # the paragraph's start counts as a space: leading white space is dropped
 
     def text(self, s: str | None) -> None:
@@ -80,7 +80,11 @@ class _Reader:
             shell = child.makeelement(child.tag, child.attrib, child.nsmap)
             self.para.shells.append(shell)
             self.b.open(("c", len(self.para.shells) - 1))
+            start, free, voids = self.b.pos, self.b.free, len(self.b.spans)
             self.walk(child)
+            if self.code(child.get(f"{{{TEXT}}}style-name"), False) and len(self.b.spans) == voids:
+                self.b.free = free  # inline code (Source Text ...): kept verbatim
+                self.b.mark_keep(start, ("code",))
             self.b.close()
         elif name == "s":
             self.b.text(" " * int(child.get(f"{{{TEXT}}}c") or 1))
@@ -99,9 +103,13 @@ class _Reader:
                 self.after_space = True
 
 
-def read_paragraph(element) -> tuple[Block, OdfParagraph] | None:
+def read_paragraph(element, code=lambda name, paragraph: False) -> tuple[Block, OdfParagraph] | None:
+    """The paragraph as a Block and what rebuilding it needs; None when it holds nothing to translate or is code.
+    code(style name, paragraph?): whether a style marks code."""
+    if code(element.get(f"{{{TEXT}}}style-name"), True):
+        return None
     para = OdfParagraph(element)
-    reader = _Reader(para)
+    reader = _Reader(para, code)
     reader.walk(element)
     return (reader.b.block(), para) if reader.b.has_text() else None
 
@@ -186,6 +194,8 @@ class OdfDocument:
         refuse_macros(path, list(self.entries))
         self.trees = {name: parse_xml(self.entries[name], f"{path}: {name}")
                       for name in ("content.xml", "styles.xml", "meta.xml") if name in self.entries}
+        self.parents = {s.get(f"{{{STYLE}}}name"): s.get(f"{{{STYLE}}}parent-style-name")
+                        for tree in self.trees.values() for s in tree.iter(f"{{{STYLE}}}style")}
         self.blocks: list[Block] = []
         self.plans: list = []
         # a text's master pages hold its headers and footers; a presentation's, the prompts of its layouts
@@ -203,10 +213,18 @@ class OdfDocument:
                     self.blocks.append(Block(element.text, []))
                     self.plans.append(element)
                 continue
-            found = read_paragraph(element)
+            found = read_paragraph(element, self._code)
             if found:
                 self.blocks.append(found[0])
                 self.plans.append(found[1])
+
+    def _code(self, name: str | None, paragraph: bool) -> bool:
+        """Whether a style, or one it inherits from (automatic styles name their parent), marks code."""
+        for _ in range(8):
+            if name is None or is_code_style(name, paragraph):
+                return name is not None
+            name = self.parents.get(name)
+        return False
 
     def write(self, path_out: Path, translated: list[Block], target_lang: str) -> None:
         for block, plan in zip(translated, self.plans):

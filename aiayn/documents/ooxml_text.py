@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 
 from lxml import etree
 
-from aiayn.documents.blocks import BlockBuilder, nest
+from aiayn.documents.blocks import BlockBuilder, is_code_style, nest
 from aiayn.markup.spans import Block
 
 W = "http://schemas.openxmlformats.org/wordprocessingml/2006/main"
@@ -163,6 +163,8 @@ def read_paragraph(element, dialect: Dialect) -> tuple[Block, Paragraph] | None:
             para.suffix.append(child)
         else:
             body.append(child)
+    if dialect is WORD and is_code_style(_style(element.find(dialect.q("pPr")), "pStyle"), paragraph=True):
+        return None  # a code block (Preformatted Text, HTML Preformatted ...): left as it is
     walker.children(body)
     walker.finish()
     para.base = _base_formatting(walker.items)
@@ -170,6 +172,12 @@ def read_paragraph(element, dialect: Dialect) -> tuple[Block, Paragraph] | None:
         return None
     builder = _build(walker.items, para)
     return (builder.block(), para) if builder.has_text() else None
+
+
+def _style(props, name: str) -> str | None:
+    """The style a w:pPr / w:rPr names (w:pStyle, w:rStyle), or None."""
+    node = props.find(f"{{{W}}}{name}") if props is not None else None
+    return node.get(f"{{{W}}}val") if node is not None else None
 
 
 def _base_formatting(items: list[tuple]) -> int | None:
@@ -194,11 +202,15 @@ def _build(items: list[tuple], para: Paragraph) -> BlockBuilder:
         if item[0] == "t":
             if not item[2]:
                 continue  # an empty w:t
-            if item[1] == para.base:
+            code = is_code_style(_style(para.rprs[item[1]], "rStyle"), paragraph=False)
+            if item[1] == para.base and not code:
                 b.text(item[2])
             else:
                 b.open(("r", item[1]))
-                b.text(item[2])
+                if code:  # inline code: kept verbatim
+                    b.keep(item[2], ("code",))
+                else:
+                    b.text(item[2])
                 b.close()
         elif item[0] == "v":
             para.voids.append(item[1])
