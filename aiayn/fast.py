@@ -101,7 +101,8 @@ def use_matmul_attention(q: Tensor, decoding: bool) -> bool:
     (model.attention asks): on the CPU for bf16 training (torch's flash kernel is slower there, with or without fp32
     casts) and for fp32 decoding steps (a few queries per sentence). Everywhere else the fused kernel: bf16 decoding
     on the CPU (the matmul path's bf16 matmuls meet a new key length at every step, and oneDNN compiles a kernel for
-    each), GPUs (a decoding step is bound by kernel launches: the fused kernel is one, the matmul path six)."""
+    each; a cached decoder does not get here in bf16: aiayn.decoding.cache.held_dtype attends over its keys/values in
+    fp32), GPUs (a decoding step is bound by kernel launches: the fused kernel is one, the matmul path six)."""
     if q.device.type != "cpu":
         return False
     return q.dtype != torch.bfloat16 if decoding else q.dtype == torch.bfloat16

@@ -301,6 +301,28 @@ def test_decoding_through_the_fused_kernel_gives_the_same_search(tiny, monkeypat
         _same(a, b)
 
 
+def test_copying_only_the_moved_beams_gives_the_same_search(tiny, monkeypatch):
+    """Beam search whose cache moves only the beams that change prefix, in place (aiayn.decoding.cache), finds
+    exactly what it finds with every beam copied at every step: the same words and the same scores to the bit."""
+    import aiayn.decoding.cache as cache
+
+    model, src = tiny
+    in_place, original = [], cache._in_place
+
+    def spy(buf, moved):
+        in_place.append(original(buf, moved))
+        return in_place[-1]
+
+    with torch.no_grad():
+        monkeypatch.setattr(cache, "_in_place", spy)
+        fast = beam_search(model, src, beam=4, nbest=4, max_len_b=8)
+        monkeypatch.setattr(cache, "_in_place", lambda buf, moved: False)
+        every = beam_search(model, src, beam=4, nbest=4, max_len_b=8)
+    assert any(in_place)  # beams moved in place
+    assert [[(h.tokens, h.score, h.positional_scores) for h in s] for s in fast] == [
+        [(h.tokens, h.score, h.positional_scores) for h in s] for s in every]
+
+
 # ---------------------------------------------------------------------------------------------------------
 # Sampling, target prefixes, n-gram blocking: the scripted model again, with distributions known by hand.
 

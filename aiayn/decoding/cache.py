@@ -48,14 +48,17 @@ class LayerCache:
         keys/values of the memory source (B, S, D) are computed at the first step only, and the N = B * g rows
         attend to them g per sentence (`by_sentence`)."""
         decoding = not attention.training
+        held = held_dtype(q, decoding)  # the dtype of the keys/values held here, and of attention over them
         if attention.self_attention:
-            k, v = self.append(*attention.keys_values(source))  # (N, h, t+n, dk), (N, h, t+n, dv)
+            k, v = attention.keys_values(source)
+            k, v = self.append(k.to(held), v.to(held))  # (N, h, t+n, dk), (N, h, t+n, dv)
             mask, is_causal = _last_positions(q, k, mask, is_causal)
-            return attention.attention(q, k, v, mask, is_causal, decoding)
+            return attention.attention(q.to(held), k, v, mask, is_causal, decoding).to(q.dtype)
         if self.cross_k is None:  # made contiguous once: otherwise every step's matmul copies them again
             k, v = attention.keys_values(source)
-            self.cross_k, self.cross_v = k.contiguous(), v.contiguous()
-        return by_sentence(attention.attention, q, self.cross_k, self.cross_v, mask, is_causal, decoding)
+            self.cross_k, self.cross_v = k.to(held).contiguous(), v.to(held).contiguous()
+        heads = by_sentence(attention.attention, q.to(held), self.cross_k, self.cross_v, mask, is_causal, decoding)
+        return heads.to(q.dtype)
 
     def append(self, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
         """Add this step's keys k (N, h, n, dk) and values v (N, h, n, dv); return those of all `length` positions
@@ -82,11 +85,18 @@ class LayerCache:
             return self.keys, self.values
         return self.keys[: self.length].permute(1, 2, 0, 3), self.values[: self.length].permute(1, 2, 0, 3)
 
-    def reorder(self, rows: Tensor, sentences: Tensor | None = None, spares: dict | None = None) -> None:
+    def reorder(self, rows: Tensor, sentences: Tensor | None = None, spares: dict | None = None,
+                moved: Tensor | None = None) -> None:
         """Keep rows `rows` (and source sentences `sentences`). spares: the free time-major buffers a reorder copies
-        into (`_rows_into`), shared by the layers."""
+        into (`_rows_into`), shared by the layers. moved: where rows keep their number (beam search between two
+        steps of the same sentences), the rows r whose rows[r] != r (`moved_rows`): only those are copied, in place,
+        when they are few."""
         if self.keys is not None and not self.time_major:
             self.keys, self.values = self.keys.index_select(0, rows), self.values.index_select(0, rows)
+        elif self.keys is not None and moved is not None and _in_place(self.keys, moved):
+            for buf in (self.keys, self.values):  # the moved rows' sources read before any is overwritten
+                past = buf[: self.length]
+                past.index_copy_(1, moved, past.index_select(1, rows[moved]))
         elif self.keys is not None:  # one copy of the past into a spare buffer, which then holds the cache
             spares = {} if spares is None else spares
             self.keys = _rows_into(self.keys, rows, self.length, spares)
@@ -94,6 +104,16 @@ class LayerCache:
         if sentences is not None and self.cross_k is not None:
             self.cross_k = self.cross_k.index_select(0, sentences)
             self.cross_v = self.cross_v.index_select(0, sentences)
+
+
+def held_dtype(q: Tensor, decoding: bool) -> torch.dtype:
+    """The dtype a decoder's cached keys/values are held in, and attention over them runs in, for queries q: fp32
+    where a CPU decodes in bf16, else q's own. On the CPU torch's bf16 attention for a step's few queries is its
+    fused kernel, several times slower than the fp32 path's two matmuls (aiayn.fast.use_matmul_attention: bf16
+    matmuls meet a new key length at every step); keys and values are cast once, when they are computed, and the
+    fp32 result is cast back, so the projections stay bf16. Equal to the bf16 attention up to rounding (the bf16
+    path rounds the weights to bf16 before multiplying the values; this one does not)."""
+    return torch.float32 if decoding and q.dtype == torch.bfloat16 and q.device.type == "cpu" else q.dtype
 
 
 def _last_positions(q: Tensor, k: Tensor, mask: Tensor | None, is_causal: bool) -> tuple[Tensor | None, bool]:
@@ -122,6 +142,20 @@ def by_sentence(attention, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None,
     q = q.view(b, group, h, n, dk).transpose(1, 2).reshape(b, h, group * n, dk)  # (B*g, h, n) -> (B, h, g*n)
     out = attention(q, k, v, mask, is_causal, decoding)  # (B, h, g*n, dv)
     return out.view(b, h, group, n, -1).transpose(1, 2).reshape(b * group, h, n, -1)  # (B*g, h, n, dv)
+
+
+def moved_rows(rows: Tensor, n_rows: int) -> Tensor | None:
+    """For a reorder keeping `rows` (N',) of n_rows rows: the r whose rows[r] != r where N' == n_rows (None where the
+    rows change in number: every row moves)."""
+    if rows.numel() != n_rows:
+        return None
+    return rows.ne(torch.arange(n_rows, device=rows.device)).nonzero().squeeze(1)
+
+
+def _in_place(buf: Tensor, moved: Tensor) -> bool:
+    """Whether moving `moved` rows of the time-major buffer `buf` in place (copying them twice: out, then in) beats
+    copying every row once into the spare; and whether in place is allowed (no graph being recorded)."""
+    return 2 * moved.numel() <= buf.size(1) and not (torch.is_grad_enabled() and buf.requires_grad)
 
 
 def _rows_into(buf: Tensor, rows: Tensor, length: int, spares: dict) -> Tensor:
@@ -164,8 +198,12 @@ class DecoderCache:
     def reorder(self, rows: Tensor, sentences: Tensor | None = None) -> None:
         """Keep decoder rows `rows` (LongTensor (N',)), in that order; and source sentences `sentences`
         (LongTensor (B',)) when the set of sentences changes (None: the same sentences as before)."""
+        first = self.layers[0] if self.layers else None
+        moved = None
+        if sentences is None and first is not None and first.keys is not None and first.time_major:
+            moved = moved_rows(rows, first.keys.size(1))  # the same for every layer: found once
         for layer in self.layers:
-            layer.reorder(rows, sentences, self.spares)
+            layer.reorder(rows, sentences, self.spares, moved)
 
 
 @dataclass
