@@ -1,15 +1,17 @@
 """An Office Open XML paragraph (WordprocessingML's w:p, DrawingML's a:p) as one Block, and back.
 
-A paragraph's runs become one text: the formatting most of its characters have is the paragraph's own, every other
-run's formatting (its w:rPr / a:rPr) a "wrap" span, so a sentence split across runs (by a bookmark, a proofing mark,
-a spelling change) is translated whole and each formatting lands on the words aligned to the ones it had. Containers
-of runs (w:hyperlink with its r:id, w:ins, w:smartTag, w:customXml, w:moveTo, an inline w:sdt) are wrap spans too,
-rebuilt with their attributes, so a link's target in the part's .rels is untouched. Kept as they are, at their place
-("void" spans): tabs, breaks, drawings and text boxes (whose own paragraphs are blocks of their own), footnote marks,
-bookmarks, whole fields (w:fldChar begin .. end, w:fldSimple, a:fld: a field's code is not translated; the text it
-shows, a page number or a date, stays in the sentence as a "keep" span, so "Page 7 of 9" reads whole),
-tracked deletions (w:del, w:moveFrom) and math. Proofing marks and the last-rendered page break are dropped (Word
-recomputes them). Every w:t written keeps its spaces (xml:space="preserve")."""
+A paragraph's runs become one text: the formatting most of its characters have (outside links) is the paragraph's
+own, every other run's formatting (its w:rPr / a:rPr) a "wrap" span, so a sentence split across runs (by a bookmark,
+a proofing mark, a spelling change) is translated whole and each formatting lands on the words aligned to the ones
+it had. Containers of runs (w:hyperlink with its r:id, w:ins, w:smartTag, w:customXml, w:moveTo, an inline w:sdt)
+are wrap spans too, rebuilt with their attributes, so a link's target in the part's .rels is untouched. Kept as they
+are, at their place ("void" spans): tabs and breaks (a space in the sentence), drawings and text boxes (whose own
+paragraphs are blocks of their own), footnote marks, bookmarks, whole fields (w:fldChar begin .. end, w:fldSimple,
+a:fld: a field's code is not translated; the text it shows, a page number or a date, stays in the sentence as a
+"keep" span, so "Page 7 of 9" reads whole), tracked deletions (w:del, w:moveFrom) and math. A paragraph styled as
+code is left as it is, a run styled as code kept verbatim (blocks.is_code_style). Proofing marks and the
+last-rendered page break are dropped (Word recomputes them). Every w:t written with edge spaces keeps them
+(xml:space="preserve"); one read without that attribute shows none, as in Word."""
 
 from __future__ import annotations
 
@@ -60,7 +62,8 @@ class Paragraph:
 
 
 class _Walker:
-    """Turns a paragraph's children into items: ("t", rpr index, text), ("v", elements), ("open", i), ("close",)."""
+    """Turns a paragraph's children into items: ("t", rpr index, text), ("v", pieces, shown text, spacing),
+    ("open", container index), ("close",)."""
 
     def __init__(self, para: Paragraph) -> None:
         self.p, self.d = para, para.dialect
