@@ -1,32 +1,42 @@
-"""Tag placement through word alignments, against a manually word-aligned German-English set.
+"""Tag placement through word alignments, against manually word-aligned sentences.
 
-    python -m benchmarks.e2e.markup_tags --gold DIR [--seed 0] [--per-sentence 3]
+    python -m benchmarks.e2e.markup_tags --gold DIR|FILE.jsonl [--checkpoint RUN] [--seed 0] [--per-sentence 3]
 
-DIR holds test.de, test.en and de-en.ref.wa (sentence, German word, English word, S or P; Ergun Biçici's 100
-Europarl sentences, github.com/bicici/SMTData, German-English_WordAlignment.zip; read, never copied here). Each
-German sentence gets up to --per-sentence random inline elements (1 to 3 words, apart, seeded) and the English
-reference stands for its translation. The right place of an element is the English words from the first to the last
-sure-linked to its words (elements with no sure link are counted apart); aiayn.markup.spans.carry places it through
-each alignment below, and the table gives the share placed exactly, the word-level F1 of the placed words, and the
-alignment error rate (AER, Och and Ney 2003) of that alignment:
+--gold: a folder with test.de, test.en and de-en.ref.wa (sentence, German word, English word, S or P; Ergun Biçici's
+100 Europarl sentences, github.com/bicici/SMTData, German-English_WordAlignment.zip), or a JSON-lines file of
+{"src_words", "tgt_words", "alignment": [[i, j], ...]} (every link sure; e.g. INESC-ID's English-Spanish golden
+collection as loganbrenningmeyer/multi-binaryalign keeps it); read, never copied here. Each source sentence gets up
+to --per-sentence random inline elements (1 to 3 words, apart, seeded) and the reference stands for its translation.
+The right place of an element is the reference words from the first to the last sure-linked to its words (elements
+with no sure link are counted apart); aiayn.markup.spans.carry places it through each alignment below, and the
+table gives the share placed exactly, the word-level F1 of the placed words, and the alignment error rate (AER,
+Och and Ney 2003) of that alignment:
 
 - gold: every sure link (what placement gives with a perfect many-to-many alignment: the cost of the rules alone);
-- gold, one link per English word: the engines' form (Translation.alignment, fast_align's), each English word kept
+- gold, one link per target word: the engines' form (Translation.alignment, fast_align's), each target word kept
   to its first sure link (else its first possible one);
-- diagonal: what a translation without alignment gets (the monotone fallback).
+- diagonal: what a translation without alignment gets (the monotone fallback);
+- with --checkpoint (a model of the gold's direction): aiayn's cross-attention alignment (the top decoder layer,
+  aiayn.decoding.attention.align, what `translate_nbest(alignments=True)` gives), teacher-forced on the reference.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import random
 from pathlib import Path
 
 from aiayn.markup.spans import Span, carry, words
 
 
-def read_gold(folder: Path) -> list[tuple[str, str, set, set]]:
-    """(German, English, sure links, possible links (sure included)) per sentence."""
+def read_gold(path: Path) -> list[tuple[str, str, set, set]]:
+    """(source, reference, sure links, possible links (sure included)) per sentence."""
+    if path.suffix == ".jsonl":
+        rows = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+        return [(" ".join(r["src_words"]), " ".join(r["tgt_words"]), {tuple(p) for p in r["alignment"]},
+                 {tuple(p) for p in r["alignment"]}) for r in rows]
+    folder = path
     de = (folder / "test.de").read_text(encoding="utf-8-sig").splitlines()
     en = (folder / "test.en").read_text(encoding="utf-8-sig").splitlines()
     sure: dict[int, set] = {}
@@ -85,7 +95,7 @@ def measure(gold, alignment_of, per_sentence: int, seed: int) -> dict:
     counts = [0, 0, 0, 0]
     for de, en, sure, possible in gold:
         src, n_target = words(de), len(en.split())
-        links = alignment_of(sure, possible, len(src), n_target)
+        links = alignment_of(sure, possible, len(src), n_target, pair=(de, en))
         for k, c in enumerate(aer(set(links), sure, possible)):
             counts[k] += c
         ranges = random_spans(rng, len(src), src, per_sentence)
@@ -108,16 +118,31 @@ def measure(gold, alignment_of, per_sentence: int, seed: int) -> dict:
             "AER": 1 - (a_s + a_p) / (a + s)}
 
 
+def model_alignments(checkpoint: Path, gold) -> dict[tuple[str, str], list[tuple[int, int]]]:
+    """aiayn's cross-attention word links of each (source, reference), teacher-forced; pairs whose pieces do not
+    make the gold's words are left out (and counted)."""
+    from aiayn.decoding.attention import align
+    from aiayn.decoding.engine import EngineOptions, open_engine
+
+    engine = open_engine(checkpoint, EngineOptions(alignments=True))
+    sources = engine.encode([src for src, *_ in gold])
+    targets = [engine.vocab.encode(ref) for _, ref, *_ in gold]
+    links = align(engine.model, engine.vocab, sources, targets)
+    return {(src, ref): pairs for (src, ref, *_), pairs in zip(gold, links)}
+
+
 VARIANTS = {
-    "gold (every sure link)": lambda sure, possible, n, m: sorted(sure),
-    "gold, one link per English word": lambda sure, possible, n, m: one_per_target(sure, possible),
-    "diagonal (no alignment)": lambda sure, possible, n, m: diagonal(n, m),
+    "gold (every sure link)": lambda sure, possible, n, m, pair=None: sorted(sure),
+    "gold, one link per target word": lambda sure, possible, n, m, pair=None: one_per_target(sure, possible),
+    "diagonal (no alignment)": lambda sure, possible, n, m, pair=None: diagonal(n, m),
 }
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--gold", type=Path, required=True, help="folder with test.de, test.en, de-en.ref.wa")
+    parser.add_argument("--gold", type=Path, required=True,
+                        help="folder with test.de, test.en, de-en.ref.wa; or a .jsonl of src_words/tgt_words/alignment")
+    parser.add_argument("--checkpoint", type=Path, help="also place through this model's alignments (same direction)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the random elements")
     parser.add_argument("--per-sentence", type=int, default=3, help="elements per sentence (at most)")
     args = parser.parse_args()
@@ -126,7 +151,12 @@ def main() -> None:
           f"{sum(len(p) for *_, p in gold)} sure or possible; seed {args.seed}, {args.per_sentence} per sentence")
     print("| alignment | elements placed | exact | word F1 | AER |")
     print("|---|---|---|---|---|")
-    for name, alignment_of in VARIANTS.items():
+    variants = dict(VARIANTS)
+    if args.checkpoint:
+        by_pair = model_alignments(args.checkpoint, gold)
+        variants["aiayn cross-attention, top layer (teacher-forced)"] = lambda sure, possible, n, m, pair=None: \
+            by_pair[pair]
+    for name, alignment_of in variants.items():
         r = measure(gold, alignment_of, args.per_sentence, args.seed)
         print(f"| {name} | {r['elements']} (+{r['no sure link']} with no sure link) | {r['exact']:.1%} | "
               f"{r['word F1']:.3f} | {r['AER']:.3f} |")
