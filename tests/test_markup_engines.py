@@ -46,6 +46,15 @@ def test_translate_fn_and_nbest_use_the_engines_alignments_from_one_decoding():
         ("c b a", [(4, 5)]), ("a b c", [(0, 1)]), ("a b c", [(0, 1)])]
 
 
+def test_an_engine_without_alignments_is_placed_on_the_diagonal():
+    class Plain:
+        def translate_nbest(self, lines):
+            return [[Hyp(line.upper(), None)] for line in lines]
+
+    out = translate_blocks([Block("a b c d", [Span(2, 3, "wrap", "x")])], translate_fn(Plain()), "en")[0]
+    assert (out.text, [(s.start, s.end) for s in out.spans]) == ("A B C D", [(2, 3)])
+
+
 def test_html_alternatives_come_from_one_decoding_each_with_its_own_placement():
     engine = ReversingEngine()
     ways = translate_html_nbest('<p title="a b">x <b>y</b> z</p>', engine, "en", "es", 2)
