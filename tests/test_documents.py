@@ -464,3 +464,16 @@ def test_code_styles_are_kept(tmp_path):
     out = read_entry(tmp_path / "b.odt", "content.xml")
     assert '<text:p text:style-name="P9">x = load()</text:p>' in out
     assert 'RUN <text:span text:style-name="Source_20_Text">make all</text:span> NOW.' in out
+
+
+def test_characters_xml_cannot_hold_are_dropped_from_translations(tmp_path):
+    """A model may put out a control character or a lone surrogate: the XML formats drop it, and stay valid."""
+    def odd(sentences):
+        return [("X\x0bY\ud800 " + s, None) for s in sentences]
+
+    for make, name in ((make_docx, "a.docx"), (make_odf, "a.odt"), (make_epub, "a.epub"), (make_pptx, "a.pptx")):
+        src = make(tmp_path / name)
+        out = tmp_path / ("b" + src.suffix)
+        translate_document(src, out, odd, "en", "es")
+        texts = [b.text for b in open_document(out).blocks]  # the output parses again
+        assert any(t.startswith("X Y ") for t in texts) and not any("\x0b" in t or "\ud800" in t for t in texts)

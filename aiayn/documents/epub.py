@@ -22,7 +22,15 @@ from pathlib import Path
 
 from lxml import etree
 
-from aiayn.documents.safe import DocumentLimits, parse_xml, read_zip, refuse_macros, serialize_xml, write_zip
+from aiayn.documents.safe import (
+    DocumentLimits,
+    parse_xml,
+    read_zip,
+    refuse_macros,
+    serialize_xml,
+    write_zip,
+    xml_safe,
+)
 from aiayn.documents.text import read_text
 from aiayn.errors import DataError
 from aiayn.files import write_text
@@ -50,7 +58,7 @@ class Page:
     def render(self, translated: list[Block], target_lang: str) -> str:
         n = len(self.document.blocks)
         out = self.document.render(translated[:n], [b.text for b in translated[n:]], target_lang)
-        return out.replace("&nbsp;", "&#160;") if self.xml else out
+        return xml_safe(out.replace("&nbsp;", "&#160;")) if self.xml else out
 
 
 _HTML_ENTITY = re.compile(r"&([A-Za-z][A-Za-z0-9]*);")
@@ -149,12 +157,12 @@ class EpubDocument:
             mine, at = translated[at:at + n], at + n
             if part is None:
                 for element, block in zip(self.meta, mine):
-                    element.text = block.text
+                    element.text = xml_safe(block.text)
             elif isinstance(part, Page):
                 self.entries[name] = part.render(mine, target_lang).encode("utf-8")
             else:
                 for element, block in zip(_ncx_texts(part), mine):
-                    element.text = block.text
+                    element.text = xml_safe(block.text)
                 if part.getroot().get(XML_LANG) is not None:
                     part.getroot().set(XML_LANG, target_lang)
                 self.entries[name] = serialize_xml(part)

@@ -21,7 +21,15 @@ from pathlib import Path
 from lxml import etree
 
 from aiayn.documents.blocks import BlockBuilder, is_code_style, nest
-from aiayn.documents.safe import DocumentLimits, parse_xml, read_zip, refuse_macros, serialize_xml, write_zip
+from aiayn.documents.safe import (
+    DocumentLimits,
+    parse_xml,
+    read_zip,
+    refuse_macros,
+    serialize_xml,
+    write_zip,
+    xml_safe,
+)
 from aiayn.errors import DataError
 from aiayn.markup.spans import Block
 
@@ -143,6 +151,7 @@ class _Writer:
 
     @staticmethod
     def _append(parent, s: str) -> None:
+        s = xml_safe(s)
         if not s:
             return
         if len(parent):
@@ -231,7 +240,7 @@ class OdfDocument:
             if isinstance(plan, OdfParagraph):
                 write_paragraph(block, plan)
             else:
-                plan.text = block.text
+                plan.text = xml_safe(block.text)
         for name, tree in self.trees.items():
             _set_language(tree.getroot(), target_lang)
             self.entries[name] = serialize_xml(tree)

@@ -15,7 +15,15 @@ from pathlib import Path
 from lxml import etree
 
 from aiayn.documents.ooxml_text import DRAWING, WORD, W, read_paragraph, set_language, write_paragraph
-from aiayn.documents.safe import DocumentLimits, parse_xml, read_zip, refuse_macros, serialize_xml, write_zip
+from aiayn.documents.safe import (
+    DocumentLimits,
+    parse_xml,
+    read_zip,
+    refuse_macros,
+    serialize_xml,
+    write_zip,
+    xml_safe,
+)
 from aiayn.errors import DataError
 from aiayn.markup.spans import Block
 
@@ -73,7 +81,7 @@ class OfficeDocument:
     def write(self, path_out: Path, translated: list[Block], target_lang: str) -> None:
         for block, plan in zip(translated, self.plans):
             if isinstance(plan, tuple):
-                plan[0].set(plan[1], block.text)
+                plan[0].set(plan[1], xml_safe(block.text))
             else:
                 write_paragraph(block, plan, target_lang)
         for name, tree in self.trees.items():

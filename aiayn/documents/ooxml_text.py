@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from lxml import etree
 
 from aiayn.documents.blocks import BlockBuilder, is_code_style, nest
+from aiayn.documents.safe import xml_safe
 from aiayn.markup.spans import Block
 
 W = "http://schemas.openxmlformats.org/wordprocessingml/2006/main"
@@ -296,7 +297,7 @@ def _text_run(text: str, para: Paragraph, rpr: int, lang: str):
         set_language(props, lang)
         run.append(props)
     t = etree.SubElement(run, d.q("t"))
-    t.text = text
+    t.text = xml_safe(text)
     if d is WORD and (text != text.strip() or "  " in text):
         t.set(XML_SPACE, "preserve")
     return run

@@ -5,6 +5,7 @@
                               encryption, names, each entry unpacking whole)
     write_zip(path, entries)  the entries back, atomically, `mimetype` first and stored where the format wants it;
                               entries not replaced are streamed from the input
+    xml_safe(text)            a translation's text without the characters XML cannot hold
     parse_xml(data, where)    an lxml tree from bytes: no DTD loaded, no entity expanded, no network, no DOCTYPE with
                               an internal subset (where entity bombs live); a parse error names the file and part
     refuse_macros(...)        a package holding macros (vbaProject.bin, ODF Basic/Scripts) is refused
@@ -191,6 +192,14 @@ def parse_xml(data: bytes, where: str, allow_doctype: bool = False) -> etree._El
     for node in tree.iter(etree.Entity):
         raise DataError(f"{where}: the XML uses an undeclared entity {node.text}")
     return tree
+
+
+_NOT_XML = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ud800-\udfff\ufffe\uffff]")
+
+
+def xml_safe(text: str) -> str:
+    """Text that XML can hold: the control characters and lone surrogates a translation might hold, dropped."""
+    return _NOT_XML.sub("", text)
 
 
 def serialize_xml(tree: etree._ElementTree) -> bytes:
