@@ -247,8 +247,10 @@ class _Int8TiedProjection:
 
         self.weight = weight
         v, d = weight.shape
-        linear = nn.utils.skip_init(nn.Linear, d, v, bias=False)  # no random init: the weight is copied in
-        linear.weight.data.copy_(weight.detach().float())
+        # The weight is put in, never initialized (nn.utils.skip_init's meta device would import ~1 s of torch.fx).
+        linear = nn.Linear(0, 0, bias=False)
+        linear.weight = nn.Parameter(weight.detach().float(), requires_grad=False)
+        linear.in_features, linear.out_features = d, v
         linear.qconfig = per_channel_dynamic_qconfig
         with warnings.catch_warnings(), int8_packing():  # torch.ao.quantization announces its move to torchao
             warnings.simplefilter("ignore")
