@@ -55,3 +55,11 @@ def test_a_footnote_mark_stays_on_its_number_not_the_whole_word():
     source = '<p>The word<sup>1</sup> is here, see note<sup><a href="#n2">2</a></sup>.</p>'
     out = translate_html(source, Recorder(reverse), "en", "es")
     assert out == '<p>note<sup><a href="#n2">2</a></sup>. see here, is word<sup>1</sup> The</p>'
+
+
+def test_numbers_in_text_and_in_attributes_come_back_exactly():
+    from test_markup import mangle_numbers
+
+    source = '<p title="Page 2 of 10">Price: 15&nbsp;€ on <b>2020-01-05</b>.</p>'
+    out = translate_html(source, Recorder(mangle_numbers), "en", "es")
+    assert out == '<p title="Page 2 of 10">Price: 15&nbsp;€ on <b>2020-01-05</b>.</p>'

@@ -10,7 +10,7 @@ import inspect
 from collections.abc import Sequence
 
 from aiayn.markup.html import HtmlDocument
-from aiayn.markup.spans import Block, Translate, translate_blocks
+from aiayn.markup.spans import Block, Translate, translate_blocks, with_protected
 
 
 def _nbest(engine, sentences: list[str]) -> list[list]:
@@ -53,7 +53,7 @@ def nbest_blocks(blocks: Sequence[Block], engine, source_lang: str, nbest: int) 
 def translate_html_nbest(markup: str, engine, source_lang: str, target_lang: str | None, nbest: int) -> list[str]:
     """An HTML text translated up to `nbest` ways from one decoding (format=html with alternatives): the best first."""
     document = HtmlDocument(markup)
-    blocks = document.blocks + [Block(value) for value in document.attributes]
+    blocks = document.blocks + [Block(value, with_protected(value, [])) for value in document.attributes]
     if not blocks:
         return [document.render([], [], target_lang)] * nbest
     ways = list(zip(*nbest_blocks(blocks, engine, source_lang, nbest)))  # per way: every block

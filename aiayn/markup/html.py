@@ -272,7 +272,7 @@ def _render_block(block: Block, attributes: list[str], target_lang: str | None) 
 def translate_html(markup: str, translate: Translate, source_lang: str, target_lang: str | None = None) -> str:
     """A document or fragment translated sentence by sentence, its markup carried through the word alignments."""
     document = HtmlDocument(markup)
-    blocks = document.blocks + [Block(value) for value in document.attributes]
+    blocks = document.blocks + [Block(value, with_protected(value, [])) for value in document.attributes]
     done = translate_blocks(blocks, translate, source_lang)
     attributes = [b.text for b in done[len(document.blocks):]]
     return document.render(done[: len(document.blocks)], attributes, target_lang)
