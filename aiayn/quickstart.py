@@ -16,8 +16,8 @@ from pathlib import Path
 from aiayn import files, rundir
 from aiayn.config import ModelConfig
 from aiayn.data import builtin_corpus, prepare
+from aiayn.decoding.engine import Engine, EngineOptions, open_engine
 from aiayn.decoding.search import SearchConfig
-from aiayn.decoding.translator import Translator
 from aiayn.errors import UsageError
 from aiayn.metrics import chrf, corpus_bleu
 from aiayn.runtime import resolve_device, resolve_dtype
@@ -112,7 +112,8 @@ def quickstart(out: Path, minutes: float = 12.0, preset: str = DEFAULT_PRESET, v
 
     _average(run, average_last)
     # Decode in the dtype it trained in; fp16 (auto's pick on a GPU without bf16) is no decoding precision: fp32.
-    translator = Translator.load(run, search, precision="fp32" if dtype == "fp16" else dtype, device=where)
+    translator = open_engine(run, EngineOptions(engine="aiayn", search=search, device=str(where),
+                                                precision="fp32" if dtype == "fp16" else dtype))
     scores = _translate_test(translator, data_dir, run, beam, progress, test_sentences)
     print("[5/5] example translations (English -> Spanish):")
     for en, hyp in zip(EXAMPLES, translator.translate(EXAMPLES)):
@@ -161,7 +162,7 @@ def _average(run: Path, last: int) -> None:
     ckpt.save_weights(run / rundir.AVERAGED, state, cfg)
 
 
-def _translate_test(translator: Translator, data_dir: Path, run: Path, beam: int, progress: bool,
+def _translate_test(translator: Engine, data_dir: Path, run: Path, beam: int, progress: bool,
                     n: int | None = None) -> dict:
     """Step 4: translate the held-out book (its first n verses) into run/test.hyp and score it; prints the scores
     and the speed."""

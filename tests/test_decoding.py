@@ -37,3 +37,47 @@ def test_word_alignment_checks_shapes_and_takes_empty_input():
     assert word_alignment(torch.zeros(0, 3), [0, 1, 2], []) == []
     assert format_alignment([]) == "" and format_alignment([(2, 0), (0, 1)]) == "2-0 0-1"
     assert alignment_layer(6) == 5
+
+
+def test_open_engine_picks_by_path_and_refuses_a_missing_feature_before_loading(tmp_path, copy_data, monkeypatch):
+    from helpers import save_run, tiny_model
+
+    from aiayn.decoding import translator
+    from aiayn.decoding.engine import EngineOptions, engine_name, open_engine
+    from aiayn.errors import UsageError
+
+    run = save_run(tiny_model(120), copy_data / "vocab.model", tmp_path / "run")
+    engine = open_engine(run, EngineOptions(device="cpu", batch_size=3, max_input_len=7))
+    assert isinstance(engine, translator.Translator) and engine.batch_size == 3
+    assert engine.limits().input_tokens == 7 and engine.limits().words is None  # sinusoids: no table, no cap
+    assert engine_name(run) == "aiayn" and engine_name(run, "ct2") == "ct2"
+    (tmp_path / "ct2").mkdir()
+    (tmp_path / "ct2" / "model.bin").write_bytes(b"")
+    (tmp_path / "ct2" / "aiayn.json").write_text("{}")
+    assert engine_name(tmp_path / "ct2") == "ct2"  # a folder `aiayn export --to ct2` wrote
+
+    def no_loading(*args, **kwargs):
+        raise AssertionError("loaded before refusing")
+
+    monkeypatch.setattr(translator.Translator, "load", no_loading)
+    with pytest.raises(UsageError, match="ensemble"):
+        open_engine([run, run], EngineOptions(alignments=True))
+    with pytest.raises(UsageError, match="--glossary needs"):
+        open_engine(run, EngineOptions(glossary=True, prefixes=True))
+    with pytest.raises(UsageError, match="--search-impl"):
+        open_engine(run, EngineOptions(engine="ct2", search_impl="fixed"))
+    with pytest.raises(UsageError, match="engine must be one of"):
+        open_engine(run, EngineOptions(engine="marian"))
+
+
+def test_one_word_cap_and_length_sorted_batches():
+    from aiayn.config import SearchConfig
+    from aiayn.decoding.batches import Limits, length_sorted, limit_batches, word_cap
+
+    assert word_cap(None) is None and word_cap(64) == 63  # BOS and the words each take a row of the table
+    search = SearchConfig(max_len_a=1.0, max_len_b=5)
+    assert Limits(100, 63).word_limit(search, 80) == 63 and Limits(100, None).word_limit(search, 80) == 85
+    sources = [[1, 2], None, [1], [1, 2, 3], [4, 5]]
+    assert length_sorted(sources, 2, longest_first=True) == [[3, 0], [4, 2]]  # ties in input order
+    assert length_sorted(sources, 2, longest_first=False) == [[2, 0], [4, 3]]
+    assert limit_batches(sources, search, 7, 2) == [(7, [2, 0]), (7, [4, 3])]

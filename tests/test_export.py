@@ -36,7 +36,8 @@ from aiayn.model import Transformer
 transformers = pytest.importorskip("transformers")
 ctranslate2 = pytest.importorskip("ctranslate2")
 
-from aiayn.decoding.ct2 import CT2Translator, own_limits, translate_ct2  # noqa: E402
+from aiayn.decoding.batches import own_limits  # noqa: E402
+from aiayn.decoding.ct2 import CT2Translator, translate_ct2  # noqa: E402
 from aiayn.export.ct2 import QUANTIZATIONS, export_ct2  # noqa: E402
 from aiayn.export.hf import export_hf, from_marian, import_hf, to_marian  # noqa: E402
 
@@ -277,14 +278,14 @@ def test_ct2_search_gives_aiayn_tokens(which, model, row_b, ct2_dirs, src, lines
     m, folder = {"tiny": model, "row_b": row_b}[which], ct2_dirs[which]
     greedy = SearchConfig(beam=1, **POWER)  # argmax: identical whatever is masked when
     ct2 = CT2Translator(folder)
-    assert [t.tokens for t, in ct2.translate_nbest(lines, greedy)] == best_tokens(m, src, greedy)
+    assert [t.tokens for t, in ct2.using(greedy).translate_nbest(lines)] == best_tokens(m, src, greedy)
 
     # Beam: the same masking rule on both sides (min_len 0: no EOS mask), and a patience that lets CTranslate2
     # search as long as aiayn does.
     beam = SearchConfig(beam=4, min_len=0, **POWER)
     ours = [h[0] for h in beam_search(MaskedBeforeSoftmax(m), src, beam)]
     assert max(len(h.tokens) for h in ours) < LIMIT and min(len(h.tokens) for h in ours) > 0
-    theirs = [t for t, in ct2.translate_nbest(lines, beam, patience=1000)]
+    theirs = [t for t, in ct2.using(beam, patience=1000).translate_nbest(lines)]
     assert [t.tokens for t in theirs] == [h.tokens for h in ours]
     assert torch.allclose(torch.tensor([t.score for t in theirs]), torch.tensor([h.score for h in ours]), atol=1e-4)
     assert [h.tokens for h in ours] != best_tokens(m, src, greedy)  # the beams did matter
@@ -296,7 +297,7 @@ def test_ct2_search_gives_aiayn_tokens(which, model, row_b, ct2_dirs, src, lines
         early = dataclasses.replace(beam, beam_patience=patience)
         ours = [h[0] for h in beam_search(MaskedBeforeSoftmax(m), src, early)]
         stopped_sooner += [h.tokens for h in ours] != exhaustive
-        theirs = [t for t, in ct2.translate_nbest(lines, early)]
+        theirs = [t for t, in ct2.using(early).translate_nbest(lines)]
         assert [t.tokens for t in theirs] == [h.tokens for h in ours]
         assert torch.allclose(torch.tensor([t.score for t in theirs]), torch.tensor([h.score for h in ours]),
                               atol=1e-4)
@@ -315,7 +316,7 @@ def test_ct2_prefix_and_ngram_blocking_give_aiayn_tokens(model, ct2_dirs, src, l
                    SearchConfig(beam=4, min_len=0, **POWER)):
         ours = [h[0].tokens for h in (greedy_search if search.beam == 1 else beam_search)(
             MaskedBeforeSoftmax(model), src, search, prefixes=ids)]
-        theirs = [t.tokens for t, in ct2.translate_nbest(lines, search, patience=1000, prefixes=texts)]
+        theirs = [t.tokens for t, in ct2.using(search, patience=1000).translate_nbest(lines, prefixes=texts)]
         assert all(h[: len(p)] == p for hyps in (ours, theirs) for h, p in zip(hyps, ids))
         assert ours != free  # the prefixes (and the n-gram ban) did matter
         if search.beam == 1:
@@ -323,7 +324,7 @@ def test_ct2_prefix_and_ngram_blocking_give_aiayn_tokens(model, ct2_dirs, src, l
         else:
             assert [t for t, p in zip(theirs, ids) if not p] == [h for h, p in zip(ours, ids) if not p]
     with pytest.raises(UsageError, match="does not sample"):
-        ct2.translate_nbest(lines, SearchConfig(sampling=True, **POWER))
+        ct2.using(SearchConfig(sampling=True, **POWER)).translate_nbest(lines)
 
 
 def test_ct2_translate_keeps_order_and_blank_lines(ct2_dirs, model, vocab, lines):
@@ -351,14 +352,14 @@ def test_ct2_batches_are_full_and_each_sentence_keeps_its_own_limit(ct2_dirs, sr
     real = ct2.translator.translate_batch
     ct2.translator = types.SimpleNamespace(
         translate_batch=lambda batch, **kw: calls.append((len(batch), kw)) or real(batch, **kw))
-    together = ct2.translate_nbest(lines, search, batch_size=16)
+    together = ct2.using(search, batch_size=16).translate_nbest(lines)
     batches = -(-len(lines) // 16)
     assert [n for n, _ in calls[:batches]] == [16] * (batches - 1) + [len(lines) % 16 or 16]
     first = [kw["max_decoding_length"] for _, kw in calls[:batches]]
     assert first == sorted(first)  # shortest sentences first
     redone = len(calls) - batches
     assert 0 < redone < len(lines)  # some outputs reached their own, smaller limit and were decoded again
-    alone = [ct2.translate_nbest([line], search, batch_size=1)[0] for line in lines]
+    alone = [ct2.using(search, batch_size=1).translate_nbest([line])[0] for line in lines]
     assert len(calls) == batches + redone + len(lines)  # alone, a sentence's batch limit is its own: no second call
     assert [[t.tokens for t in h] for h in together] == [[t.tokens for t in h] for h in alone]
     assert any(len(h[0].tokens) == limits[i] for i, h in enumerate(together))
@@ -383,9 +384,9 @@ def test_ct2_vocabulary_map_decodes_as_aiayn_shortlist(model, vocab, copy_data, 
     assert (folder / "vmap.txt").read_text().splitlines() == vmap_lines(shortlist, vocab)
     greedy = SearchConfig(beam=1, **POWER)
     ours = Translator(model, vocab, greedy, batch_size=1, shortlist=shortlist).translate_nbest(lines)
-    theirs = CT2Translator(folder, use_vmap=True).translate_nbest(lines, greedy, batch_size=1)
+    theirs = CT2Translator(folder, use_vmap=True, search=greedy, batch_size=1).translate_nbest(lines)
     assert [t.tokens for t, in theirs] == [h.tokens for h, in ours]
-    full = CT2Translator(folder).translate_nbest(lines, greedy, batch_size=1)
+    full = CT2Translator(folder, search=greedy, batch_size=1).translate_nbest(lines)
     assert [t.tokens for t, in full] != [t.tokens for t, in theirs]  # the map did restrict CTranslate2
     for (t,), line in zip(theirs, lines):
         assert set(t.tokens) <= set(shortlist.allowed(pad([vocab.encode(line) + [EOS_ID]])).tolist())
@@ -455,3 +456,18 @@ def test_cli_exports_the_run_shortlist_and_translates_with_it(model, vocab, copy
     assert expect != translate_ct2(tmp_path / "ct2", lines[:8], SearchConfig(beam=1, lp="power"), batch_size=1)
     assert main([*translate, str(run / "shortlist.safetensors")]) == 2
     assert "--shortlist takes no FILE" in capsys.readouterr().err
+
+
+def test_ct2_word_alignments_are_aiayns(model, vocab, ct2_dirs, lines):
+    """alignments=True: CTranslate2's attention (the export asks for the top layer's heads averaged) gives the links
+    aiayn's cross-attention gives, by the one recipe (aiayn.decoding.alignment); a blank line gets none."""
+    greedy = SearchConfig(beam=1, **POWER)
+    ours = Translator(model, vocab, greedy).translate_nbest(lines + [""], alignments=True)
+    theirs = CT2Translator(ct2_dirs["tiny"], search=greedy).translate_nbest(lines + [""], alignments=True)
+    same = [n for n, (a, b) in enumerate(zip(ours, theirs)) if a[0].text == b[0].text]
+    assert len(same) > len(lines) * 0.9
+    assert all(len(theirs[n][0].alignment) == len(theirs[n][0].text.split()) for n in same)
+    agree = sum(ours[n][0].alignment == theirs[n][0].alignment for n in same)
+    assert agree >= len(same) * 0.9, (agree, len(same))
+    assert theirs[-1][0].alignment == []
+    assert CT2Translator(ct2_dirs["tiny"], search=greedy).translate_nbest(lines[:1])[0][0].alignment is None

@@ -189,7 +189,7 @@ def test_the_package_model_never_generates_pad_or_bos(vocab, lines, tmp_path):
     pieces = [vocab.sp.encode(line, out_type=str) for line in lines]
     theirs = ctranslate2.Translator(str(tmp_path / "x" / "model")).translate_batch(pieces, **ARGOS_DECODING,
                                                                                   return_scores=True)
-    ours = [hyps[0] for hyps in CT2Translator(ct2).translate_nbest(lines, argos_search())]
+    ours = [hyps[0] for hyps in CT2Translator(ct2, search=argos_search()).translate_nbest(lines)]
     assert [[vocab.sp.piece_to_id(p) for p in t.hypotheses[0]] for t in theirs] == [h.tokens for h in ours]
     assert max(abs(t.scores[0] - h.score) for t, h in zip(theirs, ours)) < 1e-4  # sums of up to 256 log-probs
     assert len({len(h.tokens) for h in ours}) > 5

@@ -462,7 +462,7 @@ def test_outputs_are_written_whole_or_not_at_all(lab, tmp_path, monkeypatch, cap
             raise KeyboardInterrupt
 
     monkeypatch.setattr(Translator, "translate_nbest",
-                        lambda self, lines, progress=False, prefixes=None, first_line=0, glossary=None: Interrupted(
+                        lambda self, lines, *_, **__: Interrupted(
                             [[Translation("x", 0.0, [])]] * len(lines)))
     assert main(["translate", "--checkpoint", str(lab.run), "--input", str(lab.root / "good.txt"), "--output",
                  str(out)]) == 130

@@ -13,11 +13,11 @@ from helpers import save_run, tiny_model
 from aiayn.cli import main
 from aiayn.config import BOS_ID, EOS_ID, PAD_ID
 from aiayn.data import Vocab
+from aiayn.decoding import attention as alignment
 from aiayn.decoding.alignment import format_alignment, word_alignment, word_ids
 from aiayn.decoding.translator import Translator
 from aiayn.errors import UsageError
 from aiayn.model import MultiHeadAttention, attention
-from aiayn.viz import alignment
 from aiayn.viz.attention import (
     KINDS,
     AttentionRecorder,

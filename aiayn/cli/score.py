@@ -5,13 +5,12 @@ from __future__ import annotations
 import argparse
 
 from aiayn.cli.common import add_checkpoint_arg, add_device_arg, add_precision_arg, number, positive_int
+from aiayn.decoding.engine import EngineOptions, open_engine
 from aiayn.errors import DataError
 from aiayn.files import atomic_text_output, check_output_path, read_lines
-from aiayn.runtime import resolve_device
 
 
 def score_command(args: argparse.Namespace) -> int:
-    from aiayn.decoding import inference
     from aiayn.scoring import score_pairs
 
     if args.output not in (None, "-"):
@@ -20,8 +19,9 @@ def score_command(args: argparse.Namespace) -> int:
     if len(sources) != len(targets):
         raise DataError(f"--src {args.src} has {len(sources)} lines but --tgt {args.tgt} has {len(targets)}; they "
                         "must be line-aligned (line i of one is the translation of line i of the other)")
-    model, vocab = inference.load(args.checkpoint, args.precision, resolve_device(args.device))
-    scores = score_pairs(model, vocab, sources, targets, args.batch_size, args.max_input_len)
+    engine = open_engine(args.checkpoint, EngineOptions(precision=args.precision, device=args.device,
+                                                        search_impl="eager", forced=True))
+    scores = score_pairs(engine.model, engine.vocab, sources, targets, args.batch_size, args.max_input_len)
     with atomic_text_output(args.output) as out:
         out.writelines(f"{s.total:.4f}\t{s.mean:.4f}\n" for s in scores)
     return 0

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+from dataclasses import replace
 
 from aiayn.cli.common import (
     CHECKPOINT_HELP,
@@ -16,39 +17,28 @@ from aiayn.cli.common import (
     search_config,
 )
 from aiayn.config import SEARCH_IMPLS
+from aiayn.decoding.alignment import format_alignment
+from aiayn.decoding.engine import ENGINES, EngineOptions, open_engine
 from aiayn.decoding.lines import SCORE_KINDS, join_lines, score_columns, split_lines, split_prefixes, token_scores
 from aiayn.errors import UsageError
-from aiayn.extras import require
 from aiayn.files import atomic_text_output, check_output_path, line_buffers, read_lines
 
 
 def translate_command(args: argparse.Namespace) -> int:
     search = search_config(args)
-    if args.print_alignment and args.engine != "aiayn":
-        raise UsageError("--print-alignment needs --engine aiayn (it reads aiayn's cross-attention)")
     if args.alignment_layer is not None and not args.print_alignment:
         raise UsageError("--alignment-layer needs --print-alignment")
-    if len(args.checkpoint) > 1 and (args.engine != "aiayn" or args.print_alignment):
-        raise UsageError("several --checkpoint (an ensemble) need --engine aiayn and no --print-alignment")
-    if args.engine == "ct2":
-        require("aiayn translate --engine ct2", "export", ("ctranslate2",))
-        if args.search_impl != "auto":
-            raise UsageError("--search-impl chooses how aiayn's own search runs: it needs --engine aiayn")
     if args.output not in (None, "-"):
         check_output_path(args.output)  # before the work, not after it
-    if args.print_scores == "tokens" and args.engine == "ct2":
-        raise UsageError("--print-scores tokens needs --engine aiayn (CTranslate2 gives sentence scores only)")
     prefix_lines = read_lines(args.prefix) if args.prefix else None
-    if args.glossary and (args.engine != "aiayn" or args.print_alignment or args.prefix or search.sampling):
-        raise UsageError("--glossary needs --engine aiayn and beam or greedy search, without --print-alignment, "
-                         "--sampling or target prefixes")
+    options = engine_options(args, search, prefixes=prefix_lines is not None)
+    engine = open_engine(args.checkpoint, options)  # a feature the engine lacks: its one error, before loading
+    glossary = None
     if args.glossary:
         from aiayn.decoding.glossary import Glossary
 
         glossary = Glossary.read(args.glossary)
-    else:
-        glossary = None
-    translate = _translate_function(args, search, glossary)
+    progress = args.input not in (None, "-") and not args.no_progress
     split = args.split_sentences and not args.print_alignment  # alignments are of whole lines
     # stdin: as lines arrive (a bad byte names the line); --prefix FILE: all at once, its lines aligned with them
     buffers = [read_lines(args.input)] if prefix_lines is not None else line_buffers(args.input, args.buffer_size)
@@ -56,72 +46,34 @@ def translate_command(args: argparse.Namespace) -> int:
         done = sentences = 0  # lines answered so far (the n-best format numbers lines across buffers); sentences
         for lines in buffers:
             lines, prefixes = split_prefixes(lines, prefix_lines)  # source<TAB>prefix
-            if prefixes is not None and (args.print_alignment or glossary):
-                raise UsageError("target prefixes (a tab-separated column or --prefix) do not work with "
-                                 "--print-alignment or --glossary")
+            if prefixes is not None and prefix_lines is None:  # a tab-separated column: the engine may lack it
+                problem = engine.unsupported(replace(options, prefixes=True))
+                if problem:
+                    raise UsageError(problem)
             parts, part_prefixes, layouts = split_lines(lines, prefixes) if split else (lines, prefixes, None)
-            nbests, tails = translate(parts, part_prefixes, sentences)
+            nbests = engine.translate_nbest(parts, progress, part_prefixes, sentences, glossary, args.print_alignment)
             nbests = join_lines(nbests, layouts) if split else nbests
             sentences += len(parts)
             for n, hyps in enumerate(nbests, done):
-                out.writelines(_output_lines(n, hyps, tails and tails[n - done], search.nbest, args.print_scores))
+                out.writelines(_output_lines(n, hyps, search.nbest, args.print_scores))
             out.flush()  # a line typed into a pipe is answered now, not when stdin closes
             done += len(lines)
     return 0
 
 
-def _translate_function(args: argparse.Namespace, search, glossary):
-    """(lines, target prefixes or None, input number of the first line) -> (n-best translations per line, per
-    hypothesis what follows its text or None), by the engine and options asked for (glossary: aiayn's engine)."""
-    progress = args.input not in (None, "-") and not args.no_progress
-    if args.engine == "ct2":  # an exported CTranslate2 folder; the search flags map as aiayn.export.ct2 says
-        from aiayn.decoding.ct2 import CT2Translator
-
-        if args.shortlist not in (None, True):
-            raise UsageError("with --engine ct2, --shortlist takes no FILE: the exported folder's vocabulary map "
-                             "(vmap.txt) is the shortlist")
-        ct2 = CT2Translator(args.checkpoint[0], device=ct2_device(args.device),
-                            compute_type=CT2Translator.COMPUTE_TYPES[args.precision], use_vmap=bool(args.shortlist))
-        return lambda lines, prefixes, _: (ct2.translate_nbest(lines, search, batch_size=args.batch_size,
-                                                               max_input_len=args.max_input_len, prefixes=prefixes),
-                                           None)
-    from aiayn.decoding.translator import Translator
-    from aiayn.runtime import resolve_device
-
-    translator = Translator.load(args.checkpoint, search, args.precision, device=resolve_device(args.device),
-                                 batch_size=args.batch_size, max_input_len=args.max_input_len,
-                                 shortlist=args.shortlist, search_impl=args.search_impl)
-    if args.print_alignment:  # word alignments from cross-attention, Marian/OpenNMT style: text ||| 0-0 1-2 ...
-        from aiayn.decoding.alignment import format_alignment
-        from aiayn.viz.alignment import translate_with_alignment
-
-        def aligned(lines, _, __):
-            nbests, alignments = translate_with_alignment(translator, lines, args.alignment_layer, progress=progress)
-            return nbests, [[" ||| " + format_alignment(pairs) for pairs in line] for line in alignments]
-        return aligned
-    return lambda lines, prefixes, first: (translator.translate_nbest(lines, progress, prefixes, first, glossary),
-                                           None)
+def engine_options(args: argparse.Namespace, search, prefixes: bool = False) -> EngineOptions:
+    """What `aiayn translate`'s flags ask of an engine (aiayn.decoding.engine.open_engine)."""
+    return EngineOptions(engine=args.engine, search=search, precision=args.precision, device=args.device,
+                         batch_size=args.batch_size, max_input_len=args.max_input_len, shortlist=args.shortlist,
+                         search_impl=args.search_impl, alignments=args.print_alignment,
+                         alignment_layer=args.alignment_layer, glossary=bool(args.glossary), prefixes=prefixes,
+                         token_scores=args.print_scores == "tokens")
 
 
-def ct2_device(name: str) -> str:
-    """--device for CTranslate2, read without torch: "auto" is "cuda" where CTranslate2 sees a GPU, else "cpu";
-    "cuda:N" is "cuda" (CTranslate2's first GPU)."""
-    import ctranslate2
-
-    gpus = ctranslate2.get_cuda_device_count()
-    if name == "auto":
-        return "cuda" if gpus > 0 else "cpu"
-    if name.split(":")[0] == "cuda" and not gpus:
-        raise UsageError(f"--device {name}: CTranslate2 sees no CUDA GPU here; use --device cpu (or auto)")
-    if name == "cpu" or name.split(":")[0] == "cuda":
-        return name.split(":")[0]
-    raise UsageError(f"--device {name}: CTranslate2 runs on cpu or cuda")
-
-
-def _output_lines(n: int, hyps, tails: list[str] | None, nbest: int, print_scores: str | None) -> list[str]:
+def _output_lines(n: int, hyps, nbest: int, print_scores: str | None) -> list[str]:
     """The output lines of input line n (from 0): the best text, or Moses n-best lines 'n ||| text ||| score', each
-    followed by its tail (alignment) and the --print-scores columns."""
-    tails = tails or [""] * len(hyps)
+    followed by its alignment (' ||| 0-0 1-2 ...', Marian/OpenNMT style) and the --print-scores columns."""
+    tails = [" ||| " + format_alignment(h.alignment) if h.alignment is not None else "" for h in hyps]
     if nbest == 1:
         h = hyps[0]
         return [h.text + tails[0] + (score_columns(h, print_scores) if print_scores else "") + "\n"]
@@ -141,7 +93,7 @@ def register(sub) -> None:
                         "several: decoded as an ensemble (their probabilities averaged at each step, as fairseq's "
                         "--path A:B; one vocabulary); with --engine ct2, a folder written by `aiayn export --to "
                         "ct2`, or an Argos Translate package (.argosmodel or its folder)")
-    p.add_argument("--engine", choices=["aiayn", "ct2"], default="aiayn",
+    p.add_argument("--engine", choices=ENGINES, default="aiayn",
                    help="ct2: decode with CTranslate2 (needs --lp power: its length penalty is |Y|^alpha; "
                         "--precision bf16/int8 pick its compute type, fp32 keeps the exported one); default aiayn")
     p.add_argument("--input", help="input file (default: stdin); a progress bar is shown for files")
@@ -160,8 +112,8 @@ def register(sub) -> None:
                         "max_positions)")
     p.add_argument("--print-alignment", action="store_true",
                    help="append ' ||| i-j ...' to each output line: source word i aligned to output word j (from 0, "
-                        "words split on spaces), from the averaged heads of one cross-attention layer "
-                        "(docs/attention.md)")
+                        "words split on spaces), from the averaged heads of one cross-attention layer, with either "
+                        "engine (docs/attention.md)")
     p.add_argument("--alignment-layer", type=non_negative_int, default=None,
                    help="decoder layer whose cross-attention gives the alignment, from 0 (default: the top one, the "
                         "best on our Multi30k model; docs/attention.md)")

@@ -1,10 +1,14 @@
 """Decoding: a trained model's text in, text out, through aiayn's engine or CTranslate2's.
 
-Reading guide (lowest first):
+Reading guide (engine.py first, then the rest from the bottom up):
+    engine.py         Engine (what every engine offers) and open_engine(path, options): the one place a path becomes
+                      an engine and a feature it lacks becomes one error
     lines.py          the text side shared by every engine: input lines -> sentences, source ids and target prefixes;
                       translations back to output lines (Translation, the --print-scores columns); no torch
+    batches.py        what both engines share below the text: Limits (the word cap, once), length-sorted batches
     sentences.py      split_sentences: a line cut into its sentences
-    alignment.py      word alignments from cross-attention: subword attention -> word links (the recipe, once)
+    alignment.py      word alignments from attention: subword attention -> word links (the recipe, once; no torch)
+    attention.py      aiayn's attention weights recorded (one teacher-forced forward) and aligned
     cache.py          the decoder's incremental state (keys/values per layer, beam reorders)
     sampling.py       sampling's draws (temperature, top-k, top-p)
     ensemble.py       several models of one vocabulary as one model for the searches

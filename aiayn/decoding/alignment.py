@@ -1,6 +1,7 @@
 """Word alignments from encoder-decoder attention, the maths: subword attention to word links, printed as fast_align
 and fairseq print them: `i-j` pairs, source word i aligned to target word j, both counted from 0, words = the
-whitespace-separated words of each sentence.
+whitespace-separated words of each sentence. Plain Python (no torch): aiayn's engine and
+CTranslate2's (`return_attention`) both give their attention to `word_links`.
 
 The recipe (fairseq's `--print-alignment`, at the word level), given the encoder-decoder attention of ONE decoder
 layer with the heads averaged, A (T, S), row t = the decoder position that predicts target piece t:
@@ -24,9 +25,6 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-import torch
-from torch import Tensor
-
 WORD_START = "\u2581"  # SentencePiece's word-boundary mark, "▁"
 
 
@@ -40,26 +38,36 @@ def word_ids(pieces: Sequence[str]) -> list[int]:
     return out
 
 
-def word_alignment(attn: Tensor, src_words: Sequence[int], tgt_words: Sequence[int]) -> list[tuple[int, int]]:
-    """Hard word alignment from subword attention: attn (T, S) rows = target pieces, columns = source pieces (EOS
-    already dropped), src_words / tgt_words = word_ids of the pieces. Returns (source word, target word) pairs,
-    one per target word, in target order."""
-    t, s = attn.shape
+def word_alignment(attn, src_words: Sequence[int], tgt_words: Sequence[int]) -> list[tuple[int, int]]:
+    """Hard word alignment from subword attention: attn (T, S), nested lists or a tensor, rows = target pieces,
+    columns = source pieces (EOS already dropped), src_words / tgt_words = word_ids of the pieces. Returns
+    (source word, target word) pairs, one per target word, in target order. In double precision, each sum in piece
+    order (the same numbers whichever engine gave the attention)."""
+    rows = attn.tolist() if hasattr(attn, "tolist") else [list(row) for row in attn]
+    t, s = len(rows), len(rows[0]) if rows else len(src_words)
     if (t, s) != (len(tgt_words), len(src_words)):
-        raise ValueError(f"attention {tuple(attn.shape)} does not match {len(tgt_words)} target and "
-                         f"{len(src_words)} source pieces")
+        raise ValueError(f"attention {(t, s)} does not match {len(tgt_words)} target and {len(src_words)} source "
+                         "pieces")
     if t == 0 or s == 0:
         return []
-    attn = attn.double()
-    src_index = torch.tensor(src_words)
-    tgt_index = torch.tensor(tgt_words)
-    n_src, n_tgt = int(src_index.max()) + 1, int(tgt_index.max()) + 1
-    # source pieces -> words: sum of the columns of a word
-    by_src = torch.zeros(t, n_src, dtype=attn.dtype).index_add_(1, src_index, attn)  # (T, source words)
-    # target pieces -> words: mean of the rows of a word
-    by_both = torch.zeros(n_tgt, n_src, dtype=attn.dtype).index_add_(0, tgt_index, by_src)  # (target, source words)
-    by_both /= torch.bincount(tgt_index, minlength=n_tgt).unsqueeze(1)
-    return [(int(i), j) for j, i in enumerate(by_both.argmax(dim=1).tolist())]
+    n_src, n_tgt = max(src_words) + 1, max(tgt_words) + 1
+    by_both = [[0.0] * n_src for _ in range(n_tgt)]  # (target words, source words)
+    for row, j in zip(rows, tgt_words):
+        by_src = [0.0] * n_src
+        for weight, i in zip(row, src_words):  # source pieces -> words: the sum of a word's columns
+            by_src[i] += float(weight)
+        by_both[j] = [a + b for a, b in zip(by_both[j], by_src)]
+    pieces = [tgt_words.count(j) for j in range(n_tgt)]  # target pieces -> words: the mean of a word's rows
+    means = [[w / n for w in row] for row, n in zip(by_both, pieces)]
+    return [(max(range(n_src), key=row.__getitem__), j) for j, row in enumerate(means)]
+
+
+def word_links(attn, src_pieces: Sequence[str], tgt_pieces: Sequence[str]) -> list[tuple[int, int]]:
+    """The links of one translation: attn (T, S) the heads' mean of one decoder layer, row t the decoder position
+    that predicts target piece t, over the source pieces; EOS's row and column, where given, are dropped."""
+    rows = attn.tolist() if hasattr(attn, "tolist") else attn
+    rows = [row[: len(src_pieces)] for row in rows[: len(tgt_pieces)]]
+    return word_alignment(rows, word_ids(src_pieces), word_ids(tgt_pieces))
 
 
 def alignment_layer(n_layers: int) -> int:

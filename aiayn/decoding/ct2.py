@@ -20,10 +20,13 @@ import tempfile
 import weakref
 import zipfile
 from collections.abc import Sequence
+from copy import copy
 from pathlib import Path
 
 from aiayn.config import BOS_ID, EOS_ID, PAD_ID, UNK_ID, ModelConfig, SearchConfig
 from aiayn.data.vocab import MODEL_FILE, Vocab
+from aiayn.decoding.alignment import word_links
+from aiayn.decoding.batches import Limits, limit_batches, own_limits, word_cap
 from aiayn.decoding.lines import Translation, encode_prefixes, encode_sources
 from aiayn.errors import UsageError, UserError
 
@@ -55,34 +58,17 @@ DECODING_NOTES = """\
   union over a batch and normalize the softmax over it."""
 
 
-def limit_batches(sources: Sequence[list[int] | None], search: SearchConfig, cap: int | None,
-                  batch_size: int) -> list[tuple[int, list[int]]]:
-    """(word limit, source indices) batches for engines that take one limit per call: the sentences sorted by length
-    (so a batch holds sentences of near-equal limits), `batch_size` a batch, each batch's limit the largest of its
-    sentences' limits int(a * x + b) (x = source tokens with EOS; capped at `cap`). None = skipped.
-    `own_limits` gives each sentence's own limit, which a caller checks its outputs against."""
-    limits = own_limits(sources, search, cap)
-    order = sorted(limits, key=lambda i: (len(sources[i]), i))
-    batches = [order[start: start + batch_size] for start in range(0, len(order), batch_size)]
-    return [(max(limits[i] for i in idx), idx) for idx in batches]
-
-
-def own_limits(sources: Sequence[list[int] | None], search: SearchConfig, cap: int | None) -> dict[int, int]:
-    """{source index: its word limit int(a * x + b)} (x = tokens with EOS, raised to min_len, capped at `cap`), the
-    blank (None) sources left out: aiayn.decoding.search.max_output_lengths, in plain Python."""
-    return {i: search.word_limit(len(source), cap) for i, source in enumerate(sources) if source is not None}
-
-
 class CT2Translator:
-    """An exported CTranslate2 folder with its vocabulary and config: text in, text out, as aiayn's Translator; and
+    """An exported CTranslate2 folder with its vocabulary and config: CTranslate2's engine
+    (aiayn.decoding.engine.Engine; open it with open_engine), text in, text out, as aiayn's Translator; and
     Translator's id-level API (encode, search_ids, check_prefixes, glossary_terms), through which `aiayn serve`
     batches requests for it as for an aiayn model (aiayn.serve.batcher).
 
     threads: CPU threads (default_threads; CTranslate2's own default of 4 stalls on a busy 2-core machine).
     compute_type: CTranslate2's ("default" = as exported; "int8", ...; COMPUTE_TYPES maps aiayn's decoding precisions
     to it). use_vmap: decode with the folder's vocabulary map (the run's shortlist, VMAP_FILE), as CTranslate2's
-    option of that name. search, batch_size, patience, max_input_len: what search_ids decodes with (translate_nbest
-    takes its own)."""
+    option of that name. search, batch_size, patience, max_input_len: what it decodes with (patience: CTranslate2's
+    beam stopping rule, DECODING_NOTES; default search.beam_patience, or CTranslate2's own 1 where that is 0)."""
 
     COMPUTE_TYPES = {"fp32": "default", "bf16": "bfloat16", "int8": "int8"}  # aiayn.config.PRECISIONS -> CT2's
 
@@ -122,29 +108,73 @@ class CT2Translator:
                                                  intra_threads=threads or default_threads())
         self.device = device
         self.precision = next((p for p, c in self.COMPUTE_TYPES.items() if c == compute_type), compute_type)
-        self.search, self.batch_size, self.patience = search, batch_size, patience
+        self.search, self.batch_size, self.patience = search or SearchConfig(lp="power"), batch_size, patience
         self.max_input_len = max_input_len or self._positions()
         self.shortlist = None  # aiayn's shortlist: none here (use_vmap is CTranslate2's own)
 
-    def translate_nbest(self, lines: Sequence[str], search: SearchConfig, batch_size: int = 64,
-                        max_input_len: int | None = None, patience: float | None = None,
-                        prefixes: Sequence[str | None] | None = None) -> list[list[Translation]]:
+    def translate_nbest(self, lines: Sequence[str], progress: bool = False, prefixes: Sequence[str] | None = None,
+                        first_line: int = 0, glossary=None, alignments: bool = False) -> list[list[Translation]]:
         """Up to search.nbest translations per line, best first; a blank line gives one empty translation.
 
         search.lp must be "power" (DECODING_NOTES: what maps how). Inputs longer than max_input_len tokens (EOS
         included; default the model's max_positions) are cut, with a warning, as aiayn's Translator cuts them.
-        patience: CTranslate2's beam stopping rule (DECODING_NOTES; default search.beam_patience, or CTranslate2's
-        own 1 where that is 0). prefixes: per line, the text its translations
-        start with (CTranslate2's target_prefix; "" or None: none)."""
+        prefixes: per line, the text its translations start with (CTranslate2's target_prefix; "" or None: none).
+        alignments: each Translation's `alignment`, from CTranslate2's attention (return_attention: the top decoder
+        layer's, its heads averaged as the export asks) by aiayn.decoding.alignment's recipe. progress and first_line
+        change nothing here (no bar; CTranslate2 does not sample); a glossary is an error."""
+        self.glossary_terms(lines, glossary)
         vocab = self.vocab
-        sources = encode_sources(vocab, lines, max_input_len or self._positions())  # ids + EOS; None = blank
+        sources = encode_sources(vocab, lines, self.max_input_len)  # ids + EOS; None = blank
         prefix_ids = encode_prefixes(vocab, [p or "" for p in prefixes or [""] * len(sources)])
-        hyps = self._search(sources, prefix_ids, search, batch_size, patience)
-        return [[Translation(vocab.decode(ids), score, ids) for ids, score in hs] for hs in hyps]
+        hyps = self._search(sources, prefix_ids, self.search, self.batch_size, self.patience, alignments)
+        return [[Translation(vocab.decode(ids), score, ids, (), self._links(sources[n], ids, attn) if alignments
+                             else None) for ids, score, attn in hs] for n, hs in enumerate(hyps)]
 
-    def translate(self, lines: Sequence[str], search: SearchConfig, **options) -> list[str]:
-        """The best translation of each line (options: those of `translate_nbest`)."""
-        return [hyps[0].text for hyps in self.translate_nbest(lines, search, **options)]
+    def translate(self, lines: Sequence[str], search: SearchConfig | None = None, **options) -> list[str]:
+        """The best translation of each line; search and options (batch_size, max_input_len, patience), where given,
+        replace the engine's own for this call."""
+        engine = self if search is None and not options else self.using(search, **options)
+        return [hyps[0].text for hyps in engine.translate_nbest(lines)]
+
+    def using(self, search: SearchConfig | None = None, **options) -> CT2Translator:
+        """The same loaded model decoding with another `search` and options (batch_size, max_input_len, patience)."""
+        other = copy(self)
+        other.search = search or self.search
+        for name, value in options.items():
+            if name not in ("batch_size", "max_input_len", "patience"):
+                raise TypeError(f"CT2Translator.using() got an unexpected option {name!r}")
+            setattr(other, name, value if value is not None or name == "patience" else getattr(self, name))
+        if other.max_input_len is None:
+            other.max_input_len = self._positions()
+        return other
+
+    def limits(self) -> Limits:
+        """The longest source it takes and the most words any translation may have (the position table's)."""
+        return Limits(self.max_input_len, word_cap(self._positions()))
+
+    @classmethod
+    def unsupported(cls, options) -> str | None:
+        """The error for what `options` (aiayn.decoding.engine.EngineOptions) asks that CTranslate2 cannot do (or
+        this engine does not map onto it), or None."""
+        if options.ensemble:
+            return "several --checkpoint (an ensemble) need --engine aiayn"
+        if options.forced:
+            return "aiayn score (forced decoding) reads aiayn's model: give a run directory or a checkpoint file"
+        if options.search_impl != "auto":
+            return "--search-impl chooses how aiayn's own search runs: it needs --engine aiayn"
+        if options.token_scores:
+            return "--print-scores tokens needs --engine aiayn (CTranslate2 gives sentence scores only)"
+        if options.glossary:
+            return ("--glossary needs --engine aiayn and beam or greedy search, without --print-alignment, "
+                    "--sampling or target prefixes")
+        if options.shortlist not in (None, True, False):
+            return ("with --engine ct2, --shortlist takes no FILE: the exported folder's vocabulary map (vmap.txt) "
+                    "is the shortlist")
+        if options.alignments and options.alignment_layer is not None:
+            return "--alignment-layer: CTranslate2 gives the attention of the top decoder layer only; leave it out"
+        if options.prefixes and options.alignments:
+            return "target prefixes (a tab-separated column or --prefix) do not work with --print-alignment"
+        return _search_unsupported(options.search)
 
     # ---- aiayn.decoding.translator.Translator's id-level API, with the search given at construction (aiayn serve)
 
@@ -162,11 +192,11 @@ class CT2Translator:
         from aiayn.decoding.search import Hypothesis  # the server's type (torch is loaded there already)
 
         found = self._search(sources, prefixes or [[] for _ in sources], self.search, len(sources) or 1, self.patience)
-        return [[Hypothesis(ids, score) for ids, score in hyps] for hyps in found]
+        return [[Hypothesis(ids, score) for ids, score, _ in hyps] for hyps in found]
 
     def check_prefixes(self, sources: Sequence[list[int] | None], prefixes: Sequence[list[int]]) -> None:
         """A UsageError naming the first line whose prefix is longer than its translation may be."""
-        self._check_prefix_lengths(own_limits(sources, self.search, self._positions() - 1), prefixes)
+        self._check_prefix_lengths(own_limits(sources, self.search, self.limits().words), prefixes)
 
     @staticmethod
     def _check_prefix_lengths(limits: dict[int, int], prefixes: Sequence[list[int]]) -> None:
@@ -201,27 +231,32 @@ class CT2Translator:
             return MIN_POSITIONS
         return cfg.max_positions if cfg.positional == "learned" else max(MIN_POSITIONS, cfg.max_positions)
 
+    def _links(self, source: list[int] | None, ids: list[int], attention) -> list[tuple[int, int]]:
+        """A hypothesis's word links from CTranslate2's attention (rows: its pieces; columns: the source pieces)."""
+        if not source or not attention:  # a blank line, an empty translation
+            return []
+        pieces = self.vocab.piece
+        return word_links(attention, [pieces(i) for i in source[:-1]], [pieces(i) for i in ids])
+
     def _search(self, sources: Sequence[list[int] | None], prefix_ids: Sequence[list[int]], search: SearchConfig,
-                batch_size: int, patience: float | None) -> list[list[tuple[list[int], float]]]:
-        """Up to search.nbest (word ids, score) per source (ids + EOS; None = blank: one empty hypothesis), best
-        first."""
-        if search.lp != "power":
-            raise UsageError("CTranslate2's length penalty is |Y|^alpha: decode with --lp power (the paper's GNMT "
-                             "penalty ((5 + |Y|) / 6)^alpha has no CTranslate2 equivalent)")
-        if search.sampling:
-            raise UsageError("--engine ct2 does not sample: aiayn's samples come from one generator per input line "
-                             "(the same in any batch), CTranslate2's from one per process; use --engine aiayn")
+                batch_size: int, patience: float | None, attention: bool = False) -> list[list[tuple]]:
+        """Up to search.nbest (word ids, score, attention rows or None) per source (ids + EOS; None = blank: one
+        empty hypothesis), best first; attention: CTranslate2's return_attention, a row per word."""
+        problem = _search_unsupported(search)
+        if problem:
+            raise UsageError(problem)
         vocab = self.vocab
-        results = [[([], 0.0)] for _ in sources]
+        results = [[([], 0.0, None)] for _ in sources]
         for n, (source, words) in enumerate(zip(sources, prefix_ids), 1):
             if source is None and words:
                 raise UsageError(f"input line {n} is blank but has a target prefix; give a source")
-        limits = own_limits(sources, search, self._positions() - 1)
+        cap = self.limits().words
+        limits = own_limits(sources, search, cap)
         self._check_prefix_lengths(limits, prefix_ids)
         patience = patience or search.beam_patience or 1.0
         options = dict(no_repeat_ngram_size=search.no_repeat_ngram_size, beam_size=search.beam, patience=patience,
                        num_hypotheses=search.nbest, length_penalty=search.alpha, min_decoding_length=search.min_len,
-                       max_input_length=0, return_scores=True, use_vmap=self.use_vmap)
+                       max_input_length=0, return_scores=True, use_vmap=self.use_vmap, return_attention=attention)
         if self.package is None:  # aiayn's exports: PAD and BOS never generated (DECODING_NOTES)
             options["suppress_sequences"] = [[vocab.piece(PAD_ID)], [vocab.piece(BOS_ID)]]
         else:  # as argostranslate decodes a package: nothing suppressed, an unknown piece becomes a source piece
@@ -237,20 +272,47 @@ class CT2Translator:
                 target_prefix=target_prefix, max_decoding_length=limit + len(lead), max_batch_size=len(idx),
                 **options)
             for i, res in zip(idx, out):
-                results[i] = [([vocab.piece_id(p) for p in h[len(lead):]], s) for h, s in
-                              zip(res.hypotheses, res.scores)]
+                rows = res.attention if attention else [None] * len(res.hypotheses)
+                results[i] = [([vocab.piece_id(p) for p in h[len(lead):]], s, a and a[len(lead):]) for h, s, a in
+                              zip(res.hypotheses, res.scores, rows)]
 
         # One call per batch of length-sorted sentences, at the batch's largest limit: few, full batches, as
         # CTranslate2 runs fastest. A sentence whose output reached its own, smaller limit is decoded again alone at
         # that limit, so every output is the one its own limit gives.
         batch_limit = {}
-        for limit, idx in limit_batches(sources, search, self._positions() - 1, batch_size):
+        for limit, idx in limit_batches(sources, search, cap, batch_size):
             decode(limit, idx)
             batch_limit.update(dict.fromkeys(idx, limit))
         for i, limit in limits.items():
-            if batch_limit[i] > limit and any(len(ids) >= limit for ids, _ in results[i]):
+            if batch_limit[i] > limit and any(len(ids) >= limit for ids, *_ in results[i]):
                 decode(limit, [i])
         return results
+
+
+def _search_unsupported(search: SearchConfig) -> str | None:
+    """The error for a search CTranslate2 cannot run as aiayn's (DECODING_NOTES), or None."""
+    if search.lp != "power":
+        return ("CTranslate2's length penalty is |Y|^alpha: decode with --lp power (the paper's GNMT penalty "
+                "((5 + |Y|) / 6)^alpha has no CTranslate2 equivalent)")
+    if search.sampling:
+        return ("--engine ct2 does not sample: aiayn's samples come from one generator per input line (the same in "
+                "any batch), CTranslate2's from one per process; use --engine aiayn")
+    return None
+
+
+def ct2_device(name: str) -> str:
+    """--device for CTranslate2, read without torch: "auto" is "cuda" where CTranslate2 sees a GPU, else "cpu";
+    "cuda:N" is "cuda" (CTranslate2's first GPU)."""
+    import ctranslate2
+
+    gpus = ctranslate2.get_cuda_device_count()
+    if name == "auto":
+        return "cuda" if gpus > 0 else "cpu"
+    if name.split(":")[0] == "cuda" and not gpus:
+        raise UsageError(f"--device {name}: CTranslate2 sees no CUDA GPU here; use --device cpu (or auto)")
+    if name == "cpu" or name.split(":")[0] == "cuda":
+        return name.split(":")[0]
+    raise UsageError(f"--device {name}: CTranslate2 runs on cpu or cuda")
 
 
 def default_threads() -> int:
@@ -343,7 +405,6 @@ def is_ct2_folder(path: Path | str) -> bool:
 
 def translate_ct2(model_dir: Path | str, lines: Sequence[str], search: SearchConfig, **options) -> list[str]:
     """The best translation of each line through an exported CTranslate2 folder, searched as `search` says
-    (search.lp must be "power"; DECODING_NOTES says what maps how). Options: `batch_size`, `max_input_len`,
-    `patience` (CT2Translator.translate_nbest); `device`, `compute_type`, `threads`, `use_vmap` (CT2Translator)."""
-    loading = {k: options.pop(k) for k in ("device", "compute_type", "threads", "use_vmap") if k in options}
-    return CT2Translator(model_dir, **loading).translate(lines, search, **options)
+    (search.lp must be "power"; DECODING_NOTES says what maps how). Options: CT2Translator's (`batch_size`,
+    `max_input_len`, `patience`, `device`, `compute_type`, `threads`, `use_vmap`)."""
+    return CT2Translator(model_dir, search=search, **options).translate(lines)

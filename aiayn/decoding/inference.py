@@ -120,7 +120,7 @@ def _decoding_copy(model: Transformer, precision: str, prepack: bool | None, con
 
 def load(path: str | Path, precision: str = "fp32", device: str | torch.device = "cpu",
          prepack: bool | None = None) -> tuple[DecodingTransformer, object]:
-    """(decoding model, vocabulary) from a run directory (its averaged, else best, else newest checkpoint) or a
+    """(decoding model, vocabulary) from a run directory (the checkpoint aiayn.rundir.inference_checkpoint picks) or a
     checkpoint file: the one place that loads a model for decoding (Translator.load, once per ensemble member). The
     file is read as aiayn.rundir.load_for_inference reads it (header and shapes checked first, then the vocabulary,
     then the weights), onto `device`, and converted once to `precision` (PRECISIONS), prepacked or not; decoding_copy

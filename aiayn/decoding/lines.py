@@ -136,13 +136,16 @@ def join_lines(nbests: Sequence[Sequence[Translation]], layouts: Sequence[Layout
 
 
 class Translation(NamedTuple):
-    """One hypothesis for one input line: detokenized text, normalized score, subword ids (no BOS/EOS), and the
-    log-prob of each token, EOS last (where the engine gives them)."""
+    """One hypothesis for one input line: detokenized text, normalized score, subword ids (no BOS/EOS), the
+    log-prob of each token, EOS last (where the engine gives them), and its word alignment where one was asked for:
+    (source word i, target word j) pairs, one per target word, words = the whitespace-separated words of the source
+    sentence and of `text` (aiayn.decoding.alignment; None: not asked)."""
 
     text: str
     score: float
     tokens: list[int]
     positional_scores: Sequence[float] = ()
+    alignment: list[tuple[int, int]] | None = None
 
 
 SCORE_KINDS = ("sentence", "tokens")  # translate --print-scores: what the tab-separated columns hold

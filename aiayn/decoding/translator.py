@@ -12,8 +12,10 @@ from pathlib import Path
 
 import torch
 
-from aiayn.config import PAD_ID, SEARCH_IMPLS
+from aiayn.config import SEARCH_IMPLS
 from aiayn.decoding import inference
+from aiayn.decoding.attention import align, padded
+from aiayn.decoding.batches import Limits, length_sorted, word_cap
 from aiayn.decoding.ensemble import Ensemble, check_same_vocabulary
 from aiayn.decoding.glossary import Glossary, Term, constrained_beam_search, encode_terms
 from aiayn.decoding.lines import Translation, encode_prefixes, encode_sources, warn
@@ -22,7 +24,6 @@ from aiayn.decoding.search import (
     Constraint,
     Hypothesis,
     SearchConfig,
-    max_output_lengths,
     search_function,
 )
 from aiayn.decoding.shortlist import Shortlist, run_file
@@ -30,14 +31,6 @@ from aiayn.decoding.shortlist import load as load_shortlist
 from aiayn.decoding.static_search import StaticDecoder
 from aiayn.errors import UsageError
 from aiayn.progress import Progress
-
-
-def padded(rows: Sequence[Sequence[int]], device: str | torch.device = "cpu") -> torch.Tensor:
-    """Rows of token ids as one (len(rows), longest) long tensor, PAD after each row's end, on `device`."""
-    batch = torch.full((len(rows), max(map(len, rows))), PAD_ID, dtype=torch.long)
-    for r, ids in enumerate(rows):
-        batch[r, : len(ids)] = torch.tensor(ids, dtype=torch.long)
-    return batch.to(device)
 
 
 def translation_of(vocab, hyp: Hypothesis) -> Translation:
@@ -49,10 +42,10 @@ class Translator:
     """A model (decoded in `precision`: aiayn.decoding.inference), its vocabulary and how to search: text in, text out.
     What the CLI, the quickstart, the server, the attention views and the exporters share.
 
-    Sentences are sorted by length and searched in batches of `batch_size` (less padding); answers come back in
-    input order. `model` may be a list of models of one vocabulary: they are decoded as an ensemble
-    (aiayn.decoding.ensemble). `shortlist` (aiayn.decoding.shortlist): each batch computes the output projection for its
-    source pieces' target pieces only.
+    aiayn's engine (aiayn.decoding.engine.Engine; open it with open_engine). Sentences are sorted by length and
+    searched in batches of `batch_size` (less padding; batches.length_sorted); answers come back in input order. `model`
+    may be a list of models of one vocabulary: they are decoded as an ensemble (aiayn.decoding.ensemble). `shortlist`
+    (aiayn.decoding.shortlist): each batch computes the output projection for its source pieces' target pieces only.
 
     search_impl: "eager" (aiayn.decoding.search: finished sentences leave the batch, each step's shapes new; the fastest
     on CPUs), "fixed" (aiayn.decoding.static_search: fixed-shape steps, replayed as CUDA graphs on a GPU; the same
@@ -65,7 +58,9 @@ class Translator:
 
     def __init__(self, model, vocab, search: SearchConfig = PAPER_SEARCH, precision: str = "fp32",
                  device: str | torch.device = "cpu", batch_size: int = 64, max_input_len: int | None = None,
-                 prepack: bool | None = None, shortlist: Shortlist | None = None, search_impl: str = "auto"):
+                 prepack: bool | None = None, shortlist: Shortlist | None = None, search_impl: str = "auto",
+                 alignment_layer: int | None = None):
+        self.alignment_layer = alignment_layer  # the decoder layer whose cross-attention aligns (None: the top one)
         self.vocab, self.search, self.device = vocab, search, torch.device(device)
         self.precision = precision
         # aiayn.decoding.inference: the formats; a model already in the asked one (Translator.load's) is taken as it is
@@ -90,11 +85,7 @@ class Translator:
         allows (its buffers hold each batch's positions only: aiayn.decoding.static_search)."""
         if isinstance(self.model, Ensemble):
             return None
-        search, cfg = self.search, self.cfg
-        most = max(int(search.max_len_a * self.max_input_len + search.max_len_b), search.min_len)
-        if cfg.positional == "learned":
-            most = min(most, cfg.max_positions - 1)
-        return StaticDecoder(self.model, most)
+        return StaticDecoder(self.model, self.limits().word_limit(self.search, self.max_input_len))
 
     def _decode_function(self, constraint, prefixes, terms):
         """The search to run a batch with: the fixed-shape decoder's where it was asked for and covers the batch's
@@ -116,9 +107,10 @@ class Translator:
     def load(cls, checkpoint: str | Path | Sequence[str | Path], search: SearchConfig = PAPER_SEARCH,
              precision: str = "fp32", device: str | torch.device = "cpu", prepack: bool | None = None,
              shortlist: bool | str | Path | None = None, **kw) -> Translator:
-        """From a run directory (its averaged, else best, else newest checkpoint) or a checkpoint file; from several,
-        an ensemble of them (one vocabulary). Each is loaded and converted once, by aiayn.decoding.inference.load.
-        shortlist: True, the shortlist of the (first) checkpoint's run; a path, that file; None or False, none."""
+        """From a run directory (the checkpoint aiayn.rundir.inference_checkpoint picks) or a checkpoint file; from
+        several, an ensemble of them (one vocabulary). Each is loaded and converted once, by
+        aiayn.decoding.inference.load. shortlist: True, the shortlist of the (first) checkpoint's run; a path, that
+        file; None or False, none."""
         paths = [checkpoint] if isinstance(checkpoint, (str, Path)) else list(checkpoint)
         lexical = run_file(paths[0], None if shortlist is True else shortlist) if shortlist else None
         loaded = [inference.load(path, precision, device, prepack) for path in paths]
@@ -127,6 +119,24 @@ class Translator:
         vocab = loaded[0][1]
         return cls([model for model, _ in loaded], vocab, search, precision, device=device, prepack=prepack,
                    shortlist=lexical and load_shortlist(lexical, vocab), **kw)
+
+    def limits(self) -> Limits:
+        """The longest source it takes and the most words any translation may have (a learned position table's)."""
+        cfg = self.cfg
+        return Limits(self.max_input_len, word_cap(cfg.max_positions if cfg.positional == "learned" else None))
+
+    @classmethod
+    def unsupported(cls, options) -> str | None:
+        """The error for what `options` (aiayn.decoding.engine.EngineOptions) asks that this engine cannot do, or
+        None."""
+        if options.alignments and options.ensemble:
+            return "several --checkpoint (an ensemble) decode without --print-alignment: give one model"
+        if options.glossary and (options.alignments or options.prefixes or options.search.sampling):
+            return ("--glossary needs --engine aiayn and beam or greedy search, without --print-alignment, "
+                    "--sampling or target prefixes")
+        if options.prefixes and options.alignments:
+            return "target prefixes (a tab-separated column or --prefix) do not work with --print-alignment"
+        return None
 
     def weight_bytes(self) -> int:
         """Bytes of the weights its model holds in its decoding format (aiayn.decoding.inference.weight_bytes; an
@@ -146,20 +156,18 @@ class Translator:
         translations start with ([]: none). Sampling seeds each source by its input line number: line_numbers[i]
         (from 0; default i). terms: per source, the target terms (piece ids) its translations must hold
         (`glossary_terms`; aiayn.decoding.glossary)."""
-        cfg, search = self.cfg, self.search
-        max_len = cfg.max_positions - 1 if cfg.positional == "learned" else None  # BOS + words < table size
+        search, max_len = self.search, self.limits().words
         results: list[list[Hypothesis]] = [[Hypothesis([], 0.0, [])] for _ in sources]
-        order = sorted((i for i, s in enumerate(sources) if s is not None), key=lambda i: -len(sources[i]))
+        batches = length_sorted(sources, self.batch_size, longest_first=True)
         if prefixes is not None:
             if len(prefixes) != len(sources):
                 raise UsageError(f"{len(prefixes)} prefixes for {len(sources)} sources; give one per source")
             blank = next((n for n, (s, p) in enumerate(zip(sources, prefixes), 1) if s is None and p), None)
             if blank is not None:
                 raise UsageError(f"input line {blank} is blank but has a target prefix; give a source")
-        bar = Progress("translate", len(order), "sentences", enabled=progress)
+        bar = Progress("translate", sum(map(len, batches)), "sentences", enabled=progress)
         with torch.inference_mode():
-            for start in range(0, len(order), self.batch_size):
-                idx = order[start: start + self.batch_size]
+            for idx in batches:
                 src = padded([sources[i] for i in idx])
                 on_lines = None
                 if constraint is not None:  # the constraint sees input line numbers, not batch rows
@@ -180,13 +188,11 @@ class Translator:
     def check_prefixes(self, sources: Sequence[list[int] | None], prefixes: Sequence[list[int]]) -> None:
         """A UsageError naming the first line whose prefix is longer than its translation may be (before searching:
         the server checks a request before queuing it)."""
+        limits = self.limits()
         for n, (source, words) in enumerate(zip(sources, prefixes), 1):
             if source is None or not words:
                 continue
-            most = int(max_output_lengths(torch.tensor([source]), self.search.max_len_a, self.search.max_len_b,
-                                          self.search.min_len))
-            if self.cfg.positional == "learned":
-                most = min(most, self.cfg.max_positions - 1)
+            most = limits.word_limit(self.search, len(source))
             if len(words) > most:
                 raise UsageError(f"input line {n}: its prefix has {len(words)} words, more than the {most} its "
                                  "translation may have (--max-len-a, --max-len-b)")
@@ -197,16 +203,25 @@ class Translator:
         return None if glossary is None else encode_terms(self.vocab, Glossary.of(glossary), lines)
 
     def translate_nbest(self, lines: Sequence[str], progress: bool = False, prefixes: Sequence[str] | None = None,
-                        first_line: int = 0, glossary=None) -> list[list[Translation]]:
+                        first_line: int = 0, glossary=None, alignments: bool = False) -> list[list[Translation]]:
         """Up to search.nbest translations per line, best first; prefixes: per line, the text its translations start
         with ("" or None: no prefix). first_line: the input line number (from 0) of lines[0], when `lines` is one
         buffer of a longer input: sampling seeds each line by its number in the whole input. glossary: terms each
-        translation must hold (glossary_terms; aiayn.decoding.glossary)."""
+        translation must hold (glossary_terms; aiayn.decoding.glossary). alignments: each Translation's
+        `alignment`, its word links from the cross-attention of `alignment_layer` (aiayn.decoding.attention.align)."""
         prefix_ids = None if prefixes is None else encode_prefixes(self.vocab, [p or "" for p in prefixes])
         numbers = range(first_line, first_line + len(lines))
-        hyps = self.search_ids(self.encode(lines), progress, prefixes=prefix_ids, line_numbers=numbers,
+        sources = self.encode(lines)
+        hyps = self.search_ids(sources, progress, prefixes=prefix_ids, line_numbers=numbers,
                                terms=self.glossary_terms(lines, glossary))
-        return [[translation_of(self.vocab, h) for h in hs] for hs in hyps]
+        nbests = [[translation_of(self.vocab, h) for h in hs] for hs in hyps]
+        if alignments:
+            rows = [(n, k) for n, hs in enumerate(hyps) for k in range(len(hs))]  # every hypothesis, one list
+            links = align(self.model, self.vocab, [sources[n] for n, _ in rows], [hyps[n][k].tokens for n, k in rows],
+                          self.alignment_layer)
+            for (n, k), pairs in zip(rows, links):
+                nbests[n][k] = nbests[n][k]._replace(alignment=pairs)
+        return nbests
 
     def translate(self, lines: Sequence[str], progress: bool = False, glossary=None) -> list[str]:
         """The best translation of each line (glossary: as translate_nbest's)."""

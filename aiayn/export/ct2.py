@@ -94,7 +94,9 @@ def ct2_spec(model: Transformer, vocab):
     activation = {"relu": common_spec.Activation.RELU, "swish": common_spec.Activation.SWISH}[cfg.activation]
     sides = dict(num_heads=cfg.n_heads, pre_norm=cfg.norm_first, activation=activation, head_dim=head_dim(cfg))
     spec = TransformerSpec(transformer_spec.TransformerEncoderSpec(cfg.n_enc_layers, **sides),
-                           transformer_spec.TransformerDecoderSpec(cfg.n_dec_layers, **sides))
+                           # return_attention: the top layer's heads averaged, as aiayn aligns words (--print-alignment)
+                           transformer_spec.TransformerDecoderSpec(cfg.n_dec_layers, alignment_heads=cfg.n_heads,
+                                                                   **sides))
     for name, value in ct2_variables(model).items():
         _set(spec, name, value)
     bias = model.output_bias  # the paper's tied output has none; an imported OPUS-MT model's has one

@@ -12,12 +12,12 @@ Paper -> code:
     (row i of "decoder" and of "cross" is the same decoder position: it reads token i of <s> y1 .. yn and
     predicts token i of y1 .. yn </s>.)
 
-How the weights are obtained: `recording(model)` gives every MultiHeadAttention an AttentionRecorder as its
-`attention` (and restores them after), and `record` runs ONE teacher-forced forward, model.encode + model.decode on
-the whole target, so each recorder keeps its softmax weights (B, h, n, m). The target is the one given or else the
-model's own beam-search output (aiayn.decoding.translator.Translator). Not beam search itself: it groups the beams of a
-sentence and feeds one position a step, while one forward over the finished output gives the same weights for that
-output at once.
+How the weights are obtained (aiayn.decoding.attention, which aiayn's engine aligns words with too): `recording(model)`
+gives every MultiHeadAttention an AttentionRecorder as its `attention` (and restores them after), and `record` runs ONE
+teacher-forced forward, model.encode + model.decode on the whole target, so each recorder keeps its softmax weights (B,
+h, n, m). The target is the one given or else the model's own beam-search output (aiayn.decoding.translator.Translator).
+Not beam search itself: it groups the beams of a sentence and feeds one position a step, while one forward over the
+finished output gives the same weights for that output at once.
 
 Layers and heads are numbered from 0, everywhere (flags, files, JSON, the page): the paper's "layer 5 of 6" is
 layer 4 here. Files written by `write_all` (what `aiayn attention` writes):
@@ -36,12 +36,12 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import torch
-from torch import Tensor, nn
+from torch import nn
 
-from aiayn.config import BOS_ID, EOS_ID, PAD_ID
+from aiayn.config import BOS_ID, EOS_ID
+from aiayn.decoding.attention import AttentionRecorder, attention_modules, record, recording  # noqa: F401
 from aiayn.errors import UsageError, UserError
 from aiayn.files import atomic_write
-from aiayn.model import MultiHeadAttention, scaled_dot_product_attention
 
 KINDS = ("encoder", "decoder", "cross")
 TITLES = {"encoder": "encoder self-attention", "decoder": "decoder self-attention (masked)",
@@ -50,61 +50,6 @@ TITLES = {"encoder": "encoder self-attention", "decoder": "decoder self-attentio
 AXES = {"encoder": ("src", "src"), "decoder": ("tgt_in", "tgt_in"), "cross": ("tgt_out", "src")}
 FORMAT = "aiayn-attention/1"
 TEMPLATE = Path(__file__).with_name("attention_view.html")
-
-
-# ---------------------------------------------------------------------------------------------------------
-# Recording.
-
-
-def attention_modules(model: nn.Module) -> dict[str, list[MultiHeadAttention]]:
-    """The model's MultiHeadAttention modules by kind, one per layer, bottom layer first."""
-    return {"encoder": [layer.self_attn for layer in model.encoder.layers],
-            "decoder": [layer.self_attn for layer in model.decoder.layers],
-            "cross": [layer.cross_attn for layer in model.decoder.layers]}
-
-
-class AttentionRecorder:
-    """A MultiHeadAttention's `attention` that keeps the weights: eq. 1 as two matmuls
-    (model.scaled_dot_product_attention), the softmax weights of the last call in `weights` (B, h, n, m)."""
-
-    def __init__(self) -> None:
-        self.weights: Tensor | None = None
-
-    def __call__(self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = None, is_causal: bool = False,
-                 decoding: bool = False) -> Tensor:
-        out, weights = scaled_dot_product_attention(q, k, v, mask, is_causal)
-        self.weights = weights.detach()
-        return out
-
-
-@contextmanager
-def recording(model: nn.Module) -> Iterator[dict[str, list[MultiHeadAttention]]]:
-    """Keep every attention module's weights inside the block: each module's `attention` is an AttentionRecorder
-    (its `.weights`). Afterwards the modules this changed compute attention as before, the recorders dropped (they
-    hold memory, and they use the matmul kernel); modules that were recording already are left as they were."""
-    changed = {m: m.attention for m in model.modules()
-               if isinstance(m, MultiHeadAttention) and not isinstance(m.attention, AttentionRecorder)}
-    for m in changed:
-        m.attention = AttentionRecorder()
-    try:
-        yield attention_modules(model)
-    finally:
-        for m, before in changed.items():
-            m.attention = before
-
-
-def record(model: nn.Module, src: Tensor, tgt_in: Tensor) -> tuple[Tensor, dict[str, list[Tensor]]]:
-    """One teacher-forced forward: src (B, S) and tgt_in (B, T) (BOS first), both padded with PAD_ID ->
-    (logits (B, T, V), {kind: [fp32 weights (B, h, n, m) per layer]}). Runs in eval mode (no dropout)."""
-    was_training = model.training
-    model.eval()
-    try:
-        with recording(model) as modules, torch.no_grad():
-            logits = model.decode(tgt_in, model.encode(src), src.eq(PAD_ID))
-            weights = {kind: [m.attention.weights.float() for m in ms] for kind, ms in modules.items()}
-    finally:
-        model.train(was_training)
-    return logits, weights
 
 
 # ---------------------------------------------------------------------------------------------------------

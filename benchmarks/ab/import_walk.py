@@ -99,11 +99,17 @@ class Walk:
 def summary(report: Path) -> list[str]:
     """One table row of a saved report: modules entered, moves, climbs; moves among RUN_ON_DISK and into each."""
     lines = read_text(report).splitlines()  # FILE or FILE.xz (benchmarks.evidence)
-    moves = [(m[1], m[3], bool(m[5])) for line in lines if (m := _MOVE.match(line))]
+    moves = [(_short(m[1]), _short(m[3]), bool(m[5])) for line in lines if (m := _MOVE.match(line))]
     ours = [(a, b) for a, b, _ in moves if a in RUN_ON_DISK and b in RUN_ON_DISK]
     into = Counter(b for _, b, _ in moves)
     return [report.name.removesuffix(".xz"), str(len({b for _, b, _ in moves})), str(len(moves)),
             str(sum(c for *_, c in moves)), str(len(ours)), " ".join(f"{m} {into[m]}" for m in RUN_ON_DISK if into[m])]
+
+
+def _short(module: str) -> str:
+    """A module's name without the package the decoding and training code moved into (training.checkpoint ->
+    checkpoint), so that reports from before and after the move compare row by row."""
+    return module.split(".", 1)[1] if module.startswith(("training.", "decoding.")) else module
 
 
 def walk_quickstart(out: Path) -> Walk:

@@ -20,7 +20,8 @@ from pathlib import Path
 import torch
 
 from aiayn.config import PAD_ID
-from aiayn.decoding.ct2 import own_limits, translate_ct2
+from aiayn.decoding.batches import own_limits
+from aiayn.decoding.ct2 import translate_ct2
 from aiayn.decoding.lines import encode_sources
 from aiayn.decoding.search import SearchConfig
 from aiayn.decoding.translator import Translator

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import torch
 
-from aiayn.decoding.ct2 import CT2Translator
+from aiayn.decoding.engine import EngineOptions, open_engine
 from aiayn.decoding.search import SearchConfig
 from aiayn.decoding.translator import Translator
 from aiayn.export.ct2 import export_ct2
@@ -49,13 +49,14 @@ def main() -> None:
         for label, search in searches.items():
             fp32, bf16, int8 = (Translator(model, vocab, search, precision=w, batch_size=args.batch_size)
                                 for w in ("fp32", "bf16", "int8"))
-            ct2_fp32, ct2_int8 = CT2Translator(fp32_dir, threads=1), CT2Translator(int8_dir, threads=1)
+            ct2 = EngineOptions(engine="ct2", search=search, threads=1, device="cpu", batch_size=args.batch_size)
+            ct2_fp32, ct2_int8 = (open_engine(folder, ct2) for folder in (fp32_dir, int8_dir))
             engines[label] = {
                 "aiayn fp32": fp32.translate,
                 "aiayn bf16": bf16.translate,
                 "aiayn int8": int8.translate,
-                "CTranslate2 float32": lambda x, t=ct2_fp32, s=search: t.translate(x, s, batch_size=args.batch_size),
-                "CTranslate2 int8": lambda x, t=ct2_int8, s=search: t.translate(x, s, batch_size=args.batch_size),
+                "CTranslate2 float32": ct2_fp32.translate,
+                "CTranslate2 int8": ct2_int8.translate,
             }
         runs = {(label, name): (lambda run=run: run(lines)) for label, engines_ in engines.items()
                 for name, run in engines_.items()}

@@ -29,6 +29,7 @@ from pathlib import Path
 
 import torch
 
+from aiayn.decoding.engine import EngineOptions, open_engine
 from aiayn.decoding.glossary import Glossary, constrained_beam_search
 from aiayn.decoding.search import SearchConfig
 from aiayn.decoding.translator import Translator, padded
@@ -116,7 +117,7 @@ def main() -> None:
     print(table(["entry", "source sentences", "reference holds target", "kept"], rows))
     print("\nglossary:", "; ".join(f"{s}\t{t}" for s, t in glossary.entries))
 
-    loaded = Translator.load(args.checkpoint)
+    loaded = open_engine(args.checkpoint, EngineOptions(engine="aiayn", device="cpu"))
     rows, subset = [], []
     for beam in map(int, args.beams.split(",")):
         translator = Translator(loaded.model, loaded.vocab, SearchConfig(beam=beam), batch_size=args.batch_size)

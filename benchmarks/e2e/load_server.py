@@ -39,8 +39,8 @@ from pathlib import Path
 import httpx
 import torch
 
+from aiayn.decoding.engine import EngineOptions, open_engine
 from aiayn.decoding.search import SearchConfig
-from aiayn.decoding.translator import Translator
 from aiayn.serve.workers import auto_workers, usable_cores
 from benchmarks.timing import once, table
 
@@ -227,7 +227,7 @@ def main() -> None:
         what = "a tiny RANDOM model (no trained checkpoint found) on synthetic sentences"
     lines = [line for line in lines if line.strip()]
     lines = (lines * (args.requests // len(lines) + 1))[: args.requests]
-    translator = Translator.load(checkpoint, SearchConfig(beam=args.beam))
+    translator = open_engine(checkpoint, EngineOptions(search=SearchConfig(beam=args.beam), device="cpu"))
     outputs: list[list[str]] = []
 
     def run_offline(grouped: bool) -> dict:

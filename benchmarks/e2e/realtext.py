@@ -11,7 +11,7 @@ test file, beam 4, |Y|^0.6 (`--lp power`: the penalty CTranslate2 has), batch 64
 CTranslate2's default patience 1, aiayn's `--beam-patience 1` (--beam-patience sets both):
 
     aiayn          `aiayn translate --precision P --lp power` as a user runs it: whole-process wall seconds and peak RSS
-    aiayn (in)     the same decoding in process (benchmarks/e2e/realtext.py inprocess): Translator.load, then
+    aiayn (in)     the same decoding in process (benchmarks/e2e/realtext.py inprocess): open_engine, then
                    translate_nbest timed alone: sentences/s
     ct2            CTranslate2 called directly (benchmarks/e2e/ct2_direct.py, torch never imported): one translate_batch
                    over the file, max_batch_size 64; whole process and in process
@@ -74,12 +74,13 @@ def inprocess(args: argparse.Namespace) -> None:
 
     import torch
 
+    from aiayn.decoding.engine import EngineOptions, open_engine
     from aiayn.decoding.search import PAPER_SEARCH
-    from aiayn.decoding.translator import Translator
 
     start = time.perf_counter()
     search = dataclasses.replace(PAPER_SEARCH, lp="power", beam_patience=args.beam_patience)
-    translator = Translator.load(args.run, search, args.precision, device="cpu", batch_size=args.batch_size)
+    translator = open_engine(args.run, EngineOptions(engine="aiayn", search=search, precision=args.precision,
+                                                    device="cpu", batch_size=args.batch_size))
     lines = Path(args.src).read_text(encoding="utf-8").splitlines()
     loaded = time.perf_counter()
     texts = [hyps[0].text for hyps in translator.translate_nbest(lines)]

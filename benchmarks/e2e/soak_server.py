@@ -34,8 +34,8 @@ from pathlib import Path
 import httpx
 import torch
 
+from aiayn.decoding.engine import EngineOptions, open_engine
 from aiayn.decoding.search import SearchConfig
-from aiayn.decoding.translator import Translator
 from benchmarks.e2e.load_server import REPO, Connection, cpu_model, start_server, tiny_run
 from benchmarks.timing import table
 
@@ -152,7 +152,8 @@ def main() -> None:
         checkpoint, lines = tiny_run(Path(tmp.name))
         what = "a tiny RANDOM model (no trained checkpoint found) on synthetic sentences"
     lines = list(dict.fromkeys(line for line in lines if line.strip()))[: args.sentences]
-    expect = dict(zip(lines, Translator.load(checkpoint, SearchConfig(beam=args.beam)).translate(lines)))
+    engine = open_engine(checkpoint, EngineOptions(search=SearchConfig(beam=args.beam), device="cpu"))
+    expect = dict(zip(lines, engine.translate(lines)))
 
     proc, port = start_server(checkpoint, ["--beam", str(args.beam), "--workers", args.workers])
     try:

@@ -22,8 +22,8 @@ import torch
 from aiayn import files, rundir
 from aiayn.config import PAPER_VOCAB, ModelConfig
 from aiayn.decoding.alignment import word_ids
+from aiayn.decoding.engine import EngineOptions, open_engine
 from aiayn.decoding.search import SearchConfig
-from aiayn.decoding.translator import Translator
 from aiayn.errors import UserError
 from aiayn.experiments import paper
 from aiayn.experiments.params import format_table as format_params
@@ -43,7 +43,7 @@ from aiayn.parsing.parse import Parser
 from aiayn.parsing.prepare import prepare_parse
 from aiayn.parsing.trees import iter_tree_strings
 from aiayn.quickstart import quickstart
-from aiayn.runtime import configure_process, resolve_device
+from aiayn.runtime import configure_process
 from aiayn.training import checkpoint as ckpt
 from aiayn.training.train import TrainConfig, resume, train
 from aiayn.viz.attention import attention_data, plot_lines, render_html
@@ -234,7 +234,8 @@ def _score_run(run: Path, n: int | None) -> dict[str, Any]:
     if (run / "test.hyp").is_file():
         hyps = files.read_lines(run / "test.hyp")
     else:
-        hyps = Translator.load(run).translate(files.read_lines(data / "test.src.txt")[:n])
+        engine = open_engine(run, EngineOptions(engine="aiayn", device="cpu"))
+        hyps = engine.translate(files.read_lines(data / "test.src.txt")[:n])
     refs = refs[:len(hyps)]
     bleu = corpus_bleu(hyps, refs)
     return {"bleu": bleu.score, "chrf": chrf(hyps, refs).score, "signature": bleu.signature,
@@ -245,7 +246,8 @@ def attention(ctx: Context, translation_section: dict[str, Any]) -> dict[str, An
     """The appendix's figures 3-5 from the translation model: encoder self-attention of the second layer from the
     top (the paper's layer 5 of 6: FIGURES_LAYER), drawn by aiayn.viz.attention as `aiayn attention` draws them."""
     run = Path(translation_section["run"])
-    translator = Translator.load(run, SearchConfig(beam=ctx.budget.attention_beam), device=resolve_device(ctx.device))
+    translator = open_engine(run, EngineOptions(engine="aiayn", search=SearchConfig(beam=ctx.budget.attention_beam),
+                                                device=ctx.device))
     images, lines, datas, ratios = [], [], {}, {}
     for name, (sentence, word, shows) in paper.FIGURES.items():
         data = datas.get(sentence) or attention_data(translator, None, sentence)
@@ -415,7 +417,8 @@ def train_parser(ctx: Context) -> Path:
     gold = list(iter_tree_strings(files.iter_lines(ctx.treebank / "dev.trees")))[:len(sentences)]
     t0 = time.time()
     search = SearchConfig(beam=o["beam"], alpha=o["alpha"], max_len_a=1.0, max_len_b=300)
-    trees = [t[0][0] if t else "" for t in Parser(Translator.load(run, search)).parse_nbest(sentences)]
+    parser = Parser(open_engine(run, EngineOptions(engine="aiayn", search=search, device="cpu")))
+    trees = [t[0][0] if t else "" for t in parser.parse_nbest(sentences)]
     seconds = time.time() - t0
     files.write_text(folder / "dev.trees", "\n".join(trees) + "\n")
     command = f"aiayn parse --checkpoint {run} --beam {o['beam']} --alpha {o['alpha']}"

@@ -1,0 +1,54 @@
+"""What every engine shares below the text: how long a source and a translation may be (`Limits`, the word cap
+written once: `word_cap`) and the length-sorted batches both engines cut (`length_sorted`). No torch.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from aiayn.config import SearchConfig
+
+
+@dataclass(frozen=True)
+class Limits:
+    """What an engine takes and gives: `input_tokens`, the most source tokens (subword tokens + EOS; longer inputs
+    are cut, with a warning); `words`, the most words any translation may have whatever the search asks (a
+    position table's rows less BOS), or None where positions are computed on demand (sinusoids in aiayn)."""
+
+    input_tokens: int
+    words: int | None
+
+    def word_limit(self, search: SearchConfig, tokens: int) -> int:
+        """The most words a translation of a source of `tokens` tokens (EOS included) may have under `search`."""
+        return search.word_limit(tokens, self.words)
+
+
+def word_cap(positions: int | None) -> int | None:
+    """The most words a translation may have when the decoder's positions come from a table of `positions` rows
+    (None: no table): BOS and the words each take a row, so words < rows."""
+    return None if positions is None else positions - 1
+
+
+def length_sorted(sources: Sequence[Sequence[int] | None], batch_size: int, longest_first: bool) -> list[list[int]]:
+    """Source indices in batches of `batch_size`, sorted by source length (less padding; ties in input order),
+    the longest first or last; None (a blank line) left out. aiayn's engine takes the longest first (the batch that
+    needs most memory runs first), CTranslate2's the shortest (with limit_batches' limits)."""
+    order = sorted((i for i, s in enumerate(sources) if s is not None), key=lambda i: len(sources[i]),
+                   reverse=longest_first)
+    return [order[start: start + batch_size] for start in range(0, len(order), batch_size)]
+
+
+def own_limits(sources: Sequence[Sequence[int] | None], search: SearchConfig, cap: int | None) -> dict[int, int]:
+    """{source index: its word limit int(a * x + b)} (x = tokens with EOS, raised to min_len, capped at `cap`), the
+    blank (None) sources left out: aiayn.decoding.search.max_output_lengths, in plain Python."""
+    return {i: search.word_limit(len(source), cap) for i, source in enumerate(sources) if source is not None}
+
+
+def limit_batches(sources: Sequence[Sequence[int] | None], search: SearchConfig, cap: int | None,
+                  batch_size: int) -> list[tuple[int, list[int]]]:
+    """(word limit, source indices) batches for an engine that takes one limit per call (CTranslate2): the
+    length-sorted batches, shortest first, each batch's limit the largest of its sentences' own (`own_limits`),
+    which a caller checks its outputs against."""
+    limits = own_limits(sources, search, cap)
+    return [(max(limits[i] for i in idx), idx) for idx in length_sorted(sources, batch_size, longest_first=False)]
