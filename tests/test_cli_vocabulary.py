@@ -2,11 +2,10 @@
 (aiayn.cli.common): --source-lang/--target-lang, --device (default auto), --out for a folder and --output for a file,
 --precision; every option has a help line. A flag that drifts (an old or new spelling, another default, its own help
 text) fails test_every_command_speaks_one_vocabulary; test_a_divergent_flag_is_caught shows that it would. A renamed
-flag keeps its old spelling for one release, hidden from --help, working, and warned about on stderr."""
+flag's old spelling is gone, not hidden: it is an error like any unknown flag."""
 
 import argparse
 import re
-from pathlib import Path
 
 import pytest
 
@@ -58,7 +57,7 @@ def problems(cmds: dict[str, argparse.ArgumentParser]) -> list[str]:
                 found.append(f"{where}: no help line")
             for opt in a.option_strings:
                 if opt in OLD_SPELLINGS:
-                    found.append(f"{where}: {opt} is the old spelling of {OLD_SPELLINGS[opt]} (hide it: add_old_name)")
+                    found.append(f"{where}: {opt} is the old spelling of {OLD_SPELLINGS[opt]}")
                 elif "lang" in opt and opt not in languages:
                     found.append(f"{where}: a language is --source-lang or --target-lang")
                 elif "device" in opt and opt != "--device":
@@ -116,41 +115,23 @@ def test_a_divergent_flag_is_caught():
         assert len(problems(bad)) >= 1, bad["new"]._actions[-1].option_strings
 
 
-# (argv, the old spelling, the value's dest, the value the new flag would give)
+# Spellings of flags that were renamed before the first release: none is accepted
 OLD_NAMES = [
-    (["prepare", "--tsv", "t.tsv", "--out", "d", "--src-lang", "en"], "--src-lang", "source_lang", "en"),
-    (["prepare", "--tsv", "t.tsv", "--out", "d", "--tgt-lang", "es"], "--tgt-lang", "target_lang", "es"),
-    (["evaluate", "--hyp", "h", "--ref", "r", "--lang", "de"], "--lang", "target_lang", "de"),
-    (["average", "--run", "r", "--out", "a.safetensors"], "--out", "output", "a.safetensors"),
-    (["plot", "r", "--out", "c.png"], "--out", "output", Path("c.png")),
-]
+    ["prepare", "--tsv", "t.tsv", "--out", "d", "--src-lang", "en"],
+    ["prepare", "--tsv", "t.tsv", "--out", "d", "--tgt-lang", "es"],
+    ["evaluate", "--hyp", "h", "--ref", "r", "--lang", "de"],
+]  # (average and plot --out: argparse's abbreviation of their --output, the same meaning)
 
 
-@pytest.mark.parametrize("argv, old, dest, value", OLD_NAMES, ids=[f"{a[0]} {o}" for a, o, _, _ in OLD_NAMES])
-def test_an_old_spelling_still_works_and_warns(argv, old, dest, value, capsys):
-    new = next(a.option_strings[0] for a in shown(commands()[argv[0]]) if a.dest == dest)
-    args = build_parser().parse_args(argv)
-    assert getattr(args, dest) == value
+@pytest.mark.parametrize("argv", OLD_NAMES, ids=[f"{a[0]} {a[-2]}" for a in OLD_NAMES])
+def test_an_old_spelling_is_an_error(argv, capsys):
+    assert main(argv) == 2
     err = capsys.readouterr().err
-    assert err.count("\n") == 1 and err.startswith("warning: ") and old in err and f"use {new}" in err
-    assert getattr(build_parser().parse_args([*argv[:-2], new, argv[-1]]), dest) == value
-    assert capsys.readouterr().err == ""
+    assert err.count("\n") == 1 and err.startswith("error: ") and argv[-2] in err
 
 
-def test_the_old_spellings_are_the_hidden_ones():
-    # every hidden spelling of a shown flag (same dest) is an old name tested above
+def test_no_flag_is_hidden():
+    """Every flag is in --help: no hidden second spelling of a flag."""
     hidden = {(name, opt) for name, p in commands().items() for a in p._actions if a.help == argparse.SUPPRESS
               for opt in a.option_strings if any(a.dest == b.dest for b in shown(p))}
-    assert hidden == {(argv[0], old) for argv, old, _, _ in OLD_NAMES}
-
-
-def test_old_spellings_through_main(tmp_path, capsys):
-    # evaluate --lang de: scored as --target-lang de (compound splitting); average --out: the file --output names
-    (tmp_path / "hyp").write_text("ein Haus\n")
-    (tmp_path / "ref.txt").write_text("ein Haus\n")
-    assert main(["evaluate", "--hyp", str(tmp_path / "hyp"), "--ref", str(tmp_path / "ref.txt"), "--lang", "de"]) == 0
-    got = capsys.readouterr()
-    assert "compound-split, lang de" in got.out and "--lang is deprecated" in got.err
-    assert main(["average", "--inputs", str(tmp_path / "no.safetensors"), "--out", str(tmp_path / "a")]) == 1
-    err = capsys.readouterr().err.splitlines()
-    assert "--out is deprecated" in err[0] and err[1].startswith("error: ") and "no.safetensors" in err[1]
+    assert not hidden

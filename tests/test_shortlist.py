@@ -216,12 +216,8 @@ def test_the_commands_build_use_and_refuse_shortlists(copy_data, tmp_path, capsy
     assert main([*translate, str(tmp_path / "s.st")]) == 0
     with_file = Translator(model, vocab, search, shortlist=load(tmp_path / "s.st")).translate(lines)
     assert (tmp_path / "out.txt").read_text().splitlines() == with_file != with_it
-    # --out FILE, its old spelling, still writes the file, with a warning
-    assert main(["shortlist", "--data", str(copy_data), "--out", str(tmp_path / "old.st"), "--per-source", "1",
-                 "--frequent", "0"]) == 0
-    assert "warning: --out FILE is deprecated" in capsys.readouterr().err
-    old = load(tmp_path / "old.st")
-    assert old.per_source.equal(load(tmp_path / "s.st").per_source) and old.frequent.numel() == 0
+    # --out names a run directory; a file is --output
+    one_error(["shortlist", "--data", str(copy_data), "--out", str(tmp_path / "old.st")], 2, "is not a run directory")
 
     one_error(["shortlist", "--output", str(tmp_path / "nothing.st")], 2, "--output FILE needs --data")
     one_error(["shortlist", "--out", str(tmp_path / "nothing")], 2, "is not a run directory")

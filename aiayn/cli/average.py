@@ -6,7 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from aiayn.cli.common import add_old_name, positive_int
+from aiayn.cli.common import positive_int
 from aiayn.errors import UsageError
 from aiayn.rundir import AVERAGED, checkpoint_paths
 from aiayn.training.checkpoint import average_checkpoints, save_weights
@@ -34,5 +34,5 @@ def register(sub) -> None:
     src.add_argument("--run", type=Path, help="run directory; its last --last step checkpoints are averaged")
     src.add_argument("--inputs", nargs="+", help="explicit checkpoint files to average")
     p.add_argument("--last", type=positive_int, default=5, help="how many of the newest checkpoints (default 5)")
-    add_old_name(p, "--out", p.add_argument("--output", metavar="FILE", help=f"output file (default RUN/{AVERAGED})"))
+    p.add_argument("--output", metavar="FILE", help=f"output file (default RUN/{AVERAGED})")
     p.set_defaults(func=average_command)

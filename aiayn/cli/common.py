@@ -4,15 +4,13 @@ Commands read text lines with aiayn.files.read_lines (a bad byte names the file,
 
 One vocabulary in every command (tests/test_cli_vocabulary.py holds them to it): --device (add_device_arg, default
 auto), --source-lang/--target-lang (add_language_args), --out for a folder and --output for a file, --precision for
-decoding's number format. A renamed flag keeps its old spelling for one release, hidden and warned about
-(add_old_name)."""
+decoding's number format."""
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
 import json
-import sys
 from collections.abc import Callable
 from typing import Any
 
@@ -55,30 +53,6 @@ positive_float = number(float, above=0)
 non_negative_float = number(float, low=0)
 
 
-def warn_old_name(old: str, new: str) -> None:
-    """The one-line warning of a flag's old spelling, kept for one release."""
-    print(f"warning: {old} is deprecated and goes in the next release; use {new}", file=sys.stderr)
-
-
-class _OldName(argparse.Action):
-    """A hidden old spelling of a flag: sets the new flag's value, with warn_old_name's line."""
-
-    def __init__(self, option_strings, dest, new: str, **kwargs):
-        super().__init__(option_strings, dest, **kwargs)
-        self.new = new
-
-    def __call__(self, parser, namespace, values, option_string=None):
-        warn_old_name(option_string, self.new)
-        setattr(namespace, self.dest, values)
-
-
-def add_old_name(p: argparse.ArgumentParser, old: str, new: argparse.Action) -> None:
-    """`old`: a spelling of the flag `new` (what add_argument returned) that still works for one release, hidden from
-    --help and warned about on stderr."""
-    p.add_argument(old, dest=new.dest, type=new.type, choices=new.choices, metavar=new.metavar, action=_OldName,
-                   new=new.option_strings[0], default=argparse.SUPPRESS, help=argparse.SUPPRESS)
-
-
 def add_device_arg(p: argparse.ArgumentParser, default: str = "auto") -> None:
     """--device, as every command that runs a model takes it (read with aiayn.runtime.resolve_device)."""
     p.add_argument("--device", default=default, help=f"{DEVICE_HELP} (default {default})")
@@ -90,7 +64,7 @@ LANGUAGE_HELP = ("ISO 639 code of the {side} language, e.g. {example} (default: 
 
 def add_language_args(p: argparse.ArgumentParser, source: bool = True) -> dict[str, argparse.Action]:
     """--source-lang (unless source=False) and --target-lang, as every command that takes a language spells and
-    explains them; {flag: its action}, for add_old_name."""
+    explains them; {flag: its action}."""
     sides = [("source", "en")] if source else []
     return {f"--{side}-lang": p.add_argument(f"--{side}-lang", metavar="CODE",
                                              help=LANGUAGE_HELP.format(side=side, example=example))

@@ -7,7 +7,7 @@ import argparse
 import os
 from pathlib import Path
 
-from aiayn.cli.common import add_device_arg, add_language_args, add_old_name, positive_int
+from aiayn.cli.common import add_device_arg, add_language_args, positive_int
 from aiayn.data import load_split
 from aiayn.data.vocab import MODEL_FILE
 from aiayn.errors import DataError, UsageError
@@ -153,7 +153,7 @@ def register(sub) -> None:
                    help="approximate randomization trials (default 10000)")
     p.add_argument("--seed", type=positive_int, default=12345,
                    help="seed of the paired test's resampling (default 12345, as sacreBLEU)")
-    add_old_name(p, "--lang", add_language_args(p, source=False)["--target-lang"])
+    add_language_args(p, source=False)
     p.add_argument("--no-compound-split", action="store_true", help="no ##AT## compound splitting for German")
     p.add_argument("--checkpoint", help="run directory or checkpoint file, for --data perplexity")
     p.add_argument("--data", help="prepared-data directory (aiayn prepare)")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from aiayn.cli.common import add_language_args, add_old_name, non_negative_int, number, positive_int
+from aiayn.cli.common import add_language_args, non_negative_int, number, positive_int
 from aiayn.config import PAPER_VOCAB
 from aiayn.data import prepare
 from aiayn.errors import UsageError
@@ -45,9 +45,7 @@ def register(sub) -> None:
     p.add_argument("--byte-fallback", action="store_true",
                    help="spell characters outside the vocabulary as their UTF-8 bytes instead of <unk>, so that a "
                         "rare character or emoji can come out unchanged (default off; docs/data.md)")
-    languages = add_language_args(p)
-    add_old_name(p, "--src-lang", languages["--source-lang"])
-    add_old_name(p, "--tgt-lang", languages["--target-lang"])
+    add_language_args(p)
     for split in ("valid", "test"):
         p.add_argument(f"--{split}-src", help=f"{split} source text")
         p.add_argument(f"--{split}-tgt", help=f"{split} target text")

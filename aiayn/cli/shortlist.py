@@ -7,7 +7,7 @@ import argparse
 from pathlib import Path
 
 from aiayn import rundir
-from aiayn.cli.common import non_negative_int, warn_old_name
+from aiayn.cli.common import non_negative_int
 from aiayn.data.folder import read_meta
 from aiayn.decoding.shortlist import FREQUENT, PER_SOURCE, build_from_prepared
 from aiayn.errors import DataError, UsageError
@@ -17,11 +17,8 @@ from aiayn.files import check_output_path, sha256_file
 def shortlist_command(args: argparse.Namespace) -> int:
     data, output = args.data, args.output
     if args.out is not None and not Path(args.out).is_dir():
-        if data is None:
-            raise UsageError(f"{args.out} is not a run directory; to write the shortlist to a file, give --output FILE "
-                             "and --data (the prepared data to count)")
-        warn_old_name("--out FILE", "--output FILE")  # --out's old meaning: a file, kept for one release
-        output = args.out
+        raise UsageError(f"--out {args.out} is not a run directory; to write the shortlist to a file, give --output "
+                         "FILE and --data (the prepared data to count)")
     if output is not None:
         if data is None:
             raise UsageError("--output FILE needs --data (the prepared data to count)")

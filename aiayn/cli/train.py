@@ -8,7 +8,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from aiayn.cli.common import add_dataclass_args, add_old_name, add_progress_arg, given_fields, model_overrides
+from aiayn.cli.common import add_dataclass_args, add_progress_arg, given_fields, model_overrides
 from aiayn.config import PRESETS, ModelConfig
 from aiayn.errors import UsageError
 from aiayn.extras import require
@@ -122,6 +122,5 @@ def register(sub) -> None:
 
     pl = sub.add_parser("plot", help="plot the training curves of a run directory to a PNG")
     pl.add_argument("run", type=Path, help="run directory (its log.jsonl)")
-    add_old_name(pl, "--out", pl.add_argument("--output", type=Path, metavar="FILE",
-                                              help="output image file (default RUN/curves.png)"))
+    pl.add_argument("--output", type=Path, metavar="FILE", help="output image file (default RUN/curves.png)")
     pl.set_defaults(func=plot)

@@ -28,7 +28,7 @@ echo "parallel half: $half pairs; target-only half: $(wc -l < $R/mono.de) German
 prep() {  # prep OUT_DIR SRC TGT [--vocab V]: a training set with Multi30k's dev and test sets in its direction
   local out=$1 src=$2 tgt=$3; shift 3
   local s=${src##*.} t=${tgt##*.}
-  [ -f $out/meta.json ] || aiayn prepare --src $src --tgt $tgt --src-lang $s --tgt-lang $t \
+  [ -f $out/meta.json ] || aiayn prepare --src $src --tgt $tgt --source-lang $s --target-lang $t \
       --valid-src $M/val.$s --valid-tgt $M/val.$t --test-src $M/test_2016_flickr.$s --test-tgt $M/test_2016_flickr.$t \
       --out $out "$@"
 }
@@ -53,7 +53,7 @@ done
 echo "== the reverse model (German->English, parallel half), test2016"
 aiayn translate --checkpoint $OUT/reverse --input $OUT/data-reverse/test.src.txt --output $OUT/reverse/test.hyp --no-progress \
     --no-split-sentences
-aiayn evaluate --hyp $OUT/reverse/test.hyp --ref $OUT/data-reverse/test.tgt.txt --lang en
+aiayn evaluate --hyp $OUT/reverse/test.hyp --ref $OUT/data-reverse/test.tgt.txt --target-lang en
 echo "== a few back-translations (German source, beam, sampled)"
 paste -d '\n' <(head -3 $R/mono.de) <(head -3 $R/mono.beam.en) <(head -3 $R/mono.sampled.en)
 
@@ -62,5 +62,5 @@ for kind in parallel beam sampled; do
   aiayn translate --checkpoint $OUT/mt-$kind --input $OUT/data-parallel/test.src.txt --output $OUT/mt-$kind/test.hyp \
       --no-progress --no-split-sentences
   echo "== English->German on $kind: test2016 ($(tail -1 $OUT/mt-$kind/log.jsonl | cut -c1-60)...)"
-  aiayn evaluate --hyp $OUT/mt-$kind/test.hyp --ref $OUT/data-parallel/test.tgt.txt --lang de
+  aiayn evaluate --hyp $OUT/mt-$kind/test.hyp --ref $OUT/data-parallel/test.tgt.txt --target-lang de
 done

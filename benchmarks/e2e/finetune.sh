@@ -51,7 +51,7 @@ for run in tuned scratch; do
     aiayn translate --checkpoint $ckpt --input $OUT/data-m30k/test.src.txt --output $OUT/$run/test.$pick.hyp --no-progress \
       --no-split-sentences
     echo "== $run $pick ($(basename $ckpt)): test2016"
-    aiayn evaluate --hyp $OUT/$run/test.$pick.hyp --ref $OUT/data-m30k/test.tgt.txt --lang de
+    aiayn evaluate --hyp $OUT/$run/test.$pick.hyp --ref $OUT/data-m30k/test.tgt.txt --target-lang de
   done
   python - $OUT/$run/log.jsonl <<'PY'
 import json, sys
