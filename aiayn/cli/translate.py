@@ -20,6 +20,7 @@ from aiayn.config import SEARCH_IMPLS
 from aiayn.decoding.alignment import format_alignment
 from aiayn.decoding.engine import ENGINES, EngineOptions, open_engine
 from aiayn.decoding.lines import SCORE_KINDS, join_lines, score_columns, split_lines, split_prefixes, token_scores
+from aiayn.documents.command import check_document_args, is_document, translate_file_command
 from aiayn.errors import UsageError
 from aiayn.files import atomic_text_output, check_output_path, line_buffers, read_lines
 
@@ -32,6 +33,9 @@ def translate_command(args: argparse.Namespace) -> int:
         check_output_path(args.output)  # before the work, not after it
     prefix_lines = read_lines(args.prefix) if args.prefix else None
     options = engine_options(args, search, prefixes=prefix_lines is not None)
+    if is_document(args.input):  # .docx, .srt ...: translated whole in its own format (docs/documents.md)
+        check_document_args(args)
+        return translate_file_command(args, open_engine(args.checkpoint, replace(options, alignments=True)))
     engine = open_engine(args.checkpoint, options)  # a feature the engine lacks: its one error, before loading
     glossary = None
     if args.glossary:
@@ -96,7 +100,9 @@ def register(sub) -> None:
     p.add_argument("--engine", choices=ENGINES, default="aiayn",
                    help="ct2: decode with CTranslate2 (needs --lp power: its length penalty is |Y|^alpha; "
                         "--precision bf16/int8 pick its compute type, fp32 keeps the exported one); default aiayn")
-    p.add_argument("--input", help="input file (default: stdin); a progress bar is shown for files")
+    p.add_argument("--input", help="input file (default: stdin); a progress bar is shown for files; a document "
+                                   "(.docx .pptx .odt .odp .epub .srt .md .html) is translated whole into --output "
+                                   "in its own format (docs/documents.md)")
     p.add_argument("--output", help="output file (default: stdout); written whole or not at all")
     p.add_argument("--batch-size", type=positive_int, default=64, help="sentences per batch (default 64)")
     p.add_argument("--buffer-size", type=positive_int, default=None,

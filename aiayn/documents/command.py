@@ -1,7 +1,8 @@
 """`aiayn translate --input report.docx --output report.es.docx`: a document translated by the command's engine.
 
-aiayn/cli/translate.py calls is_document(args.input) and, when it is one, translate_file_command(args, engine)
-with the engine it opened (any engine with translate_nbest; alignments where it gives them). A .txt input stays the
+aiayn/cli/translate.py asks is_document(args.input) and, when it is one, check_document_args(args) (before loading a
+model) and translate_file_command(args, engine) with the engine it opened with alignments (any engine with
+translate_nbest). A .txt input stays the
 command's own line-by-line job; every other format of aiayn.documents.FORMATS is a document.
 """
 
@@ -30,11 +31,9 @@ _LINE_ONLY = {"print_alignment": "--print-alignment", "print_scores": "--print-s
               "buffer_size": "--buffer-size", "glossary": "--glossary"}
 
 
-def translate_file_command(args: argparse.Namespace, engine) -> int:
-    """Translate the document args.input into args.output (same format, written whole) with `engine`. Languages:
-    --source-lang/--target-lang where the command has them, else the pair the model's run records."""
-    from aiayn.documents.document import format_of, translate_document
-    from aiayn.markup.engines import translate_fn
+def check_document_args(args: argparse.Namespace) -> None:
+    """The flags a document cannot take, refused in one line before any model is loaded."""
+    from aiayn.documents.document import format_of
 
     if args.output in (None, "-"):
         raise UsageError(f"--input {args.input}: a document is written whole to a file: give --output FILE"
@@ -45,6 +44,16 @@ def translate_file_command(args: argparse.Namespace, engine) -> int:
     if getattr(args, "nbest", 1) not in (None, 1):
         raise UsageError(f"--nbest is for text translated line by line, not for a document ({args.input})")
     format_of(args.input)
+
+
+def translate_file_command(args: argparse.Namespace, engine) -> int:
+    """Translate the document args.input into args.output (same format, written whole) with `engine` (opened with
+    alignments, where it gives them). Languages: --source-lang/--target-lang where the command has them, else the
+    pair the model's run records."""
+    from aiayn.documents.document import translate_document
+    from aiayn.markup.engines import translate_fn
+
+    check_document_args(args)
     source, target = _languages(args)
     chars = translate_document(args.input, args.output, translate_fn(engine), source, target)
     if not getattr(args, "no_progress", False):
