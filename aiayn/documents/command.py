@@ -48,8 +48,8 @@ def check_document_args(args: argparse.Namespace) -> None:
 
 def translate_file_command(args: argparse.Namespace, engine) -> int:
     """Translate the document args.input into args.output (same format, written whole) with `engine` (opened with
-    alignments, where it gives them). Languages: --source-lang/--target-lang where the command has them, else the
-    pair the model's run records."""
+    alignments, where it gives them). Languages: the pair the model's run records (--source-lang/--target-lang where
+    a caller's args have them)."""
     from aiayn.documents.document import translate_document
     from aiayn.markup.engines import translate_fn
 
@@ -73,5 +73,6 @@ def _languages(args: argparse.Namespace) -> tuple[str, str]:
     pair = run_languages(checkpoint)
     if pair is None:
         raise UsageError(f"{checkpoint}: its run records no language pair, which a document needs (sentence rules, "
-                         "the language written into the file); give --source-lang and --target-lang")
+                         "the language written into the file); record it with aiayn prepare (or aiayn import) "
+                         "--source-lang/--target-lang")
     return source or pair[0], target or pair[1]
