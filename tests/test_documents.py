@@ -477,3 +477,16 @@ def test_characters_xml_cannot_hold_are_dropped_from_translations(tmp_path):
         translate_document(src, out, odd, "en", "es")
         texts = [b.text for b in open_document(out).blocks]  # the output parses again
         assert any(t.startswith("X Y ") for t in texts) and not any("\x0b" in t or "\ud800" in t for t in texts)
+
+
+def test_markdown_and_subtitles_drop_elements_left_empty(tmp_path):
+    """A translation may align no word to an emphasis: Markdown writes no empty ** ** pair (nor an empty link), an
+    image keeps its place; a subtitle writes no empty <i></i>."""
+    from aiayn.documents.blocks import Node
+    from aiayn.documents.markdown import render_markdown
+    from aiayn.documents.srt import render_srt
+
+    empty_bold = Node(Span(0, 0, "wrap", ("md", "**", "**")))
+    image = Node(Span(0, 0, "wrap", ("md", "![", "](a.png)")))
+    assert render_markdown(["A ", empty_bold, "B ", image]) == "A B ![](a.png)"
+    assert render_srt(["Hi ", Node(Span(0, 0, "wrap", ("tag", "<i>", "</i>"))), "there"]) == "Hi there"

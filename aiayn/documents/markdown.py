@@ -146,8 +146,10 @@ def render_markdown(items: list) -> str:
             continue
         key = item.span.key if isinstance(item, Node) and isinstance(item.span.key, tuple) else ("",)
         inner = render_markdown(item.children)
-        if key[0] == "md":
+        if key[0] == "md" and (inner.strip() or key[1] == "!["):  # an emphasis or link left empty is dropped
             out.append(key[1] + inner + key[2])
+        elif key[0] == "md":
+            out.append(inner)
         elif key[0] == "code":
             pad = " " if inner.startswith("`") or inner.endswith("`") else ""
             out.append(key[1] + pad + inner + pad + key[1])

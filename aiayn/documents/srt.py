@@ -78,7 +78,8 @@ def render_srt(items: list) -> str:
         if isinstance(item, str):
             out.append(item)
         elif isinstance(item, Node) and isinstance(item.span.key, tuple) and item.span.key[0] == "tag":
-            out.append(item.span.key[1] + render_srt(item.children) + item.span.key[2])
+            inner = render_srt(item.children)  # a tag left around nothing is dropped
+            out.append(item.span.key[1] + inner + item.span.key[2] if inner.strip() else inner)
         elif isinstance(item, Node) and isinstance(item.span.key, tuple) and item.span.key[0] == "raw":
             out.append(item.span.key[1])
         else:
