@@ -6,10 +6,9 @@ import argparse
 from pathlib import Path
 
 from aiayn.cli.common import add_device_arg, add_precision_arg, add_search_args, non_negative_int, search_config
-from aiayn.decoding.translator import Translator
+from aiayn.decoding.engine import EngineOptions, open_engine
 from aiayn.errors import UsageError
 from aiayn.extras import require
-from aiayn.runtime import resolve_device
 
 
 def parse_heads(text: str | None) -> list[int] | None:
@@ -27,8 +26,8 @@ def attention_command(args: argparse.Namespace) -> int:
     from aiayn.viz.attention import attention_data, write_all
 
     heads = parse_heads(args.heads)
-    translator = Translator.load(args.checkpoint, search_config(args), args.precision,
-                                 device=resolve_device(args.device))
+    translator = open_engine(args.checkpoint, EngineOptions(engine="aiayn", search=search_config(args),
+                                                            precision=args.precision, device=args.device))
     data = attention_data(translator, None, args.src, args.tgt)
     files = write_all(data, Path(args.out), args.layer, heads)
     print(f"source: {data['src']}")

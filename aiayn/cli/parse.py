@@ -14,7 +14,6 @@ from aiayn.cli.common import (
     search_config,
 )
 from aiayn.files import atomic_text_output, check_output_path, read_lines
-from aiayn.runtime import resolve_device
 
 
 def prepare_command(args: argparse.Namespace) -> int:
@@ -25,13 +24,14 @@ def prepare_command(args: argparse.Namespace) -> int:
 
 
 def parse_command(args: argparse.Namespace) -> int:
-    from aiayn.decoding.translator import Translator
+    from aiayn.decoding.engine import EngineOptions, open_engine
     from aiayn.parsing.parse import Parser
 
     if args.output not in (None, "-"):
         check_output_path(args.output)  # before the work, not after it
-    parser = Parser(Translator.load(args.checkpoint, search_config(args), args.precision,
-                                    device=resolve_device(args.device), batch_size=args.batch_size))
+    parser = Parser(open_engine(args.checkpoint, EngineOptions(engine="aiayn", search=search_config(args),
+                                                               precision=args.precision, device=args.device,
+                                                               batch_size=args.batch_size)))
     lines = read_lines(args.input)  # a bad byte names the file (or stdin) and the line
     nbests = parser.parse_nbest(lines, progress=args.input not in (None, "-") and not args.no_progress,
                                 constrained=not args.no_constraint)
