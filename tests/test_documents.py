@@ -490,3 +490,16 @@ def test_markdown_and_subtitles_drop_elements_left_empty(tmp_path):
     image = Node(Span(0, 0, "wrap", ("md", "![", "](a.png)")))
     assert render_markdown(["A ", empty_bold, "B ", image]) == "A B ![](a.png)"
     assert render_srt(["Hi ", Node(Span(0, 0, "wrap", ("tag", "<i>", "</i>"))), "there"]) == "Hi there"
+
+
+def test_an_element_around_a_whole_block_stays_around_the_whole_translation():
+    """A link that is a whole table-of-contents entry, or a bold paragraph, holds the whole translation, its
+    punctuation included, even where the alignment leaves a word outside it."""
+    from aiayn.documents.blocks import whole_stays_whole
+
+    source = Block("The first chapter", [Span(0, 17, "wrap", "a"), Span(4, 9, "wrap", "b")])
+    out = whole_stays_whole(source, Block("El primer capítulo,", [Span(0, 18, "wrap", "a"), Span(3, 9, "wrap", "b")]))
+    assert out.spans == [Span(0, 19, "wrap", "a"), Span(3, 9, "wrap", "b")]
+    cut = Block("Uno. Dos.", [Span(0, 4, "wrap", "a"), Span(5, 9, "wrap", "a")])  # cut at a sentence end: as it is
+    assert whole_stays_whole(Block("One. Two.", [Span(0, 9, "wrap", "a")]), cut) == cut
+    assert whole_stays_whole(Block("A b", [Span(2, 3, "wrap", "b")]), Block("X y", [])) == Block("X y", [])

@@ -110,8 +110,33 @@ def translate_all(blocks: Sequence[Block], translate: Translate, source_lang: st
         if any(ch.isalnum() for ch in b.text):  # numbers, URLs, symbols come back exactly (keep spans)
             unique.setdefault(_identity(b), Block(b.text, with_protected(b.text, b.spans)))
     todo = list(unique.values())
-    done = dict(zip(unique, translate_blocks(todo, translate, source_lang))) if todo else {}
+    translated = [whole_stays_whole(src, out) for src, out in zip(todo, translate_blocks(todo, translate, source_lang))]
+    done = dict(zip(unique, translated))
     return [done.get(_identity(b), b) for b in blocks]
+
+
+def whole_stays_whole(source: Block, translation: Block) -> Block:
+    """An element that held the whole text of its block (a bold paragraph, a link that is a whole table-of-contents
+    entry) holds the whole translation too, its punctuation included: nothing is left beside it (EPUB's navigation
+    document allows no text beside an entry's link)."""
+    lo, hi = _trimmed(source.text)
+    whole = [repr(s.key) for s in source.spans if s.kind == "wrap" and s.start <= lo and hi <= s.end and lo < hi]
+    if not whole:
+        return translation
+    tlo, thi = _trimmed(translation.text)
+    keys = [repr(s.key) for s in translation.spans]
+    outer, rest = [], []
+    for span in translation.spans:
+        if repr(span.key) in whole and keys.count(repr(span.key)) == 1:  # (one piece: not cut at a sentence end)
+            outer.append(Span(min(span.start, tlo), max(span.end, thi), span.kind, span.key, span.text))
+        else:
+            rest.append(span)
+    return Block(translation.text, outer + rest) if outer else translation
+
+
+def _trimmed(text: str) -> tuple[int, int]:
+    """Where a text's first and last non-space characters lie (start, end)."""
+    return len(text) - len(text.lstrip()), len(text.rstrip())
 
 
 def _identity(b: Block) -> tuple[str, str]:
