@@ -81,3 +81,20 @@ def test_one_word_cap_and_length_sorted_batches():
     assert length_sorted(sources, 2, longest_first=True) == [[3, 0], [4, 2]]  # ties in input order
     assert length_sorted(sources, 2, longest_first=False) == [[2, 0], [4, 3]]
     assert limit_batches(sources, search, 7, 2) == [(7, [2, 0]), (7, [4, 3])]
+
+
+def test_both_engines_offer_the_protocol_with_one_signature():
+    import inspect
+
+    from aiayn.decoding.ct2 import CT2Translator
+    from aiayn.decoding.engine import Engine
+    from aiayn.decoding.translator import Translator
+
+    for name in ("translate_nbest", "translate", "limits", "unsupported", "weight_bytes"):
+        want = list(inspect.signature(getattr(Engine, name)).parameters)
+        for cls in (Translator, CT2Translator):
+            got = list(inspect.signature(getattr(cls, name)).parameters)
+            if name == "translate":  # (self, lines, ...) and a progress keyword
+                assert got[:2] == want[:2] and "progress" in got, (cls.__name__, got)
+            else:
+                assert got[: len(want)] == want, (cls.__name__, name, got)

@@ -130,11 +130,12 @@ class CT2Translator:
         return [[Translation(vocab.decode(ids), score, ids, (), self._links(sources[n], ids, attn) if alignments
                              else None) for ids, score, attn in hs] for n, hs in enumerate(hyps)]
 
-    def translate(self, lines: Sequence[str], search: SearchConfig | None = None, **options) -> list[str]:
+    def translate(self, lines: Sequence[str], search: SearchConfig | None = None, progress: bool = False,
+                  **options) -> list[str]:
         """The best translation of each line; search and options (batch_size, max_input_len, patience), where given,
         replace the engine's own for this call."""
         engine = self if search is None and not options else self.using(search, **options)
-        return [hyps[0].text for hyps in engine.translate_nbest(lines)]
+        return [hyps[0].text for hyps in engine.translate_nbest(lines, progress)]
 
     def using(self, search: SearchConfig | None = None, **options) -> CT2Translator:
         """The same loaded model decoding with another `search` and options (batch_size, max_input_len, patience)."""

@@ -71,8 +71,8 @@ class Engine(Protocol):
         text each line's translations start with; first_line: lines[0]'s number in the whole input (sampling's
         seeds); glossary: terms the translations must hold; alignments: fill each Translation's `alignment`."""
 
-    def translate(self, lines: Sequence[str]) -> list[str]:
-        """The best translation of each line."""
+    def translate(self, lines: Sequence[str], *, progress: bool = False) -> list[str]:
+        """The best translation of each line (progress: a keyword in every engine)."""
 
     def limits(self) -> Limits:
         """The longest source it takes and the most words any translation may have."""
