@@ -169,3 +169,12 @@ def test_process_settings_are_applied_in_one_place():
                    and any(getattr(c.func, "id", getattr(c.func, "attr", "")) == "configure_process"
                            for c in ast.walk(f) if isinstance(c, ast.Call))}
         assert through == functions, path
+
+
+def test_the_top_level_holds_the_concepts_a_reader_needs():
+    """At most 24 modules at the top of the package (__init__ and __main__ included): decoding and training code
+    lives in aiayn/decoding/ and aiayn/training/, whose __init__ import nothing (a command loads what it runs)."""
+    assert len(list(PACKAGE.glob("*.py"))) <= 24
+    for sub in ("decoding", "training"):
+        tree = ast.parse((PACKAGE / sub / "__init__.py").read_text(encoding="utf-8"))
+        assert not [n for n in ast.walk(tree) if isinstance(n, (ast.Import, ast.ImportFrom))], sub
