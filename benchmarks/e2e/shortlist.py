@@ -33,7 +33,8 @@ import torch
 
 from aiayn.config import BOS_ID, EOS_ID, PAD_ID, ModelConfig
 from aiayn.data import Vocab
-from aiayn.decoding.ct2 import VMAP_FILE, CT2Translator
+from aiayn.decoding.ct2 import VMAP_FILE
+from aiayn.decoding.engine import EngineOptions, open_engine
 from aiayn.decoding.search import SearchConfig
 from aiayn.decoding.shortlist import SPECIALS, Shortlist, build_from_prepared, coverage
 from aiayn.decoding.translator import Translator, padded
@@ -86,8 +87,9 @@ def _engines(args: argparse.Namespace, shortlist: Shortlist, src: list[str], ref
             short = Translator(full.model, vocab, search, w, batch_size=args.batch_size, shortlist=shortlist)
             engines[f"aiayn {w}", False], engines[f"aiayn {w}", True] = full.translate, short.translate
             for vmap in (False, True):
-                ct2 = CT2Translator(folder, threads=args.threads, use_vmap=vmap)
-                engines[f"CTranslate2 {w}", vmap] = lambda x, c=ct2: c.translate(x, search, batch_size=args.batch_size)
+                ct2 = open_engine(folder, EngineOptions(engine="ct2", search=search, threads=args.threads,
+                                                        shortlist=vmap, device="cpu", batch_size=args.batch_size))
+                engines[f"CTranslate2 {w}", vmap] = ct2.translate
         runs = {key: (lambda run=run: run(src)) for key, run in engines.items()}
         t = compare(runs, repeats=args.reps, warmup=0, each=lambda key, rep, seconds: print(
             f"rep {rep + 1} {key[0]:18s} {'shortlist' if key[1] else 'full':9s} {seconds:7.2f} s", flush=True))
