@@ -58,6 +58,7 @@ def test_docx_runs_links_fields_and_changes(tmp_path):
         assert t[1] == t[1].strip() or 'xml:space="preserve"' in t[0]
     assert "FOOTNOTE" in read_entry(out, "word/footnotes.xml")
     assert 'w:val="es"' in read_entry(out, "word/styles.xml")
+    assert '<w:themeFontLang w:val="es"' in read_entry(out, "word/settings.xml")
     assert d.sections[0].header.paragraphs[0].text == "LINE. HEADER THE"
 
 

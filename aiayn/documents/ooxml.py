@@ -87,12 +87,20 @@ class OfficeDocument:
         for name, tree in self.trees.items():
             set_language(tree.getroot(), target_lang)
             self.entries[name] = serialize_xml(tree)
-        for name, setter in (("word/styles.xml", _word_default_language), ("ppt/presentation.xml", set_language)):
+        for name, setter in (("word/styles.xml", _word_default_language), ("word/settings.xml", _theme_language),
+                             ("ppt/presentation.xml", set_language)):
             if name in self.entries:
                 tree = parse_xml(self.entries[name], f"{self.path}: {name}")
                 setter(tree.getroot(), target_lang)
                 self.entries[name] = serialize_xml(tree)
         write_zip(path_out, self.infos, self.entries)
+
+
+def _theme_language(settings, lang: str) -> None:
+    """settings.xml: the language Word picks theme fonts for (w:themeFontLang's w:val) becomes the target's."""
+    for node in settings.iter(f"{{{W}}}themeFontLang"):
+        if node.get(f"{{{W}}}val") is not None:
+            node.set(f"{{{W}}}val", lang)
 
 
 def _word_default_language(styles, lang: str) -> None:
