@@ -35,6 +35,7 @@ class LayerCache:
     Cross-attention: computed once per source sentence and shared by all rows (beams) of it."""
 
     length: int = 0  # target positions held
+    rows: int = 0  # decoder rows held (time-major: the buffer may have room for more, left by an in-place reorder)
     keys: Tensor | None = None  # self-attention: (T, N, h, dk) time-major, or (N, h, t, dk) concatenated
     values: Tensor | None = None  # (T, N, h, dv) or (N, h, t, dv)
     time_major: bool | None = None  # None: chosen at the first step as above
@@ -71,36 +72,41 @@ class LayerCache:
                 k, v = torch.cat([self.keys, k], dim=2), torch.cat([self.values, v], dim=2)
             self.keys, self.values, self.length = k, v, end
             return k, v
+        self.rows = k.size(0)
         if self.keys is None or end > self.keys.size(0):  # grow: double the room (at least 16 positions)
             room = max(end, 2 * self.length, 16)
             self.keys = _time_major(self.keys, self.length, k, room)
             self.values = _time_major(self.values, self.length, v, room)
-        self.keys[self.length: end] = k.permute(2, 0, 1, 3)
-        self.values[self.length: end] = v.permute(2, 0, 1, 3)
+        self.keys[self.length: end, : self.rows] = k.permute(2, 0, 1, 3)
+        self.values[self.length: end, : self.rows] = v.permute(2, 0, 1, 3)
         self.length = end
         return self._self_attention_view()
 
     def _self_attention_view(self) -> tuple[Tensor, Tensor]:
         if not self.time_major:
             return self.keys, self.values
-        return self.keys[: self.length].permute(1, 2, 0, 3), self.values[: self.length].permute(1, 2, 0, 3)
+        keys, values = self.keys[: self.length, : self.rows], self.values[: self.length, : self.rows]
+        return keys.permute(1, 2, 0, 3), values.permute(1, 2, 0, 3)
 
     def reorder(self, rows: Tensor, sentences: Tensor | None = None, spares: dict | None = None,
-                moved: Tensor | None = None) -> None:
+                copies: tuple[Tensor, Tensor] | None = None) -> None:
         """Keep rows `rows` (and source sentences `sentences`). spares: the free time-major buffers a reorder copies
-        into (`_rows_into`), shared by the layers. moved: where rows keep their number (beam search between two
-        steps of the same sentences), the rows r whose rows[r] != r (`moved_rows`): only those are copied, in place,
-        when they are few."""
+        into (`_rows_into`), shared by the layers. copies: the (position, row) entries to copy, as flat indices into
+        the time-major past (position * the buffer's rows + row), destinations and sources (entries_to_copy): only
+        those are copied, in place (the rows kept come first; the buffer keeps its room for the rows left)."""
         if self.keys is not None and not self.time_major:
             self.keys, self.values = self.keys.index_select(0, rows), self.values.index_select(0, rows)
-        elif self.keys is not None and moved is not None and _in_place(self.keys, moved):
-            for buf in (self.keys, self.values):  # the moved rows' sources read before any is overwritten
-                past = buf[: self.length]
-                past.index_copy_(1, moved, past.index_select(1, rows[moved]))
+        elif self.keys is not None and copies is not None:
+            into, source = copies
+            for buf in (self.keys, self.values):  # every source read before any entry is overwritten
+                past = buf[: self.length].view(-1, *buf.shape[2:])  # (length * N, h, d)
+                past.index_copy_(0, into, past.index_select(0, source))
+            self.rows = rows.numel()
         elif self.keys is not None:  # one copy of the past into a spare buffer, which then holds the cache
             spares = {} if spares is None else spares
             self.keys = _rows_into(self.keys, rows, self.length, spares)
             self.values = _rows_into(self.values, rows, self.length, spares)
+            self.rows = rows.numel()
         if sentences is not None and self.cross_k is not None:
             self.cross_k = self.cross_k.index_select(0, sentences)
             self.cross_v = self.cross_v.index_select(0, sentences)
@@ -144,18 +150,21 @@ def by_sentence(attention, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None,
     return out.view(b, h, group, n, -1).transpose(1, 2).reshape(b * group, h, n, -1)  # (B*g, h, n, dv)
 
 
-def moved_rows(rows: Tensor, n_rows: int) -> Tensor | None:
-    """For a reorder keeping `rows` (N',) of n_rows rows: the r whose rows[r] != r where N' == n_rows (None where the
-    rows change in number: every row moves)."""
-    if rows.numel() != n_rows:
+def entries_to_copy(rows: Tensor, shared: Tensor, length: int, stride: int) -> tuple[Tensor, Tensor] | None:
+    """A reorder that keeps `rows` (N',) of the N rows held, N' <= N, whose first `length` positions rows i and j
+    hold as copies of the same keys/values for shared[i, j] positions (N, N), in a time-major buffer with room for
+    `stride` rows: the (position, row) entries that change, as flat indices (position * stride + row) to write and
+    to read, (E,) each; None where copying them in place (out, then in: twice their bytes) would move more than
+    copying every entry once into the spare buffer. Row i takes row rows[i]'s past, of which its first
+    shared[i, rows[i]] positions are already the same: a beam that keeps its parent copies nothing, one that takes a
+    sibling's prefix only the positions since they parted, a row kept in its place when others leave nothing."""
+    n = rows.numel()
+    same = shared[:n].gather(1, rows[:, None]).squeeze(1)  # (N',) leading positions row i already holds
+    change = torch.arange(length, device=rows.device)[:, None] >= same[None, :]  # (length, N')
+    position, row = change.nonzero(as_tuple=True)  # (E,) each, position-major
+    if 2 * position.numel() > length * n:
         return None
-    return rows.ne(torch.arange(n_rows, device=rows.device)).nonzero().squeeze(1)
-
-
-def _in_place(buf: Tensor, moved: Tensor) -> bool:
-    """Whether moving `moved` rows of the time-major buffer `buf` in place (copying them twice: out, then in) beats
-    copying every row once into the spare; and whether in place is allowed (no graph being recorded)."""
-    return 2 * moved.numel() <= buf.size(1) and not (torch.is_grad_enabled() and buf.requires_grad)
+    return position * stride + row, position * stride + rows[row]
 
 
 def _rows_into(buf: Tensor, rows: Tensor, length: int, spares: dict) -> Tensor:
@@ -179,7 +188,7 @@ def _time_major(old: Tensor | None, length: int, like: Tensor, room: int) -> Ten
     n, h, _, d = like.shape
     buf = like.new_empty((room, n, h, d))
     if old is not None:
-        buf[:length] = old[:length]
+        buf[:length] = old[:length, :n]
     return buf
 
 
@@ -194,16 +203,29 @@ class DecoderCache:
     layers: list[LayerCache] = field(default_factory=list)
     length: int = 0  # target positions already cached
     spares: dict = field(default_factory=dict)  # a free time-major buffer per kind, for reorders (_rows_into)
+    shared: Tensor | None = None  # (N, N) int32: leading positions rows i and j hold as copies of the same keys/values
 
     def reorder(self, rows: Tensor, sentences: Tensor | None = None) -> None:
         """Keep decoder rows `rows` (LongTensor (N',)), in that order; and source sentences `sentences`
         (LongTensor (B',)) when the set of sentences changes (None: the same sentences as before)."""
         first = self.layers[0] if self.layers else None
-        moved = None
-        if sentences is None and first is not None and first.keys is not None and first.time_major:
-            moved = moved_rows(rows, first.keys.size(1))  # the same for every layer: found once
+        copies = None
+        if first is not None and first.keys is not None and first.time_major and not first.keys.requires_grad:
+            shared = self.shared_positions(first.rows, rows.device)
+            if rows.numel() <= first.rows:  # the same for every layer: found once
+                copies = entries_to_copy(rows, shared, self.length, first.keys.size(1))
+            self.shared = shared[rows][:, rows]  # new rows i, j share what their sources did
         for layer in self.layers:
-            layer.reorder(rows, sentences, self.spares, moved)
+            layer.reorder(rows, sentences, self.spares, copies)
+
+
+    def shared_positions(self, n: int, device: torch.device | None = None) -> Tensor:
+        """(n, n) int32: for rows i and j of the n in the cache, how many leading positions they hold as copies of
+        the same keys/values (a beam reorder's copies: rows computed apart share none; a row holds all of its own)."""
+        if self.shared is None or self.shared.size(0) != n:
+            self.shared = torch.zeros(n, n, dtype=torch.int32, device=device)
+        self.shared.diagonal().fill_(self.length)
+        return self.shared
 
 
 @dataclass
