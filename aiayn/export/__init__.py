@@ -8,9 +8,7 @@ Reading guide:
                Marian cannot represent (pre-norm, learned positions, h*d_k != d_model), and the exact import back.
     ct2.py     aiayn -> CTranslate2 through its spec API (every preset, Table 3 rows A/B/E and pre-norm
                included), quantization, the languages recorded in aiayn.json.
-    ct2_engine.py  decoding through an exported folder (CT2Translator, `translate_ct2`): aiayn's SearchConfig mapped
-               onto CTranslate2's options (what cannot map: DECODING_NOTES); imports no torch, so `aiayn translate
-               --engine ct2` starts as fast as CTranslate2; `aiayn serve` serves such folders through it.
+    (decoding through an exported folder, CTranslate2's engine, lives in aiayn/decoding/ct2.py: open_engine)
     marian.py  OPUS-MT (an HF MarianMTModel folder) -> an aiayn run: the config's options (swish, output bias), the
                special ids renumbered to aiayn's, the two SentencePiece models as a MarianVocab (`aiayn import`).
     argos.py   aiayn -> an Argos Translate package (.argosmodel: the CTranslate2 model with PAD/BOS made impossible, the
@@ -33,8 +31,8 @@ from __future__ import annotations
 import importlib
 
 __all__ = ["Param", "Provenance", "parameter_map"]
-_HOMES = {"Provenance": "card", "Param": "names", "parameter_map": "names"}  # imported when first asked for, so that
-# ct2_engine (which imports no torch) is imported without them
+_HOMES = {"Provenance": "card", "Param": "names", "parameter_map": "names"}  # imported when first asked for: importing
+# one exporter loads no other
 
 
 def __getattr__(name: str):

@@ -1,4 +1,4 @@
-"""aiayn -> CTranslate2: a model folder for `ctranslate2.Translator` (decoding through it: ct2_engine.py).
+"""aiayn -> CTranslate2: a model folder for `ctranslate2.Translator` (decoding through it: aiayn/decoding/ct2.py).
 
 The spec is built with CTranslate2's Python spec API (`ctranslate2.specs`), not through its HF converter, so every
 aiayn config exports: Table 3 rows A, B and E, and pre-norm, included.
@@ -11,12 +11,12 @@ aiayn config exports: Table 3 rows A, B and E, and pre-norm, included.
                                               features, queries scaled by 1/sqrt(d_k) (`queries_scale`), which
                                               leaves softmax(Q K^T / sqrt(d_k)) V unchanged
     shared vocabulary                      -> the SentencePiece pieces in id order on both sides; vocab.model is
-                                              copied into the folder so `translate_ct2` (ct2_engine.py) can tokenize
+                                              copied into the folder so `translate_ct2` (decoding/ct2.py) can tokenize
     an imported OPUS-MT model (marian.py)  -> CTranslate2's swish, its output bias as the projection's bias
     the run's lexical shortlist            -> vmap.txt, CTranslate2's vocabulary map (use_vmap)
 
 How `translate_ct2` maps aiayn's SearchConfig onto CTranslate2's options, and what cannot map: DECODING_NOTES in
-ct2_engine.py (also in the README of every exported folder).
+aiayn/decoding/ct2.py (also in the README of every exported folder).
 """
 
 from __future__ import annotations
