@@ -23,8 +23,11 @@ CTranslate2's default patience 1, aiayn's `--beam-patience 1` (--beam-patience s
 Precisions: fp32 against CTranslate2's float32, int8 against its int8, and aiayn's bf16 (where the CPU multiplies bf16
 natively) against CTranslate2's fastest type on this CPU (int8: it has no CPU bf16). Cells run round-robin, --rounds
 times (a machine's drift hits every cell alike); the table gives medians, and the ratios CTranslate2's time / aiayn's
-(> 1: aiayn is faster), whole process and in process. BLEU is sacreBLEU's against --ref; "= fp32" counts aiayn's
-lines equal to aiayn fp32's. Raw cells go to DIR/cells.jsonl, outputs to DIR/out/, the table to DIR/table.md.
+(> 1: aiayn is faster), whole process and in process. Each cell also records its CPU seconds (user + system, the
+process's own work; in process, translate_nbest's or translate_batch's): on a machine shared with other work, wall
+time waits for the cores and CPU time does not, so the table gives both ratios (at two threads CPU time also counts
+what the threads spend spinning). BLEU is sacreBLEU's against --ref; "= fp32" counts aiayn's lines equal to aiayn
+fp32's. Raw cells go to DIR/cells.jsonl, outputs to DIR/out/, the table to DIR/table.md.
 """
 
 from __future__ import annotations
@@ -43,7 +46,8 @@ CT2_TYPE = {"fp32": "float32", "int8": "int8", "bf16": "int8"}  # aiayn's precis
 
 
 def _run(cmd: list[str], threads: int) -> dict:
-    """Run `cmd` with `threads` threads; its wall seconds, peak RSS (MB) and the JSON its stdout ends with, if any."""
+    """Run `cmd` with `threads` threads; its wall and CPU (user + system) seconds, peak RSS (MB) and the JSON its
+    stdout ends with, if any."""
     env = {**os.environ, "OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads)}
     with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
         start = time.perf_counter()
@@ -57,7 +61,7 @@ def _run(cmd: list[str], threads: int) -> dict:
         raise SystemExit(f"failed ({proc.returncode}): {' '.join(cmd)}\n{stderr[-2000:]}")
     last = stdout.strip().splitlines()[-1] if stdout.strip() else ""
     info = json.loads(last) if last.startswith("{") else {}
-    return {"wall_s": wall, "peak_mb": usage.ru_maxrss / 1024, **info}
+    return {"wall_s": wall, "cpu_s": usage.ru_utime + usage.ru_stime, "peak_mb": usage.ru_maxrss / 1024, **info}
 
 
 def bleu(hyp: Path, ref: Path) -> float:
@@ -82,16 +86,16 @@ def inprocess(args: argparse.Namespace) -> None:
     translator = open_engine(args.run, EngineOptions(engine="aiayn", search=search, precision=args.precision,
                                                     device="cpu", batch_size=args.batch_size))
     lines = Path(args.src).read_text(encoding="utf-8").splitlines()
-    loaded = time.perf_counter()
+    loaded, cpu = time.perf_counter(), time.process_time()
     texts = [hyps[0].text for hyps in translator.translate_nbest(lines)]
-    done = time.perf_counter()
+    done, cpu = time.perf_counter(), time.process_time() - cpu
     Path(args.output).write_text("".join(t + "\n" for t in texts), encoding="utf-8")
     if args.profile:  # where the time goes: the same file again under torch.profiler, the top operators by self time
         with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
             translator.translate_nbest(lines)
         print(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=20, max_name_column_width=44))
-    print(json.dumps({"load_s": loaded - start, "translate_s": done - loaded, "sentences": len(lines),
-                      "threads": torch.get_num_threads()}))
+    print(json.dumps({"load_s": loaded - start, "translate_s": done - loaded, "translate_cpu_s": cpu,
+                      "sentences": len(lines), "threads": torch.get_num_threads()}))
 
 
 def main() -> None:
@@ -214,7 +218,8 @@ def report(raw: Path, out: Path, ref: Path, rounds: int, command: str = "") -> s
     head = ["threads", "aiayn", "CTranslate2", "aiayn process s", "CT2 process s", "process: CT2 / aiayn",
             "aiayn sent/s (in process)", "CT2 sent/s (in process)", "in process: aiayn / CT2",
             "`--engine ct2` process s", "peak MB aiayn / CT2", "BLEU aiayn / CT2", "aiayn lines = fp32",
-            "paper's rule: sent/s, BLEU"]
+            "paper's rule: sent/s, BLEU", "CPU s, process: aiayn / CT2", "CPU: CT2 / aiayn",
+            "CPU s, in process: aiayn / CT2", "in process CPU: CT2 / aiayn"]
     table = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     keys = sorted({(r["threads"], r["precision"]) for r in rows}, key=lambda k: (k[0], ["fp32", "int8", "bf16"].index(
         k[1]) if k[1] in ("fp32", "int8", "bf16") else 9))
@@ -231,25 +236,33 @@ def report(raw: Path, out: Path, ref: Path, rounds: int, command: str = "") -> s
         same = sum(a == b for a, b in zip(lines(a_out), fp32))
         paper = n / med("aiayn (in), paper's rule", precision, threads, "translate_s")
         p_out = out / "out" / f"aiayn-paper-{precision}-{threads}t.txt"
+        a_cpu, c_cpu = med("aiayn", precision, threads, "cpu_s"), med("ct2", precision, threads, "cpu_s")
+        a_icpu = med("aiayn (in)", precision, threads, "translate_cpu_s")
+        c_icpu = med("ct2", precision, threads, "translate_cpu_s")
         table.append("| " + " | ".join([
             str(threads), precision, ct, f"{a_p:.2f}", f"{c_p:.2f}", f"**{c_p / a_p:.2f}**", f"{a_in:.1f}",
             f"{c_in:.1f}", f"**{a_in / c_in:.2f}**", f"{eng:.2f}" if eng == eng else "",
             f"{med('aiayn', precision, threads, 'peak_mb'):.0f} / {med('ct2', precision, threads, 'peak_mb'):.0f}",
             f"{bleu(a_out, ref):.1f} / {bleu(c_out, ref):.1f}", f"{same} / {len(fp32)}",
-            f"{paper:.1f}, {bleu(p_out, ref):.1f}" if p_out.is_file() else ""]) + " |")
+            f"{paper:.1f}, {bleu(p_out, ref):.1f}" if p_out.is_file() else "", f"{a_cpu:.2f} / {c_cpu:.2f}",
+            f"**{c_cpu / a_cpu:.2f}**", f"{a_icpu:.2f} / {c_icpu:.2f}", f"**{c_icpu / a_icpu:.2f}**"]) + " |")
     text = f"`{command}`\n\n{machine()}; medians of {rounds} rounds\n\n" + "\n".join(table) + "\n"
     if any(r["system"].endswith(", one line") for r in rows):  # start-up: the same commands on the first line
         head = ["threads", "aiayn", "aiayn translate s", "`--engine ct2` s", "CTranslate2 direct s",
-                "`--engine ct2` / CTranslate2", "full file: CTranslate2 / `--engine ct2` (whole process)"]
+                "`--engine ct2` / CTranslate2", "full file: CTranslate2 / `--engine ct2` (whole process)",
+                "CPU s: aiayn translate / `--engine ct2` / CTranslate2"]
         table = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
         for threads, precision in keys:
             a, c = med("aiayn, one line", precision, threads, "wall_s"), med("ct2, one line", precision, threads,
                                                                                "wall_s")
             e = med("aiayn --engine ct2, one line", precision, threads, "wall_s")
             full = med("ct2", precision, threads, "wall_s") / med("aiayn --engine ct2", precision, threads, "wall_s")
+            cpu = [med(f"{system}, one line", precision, threads, "cpu_s") for system in
+                   ("aiayn", "aiayn --engine ct2", "ct2")]
             table.append("| " + " | ".join([str(threads), precision, f"{a:.2f}", f"{e:.2f}" if e == e else "",
                                             f"{c:.2f}", f"{e / c:.2f}" if e == e else "",
-                                            f"**{full:.2f}**" if full == full else ""]) + " |")
+                                            f"**{full:.2f}**" if full == full else "",
+                                            " / ".join(f"{x:.2f}" if x == x else "-" for x in cpu)]) + " |")
         text += "\nOne line (the first of the file), whole process:\n\n" + "\n".join(table) + "\n"
     (out / "table.md").write_text(text)
     return text
