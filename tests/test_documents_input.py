@@ -149,3 +149,23 @@ def test_media_are_streamed_not_held(tmp_path):
     assert peak < 6 << 20, peak
     with zipfile.ZipFile(src) as a, zipfile.ZipFile(tmp_path / "b.docx") as b:
         assert a.read("word/media/image1.png") == b.read("word/media/image1.png")
+
+
+def test_a_translation_that_fails_leaves_nothing(tmp_path):
+    """The engine failing (a server shutting down, a model error) leaves no output file and no temp file, and an
+    existing output stays as it was."""
+    def broken(sentences):
+        raise RuntimeError("engine gone")
+
+    for make, name in ((make_docx, "a.docx"), (make_odf, "a.odt"), (make_epub, "a.epub")):
+        src = make(tmp_path / name)
+        out = tmp_path / ("out" + src.suffix)
+        with pytest.raises(RuntimeError):
+            translate_document(src, out, broken, "en", "es")
+        assert not out.exists()
+    previous = tmp_path / "kept.odt"
+    previous.write_bytes(b"previous")
+    with pytest.raises(RuntimeError):
+        translate_document(tmp_path / "a.odt", previous, broken, "en", "es")
+    assert previous.read_bytes() == b"previous"
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]
