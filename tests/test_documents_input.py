@@ -169,3 +169,12 @@ def test_a_translation_that_fails_leaves_nothing(tmp_path):
         translate_document(tmp_path / "a.odt", previous, broken, "en", "es")
     assert previous.read_bytes() == b"previous"
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]
+
+
+def test_strict_open_xml_is_refused(tmp_path):
+    """Strict Open XML names its elements in other namespaces: refused in one line, not written back untranslated."""
+    src = make_docx(tmp_path / "a.docx")
+    xml = read_entry(src, "word/document.xml").replace("http://schemas.openxmlformats.org/wordprocessingml/2006/main",
+                                                       "http://purl.oclc.org/ooxml/wordprocessingml/main")
+    rewrite_zip(src, {"word/document.xml": xml})
+    assert "Strict Open XML" in refused(src)

@@ -62,6 +62,9 @@ class OfficeDocument:
                     main = (rel.get("Target") or main).lstrip("/")
         if main not in self.entries or not main.startswith(_MAIN[kind].split("/")[0] + "/"):
             raise DataError(f"{self.path}: not a {kind} file (it has no {_MAIN[kind]})")
+        if b"purl.oclc.org/ooxml/" in self.entries[main][:4096]:
+            raise DataError(f"{self.path}: the file is in Strict Open XML, which is not read; save it as an "
+                            f"ordinary {kind} (Word or PowerPoint's default format)")
         return main
 
     def _read_part(self, tree, dialect) -> None:
