@@ -99,19 +99,37 @@ _NAMESPACES = ('xmlns:mc="http://schemas.openxmlformats.org/markup-compatibility
                'xmlns:r="http://schemas.openxmlformats.org/officeDocument/2006/relationships" ')
 
 
+def tiny_png(side: int = 8) -> bytes:
+    """A valid side x side grey PNG (for pictures in the samples)."""
+    import struct
+    import zlib
+
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+
+    rows = b"".join(b"\x00" + b"\x80" * side for _ in range(side))
+    return (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", side, side, 8, 0, 0, 0, 0))
+            + chunk(b"IDAT", zlib.compress(rows)) + chunk(b"IEND", b""))
+
+
 def make_docx(path: Path, body: str = BODY) -> Path:
-    """A Word document: python-docx's package (a header and footer set), the body above written into it, a
-    footnote part and a hyperlink relationship added."""
+    """A Word document: python-docx's package (a header and footer set, a picture), the body above written into
+    it before the picture's paragraph, a footnote part and a hyperlink relationship added."""
+    import io
+
     import docx
+    from docx.shared import Inches
 
     d = docx.Document()
-    d.add_paragraph("placeholder")
+    d.add_picture(io.BytesIO(tiny_png()), width=Inches(1))
     d.sections[0].header.paragraphs[0].text = "The header line."
     d.sections[0].footer.paragraphs[0].text = "The footer line."
     d.save(path)
     doc = read_entry(path, "word/document.xml")
     doc = re.sub(r"<w:document ", "<w:document " + _NAMESPACES, doc, count=1) if "xmlns:wps" not in doc else doc
-    doc = re.sub(r"<w:body>.*?(<w:sectPr)", lambda m: "<w:body>" + body + m.group(1), doc, count=1, flags=re.S)
+    picture = re.search(r"<w:p>(?:(?!<w:p>).)*?<w:drawing>.*?</w:p>", doc, flags=re.S).group(0)
+    doc = re.sub(r"<w:body>.*?(<w:sectPr)", lambda m: "<w:body>" + body + picture + m.group(1), doc, count=1,
+                 flags=re.S)
     rels = read_entry(path, "word/_rels/document.xml.rels").replace(
         "</Relationships>",
         '<Relationship Id="rIdLink" Type="http://schemas.openxmlformats.org/officeDocument/2006/relationships/'
@@ -144,6 +162,9 @@ def make_pptx(path: Path) -> Path:
     more = body.paragraphs[0].add_run()
     more.text = " fast this year."
     slide.notes_slide.notes_text_frame.text = "Mention the new markets."
+    import io
+
+    slide.shapes.add_picture(io.BytesIO(tiny_png()), Inches(6), Inches(5), Inches(1), Inches(1))
     box = slide.shapes.add_textbox(Inches(1), Inches(5), Inches(4), Inches(1))
     box.text_frame.text = "Slide "
     slide2 = prs.slides.add_slide(prs.slide_layouts[5])
