@@ -33,7 +33,7 @@ CASES = [
     (["export", "--checkpoint", "{tmp}/run", "--to", "argos", "{tmp}/x.argosmodel", "--source-lang", "en",
       "--target-lang", "es"], ["spacy"], "aiayn export --to argos", "export"),
     (["translate", "--checkpoint", "{tmp}/ct2", "--engine", "ct2", "--lp", "power"], ["ctranslate2"],
-     "aiayn translate --engine ct2", "export"),
+     "decoding with CTranslate2 (--engine ct2)", "export"),
 ]
 
 

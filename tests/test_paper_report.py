@@ -234,13 +234,9 @@ def test_a_reused_run_is_scored_on_its_whole_test_split(tmp_path, monkeypatch):
     monkeypatch.setattr(parts.rundir, "read_config", lambda run: {"data": str(data)})
 
     class Echo:  # translates a line into itself: BLEU 100 on every line it is given
-        @staticmethod
-        def load(run):
-            return Echo()
-
         def translate(self, lines):
             return list(lines)
 
-    monkeypatch.setattr(parts, "Translator", Echo)
+    monkeypatch.setattr(parts, "open_engine", lambda run, options: Echo())
     assert parts._score_run(tmp_path / "run", None)["test_sentences"] == 150
     assert parts._score_run(tmp_path / "run", 40)["test_sentences"] == 40
