@@ -15,8 +15,8 @@ import torch
 import torch.nn.functional as F
 
 from aiayn.config import BOS_ID, EOS_ID, PAD_ID
+from aiayn.decoding.attention import padded
 from aiayn.decoding.lines import encode_sources
-from aiayn.decoding.translator import padded
 from aiayn.errors import DataError
 
 
