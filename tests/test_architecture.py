@@ -56,7 +56,7 @@ FLOORS = [
     ["data.folder", "data.vocab", "data.batching", "model", "runtime", "decoding.search", "metrics.significance",
      "decoding.lines", "decoding.batches"],
     ["data.prepare", "data.corpora", "training.losses", "doctor", "decoding.static_search", "decoding.glossary",
-     "decoding.ct2", "decoding.attention"],
+     "decoding.ct2", "decoding.attention", "decoding.aligner"],
     ["data"],
     ["training.checkpoint", "metrics.perplexity"],
     ["metrics", "rundir"],

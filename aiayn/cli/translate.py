@@ -29,6 +29,8 @@ def translate_command(args: argparse.Namespace) -> int:
     search = search_config(args)
     if args.alignment_layer is not None and not args.print_alignment:
         raise UsageError("--alignment-layer needs --print-alignment")
+    if args.alignment_layer is not None and args.alignment == "lexical":
+        raise UsageError("--alignment-layer chooses an attention layer: give --alignment attention, not lexical")
     if args.output not in (None, "-"):
         check_output_path(args.output)  # before the work, not after it
     prefix_lines = read_lines(args.prefix) if args.prefix else None
@@ -70,7 +72,8 @@ def engine_options(args: argparse.Namespace, search, prefixes: bool = False) -> 
     return EngineOptions(engine=args.engine, search=search, precision=args.precision, device=args.device,
                          batch_size=args.batch_size, max_input_len=args.max_input_len, shortlist=args.shortlist,
                          search_impl=args.search_impl, alignments=args.print_alignment,
-                         alignment_layer=args.alignment_layer, glossary=bool(args.glossary), prefixes=prefixes,
+                         alignment_layer=args.alignment_layer, alignment=args.alignment, glossary=bool(args.glossary),
+                         prefixes=prefixes,
                          token_scores=args.print_scores == "tokens")
 
 
@@ -123,6 +126,11 @@ def register(sub) -> None:
     p.add_argument("--alignment-layer", type=non_negative_int, default=None,
                    help="decoder layer whose cross-attention gives the alignment, from 0 (default: the top one, the "
                         "best on our Multi30k model; docs/attention.md)")
+    p.add_argument("--alignment", choices=("auto", "attention", "lexical"), default="auto",
+                   help="what aligns the words of --print-alignment and of tags and numbers carried (aiayn engine): "
+                        "'lexical', the run's lexical aligner (aligner.safetensors: aiayn shortlist --aligner); "
+                        "'attention', the cross-attention; 'auto' (default), the aligner where the run has one, "
+                        "else the attention; docs/attention.md")
     p.add_argument("--prefix", help="target prefixes, one per input line (an empty line: none): each translation "
                                     "starts with its line's pieces and the search goes on from there; or give "
                                     "them as a second input column, source<TAB>prefix")

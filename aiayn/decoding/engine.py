@@ -51,6 +51,7 @@ class EngineOptions:
     patience: float | None = None
     alignments: bool = False
     alignment_layer: int | None = None
+    alignment: str = "auto"  # aiayn's engine: "auto" (the run's lexical aligner if it has one), "attention", "lexical"
     glossary: bool = False
     prefixes: bool = False
     token_scores: bool = False
@@ -121,6 +122,8 @@ def open_engine(path: str | Path | Sequence[str | Path], options: EngineOptions 
     if problem:
         raise UsageError(problem)
     if name == "ct2":
+        if options.alignment == "lexical":
+            raise UsageError("--alignment lexical: CTranslate2's engine aligns by its attention; use --engine aiayn")
         from aiayn.decoding.ct2 import ct2_device
         from aiayn.extras import require
 
@@ -134,4 +137,4 @@ def open_engine(path: str | Path | Sequence[str | Path], options: EngineOptions 
     return cls.load(paths, options.search, options.precision, device=resolve_device(options.device),
                     prepack=options.prepack, shortlist=options.shortlist, batch_size=options.batch_size,
                     max_input_len=options.max_input_len, search_impl=options.search_impl,
-                    alignment_layer=options.alignment_layer)
+                    alignment_layer=options.alignment_layer, alignment=options.alignment)

@@ -13,6 +13,7 @@ from pathlib import Path
 import torch
 
 from aiayn.config import SEARCH_IMPLS
+from aiayn.decoding import aligner as word_aligner
 from aiayn.decoding import inference
 from aiayn.decoding.attention import align, padded
 from aiayn.decoding.batches import Limits, length_sorted, word_cap
@@ -59,8 +60,9 @@ class Translator:
     def __init__(self, model, vocab, search: SearchConfig = PAPER_SEARCH, precision: str = "fp32",
                  device: str | torch.device = "cpu", batch_size: int = 64, max_input_len: int | None = None,
                  prepack: bool | None = None, shortlist: Shortlist | None = None, search_impl: str = "auto",
-                 alignment_layer: int | None = None):
+                 alignment_layer: int | None = None, aligner: word_aligner.Aligner | None = None):
         self.alignment_layer = alignment_layer  # the decoder layer whose cross-attention aligns (None: the top one)
+        self.aligner = aligner  # a lexical aligner aligns instead of the cross-attention (aiayn.decoding.aligner)
         self.vocab, self.search, self.device = vocab, search, torch.device(device)
         self.precision = precision
         # aiayn.decoding.inference: the formats; a model already in the asked one (Translator.load's) is taken as it is
@@ -117,6 +119,7 @@ class Translator:
         if len(loaded) > 1:
             check_same_vocabulary([vocab for _, vocab in loaded], [str(path) for path in paths])
         vocab = loaded[0][1]
+        kw["aligner"] = word_aligner.for_run(paths[0], kw.pop("alignment", "auto"))  # auto: the run's if any
         return cls([model for model, _ in loaded], vocab, search, precision, device=device, prepack=prepack,
                    shortlist=lexical and load_shortlist(lexical, vocab), **kw)
 
@@ -208,7 +211,8 @@ class Translator:
         with ("" or None: no prefix). first_line: the input line number (from 0) of lines[0], when `lines` is one
         buffer of a longer input: sampling seeds each line by its number in the whole input. glossary: terms each
         translation must hold (glossary_terms; aiayn.decoding.glossary). alignments: each Translation's
-        `alignment`, its word links from the cross-attention of `alignment_layer` (aiayn.decoding.attention.align)."""
+        `alignment`, its word links from the lexical `aligner` where there is one (aiayn.decoding.aligner), else from
+        the cross-attention of `alignment_layer` (aiayn.decoding.attention.align)."""
         prefix_ids = None if prefixes is None else encode_prefixes(self.vocab, [p or "" for p in prefixes])
         numbers = range(first_line, first_line + len(lines))
         sources = self.encode(lines)
@@ -217,8 +221,9 @@ class Translator:
         nbests = [[translation_of(self.vocab, h) for h in hs] for hs in hyps]
         if alignments:
             rows = [(n, k) for n, hs in enumerate(hyps) for k in range(len(hs))]  # every hypothesis, one list
-            links = align(self.model, self.vocab, [sources[n] for n, _ in rows], [hyps[n][k].tokens for n, k in rows],
-                          self.alignment_layer)
+            pairs_of = [sources[n] for n, _ in rows], [hyps[n][k].tokens for n, k in rows]
+            links = self.aligner.align(*pairs_of, self.vocab) if self.aligner is not None else align(
+                self.model, self.vocab, *pairs_of, self.alignment_layer)
             for (n, k), pairs in zip(rows, links):
                 nbests[n][k] = nbests[n][k]._replace(alignment=pairs)
         return nbests

@@ -1,0 +1,266 @@
+"""A lexical word aligner trained on a run's own training pairs: fast_align's model (Dyer, Chahuneau and Smith 2013,
+"A Simple, Fast, and Effective Reparameterization of IBM Model 2"), in numpy, on the SentencePiece pieces the model
+reads, both directions, symmetrised. What `Translation.alignment` gives where the run has its file
+(RUN/aligner.safetensors, written by `aiayn shortlist --aligner`); the cross-attention otherwise.
+
+    train(src, src_offsets, tgt, tgt_offsets, V)   the training pairs' token ids -> Aligner (deterministic)
+    build_from_prepared(data_dir)                  the same from a prepared-data directory's train split
+    Aligner.links(src_ids, tgt_ids, vocab)         one pair's word links, one per target word (fast_align form)
+    save(path) / load(path)                        one safetensors file, written atomically
+
+The model of one direction, target piece f_j given the source pieces e_0..e_{n-1} and NULL (n source, m target pieces):
+    p(a_j = NULL) = p0,  p(a_j = i) = (1 - p0) * exp(-lam * |(i + .5) / n - (j + .5) / m|) / Z_j,
+    p(f_j | e) = sum_i p(a_j = i) * t(f_j | e_i)
+trained by EM: `ibm1` iterations without the diagonal term (IBM Model 1) from a uniform t, then `iterations` with it.
+Both directions are trained (target given source, source given target); a pair's links are the word-level
+posteriors of both multiplied (each target word's row: the mean over its pieces, each source word's weight the sum
+over its pieces, as aiayn.decoding.alignment does with attention), each target word linked to its best source word
+unless NULL wins in both directions (then it has no link). t is kept where t >= PRUNE (a sorted key -> value table);
+an unseen pair gets FLOOR, so on words the training pairs never paired the diagonal term decides.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from aiayn.decoding.alignment import word_ids
+from aiayn.errors import CheckpointError
+from aiayn.files import atomic_write
+
+FORMAT = "aiayn-aligner-1"
+FILE = "aligner.safetensors"  # beside the run's vocab.model, as the shortlist
+LAMBDA = 4.0  # fast_align's default diagonal tension
+P0 = 0.08  # fast_align's default NULL probability
+IBM1, ITERATIONS = 2, 3
+PRUNE, FLOOR = 1e-4, 1e-7
+MAX_PAIRS = 100_000  # EM holds every (target piece, source piece) of its pairs: ~2.7 GB for 29,000 Bible verses
+
+
+@dataclass
+class Table:
+    """t(f | e) of one direction: keys f * (V + 1) + e sorted (e = V is NULL), values float32."""
+    keys: np.ndarray
+    values: np.ndarray
+    vocab_size: int
+
+    def lookup(self, f: np.ndarray, e: np.ndarray) -> np.ndarray:
+        key = f.astype(np.int64) * (self.vocab_size + 1) + e
+        at = np.minimum(np.searchsorted(self.keys, key), len(self.keys) - 1)
+        return np.where(self.keys[at] == key, self.values[at], FLOOR) if len(self.keys) else np.full(key.shape, FLOOR)
+
+
+def diagonal(n: int, m: int, lam: float = LAMBDA, p0: float = P0) -> np.ndarray:
+    """p(a_j = i) for j < m (rows), i < n source positions then NULL (n + 1 columns)."""
+    d = np.exp(-lam * np.abs((np.arange(n) + 0.5) / n - ((np.arange(m) + 0.5) / m)[:, None]))
+    d = (1 - p0) * d / d.sum(axis=1, keepdims=True)
+    return np.concatenate([d, np.full((m, 1), p0)], axis=1)
+
+
+def _pairs(e_ids, e_off, f_ids, f_off, V: int, lam: float, p0: float):
+    """Every (target position, source position or NULL) of every pair, flat, in (pair, j, i) order: the pair keys, the
+    diagonal prior of each (with lam) and the start of each target position's group."""
+    keys, prior, sizes = [], [], []
+    for k in range(len(e_off) - 1):
+        e = np.append(np.asarray(e_ids[e_off[k]: e_off[k + 1]], dtype=np.int64), V)
+        f = np.asarray(f_ids[f_off[k]: f_off[k + 1]], dtype=np.int64)
+        if len(f) == 0 or len(e) == 1:
+            continue
+        keys.append((f[:, None] * (V + 1) + e[None, :]).ravel())
+        prior.append(diagonal(len(e) - 1, len(f), lam, p0).astype(np.float32).ravel())
+        sizes.append(np.full(len(f), len(e)))
+    sizes = np.concatenate(sizes) if sizes else np.zeros(0, dtype=np.int64)
+    starts = np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int64)
+    return np.concatenate(keys) if keys else np.zeros(0, np.int64), np.concatenate(prior) if prior else None, \
+        starts, sizes
+
+
+def train_direction(e_ids, e_off, f_ids, f_off, V: int, ibm1: int = IBM1, iterations: int = ITERATIONS,
+                    lam: float = LAMBDA, p0: float = P0) -> Table:
+    """t(f | e) by EM over the pairs (f the predicted side, e the conditioning side with NULL)."""
+    keys, prior, starts, sizes = _pairs(e_ids, e_off, f_ids, f_off, V, lam, p0)
+    if len(keys) == 0:
+        return Table(np.zeros(0, np.int64), np.zeros(0, np.float32), V)
+    unique, index = np.unique(keys, return_inverse=True)
+    del keys
+    e_of = (unique % (V + 1)).astype(np.int64)
+    uniform = np.where(index >= 0, 1.0, 0.0).astype(np.float32)  # IBM 1: every position alike
+    t = np.full(len(unique), 1.0 / V)
+    for it in range(ibm1 + iterations):
+        w = t[index].astype(np.float32) * (uniform if it < ibm1 else prior)
+        z = np.add.reduceat(w, starts) if len(starts) else w
+        post = w / np.repeat(np.maximum(z, 1e-30), sizes)
+        counts = np.bincount(index, weights=post, minlength=len(unique))
+        totals = np.bincount(e_of, weights=counts, minlength=V + 1)
+        t = counts / np.maximum(totals[e_of], 1e-30)
+    keep = t >= PRUNE
+    return Table(unique[keep], t[keep].astype(np.float32), V)
+
+
+@dataclass
+class Aligner:
+    """Both directions' t: forward = t(target piece | source piece), backward = t(source piece | target piece)."""
+    forward: Table
+    backward: Table
+    vocab_sha256: str = ""
+    lam: float = LAMBDA
+    p0: float = P0
+
+    def posterior(self, table: Table, e: Sequence[int], f: Sequence[int]) -> np.ndarray:
+        """p(a_j = i | e, f) (len(f), len(e) + 1): each target piece's posterior over the source pieces and NULL."""
+        e_ = np.append(np.asarray(e, dtype=np.int64), table.vocab_size)
+        f_ = np.asarray(f, dtype=np.int64)
+        w = table.lookup(f_[:, None], e_[None, :]) * diagonal(len(e), len(f), self.lam, self.p0)
+        return w / w.sum(axis=1, keepdims=True)
+
+    def word_posteriors(self, src: Sequence[int], tgt: Sequence[int], src_pieces: Sequence[str],
+                        tgt_pieces: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
+        """Both directions' word-level posteriors: forward (target words, source words + NULL) and backward
+        (source words, target words + NULL)."""
+        sw, tw = np.asarray(word_ids(src_pieces)), np.asarray(word_ids(tgt_pieces))
+        return _words(self.posterior(self.forward, src, tgt), tw, sw), \
+            _words(self.posterior(self.backward, tgt, src), sw, tw)
+
+    def links(self, src_ids: Sequence[int], tgt_ids: Sequence[int], vocab) -> list[tuple[int, int]]:
+        """Word links of one pair of id sequences (PAD, UNK, BOS, EOS left out), one per target word: the source word
+        of largest product of both directions' posteriors; none where NULL is the forward direction's best and no
+        source word's backward best is this word."""
+        src = [i for i in src_ids if i > 3]
+        tgt = [i for i in tgt_ids if i > 3]
+        if not src or not tgt:
+            return []
+        fwd, bwd = self.word_posteriors(src, tgt, [vocab.piece(i) for i in src], [vocab.piece(i) for i in tgt])
+        return hard_links(fwd, bwd)
+
+    def align(self, sources: Sequence[Sequence[int] | None], targets: Sequence[Sequence[int]], vocab
+              ) -> list[list[tuple[int, int]]]:
+        """Word links of many pairs (a None source: none), as aiayn.decoding.attention.align gives them."""
+        return [self.links(s, t, vocab) if s is not None else [] for s, t in zip(sources, targets)]
+
+    def save(self, path: str | Path) -> Path:
+        """One safetensors file, written atomically."""
+        from safetensors.numpy import save
+
+        tensors = {"forward.keys": self.forward.keys, "forward.values": self.forward.values,
+                   "backward.keys": self.backward.keys, "backward.values": self.backward.values}
+        meta = {"format": FORMAT, "vocab_size": str(self.forward.vocab_size), "vocab_sha256": self.vocab_sha256,
+                "lambda": str(self.lam), "p0": str(self.p0)}
+        return atomic_write(path, lambda p: Path(p).write_bytes(save(tensors, metadata=meta)))
+
+
+def hard_links(fwd: np.ndarray, bwd: np.ndarray) -> list[tuple[int, int]]:
+    """One link per target word from the word-level posteriors (Aligner.word_posteriors): the argmax of their
+    product; a target word that both directions leave to NULL has none."""
+    product = fwd[:, :-1] * bwd[:, :-1].T
+    best = product.argmax(axis=1)
+    chosen = set(bwd[:, :-1].argmax(axis=1)[bwd[:, :-1].max(axis=1) > bwd[:, -1]].tolist())
+    return [(int(i), j) for j, i in enumerate(best) if fwd[j, :-1].max() > fwd[j, -1] or j in chosen]
+
+
+def _words(post: np.ndarray, rows: np.ndarray, cols: np.ndarray) -> np.ndarray:
+    """Piece posteriors (pieces of `rows`, pieces of `cols` + NULL) -> word level: a row word's row is the mean of
+    its pieces' rows, a column word's weight the sum of its pieces' columns; NULL stays last."""
+    n_rows, n_cols = rows.max() + 1, cols.max() + 1
+    by_col = np.zeros((post.shape[0], n_cols + 1))
+    np.add.at(by_col.T, np.append(cols, n_cols), post.T)
+    out = np.zeros((n_rows, n_cols + 1))
+    np.add.at(out, rows, by_col)
+    return out / np.bincount(rows, minlength=n_rows)[:, None]
+
+
+def train(src, src_offsets, tgt, tgt_offsets, vocab_size: int, vocab_sha256: str = "", ibm1: int = IBM1,
+          iterations: int = ITERATIONS) -> Aligner:
+    """Both directions from flat token ids and offsets (the prepared-data format: pair k's source is
+    src[src_offsets[k]:src_offsets[k + 1]], special ids < 4 not among them)."""
+    forward = train_direction(src, src_offsets, tgt, tgt_offsets, vocab_size, ibm1, iterations)
+    backward = train_direction(tgt, tgt_offsets, src, src_offsets, vocab_size, ibm1, iterations)
+    return Aligner(forward, backward, vocab_sha256)
+
+
+def build_from_prepared(data_dir: str | Path, ibm1: int = IBM1, iterations: int = ITERATIONS,
+                        max_pairs: int = MAX_PAIRS) -> Aligner:
+    """The aligner of a prepared-data directory's train split (aiayn.data.folder), for its vocabulary; of more than
+    max_pairs pairs, max_pairs evenly spread (memory grows with the pairs' pieces)."""
+    from aiayn.data.folder import load_split, read_meta
+    from aiayn.data.vocab import Vocab
+    from aiayn.files import sha256_file
+
+    data_dir = Path(data_dir)
+    read_meta(data_dir)
+    split = load_split(data_dir, "train")
+    src, tgt = split.ids()
+    (src, src_off), (tgt, tgt_off) = (_spread(ids, off, max_pairs) for ids, off in zip((src, tgt), split.offsets))
+    vocab = Vocab.load(data_dir)
+    return train(src, src_off, tgt, tgt_off, len(vocab), sha256_file(vocab.model_path), ibm1, iterations)
+
+
+def _spread(ids, offsets: np.ndarray, max_pairs: int) -> tuple[np.ndarray, np.ndarray]:
+    """The ids and offsets of at most max_pairs of the pairs, evenly spread (all of them if there are fewer)."""
+    n = len(offsets) - 1
+    if n <= max_pairs:
+        return np.asarray(ids), np.asarray(offsets)
+    keep = np.linspace(0, n - 1, max_pairs).astype(np.int64)
+    rows = [np.asarray(ids[offsets[k]: offsets[k + 1]]) for k in keep]
+    return np.concatenate(rows), np.cumsum([0] + [len(r) for r in rows])
+
+
+def load(path: str | Path) -> Aligner:
+    """An aligner file written by Aligner.save; a damaged or foreign file is one CheckpointError line."""
+    from safetensors import SafetensorError, safe_open
+
+    try:
+        with safe_open(str(path), framework="numpy") as f:
+            meta = f.metadata() or {}
+            if meta.get("format") != FORMAT:
+                raise CheckpointError(f"{path} is not an aligner file (aiayn shortlist --aligner writes one)")
+            v = int(meta["vocab_size"])
+            forward = Table(f.get_tensor("forward.keys"), f.get_tensor("forward.values"), v)
+            backward = Table(f.get_tensor("backward.keys"), f.get_tensor("backward.values"), v)
+    except (SafetensorError, OSError, KeyError, ValueError) as e:
+        raise CheckpointError(f"cannot read the aligner {path}: {e}") from None
+    return Aligner(forward, backward, meta.get("vocab_sha256", ""), float(meta["lambda"]), float(meta["p0"]))
+
+
+ALIGNMENTS = ("auto", "attention", "lexical")
+
+
+def for_run(checkpoint: str | Path, alignment: str = "auto") -> Aligner | None:
+    """The aligner the engine of `checkpoint` aligns with: "auto", the run's file (beside its vocab.model) if it has
+    one, else None (the cross-attention); "lexical", the run's file, an error without it; "attention", None. A file
+    built for another vocabulary is an error."""
+    from aiayn.errors import UsageError
+    from aiayn.files import sha256_file
+
+    if alignment not in ALIGNMENTS:
+        raise UsageError(f"--alignment must be one of {', '.join(ALIGNMENTS)}, not {alignment!r}")
+    if alignment == "attention":
+        return None
+    vocab = _run_vocab(Path(checkpoint))
+    if vocab is None:  # not a run of aiayn's (an imported model keeps its own vocabularies): no aligner file
+        if alignment == "lexical":
+            raise UsageError(f"{checkpoint} is not in a run with a vocab.model: no lexical aligner")
+        return None
+    path = vocab.parent / FILE
+    if not path.is_file():
+        if alignment == "lexical":
+            raise UsageError(f"{vocab.parent} has no lexical aligner ({path}); build it with `aiayn shortlist "
+                             f"--aligner --out {vocab.parent}`")
+        return None
+    aligner = load(path)
+    if aligner.vocab_sha256 and aligner.vocab_sha256 != sha256_file(vocab):
+        raise CheckpointError(f"{path} was built for another vocabulary than {vocab}; build it again from the data "
+                              f"the model was trained on (aiayn shortlist --aligner --out {vocab.parent})")
+    return aligner
+
+
+def _run_vocab(checkpoint: Path) -> Path | None:
+    """The vocab.model of the run a checkpoint file (or run directory) belongs to: beside it or up to two folders up,
+    as the run's shortlist is found; None if there is none."""
+    start = checkpoint.resolve()
+    for folder in [start if start.is_dir() else start.parent, *start.parents][:3]:
+        if (folder / "vocab.model").is_file():
+            return folder / "vocab.model"
+    return None

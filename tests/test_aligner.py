@@ -1,0 +1,138 @@
+"""aiayn.decoding.aligner: fast_align's EM on a toy corpus whose answer is known, the two directions combined, the
+file, and the engine and commands that align with it."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from helpers import labelled_run, tiny_model
+
+from aiayn.cli import main
+from aiayn.data import Vocab
+from aiayn.decoding import aligner
+from aiayn.decoding.attention import align
+from aiayn.decoding.search import SearchConfig
+from aiayn.decoding.translator import Translator
+from aiayn.errors import CheckpointError, UsageError
+
+WORDS = ["the", "a", "house", "flower", "blue", "la", "una", "casa", "flor", "azul"]
+ID = {w: n + 4 for n, w in enumerate(WORDS)}  # ids 0-3 are the specials
+V = len(WORDS) + 4
+
+
+class Pieces:
+    """A vocabulary of whole words: every piece starts a word."""
+
+    def piece(self, i: int) -> str:
+        return "\u2581" + WORDS[i - 4]
+
+
+def flat(sentences: list[str]) -> tuple[np.ndarray, np.ndarray]:
+    ids = [[ID[w] for w in s.split()] for s in sentences]
+    return np.array([i for row in ids for i in row]), np.cumsum([0] + [len(row) for row in ids])
+
+
+def test_one_ibm1_iteration_gives_the_hand_computed_table():
+    """Corpus {(a | x), (a b | x y)} from a uniform t, NULL included: x's posterior is 1/2 over {a, NULL} in the first
+    pair, 1/3 over {a, b, NULL} in the second; so c(x|a) = 5/6, c(y|a) = 1/3 and t(x|a) = 5/7, t(x|b) = 1/2."""
+    a, b, x, y = ID["the"], ID["a"], ID["la"], ID["una"]
+    src, src_off = np.array([a, a, b]), np.array([0, 1, 3])
+    tgt, tgt_off = np.array([x, x, y]), np.array([0, 1, 3])
+    t = aligner.train_direction(src, src_off, tgt, tgt_off, V, ibm1=1, iterations=0)
+    got = t.lookup(np.array([x, x, y, x]), np.array([a, b, a, V]))
+    assert np.allclose(got, [5 / 7, 1 / 2, 2 / 7, 5 / 7])
+    assert t.lookup(np.array([y]), np.array([ID["casa"]]))[0] == aligner.FLOOR  # never seen together
+
+
+CORPUS = [("the house", "la casa"), ("the flower", "la flor"), ("a house", "una casa"), ("a flower", "una flor"),
+          ("the blue flower", "la flor azul"), ("a blue house", "una casa azul"),
+          ("blue", "azul"), ("house", "casa")]
+
+
+def test_em_learns_the_toy_lexicon_and_aligns_a_reordered_pair():
+    src, src_off = flat([s for s, _ in CORPUS])
+    tgt, tgt_off = flat([t for _, t in CORPUS])
+    model = aligner.train(src, src_off, tgt, tgt_off, V)
+    for e, f in [("house", "casa"), ("the", "la"), ("blue", "azul")]:
+        others = [w for w in WORDS[:5] if w != e]
+        best = model.forward.lookup(np.array([ID[f]]), np.array([ID[e]]))[0]
+        assert all(best > model.forward.lookup(np.array([ID[f]]), np.array([ID[o]]))[0] for o in others), (e, f)
+    # "the blue house" -> "la casa azul": the adjective crosses, which the diagonal alone would not follow
+    links = model.links(flat(["the blue house"])[0], flat(["la casa azul"])[0], Pieces())
+    assert links == [(0, 0), (2, 1), (1, 2)]
+
+
+def test_the_directions_are_combined_by_their_product_and_null_drops_a_word():
+    """Target word 0: forward prefers source 0 (0.6 vs 0.4) but backward gives it to source 1 far more (0.9 vs 0.1):
+    the product picks source 1. Target word 1: NULL wins forward and no source word's backward best is it: no link.
+    Target word 2: NULL wins forward, but source 0's backward best is word 2: it keeps its link."""
+    fwd = np.array([[0.6, 0.4, 0.0], [0.1, 0.1, 0.8], [0.2, 0.1, 0.7]])  # (target words, source words + NULL)
+    bwd = np.array([[0.1, 0.1, 0.7, 0.1], [0.9, 0.05, 0.0, 0.05]])  # (source words, target words + NULL)
+    assert aligner.hard_links(fwd, bwd) == [(1, 0), (0, 2)]
+
+
+def test_the_file_round_trips_and_is_checked(tmp_path, copy_data):
+    model = aligner.build_from_prepared(copy_data)
+    path = model.save(tmp_path / "a.safetensors")
+    again = aligner.load(path)
+    assert np.array_equal(again.forward.keys, model.forward.keys)
+    assert np.array_equal(again.backward.values, model.backward.values)
+    assert again.vocab_sha256 == model.vocab_sha256 and len(model.forward.keys) > 0
+    (tmp_path / "bad.safetensors").write_bytes(b"not a file")
+    with pytest.raises(CheckpointError, match="cannot read the aligner"):
+        aligner.load(tmp_path / "bad.safetensors")
+
+
+def test_the_engine_and_commands_align_with_the_run_aligner(copy_data, tmp_path, capsys):
+    """`aiayn shortlist --aligner --out RUN` writes the aligner; translate --print-alignment then gives its links
+    ('auto' and 'lexical'), the attention's with --alignment attention; a run without one, and flags that
+    contradict, are one error line each."""
+    vocab = Vocab.load(copy_data)
+    model = tiny_model(len(vocab), eos_bias=2.0)
+    run = labelled_run(model, copy_data, tmp_path, ("en", "de"))
+    lines = (copy_data / "test.src.txt").read_text().splitlines()[:8]
+    (tmp_path / "in.txt").write_text("\n".join(lines) + "\n")
+    out = tmp_path / "out.txt"
+    translate = ["translate", "--checkpoint", str(run), "--input", str(tmp_path / "in.txt"), "--output", str(out),
+                 "--max-len-b", "8", "--print-alignment"]
+
+    def one_error(argv, says):
+        assert main(argv) == 2
+        err = capsys.readouterr().err
+        assert err.startswith("error: ") and err.count("\n") == 1 and says in err, err
+
+    def printed():
+        return [line.split(" ||| ")[1] if " ||| " in line else "" for line in out.read_text().splitlines()]
+
+    one_error([*translate, "--alignment", "lexical"], "has no lexical aligner")
+    assert main(translate) == 0  # auto without the file: the attention
+    attention = printed()
+    assert main(["shortlist", "--out", str(run), "--aligner"]) == 0
+    assert f"wrote {run / aligner.FILE}" in capsys.readouterr().out
+    lexical = aligner.load(run / aligner.FILE)
+    engine = Translator(model, vocab, SearchConfig(max_len_b=8), aligner=lexical)
+    hyps = [hs[0] for hs in engine.translate_nbest(lines, alignments=True)]
+    sources = engine.encode(lines)
+    expected = [" ".join(f"{i}-{j}" for i, j in lexical.links(s, h.tokens, vocab)) for s, h in zip(sources, hyps)]
+    assert [" ".join(f"{i}-{j}" for i, j in h.alignment) for h in hyps] == expected
+    for mode in ("auto", "lexical"):
+        assert main([*translate, "--alignment", mode]) == 0
+        assert printed() == expected
+    assert main([*translate, "--alignment", "attention"]) == 0
+    assert printed() == attention
+    assert attention == [" ".join(f"{i}-{j}" for i, j in links) for links in align(
+        model, vocab, sources, [h.tokens for h in hyps])]
+    assert attention != expected  # the two sources do differ here, so the checks above can tell them apart
+    one_error([*translate, "--alignment", "lexical", "--alignment-layer", "0"], "--alignment attention")
+    one_error(["shortlist", "--aligner", "--data", str(copy_data), "--output", str(tmp_path / "s.st")], "--out RUN")
+    with pytest.raises(UsageError, match="must be one of"):
+        aligner.for_run(run, "both")
+    assert aligner.for_run(run, "attention") is None
+
+
+def test_of_many_pairs_an_even_spread_is_kept():
+    ids, offsets = flat(["the house", "la", "a blue flower", "casa", "una"])
+    kept, kept_offsets = aligner._spread(ids, offsets, 3)  # pairs 0, 2, 4
+    assert kept.tolist() == [ID[w] for w in "the house a blue flower una".split()]
+    assert kept_offsets.tolist() == [0, 2, 5, 6]
+    assert aligner._spread(ids, offsets, 5)[0].tolist() == ids.tolist()
