@@ -136,3 +136,33 @@ def test_of_many_pairs_an_even_spread_is_kept():
     assert kept.tolist() == [ID[w] for w in "the house a blue flower una".split()]
     assert kept_offsets.tolist() == [0, 2, 5, 6]
     assert aligner._spread(ids, offsets, 5)[0].tolist() == ids.tolist()
+
+
+def test_ctranslate2s_engine_aligns_with_the_aligner_copied_beside_its_export(copy_data, tmp_path):
+    """An export folder holding the run's aligner.safetensors: CTranslate2's engine gives the aligner's links ('auto'
+    and 'lexical'), its attention's with 'attention'; 'lexical' without the file is one error."""
+    pytest.importorskip("ctranslate2")
+    import shutil
+
+    from aiayn.decoding.ct2 import CT2Translator
+    from aiayn.export.ct2 import export_ct2
+
+    vocab = Vocab.load(copy_data)
+    model = tiny_model(len(vocab), eos_bias=2.0)
+    folder = export_ct2(model, vocab, tmp_path / "ct2")
+    lines = (copy_data / "test.src.txt").read_text().splitlines()[:6]
+    greedy = SearchConfig(beam=1, max_len_b=8, lp="power")
+    attention = [h[0].alignment for h in CT2Translator(folder, search=greedy).translate_nbest(lines, alignments=True)]
+    with pytest.raises(UsageError, match="has no lexical aligner"):
+        CT2Translator(folder, search=greedy, alignment="lexical")
+    aligner.build_from_prepared(copy_data).save(tmp_path / aligner.FILE)
+    shutil.copy(tmp_path / aligner.FILE, folder / aligner.FILE)
+    lexical = aligner.load(folder / aligner.FILE)
+    for mode in ("auto", "lexical"):
+        engine = CT2Translator(folder, search=greedy, alignment=mode)
+        hyps = [h[0] for h in engine.translate_nbest(lines, alignments=True)]
+        sources = engine.encode(lines)
+        assert [h.alignment for h in hyps] == [lexical.links(s, h.tokens, vocab) for s, h in zip(sources, hyps)]
+    assert [h.alignment for h in hyps] != attention
+    again = CT2Translator(folder, search=greedy, alignment="attention").translate_nbest(lines, alignments=True)
+    assert [h[0].alignment for h in again] == attention

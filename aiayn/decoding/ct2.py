@@ -25,6 +25,7 @@ from pathlib import Path
 
 from aiayn.config import BOS_ID, EOS_ID, PAD_ID, UNK_ID, ModelConfig, SearchConfig
 from aiayn.data.vocab import MODEL_FILE, Vocab
+from aiayn.decoding import aligner as word_aligner
 from aiayn.decoding.alignment import word_links
 from aiayn.decoding.batches import Limits, limit_batches, own_limits, word_cap
 from aiayn.decoding.lines import Translation, encode_prefixes, encode_sources
@@ -74,7 +75,8 @@ class CT2Translator:
 
     def __init__(self, model_dir: Path | str, device: str = "cpu", compute_type: str = "default",
                  threads: int | None = None, use_vmap: bool = False, search: SearchConfig | None = None,
-                 batch_size: int = 64, patience: float | None = None, max_input_len: int | None = None):
+                 batch_size: int = 64, patience: float | None = None, max_input_len: int | None = None,
+                 alignment: str = "auto"):
         import ctranslate2
 
         model_dir = Path(model_dir)
@@ -100,6 +102,7 @@ class CT2Translator:
             record = json.loads((model_dir / AIAYN_FILE).read_text())
             self.cfg, self.quantization = ModelConfig.from_dict(record["model"]), record.get("quantization")
             self.vocab = Vocab.load(model_dir / MODEL_FILE)
+        self.aligner = word_aligner.for_run(model_dir, alignment)  # the run's, copied beside the export (auto: if any)
         supported = ctranslate2.get_supported_compute_types(device)
         if compute_type != "default" and compute_type not in supported:
             raise UsageError(f"CTranslate2 cannot compute in {compute_type} on this {device} (it can in "
@@ -236,6 +239,8 @@ class CT2Translator:
         """A hypothesis's word links from CTranslate2's attention (rows: its pieces; columns: the source pieces)."""
         if not source or not attention:  # a blank line, an empty translation
             return []
+        if self.aligner is not None:  # the lexical aligner (aiayn.decoding.aligner) instead of the attention
+            return self.aligner.links(source, ids, self.vocab)
         pieces = self.vocab.piece
         return word_links(attention, [pieces(i) for i in source[:-1]], [pieces(i) for i in ids])
 

@@ -51,7 +51,7 @@ class EngineOptions:
     patience: float | None = None
     alignments: bool = False
     alignment_layer: int | None = None
-    alignment: str = "auto"  # aiayn's engine: "auto" (the run's lexical aligner if it has one), "attention", "lexical"
+    alignment: str = "auto"  # "auto" (the run's lexical aligner if it has one, else attention), "attention", "lexical"
     glossary: bool = False
     prefixes: bool = False
     token_scores: bool = False
@@ -122,8 +122,6 @@ def open_engine(path: str | Path | Sequence[str | Path], options: EngineOptions 
     if problem:
         raise UsageError(problem)
     if name == "ct2":
-        if options.alignment == "lexical":
-            raise UsageError("--alignment lexical: CTranslate2's engine aligns by its attention; use --engine aiayn")
         from aiayn.decoding.ct2 import ct2_device
         from aiayn.extras import require
 
@@ -131,7 +129,8 @@ def open_engine(path: str | Path | Sequence[str | Path], options: EngineOptions 
 
         return cls(paths[0], device=ct2_device(options.device), compute_type=cls.COMPUTE_TYPES[options.precision],
                    threads=options.threads, use_vmap=bool(options.shortlist), search=options.search,
-                   batch_size=options.batch_size, patience=options.patience, max_input_len=options.max_input_len)
+                   batch_size=options.batch_size, patience=options.patience, max_input_len=options.max_input_len,
+                   alignment=options.alignment)
     from aiayn.runtime import resolve_device
 
     return cls.load(paths, options.search, options.precision, device=resolve_device(options.device),
