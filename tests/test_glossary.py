@@ -24,6 +24,7 @@ from aiayn.decoding.glossary import (
 from aiayn.decoding.search import SearchConfig, beam_search
 from aiayn.decoding.translator import Translator, padded
 from aiayn.errors import UsageError, UserError
+from aiayn.markup.lines import translate_lines
 
 QUICKSTART = Path("/work/runs/quickstart/run")
 
@@ -199,13 +200,13 @@ def test_cli_glossary(tiny, copy_data, tmp_path, capsys):
     base = ["translate", "--checkpoint", str(run), "--input", str(tmp_path / "in.txt"), "--max-len-b", "8",
             "--beam", "3", "--no-progress", "--no-split-sentences"]
     assert main(base + ["--glossary", str(tmp_path / "g.tsv")]) == 0
-    want = Translator(model, vocab, SearchConfig(beam=3, max_len_b=8)).translate(lines, glossary={word: target})
+    want = translate_lines(Translator(model, vocab, SearchConfig(beam=3, max_len_b=8)), lines, {word: target})
     assert capsys.readouterr().out.splitlines() == want
     (tmp_path / "g.tsv").write_text(f"{word} {target}\n")
     assert main(base + ["--glossary", str(tmp_path / "g.tsv")]) == 1
     assert "g.tsv, line 1: expected 'source term<TAB>target term'" in capsys.readouterr().err
-    assert main(base + ["--glossary", str(tmp_path / "g.tsv"), "--sampling"]) == 2  # a usage error
-    assert "--glossary needs --engine aiayn" in capsys.readouterr().err
+    assert main(base + ["--glossary", str(tmp_path / "g.tsv"), "--print-alignment"]) == 2  # a usage error
+    assert "--glossary changes the model's words, which --print-alignment describes" in capsys.readouterr().err
 
 
 @pytest.mark.skipif(not QUICKSTART.is_dir(), reason="the quickstart run is not on this machine")

@@ -55,6 +55,11 @@ class Glossary:
         for source, target in self.entries:
             if not source.strip() or not target.strip():
                 raise UsageError(f"a glossary entry needs a source and a target term, got {source!r} -> {target!r}")
+        conflict = conflicting(self.entries)
+        if conflict:
+            source, first, second = conflict
+            raise UsageError(f"the glossary gives the source term {source!r} two target terms, {first!r} and "
+                             f"{second!r}; keep one")
         object.__setattr__(self, "_patterns", [(re.compile(rf"(?<!\w){re.escape(s.strip())}(?!\w)"), t.strip())
                                                for s, t in self.entries])
 
@@ -73,14 +78,19 @@ class Glossary:
             text = Path(path).read_text(encoding="utf-8")
         except (OSError, UnicodeDecodeError) as e:
             raise UserError(f"cannot read the glossary {path}: {e}") from None
-        entries = []
+        entries, where = [], {}
         for n, line in enumerate(text.splitlines(), 1):
             if not line.strip() or line.lstrip().startswith("#"):
                 continue
             columns = line.split("\t")
             if len(columns) != 2 or not columns[0].strip() or not columns[1].strip():
                 raise UserError(f"{path}, line {n}: expected 'source term<TAB>target term', got {line!r}")
-            entries.append((columns[0].strip(), columns[1].strip()))
+            source, target = columns[0].strip(), columns[1].strip()
+            first = where.setdefault(source, (n, target))
+            if first[1] != target:
+                raise UserError(f"{path}, line {n}: the source term {source!r} has a target term already, {first[1]!r} "
+                                f"on line {first[0]}, and here {target!r}; keep one")
+            entries.append((source, target))
         return cls(tuple(entries))
 
     def terms_in(self, sentence: str) -> list[str]:
@@ -88,6 +98,17 @@ class Glossary:
         once, in glossary order."""
         found = [target for pattern, target in self._patterns if pattern.search(sentence)]
         return list(dict.fromkeys(found))
+
+
+def conflicting(entries: Iterable[tuple[str, str]]) -> tuple[str, str, str] | None:
+    """The first source term given two different target terms, as (source, first target, second target), or None
+    (the same pair twice is no conflict)."""
+    seen: dict[str, str] = {}
+    for source, target in entries:
+        first = seen.setdefault(source.strip(), target.strip())
+        if first != target.strip():
+            return source.strip(), first, target.strip()
+    return None
 
 
 def encode_terms(vocab, glossary: Glossary, lines: Sequence[str]) -> list[list[Term]]:
