@@ -289,7 +289,9 @@ def presented_key(headers: Headers, fields: BodyFields) -> str | None:
     return headers.get("x-api-key", "").strip() or fields.api_key
 
 
-OWN_KEYS = "/admin/"  # routes that check a key of their own (--admin-key): neither API keys nor budgets here
+# routes that check a key of their own (--admin-key; /translate_file reads its key after the file and charges the
+# file's text, aiayn.serve.files): neither API keys nor budgets here
+OWN_KEYS = ("/admin/", "/translate_file")
 MISSING_KEY = ("this server needs an API key: send it as api_key in the body (LibreTranslate's way), or as an "
                "Authorization: Bearer KEY or X-API-Key: KEY header")
 

@@ -1,0 +1,163 @@
+"""LibreTranslate's file API (aiayn.serve.files) on a real HTTP server: documents uploaded as LibreTranslate's page
+posts them, downloaded, opened, and their text compared with what /translate answers for the same sentences."""
+
+from __future__ import annotations
+
+import io
+import os
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+from serving import ServerThread, app_of, copy_translator
+
+from aiayn.serve.access import AccessConfig
+from aiayn.serve.files import FileConfig, install_files, sweep
+from aiayn.serve.state import Limits
+
+pytest.importorskip("docx")
+
+
+def _server(copy_data: Path, folder: Path, **config):
+    translator, lines = copy_translator(copy_data)
+    files = FileConfig(folder=folder / "files", **config.pop("files", {}))
+    app = app_of(translator, **config)
+    install_files(app, files)
+    return app, lines[:6]
+
+
+def _docx(lines: list[str]) -> bytes:
+    import docx
+
+    d = docx.Document()
+    for line in lines:
+        d.add_paragraph(line)
+    out = io.BytesIO()
+    d.save(out)
+    return out.getvalue()
+
+
+def _page_post(base: str, name: str, data: bytes, source="en", target="de", api_key="", **kw) -> httpx.Response:
+    """What LibreTranslate's page (app.js translateFile) sends: FormData file, source, target, api_key."""
+    return httpx.post(base + "/translate_file", files=[("file", (name, data, "application/octet-stream"))],
+                      data={"source": source, "target": target, "api_key": api_key}, timeout=120, **kw)
+
+
+def _translations(base: str, lines: list[str]) -> list[str]:
+    r = httpx.post(base + "/translate", json={"q": lines, "source": "en", "target": "de"}, timeout=120)
+    assert r.status_code == 200, r.text
+    return r.json()["translatedText"]
+
+
+def test_docx_html_srt_uploaded_downloaded_and_translated(copy_data, tmp_path):
+    import docx
+
+    app, lines = _server(copy_data, tmp_path)
+    with ServerThread(app) as base:
+        expected = _translations(base, lines)
+        settings = httpx.get(base + "/frontend/settings").json()
+        assert settings["filesTranslation"] is True and ".docx" in settings["supportedFilesFormat"]
+        assert settings["language"]["source"]["code"] == "en" and settings["keyRequired"] is False
+
+        r = _page_post(base, "report.docx", _docx(lines))
+        assert r.status_code == 200, r.text
+        url = r.json()["translatedFileUrl"]
+        assert url.startswith(base + "/download_file/") and url.endswith(".report_de.docx")
+        got = httpx.get(url)
+        assert got.status_code == 200
+        assert 'filename="report_de.docx"' in got.headers["content-disposition"]
+        paragraphs = [p.text for p in docx.Document(io.BytesIO(got.content)).paragraphs if p.text]
+        assert paragraphs == expected
+        assert not [p for p in (tmp_path / "files").iterdir() if not p.name.endswith("_de.docx")]  # upload gone
+
+        html = "<html><body>" + "".join(f"<p>{line}</p>" for line in lines) + "</body></html>"
+        r = _page_post(base, "page.html", html.encode())
+        body = httpx.get(r.json()["translatedFileUrl"]).text
+        assert all(f"<p>{t}</p>" in body for t in expected), body
+
+        srt = "".join(f"{i + 1}\n00:00:0{i},000 --> 00:00:0{i},900\n{line}.\n\n" for i, line in enumerate(lines))
+        r = _page_post(base, "talk.srt", srt.encode())
+        cues = httpx.get(r.json()["translatedFileUrl"]).text
+        assert cues.count("-->") == len(lines) and lines[0] not in cues
+
+
+def test_auto_source_unknown_extension_and_bad_names(copy_data, tmp_path):
+    app, lines = _server(copy_data, tmp_path)
+    with ServerThread(app) as base:
+        r = _page_post(base, "report.docx", _docx(lines), source="auto")
+        assert r.status_code == 200, r.text
+        assert httpx.get(r.json()["translatedFileUrl"]).status_code == 200
+
+        for name in ("report.pdf", "macros.docm", "noextension"):
+            r = _page_post(base, name, b"%PDF-1.4")
+            assert r.status_code == 400 and "not supported" in r.json()["error"], (name, r.text)
+        r = _page_post(base, "broken.docx", b"not a zip")
+        assert r.status_code == 400 and "broken.docx" in r.json()["error"]
+        r = _page_post(base, "report.docx", _docx(lines), target="xx")
+        assert r.status_code == 400
+
+        (tmp_path / "secret.txt").write_text("secret")
+        for name in ("../secret.txt", "..%2Fsecret.txt", "%2e%2e/secret.txt", "0" * 32 + ".x/../../secret.txt"):
+            r = httpx.get(base + "/download_file/" + name)
+            assert r.status_code in (400, 404) and "secret" not in r.text, (name, r.text)
+        r = httpx.get(base + "/download_file/" + "0" * 32 + ".gone.docx")
+        assert r.status_code == 404 and "error" in r.json()
+
+
+def test_translations_expire(copy_data, tmp_path):
+    app, lines = _server(copy_data, tmp_path, files={"keep_s": 1.0})
+    with ServerThread(app) as base:
+        url = _page_post(base, "a.docx", _docx(lines)).json()["translatedFileUrl"]
+        assert httpx.get(url).status_code == 200
+        name = url.rsplit("/", 1)[1]
+        old = time.time() - 5
+        os.utime(tmp_path / "files" / name, (old, old))
+        assert httpx.get(url).status_code == 404
+        assert not (tmp_path / "files" / name).exists()
+    stale = tmp_path / "files" / "stale"
+    stale.write_text("x")
+    os.utime(stale, (1, 1))
+    assert sweep(tmp_path / "files", 60) == 1 and not stale.exists()
+
+
+def test_keys_and_budgets(copy_data, tmp_path):
+    keys = tmp_path / "keys"
+    keys.write_text("good-key chars=40\n")
+    # a body limit below the file's size: the key comes after the file, where the access gate does not read
+    app, lines = _server(copy_data, tmp_path, access=AccessConfig(api_keys=keys), limits=Limits(100, 1))
+    data = _docx(lines[:1])
+    assert len(data) > Limits(100, 1).max_body_bytes
+    with ServerThread(app) as base:
+        assert httpx.get(base + "/frontend/settings").json()["keyRequired"] is True
+        r = _page_post(base, "a.docx", data)
+        assert r.status_code == 403, r.text
+        assert _page_post(base, "a.docx", data, api_key="wrong").status_code == 403
+        r = _page_post(base, "a.docx", data, api_key="good-key")  # the key after the file, as the page sends it
+        assert r.status_code == 200, r.text
+        big = _docx(lines * 4)  # more characters than the key's 40 a minute
+        r = _page_post(base, "b.docx", big, api_key="good-key")
+        assert r.status_code in (413, 429) and r.json()["limit"] == "char_limit", r.text
+
+
+def test_file_limits(copy_data, tmp_path):
+    app, lines = _server(copy_data, tmp_path, files={"max_file_bytes": 4096, "max_chars": 10})
+    with ServerThread(app) as base:
+        r = _page_post(base, "big.txt", b"word " * 2000)
+        assert r.status_code == 413 and r.json()["limit"] == "max_file_bytes"
+        r = _page_post(base, "long.txt", ("\n".join(lines)).encode())
+        assert r.status_code == 413 and r.json()["limit"] == "file_max_chars"
+
+
+def test_a_file_larger_than_the_queue_is_chunked(copy_data, tmp_path):
+    from aiayn.serve import BatchConfig
+
+    translator, lines = copy_translator(copy_data)
+    app = app_of(translator, batching=BatchConfig(max_queue=8))
+    install_files(app, FileConfig(folder=tmp_path / "files", chunk_sentences=4))
+    text = "\n\n".join(lines[:20]) + "\n"  # 20 paragraphs: more sentences than the whole queue holds
+    with ServerThread(app) as base:
+        r = _page_post(base, "many.txt", text.encode())
+        assert r.status_code == 200, r.text
+        out = [line for line in httpx.get(r.json()["translatedFileUrl"]).text.splitlines() if line]
+        assert len(out) == 20 and out[:5] == _translations(base, lines[:5])
