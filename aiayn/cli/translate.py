@@ -39,11 +39,14 @@ def translate_command(args: argparse.Namespace) -> int:
         check_document_args(args)
         return translate_file_command(args, open_engine(args.checkpoint, replace(options, alignments=True)))
     engine = open_engine(args.checkpoint, options)  # a feature the engine lacks: its one error, before loading
+    if args.glossary and args.print_alignment:
+        raise UsageError("--glossary changes the model's words, which --print-alignment describes: give one of them")
     glossary = None
     if args.glossary:
-        from aiayn.decoding.glossary import Glossary
+        from aiayn.decoding.glossary import Glossary  # imports torch: not for every --engine ct2
 
         glossary = Glossary.read(args.glossary)
+    from aiayn.markup.lines import carry_nbests, needs_alignment, term_translations
     progress = args.input not in (None, "-") and not args.no_progress
     split = args.split_sentences and not args.print_alignment  # alignments are of whole lines
     # stdin: as lines arrive (a bad byte names the line); --prefix FILE: all at once, its lines aligned with them
@@ -57,7 +60,10 @@ def translate_command(args: argparse.Namespace) -> int:
                 if problem:
                     raise UsageError(problem)
             parts, part_prefixes, layouts = split_lines(lines, prefixes) if split else (lines, prefixes, None)
-            nbests = engine.translate_nbest(parts, progress, part_prefixes, sentences, glossary, args.print_alignment)
+            ask = args.print_alignment or (len(args.checkpoint) == 1 and needs_alignment(parts, glossary))
+            nbests = engine.translate_nbest(parts, progress, part_prefixes, sentences, None, ask)
+            if not args.print_alignment:  # numbers, symbols, terms carried (docs/decoding.md)
+                nbests = carry_nbests(parts, nbests, glossary, lexicon=term_translations(engine, parts, glossary))
             nbests = join_lines(nbests, layouts) if split else nbests
             sentences += len(parts)
             for n, hyps in enumerate(nbests, done):
@@ -72,8 +78,7 @@ def engine_options(args: argparse.Namespace, search, prefixes: bool = False) -> 
     return EngineOptions(engine=args.engine, search=search, precision=args.precision, device=args.device,
                          batch_size=args.batch_size, max_input_len=args.max_input_len, shortlist=args.shortlist,
                          search_impl=args.search_impl, alignments=args.print_alignment,
-                         alignment_layer=args.alignment_layer, alignment=args.alignment, glossary=bool(args.glossary),
-                         prefixes=prefixes,
+                         alignment_layer=args.alignment_layer, alignment=args.alignment, prefixes=prefixes,
                          token_scores=args.print_scores == "tokens")
 
 
@@ -135,10 +140,10 @@ def register(sub) -> None:
                                     "starts with its line's pieces and the search goes on from there; or give "
                                     "them as a second input column, source<TAB>prefix")
     p.add_argument("--glossary", metavar="FILE",
-                   help="terms that must appear in the output: a TSV of 'source term<TAB>target term' lines (# "
-                        "comments and blank lines allowed); a source term found in a sentence as whole words (case as "
-                        "written) makes its target term a constraint of the beam search (aiayn engine, beam or greedy "
-                        "search); docs/decoding.md")
+                   help="terms that replace their translation: a TSV of 'source term<TAB>target term' lines (# "
+                        "comments and blank lines allowed; one target term per source term); a source term found in a "
+                        "sentence as whole words (case as written) has its target term put in place of the words "
+                        "aligned to it in the plain translation (either engine); docs/decoding.md")
     p.add_argument("--no-split-sentences", dest="split_sentences", action="store_false",
                    help="translate each input line whole (default: a line of several sentences is translated "
                         "sentence by sentence, as aiayn serve does, and joined back into one output line; lines with "
