@@ -62,24 +62,48 @@ def _point(node: Node, src: list[tuple[int, int]], links: dict[int, list[int]], 
     return 0 if left < 0 else n
 
 
-def _keep_word(node: Node, source: str, src, tokens: list[str], links: dict[int, list[int]], aligned: bool) -> None:
-    """A keep's or a replacement's word: its text, with the edge punctuation of the translation of the source word it
-    shares with other text ("(2020)" keeps its brackets, "Keep Me." its full stop)."""
-    text = node.span.text if node.span.kind == "replace" and node.span.text is not None else \
-        source[node.span.start:node.span.end]
+def _group_text(group: list[Node], source: str) -> tuple[str, list[tuple[int, int]]]:
+    """Kept spans that share source words, as one text: each span's text (a replacement's `text`) with the source
+    text between them ("base/big" for "base" and "big"), and each span's place in it."""
+    out, places, pos = "", [], group[0].span.start
+    for node in group:
+        out += source[pos:node.span.start]
+        text = node.span.text if node.span.kind == "replace" and node.span.text is not None else \
+            source[node.span.start:node.span.end]
+        places.append((len(out), len(out) + len(text)))
+        out += text
+        pos = max(pos, node.span.end)
+    return out, places
+
+
+def _edge(target_edge: str, own: str, lead: bool) -> str:
+    """A target word's edge punctuation less the part that belongs to the kept text itself: "(--host" keeps "(" before
+    "--host", "<unk>," keeps "," after "<unk>"."""
+    for k in range(min(len(target_edge), len(own)), 0, -1):
+        if lead and target_edge.endswith(own[:k]):
+            return target_edge[:-k]
+        if not lead and target_edge.startswith(own[-k:]):
+            return target_edge[k:]
+    return target_edge
+
+
+def _edges(body: str, before: str, after: str, ends: tuple[str, str], tokens: list[str], links_of) -> tuple[str, str]:
+    """The punctuation a kept text takes around it: that of the translation of the source word it shares with other
+    text ("(2020)" keeps its brackets, "Keep Me." its full stop), else the source word's own (also where the word is
+    its own translation). `ends`: the first and last source words; `links_of`: their target words."""
     lead = trail = ""
-    if aligned and node.source_words:
-        first, last = node.source_words[0], node.source_words[-1]
-        before, after = source[src[first][0]:node.span.start], source[node.span.end:src[last][1]]
-        if before:
-            lead = next((m.group(1) for j in links.get(first, []) if (m := _EDGES.match(tokens[j])).group(1)), "")
-            lead = lead or _source_edge(before)
-        if after:
-            trail = next((m.group(3) for j in links.get(last, []) if (m := _EDGES.match(tokens[j])).group(2)
-                          and m.group(3)), "")
-            trail = trail or _source_edge(after)
-    node.text = lead + text + trail
-    node.char = (len(lead), len(lead) + len(text))
+    own = _EDGES.match(body)
+    if before:
+        lead = before if ends[0] in (tokens[j] for j in links_of[0]) else next(
+            (e for j in links_of[0] if (m := _EDGES.match(tokens[j])).group(2)
+             and (e := _edge(m.group(1), own.group(1), True))), "")
+        lead = lead or _source_edge(before)
+    if after:
+        trail = after if ends[1] in (tokens[j] for j in links_of[1]) else next(
+            (e for j in links_of[1] if (m := _EDGES.match(tokens[j])).group(2)
+             and (e := _edge(m.group(3), own.group(3), False))), "")
+        trail = trail or _source_edge(after)
+    return lead, trail
 
 
 def _source_edge(edge: str) -> str:
@@ -88,74 +112,129 @@ def _source_edge(edge: str) -> str:
     return edge if edge and not any(c.isalnum() or c.isspace() for c in edge) else ""
 
 
-def _inside_word(node: Node, source: str, src, tokens: list[str], aligned: list[int]):
-    """For kept text inside a word (letters beside it in the same source word: "word<sup>1</sup>", "A&lt;b"): the
-    aligned target word that gets it, the text's place in it, and the word's new text; None for other spans. The
-    text is marked where the translation holds it, else put at the same end of the translated word (before its edge
-    punctuation) as in the source."""
-    text = source[node.span.start:node.span.end]
-    words = [src[i] for i in node.source_words]
-    if not text or not words or not aligned:
-        return None
-    letters_before = any(c.isalnum() for c in source[words[0][0]:node.span.start])
-    letters_after = any(c.isalnum() for c in source[node.span.end:words[-1][1]])
-    if not (letters_before or letters_after):
-        return None
-    for j in aligned:
-        at = tokens[j].find(text)
-        if at >= 0:
-            return j, (at, at + len(text)), tokens[j]
-    if letters_before:
-        j = aligned[-1]
-        lead, core, trail = _EDGES.match(tokens[j]).groups()
-        at = len(lead) + len(core)
-        return j, (at, at + len(text)), lead + core + text + trail
-    j = aligned[0]
-    lead, rest = _EDGES.match(tokens[j]).group(1), tokens[j][len(_EDGES.match(tokens[j]).group(1)):]
-    return j, (len(lead), len(lead) + len(text)), lead + text + rest
+def _found(body: str, cur: list[str], aligned: list[int], deleted: set[int],
+           offset: int) -> tuple[int, int, int] | None:
+    """Where the translation holds a kept text as it is, in one aligned word or a run of consecutive ones: (first
+    word, last word, character offset in the words joined by spaces); of several places, the one nearest `offset`
+    (the text's place in its source word: the second "," of ",a,")."""
+    wanted = " ".join(body.split())
+    for a in aligned if wanted else []:
+        b, joined = a, cur[a]
+        while wanted not in joined and b + 1 in aligned and b + 1 not in deleted and len(joined) < 4 * len(wanted):
+            b += 1
+            joined += " " + cur[b]
+        places = [m.start() for m in re.finditer(f"(?={re.escape(wanted)})", joined)]
+        if places:
+            return a, b, min(places, key=lambda at: abs(at - offset))
+    return None
 
 
-def _substitute(source, src, tokens, links, nodes) -> tuple[list[tuple[str, Node | None]], dict[int, list[int]]]:
-    """Kept and replaced text put in place of the words aligned to it: the final words (with the keep node owning
-    each) and the alignment re-indexed onto them."""
-    claimed: set[int] = set()
-    head: dict[int, Node] = {}
-    inserts: dict[int, list[Node]] = {}
-    deleted: set[int] = set()
+def _keep_groups(nodes: list[Node]) -> list[list[Node]]:
+    """Kept and replaced spans in document order, those that share a source word ("base/big", "2+2") together."""
+    groups: list[list[Node]] = []
     for node in nodes:
         if node.kind not in ("keep", "replace"):
             continue
-        aligned = sorted({j for i in node.source_words for j in links.get(i, [])} - claimed)
-        inside = _inside_word(node, source, src, tokens, aligned)
-        if inside is not None:  # part of a word: marked in (or added to) its translation
-            j, node.char, node.text = inside
-            head[j] = node
-            claimed.add(j)
-        elif aligned:
-            _keep_word(node, source, src, tokens, links, True)
-            head[aligned[0]] = node
-            deleted.update(aligned[1:])
-            claimed.update(aligned)
+        if groups and node.source_words and groups[-1][-1].source_words and \
+                node.source_words[0] <= max(n.source_words[-1] for n in groups[-1] if n.source_words):
+            groups[-1].append(node)
         else:
-            _keep_word(node, source, src, tokens, links, False)
-            inserts.setdefault(_point(node, src, links, len(tokens)), []).append(node)
-    final: list[tuple[str, Node | None]] = []
+            groups.append([node])
+    return groups
+
+
+class _Words:
+    """The translation's words while kept text is put in: each word's text, the kept spans marked in it, the words
+    deleted and the ones inserted before a word."""
+
+    def __init__(self, tokens: list[str]):
+        self.cur = list(tokens)
+        self.marks: dict[int, list[tuple[Node, int]]] = {}
+        self.deleted: set[int] = set()
+        self.inserts: dict[int, list[tuple[str, list[tuple[Node, int]]]]] = {}
+
+    def mark(self, j: int, text: str, group: list[Node], places, offset: int) -> None:
+        self.cur[j] = text
+        self.marks.setdefault(j, []).extend((node, offset + a) for node, (a, _) in zip(group, places))
+        for node, (a, b) in zip(group, places):
+            node.char = (offset + a, offset + b)
+
+
+def _put_group(group: list[Node], source: str, src, links, words: _Words, claimed: set[int], n: int) -> None:
+    """One group of kept spans put into the translation: in place of the words aligned to it, or marked where the
+    translation holds its text inside a word ("word<sup>1</sup>", "aiayn translate's"), or inserted at a neighbour's
+    place when nothing is aligned to it."""
+    body, places = _group_text(group, source)
+    ws = sorted({i for node in group for i in node.source_words})
+    aligned = sorted({j for i in ws for j in links.get(i, [])} - claimed - words.deleted)
+    first, last = (ws[0], ws[-1]) if ws else (0, 0)
+    before = source[src[first][0]:group[0].span.start] if ws else ""
+    after = source[max(node.span.end for node in group):src[last][1]] if ws else ""
+    if not aligned:
+        words.inserts.setdefault(_point(group[0], src, links, n), []).append((body, list(zip(group, places))))
+        for node, (a, b) in zip(group, places):
+            node.char = (a, b)
+        return
+    letters_before, letters_after = any(c.isalnum() for c in before), any(c.isalnum() for c in after)
+    if not (letters_before or letters_after):  # whole words (edge punctuation aside): the kept text replaces them
+        ends = (source[src[first][0]:src[first][1]], source[src[last][0]:src[last][1]])
+        lead, trail = _edges(body, before, after, ends, words.cur, (links.get(first, []), links.get(last, [])))
+        words.mark(aligned[0], lead + body + trail, group, places, len(lead))
+        words.deleted.update(aligned[1:])
+        claimed.update(aligned)
+        return
+    found = _found(body, words.cur, aligned, words.deleted, len(before))
+    if found is not None:  # the translation holds the text as it is: marked there (the words holding it joined)
+        a, b, at = found
+        joined = " ".join(words.cur[a:b + 1])
+        wanted = " ".join(body.split())
+        words.mark(a, joined[:at] + body + joined[at + len(wanted):], group, places, at)
+        words.deleted.update(range(a + 1, b + 1))
+        claimed.update(range(a, b + 1))
+        return
+    inner = [j for i in ws if (i != first or not letters_before) and (i != last or not letters_after)
+             for j in links.get(i, []) if j in aligned]
+    if inner:  # the words wholly kept give way to the text; the translation of the rest of its words stays
+        words.mark(inner[0], body, group, places, 0)
+        words.deleted.update(inner[1:])
+        claimed.update(inner)
+        return
+    if letters_before:  # added at the same end of the translated word as in the source, inside its punctuation
+        j = aligned[-1]
+        lead, core, trail = _EDGES.match(words.cur[j]).groups()
+        words.mark(j, lead + core + body + trail, group, places, len(lead) + len(core))
+    else:
+        j = aligned[0]
+        lead = _EDGES.match(words.cur[j]).group(1)
+        words.mark(j, lead + body + words.cur[j][len(lead):], group, places, len(lead))
+    claimed.add(j)
+
+
+def _substitute(source, src, tokens, links, nodes) -> tuple[list[tuple[str, list[Node]]], dict[int, list[int]]]:
+    """Kept and replaced text put in place of the words aligned to it: the final words (with the keep nodes marked
+    in each) and the alignment re-indexed onto them."""
+    words, claimed = _Words(tokens), set()
+    for group in _keep_groups(nodes):
+        _put_group(group, source, src, links, words, claimed, len(tokens))
+    final: list[tuple[str, list[Node]]] = []
     new_of: dict[int, int] = {}
-    for b in range(len(tokens) + 1):
-        for node in inserts.get(b, []):
+
+    def add(text: str, marks) -> None:
+        for node, _ in marks:
             node.lo, node.hi = len(final), len(final) + 1
-            final.append((node.text, node))
-        if b < len(tokens) and b not in deleted:
+        final.append((text, [node for node, _ in marks]))
+
+    for b in range(len(tokens) + 1):
+        for text, marks in words.inserts.get(b, []):
+            add(text, marks)
+        if b < len(tokens) and b not in words.deleted:
             new_of[b] = len(final)
-            owner = head.get(b)
-            if owner is not None:
-                owner.lo, owner.hi = len(final), len(final) + 1
-            final.append((owner.text if owner is not None else tokens[b], owner))
+            add(words.cur[b], words.marks.get(b, []))
     moved = {i: sorted({new_of[j] for j in js if j in new_of}) for i, js in links.items()}
     for node in nodes:
         if node.kind in ("keep", "replace"):
             for i in node.source_words:
-                moved[i] = sorted({j for j in moved.get(i, []) if final[j][1] is not node} | {node.lo})
+                moved[i] = sorted({j for j in moved.get(i, []) if node not in final[j][1]} | {node.lo})
     return final, {i: js for i, js in moved.items() if js}
 
 
@@ -191,6 +270,24 @@ def _uncross(node: Node, placed: list[Node], ancestors: set[int]) -> None:
                 changed = True
 
 
+def _likeliest(i: int, n_source: int, links: dict[int, list[int]], n: int) -> int:
+    """The target word most likely to translate source word i, which no target word is linked to: one between the
+    targets of its nearest linked neighbours where the translation has words there (placed in proportion), else the
+    target of the nearer neighbour (the left one at equal distance), else the diagonal's."""
+    left = next((k for k in range(i - 1, -1, -1) if links.get(k)), None)
+    right = next((k for k in range(i + 1, n_source) if links.get(k)), None)
+    if left is not None and right is not None:
+        a, b = max(links[left]), min(links[right])
+        if b - a > 1:
+            return min(b - 1, max(a + 1, a + round((i - left) * (b - a) / (right - left))))
+        return a if i - left <= right - i else b
+    if left is not None:
+        return max(links[left])
+    if right is not None:
+        return min(links[right])
+    return min(n - 1, i * n // max(n_source, 1))
+
+
 def _intervals(nodes: list[Node], src, links, n: int) -> None:
     """Each wrap's and point's target interval, inside its parent's, crossing none placed before it."""
     placed: list[Node] = []
@@ -198,6 +295,8 @@ def _intervals(nodes: list[Node], src, links, n: int) -> None:
         if node.kind in ("keep", "replace"):
             continue
         node.aligned = {j for i in node.source_words for j in links.get(i, [])} if node.kind == "wrap" else set()
+        if node.kind == "wrap" and not node.aligned and n:  # words the alignment left out: their likeliest place
+            node.aligned = {_likeliest(i, len(src), links, n) for i in node.source_words}
         if node.aligned:
             node.lo, node.hi = min(node.aligned), max(node.aligned) + 1
         else:
@@ -239,11 +338,11 @@ def _trimmed(node: Node, source: str, final, starts: list[int]) -> tuple[int, in
     start, end = starts[node.lo], starts[node.hi - 1] + len(final[node.hi - 1][0])
     held = source[node.span.start:node.span.end].strip()
     first, last = final[node.lo], final[node.hi - 1]
-    if held and held[0].isalnum() and first[1] is None:
+    if held and held[0].isalnum() and not first[1]:
         lead = _EDGES.match(first[0])
         if lead.group(2):
             start += len(lead.group(1))
-    if held and held[-1].isalnum() and last[1] is None:
+    if held and held[-1].isalnum() and not last[1]:
         trail = _EDGES.match(last[0])
         if trail.group(2):
             end -= len(trail.group(3))
@@ -259,16 +358,36 @@ def _stripped(text: str, start: int, end: int) -> tuple[int, int]:
     return start, end
 
 
+_NO_BREAK = frozenset("\u00a0\u202f\u2007\u2060")
+
+
+def _separators(source: str, src: list[tuple[int, int]], links: dict[int, list[int]], n: int) -> list[str]:
+    """What follows each target word: a space, or the source's no-break space where the two words translate two
+    source words that one joined ("10\u00a0km"); nothing after the last."""
+    seps = [" "] * max(n - 1, 0) + [""] * (n > 0)
+    of: dict[int, set[int]] = {}
+    for i, js in links.items():
+        for j in js:
+            of.setdefault(j, set()).add(i)
+    for j in range(n - 1):
+        for i in of.get(j, ()):
+            gap = source[src[i][1]:src[i + 1][0]] if i + 1 < len(src) else ""
+            if gap and set(gap) <= _NO_BREAK and i + 1 in of.get(j + 1, ()):
+                seps[j] = gap
+    return seps
+
+
 def place(source: str, src: list[tuple[int, int]], tokens: list[str], links: dict[int, list[int]],
           nodes: list[Node]) -> tuple[str, list]:
     """The translation with kept text substituted, and the spans on it in document order (see the module)."""
     final, links = _substitute(source, src, tokens, links, nodes)
     _intervals(nodes, src, links, len(final))
     root = _tree(nodes, len(final))
+    seps = _separators(source, src, links, len(final))
     starts, pos = [], 0
-    for word, _ in final:
+    for (word, _), sep in zip(final, seps):
         starts.append(pos)
-        pos += len(word) + 1
+        pos += len(word) + len(sep)
     out: list = []
     # a wrap around exactly a kept text (a footnote mark "word<sup>1</sup>"): around that text, not its whole word
     kept = {(n.span.start, n.span.end): n for n in nodes if n.kind in ("keep", "replace")}
@@ -298,6 +417,6 @@ def place(source: str, src: list[tuple[int, int]], tokens: list[str], links: dic
             out.append(child.span.at(s, max(s, e)))
             emit(child, s, max(s, e))
 
-    text = " ".join(word for word, _ in final)
+    text = "".join(word + sep for word, sep in zip((w for w, _ in final), seps))
     emit(root, 0, len(text))
     return text, out

@@ -277,7 +277,7 @@ def protected_spans(text: str) -> list[Span]:
     merged: list[tuple[int, int]] = []
     pieces = 0  # how many found pieces the last merged span holds
     for s, e in found:
-        if merged and s < merged[-1][1]:
+        if merged and s <= merged[-1][1]:  # overlapping or touching ("2+2", "€15"): one span
             merged[-1] = (merged[-1][0], max(merged[-1][1], e))
         elif merged and pieces == 1 and _price(text, merged[-1], (s, e)):
             merged[-1] = (merged[-1][0], e)
