@@ -13,15 +13,17 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from aiayn import files, rundir
+from aiayn import files
 from aiayn.config import ModelConfig
 from aiayn.data import builtin_corpus, prepare
 from aiayn.decoding.engine import Engine, EngineOptions, open_engine
 from aiayn.decoding.search import SearchConfig
 from aiayn.errors import UsageError
 from aiayn.metrics import chrf, corpus_bleu
+from aiayn.rundir import RunDir
 from aiayn.runtime import resolve_device, resolve_dtype
 from aiayn.training import checkpoint as ckpt
+from aiayn.training.run import average
 from aiayn.training.train import TrainConfig, resume, train
 
 # The quickstart's departures from the `small` preset, each measured (RESULTS.md, "Quickstart recipe search";
@@ -91,7 +93,7 @@ def quickstart(out: Path, minutes: float = 12.0, preset: str = DEFAULT_PRESET, v
 
     run = out / "run"
     summary = None
-    if not rundir.is_run(run):  # a new run (or one whose start was interrupted: train reuses it)
+    if not RunDir(run).is_run:  # a new run (or one whose start was interrupted: train reuses it)
         shape = (f"{cfg.n_enc_layers}+{cfg.n_dec_layers} layers, d_model {cfg.d_model}, d_ff {cfg.d_ff}, "
                  f"{cfg.n_heads} heads, {vocab_size:,} pieces, {max_tokens:,}-token batches")
         print(f"[2/5] training in {dtype} on {where}: {shape}; for {budget} into {run}", flush=True)
@@ -155,11 +157,10 @@ def recipe(dtype: str, preset: str = DEFAULT_PRESET, model: dict | None = None, 
 
 def _average(run: Path, last: int) -> None:
     """Average the run's last `last` step checkpoints into its averaged checkpoint (what translate then loads)."""
-    paths = rundir.checkpoint_paths(run)[-last:]
+    paths = RunDir(run).checkpoints[-last:]
     what = "the last checkpoint" if len(paths) == 1 else f"the last {len(paths)} checkpoints"
-    print(f"[3/5] averaging {what} -> {run / rundir.AVERAGED}", flush=True)
-    state, cfg = ckpt.average_checkpoints(paths)
-    ckpt.save_weights(run / rundir.AVERAGED, state, cfg)
+    print(f"[3/5] averaging {what} -> {RunDir(run).averaged}", flush=True)
+    average(paths, RunDir(run).averaged)
 
 
 def _translate_test(translator: Engine, data_dir: Path, run: Path, beam: int, progress: bool,
@@ -184,7 +185,7 @@ def _translate_test(translator: Engine, data_dir: Path, run: Path, beam: int, pr
 def _training_speed(run: Path) -> dict:
     """The steps the run trained (its newest checkpoint's: the log has a row every few steps only) and its median
     training speed (target tokens/s), from its log."""
-    train_rows = [r for r in rundir.read_log(run) if r["kind"] == "train"]
+    train_rows = [r for r in RunDir(run).log if r["kind"] == "train"]
     speeds = sorted(r["tokens_per_s"] for r in train_rows)
     return {"steps": max(_trained(run)[0], train_rows[-1]["step"] if train_rows else 0),
             "train_tokens_per_s": speeds[len(speeds) // 2] if speeds else 0.0}
@@ -192,7 +193,7 @@ def _training_speed(run: Path) -> dict:
 
 def _trained(run: Path) -> tuple[int, float]:
     """Steps and training seconds a run has done up to its newest checkpoint ((0, 0) with none yet)."""
-    last = rundir.latest_checkpoint(run, resumable=True)
+    last = RunDir(run).latest(resumable=True)
     if last is None:
         return 0, 0.0
     state = ckpt.load_trainer_state(last)

@@ -12,7 +12,9 @@ import torch
 from aiayn import rundir
 from aiayn.config import EOS_ID, ModelConfig
 from aiayn.model import Transformer
+from aiayn.rundir import RunDir
 from aiayn.training import checkpoint as ckpt
+from aiayn.training.run import run_record
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED_DATA = REPO.parent / "shared" / "data"  # the real corpora (../shared), read by path; may be absent
@@ -32,7 +34,7 @@ def tiny_model(vocab_size: int, seed: int = 0, eos_bias: float = 0.0, **override
 
 def save_run(model: Transformer, vocab_model: Path, run: Path, step: int = 10) -> Path:
     """A run directory holding `model` as its only step checkpoint, and the vocabulary: what `--checkpoint` takes."""
-    ckpt.save_weights(rundir.step_checkpoint_path(run, step), model.state_dict(), model.cfg, step)
+    ckpt.save_weights(RunDir(run).step(step), model.state_dict(), model.cfg, step)
     shutil.copyfile(vocab_model, run / "vocab.model")
     return run
 
@@ -46,7 +48,7 @@ def labelled_run(model: Transformer, copy_data: Path, folder: Path, languages: t
     data = folder / "data"
     prepare(*pair, data, vocab=copy_data / "vocab.model", languages=languages)
     run = save_run(model, data / "vocab.model", folder / "run")
-    record = rundir.run_record(model.cfg.to_dict(), {}, data, data / "vocab.model")
+    record = run_record(model.cfg.to_dict(), {}, data, data / "vocab.model")
     (run / rundir.CONFIG).write_text(json.dumps(record))
     return run
 

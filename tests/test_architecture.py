@@ -60,7 +60,7 @@ FLOORS = [
     ["data", "decoding.ct2"],
     ["training.checkpoint", "metrics.perplexity"],
     ["metrics", "rundir"],
-    ["decoding.inference", "decoding.shortlist"],
+    ["decoding.inference", "decoding.shortlist", "training.run"],
     ["decoding.translator"],
     ["training.selection", "scoring", "decoding.engine"],
     ["training.train"],

@@ -11,6 +11,7 @@ from safetensors.torch import load_file, safe_open, save_file
 
 from aiayn import rundir
 from aiayn.config import ModelConfig
+from aiayn.rundir import RunDir
 from aiayn.training import checkpoint as ckpt
 
 
@@ -47,7 +48,7 @@ def test_corrupt_checkpoint_gives_clear_error(tmp_path):
 ])
 def test_checkpoint_config_is_untrusted_input(copy_data, tmp_path, change, says):
     run = save_run(tiny_model(120), copy_data / "vocab.model", tmp_path / "run")
-    path = rundir.checkpoint_paths(run)[-1]
+    path = RunDir(run).checkpoints[-1]
     state = load_file(str(path))
     with safe_open(str(path), "pt") as f:
         meta = f.metadata()

@@ -24,6 +24,7 @@ from test_train import TINY_ARGS, _cli, _env, _weights
 
 from aiayn import rundir
 from aiayn.cli import main
+from aiayn.rundir import RunDir
 
 STEPS, SAVE_EVERY, KILL_AFTER = 40, 10, 13  # the kill comes once step 13 is logged: steps 11-13 are trained again
 
@@ -97,7 +98,7 @@ def _wait_for_step(run: Path, step: int, procs: list[subprocess.Popen], timeout:
 
 
 def _final(run: Path) -> dict:
-    return _weights(rundir.step_checkpoint_path(run, STEPS))
+    return _weights(RunDir(run).step(STEPS))
 
 
 @pytest.fixture(scope="module")
@@ -157,7 +158,7 @@ def test_one_process_killed_and_relaunched_equals_the_uninterrupted_run(copy_dat
     finally:
         proc.kill()
         proc.wait()
-    last = int(rundir.latest_checkpoint(run).stem.split("_")[1])
+    last = int(RunDir(run).latest().stem.split("_")[1])
     assert SAVE_EVERY <= last < STEPS, "the run ended before it was killed"
     subprocess.run(cmd, check=True, env=_env(), capture_output=True)
     again = _trained_twice(run)
@@ -176,8 +177,8 @@ def test_resume_if_exists_refuses_other_options_and_resume(copy_data, one_proces
     assert "--max-steps 50" not in err and "--update-freq" not in err
     assert main([*args, "--resume", str(run)]) == 2
     assert "give one of them" in capsys.readouterr().err
-    before = rundir.checkpoint_paths(run), (run / rundir.LOG).read_text()
+    before = RunDir(run).checkpoints, (run / rundir.LOG).read_text()
     assert main(args) == 0  # the same command on the finished run: nothing to do
     assert f"done: step {STEPS}" in capsys.readouterr().out
     assert main([*args, "--dtype", "auto"]) == 0  # auto: the dtype the run resolved it to (fp32 here)
-    assert (rundir.checkpoint_paths(run), (run / rundir.LOG).read_text()) == before
+    assert (RunDir(run).checkpoints, (run / rundir.LOG).read_text()) == before

@@ -17,6 +17,7 @@ from aiayn import files, rundir
 from aiayn.cli import main
 from aiayn.config import ModelConfig
 from aiayn.errors import CheckpointError, DataError
+from aiayn.rundir import RunDir
 from aiayn.training import checkpoint as ckpt
 from aiayn.training.train import TrainConfig, noam_lr, resume, train
 
@@ -36,7 +37,7 @@ def parent(copy_data, tmp_path_factory) -> Path:
 
 
 def _train_records(run: Path) -> list[dict]:
-    return [r for r in rundir.read_log(run) if r["kind"] == "train"]
+    return [r for r in RunDir(run).log if r["kind"] == "train"]
 
 
 def _first_forward_weights(monkeypatch) -> list:
@@ -64,14 +65,14 @@ def test_finetune_starts_from_the_parents_weights_with_a_fresh_optimizer(copy_da
 
     fresh = train(copy_data, tmp_path / "fresh", CFG, TUNE, progress=False)
     assert fresh["step"] == 6
-    parent_dev = [r["loss"] for r in rundir.read_log(parent) if r["kind"] == "valid"][-1]
+    parent_dev = [r["loss"] for r in RunDir(parent).log if r["kind"] == "valid"][-1]
     first, first_fresh = _train_records(tmp_path / "tuned")[0], _train_records(tmp_path / "fresh")[0]
     assert first_fresh["loss"] > 0.8 * math.log(120) and first["loss"] < 1.3 * parent_dev < 0.5 * first_fresh["loss"]
     # A fresh schedule (step 1 of the new warm-up and factor) and a fresh Adam: 3 steps at the first checkpoint.
     assert first["lr"] == noam_lr(1, CFG.d_model, TUNE.warmup, TUNE.lr_factor)
-    adam = ckpt.load_trainer_state(rundir.step_checkpoint_path(tmp_path / "tuned", 3))["optimizer"]["state"]
+    adam = ckpt.load_trainer_state(RunDir(tmp_path / "tuned").step(3))["optimizer"]["state"]
     assert {float(s["step"]) for s in adam.values()} == {3.0}
-    parent_adam = ckpt.load_trainer_state(rundir.latest_checkpoint(parent))["optimizer"]["state"]
+    parent_adam = ckpt.load_trainer_state(RunDir(parent).latest())["optimizer"]["state"]
     assert {float(s["step"]) for s in parent_adam.values()} == {120.0}
 
     record = json.loads((tmp_path / "tuned" / rundir.CONFIG).read_text())["parent"]
@@ -92,9 +93,9 @@ def test_finetune_resumes_exactly_also_before_its_first_checkpoint(copy_data, pa
     shutil.rmtree(tmp_path / "early" / rundir.CHECKPOINT_DIR)
     (tmp_path / "early" / rundir.LOG).unlink()
     assert resume(tmp_path / "early", progress=False, max_steps=12)["step"] == 12
-    ref = ckpt.load_weights(rundir.step_checkpoint_path(tmp_path / "ref", 12))[0]
+    ref = ckpt.load_weights(RunDir(tmp_path / "ref").step(12))[0]
     for run in ("run", "early"):
-        got = ckpt.load_weights(rundir.step_checkpoint_path(tmp_path / run, 12))[0]
+        got = ckpt.load_weights(RunDir(tmp_path / run).step(12))[0]
         assert all(torch.equal(ref[k], got[k]) for k in ref), run
 
 

@@ -42,7 +42,7 @@ def test_prepare_records_languages_and_a_run_finds_them(tmp_path, capsys):
     prepare(src, tgt, tmp_path / "data", vocab_size=60)
     assert read_meta(tmp_path / "data")["languages"] == {"source": "en", "target": "es"}
     assert "languages: en -> es" in capsys.readouterr().out
-    # a run records its data folder in config.json (aiayn.rundir.run_record): the languages come from there
+    # a run records its data folder in config.json (aiayn.training.run.run_record): the languages come from there
     vocab = Vocab.load(tmp_path / "data")
     run = save_run(tiny_model(len(vocab)), tmp_path / "data" / "vocab.model", tmp_path / "run")
     assert run_languages(run) is None  # no config.json

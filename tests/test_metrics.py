@@ -11,11 +11,11 @@ import torch
 from helpers import tiny_model
 from sacrebleu.significance import PairedTest
 
-from aiayn import rundir
 from aiayn.cli import main
 from aiayn.data import load_split
 from aiayn.metrics import chrf, corpus_bleu, paired_significance, perplexity, tokenized_bleu
 from aiayn.metrics.bleu import moses_tokenize, split_compounds
+from aiayn.rundir import RunDir
 from aiayn.training import checkpoint as ckpt
 
 HYPS = ["The cat sat on the mat.", "He read the book, didn't he?", "It's 3.5 km to the station!",
@@ -91,7 +91,7 @@ def test_evaluate_cli(tmp_path, copy_data, capsys):
     assert "chrF" in out and "compound-split, lang de" in out
 
     model = tiny_model(120)
-    ckpt.save_weights(rundir.step_checkpoint_path(tmp_path / "run", 1), model.state_dict(), model.cfg, 1)
+    ckpt.save_weights(RunDir(tmp_path / "run").step(1), model.state_dict(), model.cfg, 1)
     (tmp_path / "run" / "vocab.model").write_bytes((copy_data / "vocab.model").read_bytes())
     args = ["evaluate", "--checkpoint", str(tmp_path / "run"), "--data", str(copy_data), "--split", "valid"]
     assert main(args) == 0

@@ -231,7 +231,7 @@ def test_a_reused_run_is_scored_on_its_whole_test_split(tmp_path, monkeypatch):
     data.mkdir()
     (data / "test.src.txt").write_text("".join(f"s{i}\n" for i in range(150)))
     (data / "test.tgt.txt").write_text("".join(f"s{i}\n" for i in range(150)))
-    monkeypatch.setattr(parts.rundir, "read_config", lambda run: {"data": str(data)})
+    monkeypatch.setattr(parts.RunDir, "data", property(lambda self: data))
 
     class Echo:  # translates a line into itself: BLEU 100 on every line it is given
         def translate(self, lines):

@@ -5,6 +5,7 @@ import json
 from aiayn import rundir
 from aiayn.data.folder import run_languages
 from aiayn.quickstart import quickstart
+from aiayn.rundir import RunDir
 
 
 def test_quickstart_end_to_end_and_rerun_reuses(tmp_path, capsys):
@@ -20,13 +21,13 @@ def test_quickstart_end_to_end_and_rerun_reuses(tmp_path, capsys):
             f"{model['d_ff']}, {model['n_heads']} heads, 1,000 pieces") in printed
     n_test = len((out / "data" / "test.tgt.txt").read_text(encoding="utf-8").splitlines())
     assert len((run / "test.hyp").read_text(encoding="utf-8").splitlines()) == n_test
-    checkpoints = rundir.checkpoint_paths(run)
+    checkpoints = RunDir(run).checkpoints
     assert run_languages(run) == ("en", "es")  # serve and export answer for the Bible's pair
     # Running it again reuses the prepared data and the trained run.
     quickstart(out, minutes=0.1, preset="tiny", vocab_size=1000, beam=1, progress=False)
     again = capsys.readouterr().out
     assert "already trained; reusing it" in again and "reusing" in again.split("[2/5]")[0]
-    assert rundir.checkpoint_paths(run) == checkpoints
+    assert RunDir(run).checkpoints == checkpoints
 
 
 def test_quickstart_recipe_defaults_and_overrides(tmp_path):
@@ -50,13 +51,13 @@ def test_quickstart_by_steps_trains_exactly_that_many_and_resumes_to_them(tmp_pa
     quickstart(out, preset="tiny", vocab_size=1000, beam=1, progress=False, max_steps=6)
     saved = json.loads((out / "run" / "config.json").read_text())
     assert saved["train"]["max_steps"] == 6 and saved["train"]["max_minutes"] == 0
-    steps = [r["step"] for r in rundir.read_log(out / "run") if r["kind"] == "train"]
+    steps = [r["step"] for r in RunDir(out / "run").log if r["kind"] == "train"]
     assert steps[-1] == 6
     # Asked again for more steps than were trained, it resumes the run up to them.
     capsys.readouterr()
     quickstart(out, preset="tiny", vocab_size=1000, beam=1, progress=False, max_steps=9)
     assert "was interrupted after 6 of its 9 steps; resuming it" in capsys.readouterr().out
-    assert [r["step"] for r in rundir.read_log(out / "run") if r["kind"] == "train"][-1] == 9
+    assert [r["step"] for r in RunDir(out / "run").log if r["kind"] == "train"][-1] == 9
 
 
 def test_quickstart_on_a_missing_gpu_says_so_before_writing_anything(tmp_path):

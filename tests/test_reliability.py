@@ -36,6 +36,7 @@ from aiayn.data import folder as folder_mod
 from aiayn.data import load_split, open_prepared, prepare
 from aiayn.decoding.translator import Translation, Translator
 from aiayn.errors import CheckpointError, DataError, UsageError
+from aiayn.rundir import RunDir
 from aiayn.training import checkpoint as ckpt
 from aiayn.training.train import RESUMABLE_OPTIONS, TrainConfig, resume, train
 
@@ -89,7 +90,7 @@ def lab(copy_data, tmp_path_factory) -> SimpleNamespace:
     (root / "broken.yaml").write_text("preset: tiny\nmodel: [d_model: 32\n")
     (root / "types.yaml").write_text(f"preset: tiny\ndata: {data}\ntrain:\n  max_steps: many\n")
     (root / "latin1.yaml").write_bytes("preset: tiny  # Tama\xf1o\n".encode("latin-1"))
-    weights = rundir.checkpoint_paths(run)[-1]
+    weights = RunDir(run).checkpoints[-1]
     state = load_file(str(weights))
     with safe_open(str(weights), "pt") as f:
         meta = f.metadata()
@@ -284,7 +285,7 @@ def test_resume_refuses_data_prepared_again_with_other_text_or_vocabulary(tmp_pa
     data, run = tmp_path / "data", tmp_path / "run"
     prepare(*a, data, vocab_size=100)
     train(data, run, ModelConfig.preset("tiny"), tiny_tc(), progress=False)
-    saved = rundir.read_config(run)
+    saved = RunDir(run).config
     assert len(saved["data_sha256"]) == len(saved["vocab_sha256"]) == 64
 
     shutil.rmtree(data)
@@ -300,7 +301,7 @@ def test_resume_refuses_data_prepared_again_with_other_text_or_vocabulary(tmp_pa
     prepare(*b, data, vocab=run / "vocab.model")  # another corpus with the run's own vocabulary
     with pytest.raises(DataError, match="holds other data than .* was trained on"):
         resume(run, progress=False, max_steps=4)
-    assert [p.name for p in rundir.checkpoint_paths(run)] == ["step_00000002.safetensors", "step_00000003.safetensors"]
+    assert [p.name for p in RunDir(run).checkpoints] == ["step_00000002.safetensors", "step_00000003.safetensors"]
 
 
 def test_resume_refuses_every_flag_it_cannot_honour(lab, capsys):
@@ -320,7 +321,7 @@ def test_resume_refuses_every_flag_it_cannot_honour(lab, capsys):
 def test_trainer_state_is_checked_before_resuming_from_it(lab, tmp_path):
     copy = tmp_path / "run"
     shutil.copytree(lab.run, copy)
-    last = rundir.checkpoint_paths(copy)[-1]
+    last = RunDir(copy).checkpoints[-1]
     trainer = ckpt.load_trainer_state(last)
     torch.save({k: v for k, v in trainer.items() if k != "sampler"}, ckpt.state_path(last))
     with pytest.raises(CheckpointError, match="lacks one of the optimizer, sampler"):
@@ -342,14 +343,14 @@ def test_one_writer_per_run_directory(copy_data, tmp_path):
                                  "--save-every-steps", "5", *TINY), env=_env(),
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
-        _wait_for(rundir.step_checkpoint_path(run, 5), proc)
+        _wait_for(RunDir(run).step(5), proc)
         with pytest.raises(CheckpointError, match=f"in use by another training process \\(PID {proc.pid}\\)"):
             resume(run, progress=False)
         assert main(["train", "--data", str(copy_data), "--out", str(run), *TINY]) == 2  # a run already
     finally:
         proc.kill()  # SIGKILL: the OS releases the lock
         proc.wait()
-    step = int(rundir.latest_checkpoint(run, resumable=True).stem.split("_")[1])
+    step = int(RunDir(run).latest(resumable=True).stem.split("_")[1])
     assert resume(run, progress=False, max_steps=step + 1)["step"] == step + 1
 
 
@@ -390,7 +391,7 @@ def test_kill_during_the_config_write_leaves_a_run_that_starts_again(copy_data, 
     assert "interrupted before its config was written" in capsys.readouterr().err
     assert main(["train", "--data", str(copy_data), "--out", str(run), "--max-steps", "2", *TINY]) == 0
     assert sorted(p.name for p in run.iterdir() if p.name.startswith(".")) == []  # its temp file is gone
-    assert rundir.latest_checkpoint(run, resumable=True).name == "step_00000002.safetensors"
+    assert RunDir(run).latest(resumable=True).name == "step_00000002.safetensors"
 
 
 def test_a_run_with_a_config_but_no_checkpoint_resumes_from_step_0(copy_data, tmp_path, monkeypatch):
@@ -403,7 +404,7 @@ def test_a_run_with_a_config_but_no_checkpoint_resumes_from_step_0(copy_data, tm
     with pytest.raises(KeyboardInterrupt):
         train(copy_data, run, ModelConfig.preset("tiny"), tiny_tc(), progress=False)
     monkeypatch.undo()
-    assert (run / "config.json").is_file() and not rundir.checkpoint_paths(run)
+    assert (run / "config.json").is_file() and not RunDir(run).checkpoints
     with pytest.raises(UsageError, match="it is a run already"):
         train(copy_data, run, ModelConfig.preset("tiny"), tiny_tc(), progress=False)
     assert resume(run, progress=False)["step"] == 2
@@ -486,7 +487,7 @@ def test_interrupted_training_saves_at_once_and_exits_128_plus_the_signal(copy_d
     run = tmp_path / "run"
     assert main(["train", "--data", str(copy_data), "--out", str(run), *TINY, "--max-steps", "1000",
                  "--save-every-steps", "2"]) == code
-    assert rundir.latest_checkpoint(run, resumable=True).name == "step_00000003.safetensors"
+    assert RunDir(run).latest(resumable=True).name == "step_00000003.safetensors"
     assert len(dev_evaluations) == 1  # at step 2; the save on the signal skips it
     logs = [json.loads(x) for x in (run / "log.jsonl").read_text().splitlines()]
     assert [r["step"] for r in logs if r["kind"] == "valid"] == [2]
@@ -515,14 +516,14 @@ def test_quickstart_stops_on_a_signal_and_later_resumes_to_its_budget(tmp_path, 
     run = out / "run"
     assert "quickstart stopped" in capsys.readouterr().out
     assert not (run / rundir.AVERAGED).exists() and not (run / "test.hyp").exists()  # it did not go on
-    last = rundir.latest_checkpoint(run, resumable=True)
+    last = RunDir(run).latest(resumable=True)
     assert last.name == "step_00000005.safetensors" and ckpt.load_trainer_state(last)["train_seconds"] == 5
 
     signal_at.clear()
     assert main(argv) == 0
     printed = capsys.readouterr().out
     assert "was interrupted after" in printed and "test BLEU" in printed
-    last = rundir.latest_checkpoint(run, resumable=True)
+    last = RunDir(run).latest(resumable=True)
     seconds = ckpt.load_trainer_state(last)["train_seconds"]
     # from step 5 and 5 s on, to the budget and no further
     assert budget_s - 1 <= seconds <= budget_s + 1 and int(last.stem.split("_")[1]) == seconds

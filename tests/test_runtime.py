@@ -55,9 +55,9 @@ def test_auto_picking_fp16_says_so_in_the_start_line(copy_data, tmp_path, monkey
     tc = TrainConfig(max_steps=1, max_tokens=400, save_every_minutes=0, threads=1, dtype="auto")
     train(copy_data, tmp_path / "run", ModelConfig.preset("tiny"), tc, progress=False)
     assert "; device cpu, fp16 (--dtype auto: no native bf16 on this GPU), 1 process(es)" in capsys.readouterr().out
-    from aiayn import rundir
+    from aiayn.rundir import RunDir
 
-    assert rundir.read_config(tmp_path / "run")["train"]["dtype"] == "fp16"  # a resumed run keeps it
+    assert RunDir(tmp_path / "run").config["train"]["dtype"] == "fp16"  # a resumed run keeps it
 
 
 def test_devices():

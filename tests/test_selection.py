@@ -16,6 +16,7 @@ from aiayn import rundir
 from aiayn.cli import main
 from aiayn.config import ModelConfig
 from aiayn.errors import UsageError
+from aiayn.rundir import RunDir
 from aiayn.training import checkpoint as ckpt
 from aiayn.training.selection import EarlyStopping
 from aiayn.training.train import TrainConfig, resume, train
@@ -26,7 +27,7 @@ TINY = ModelConfig.preset("tiny")
 def _valid_records(run: Path) -> list[dict]:
     """The dev evaluations of a run's log, without what differs from run to run (wall-clock times)."""
     drop = ("time", "eval_seconds")
-    return [{k: v for k, v in r.items() if k not in drop} for r in rundir.read_log(run) if r["kind"] == "valid"]
+    return [{k: v for k, v in r.items() if k not in drop} for r in RunDir(run).log if r["kind"] == "valid"]
 
 
 def test_early_stopping_by_hand():
@@ -78,9 +79,9 @@ def test_patience_stops_at_the_predicted_evaluation_and_best_is_its_checkpoint(c
     recs = _valid_records(tmp_path / "run")
     assert [(r["step"], r["bleu"], r["chrf"], r["improved"], r["evals_since_best"]) for r in recs] == [
         (2, 10.0, 11.0, True, 0), (4, 12.0, 13.0, True, 0), (6, 11.0, 12.0, False, 1), (8, 12.0, 13.0, False, 2)]
-    assert [p.name for p in rundir.checkpoint_paths(tmp_path / "run")][-1] == "step_00000008.safetensors"
+    assert [p.name for p in RunDir(tmp_path / "run").checkpoints][-1] == "step_00000008.safetensors"
     best, _, meta = ckpt.load_weights(tmp_path / "run" / rundir.BEST)
-    at_4 = ckpt.load_weights(rundir.step_checkpoint_path(tmp_path / "run", 4))[0]
+    at_4 = ckpt.load_weights(RunDir(tmp_path / "run").step(4))[0]
     assert meta["step"] == "4" and all(torch.equal(best[k], at_4[k]) for k in best)
     # Resuming a run that stopped early trains no further: the decision is in its checkpoint.
     assert resume(tmp_path / "run", progress=False, max_steps=80)["step"] == 8
@@ -108,7 +109,7 @@ def test_resume_mid_patience_decides_as_the_uninterrupted_run(copy_data, tmp_pat
     # Stopped at step 6, one evaluation without improvement counted, then resumed to the same budget.
     cut = train(copy_data, tmp_path / "run", TINY, dataclasses.replace(tc, max_steps=6), progress=False)
     assert not cut["stopped_early"] and _valid_records(tmp_path / "run")[-1]["evals_since_best"] == 1
-    assert ckpt.load_trainer_state(rundir.step_checkpoint_path(tmp_path / "run", 6))["early_stopping"] == {
+    assert ckpt.load_trainer_state(RunDir(tmp_path / "run").step(6))["early_stopping"] == {
         "best": 12.0, "best_step": 4, "evals_since_best": 1}
     again = resume(tmp_path / "run", progress=False, max_steps=40)
     assert again["stopped_early"] and again["step"] == 10 and again["best"] == ref["best"]
@@ -125,7 +126,7 @@ def test_evaluation_time_counts_against_max_minutes(copy_data, tmp_path, scripte
     # Were evaluation time left out of the budget, 2.5 s of tiny steps would be dozens.
     tc = dataclasses.replace(SELECT, max_steps=1000, max_minutes=2.5 / 60, save_every_steps=1, patience=0)
     summary = train(copy_data, tmp_path / "run", TINY, tc, progress=False)
-    recs = [r for r in rundir.read_log(tmp_path / "run") if r["kind"] == "valid"]
+    recs = [r for r in RunDir(tmp_path / "run").log if r["kind"] == "valid"]
     assert 1 <= summary["step"] <= 4 and len(recs) == summary["step"]
     assert all(r["eval_seconds"] >= 1.0 for r in recs)
 
@@ -137,10 +138,10 @@ def test_dev_bleu_and_chrf_are_sacrebleu_on_the_checkpoints_own_translations(cop
     tc = dataclasses.replace(SELECT, max_steps=60, save_every_steps=60, eval_bleu_lines=12, eval_beam=2,
                              best_metric="chrf", patience=0, lr_factor=2.0)
     train(copy_data, tmp_path / "run", TINY, tc, progress=False)
-    (rec,) = [r for r in rundir.read_log(tmp_path / "run") if r["kind"] == "valid"]
+    (rec,) = [r for r in RunDir(tmp_path / "run").log if r["kind"] == "valid"]
     src = (copy_data / "valid.src.txt").read_text().splitlines()[:12]
     refs = (copy_data / "valid.tgt.txt").read_text().splitlines()[:12]
-    translator = Translator.load(rundir.step_checkpoint_path(tmp_path / "run", 60), SearchConfig(beam=2))
+    translator = Translator.load(RunDir(tmp_path / "run").step(60), SearchConfig(beam=2))
     hyps = translator.translate(src)
     assert any(hyps)  # something to score
     assert rec["bleu"] == pytest.approx(sacrebleu.corpus_bleu(hyps, [refs]).score, abs=1e-9)

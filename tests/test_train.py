@@ -18,6 +18,7 @@ from helpers import REPO
 from aiayn import rundir
 from aiayn.config import ModelConfig
 from aiayn.progress import TrainingProgress as Progress
+from aiayn.rundir import RunDir
 from aiayn.training import checkpoint as ckpt
 from aiayn.training.train import TrainConfig, anneal_factor, noam_lr, train
 
@@ -115,17 +116,17 @@ def test_resume_after_sigkill_is_bit_exact(copy_data, tmp_path):
                                  "--save-every-steps", "10", *TINY_ARGS), env=_env(),
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.time() + 120
-    while time.time() < deadline and not rundir.step_checkpoint_path(run, 30).exists():
+    while time.time() < deadline and not RunDir(run).step(30).exists():
         time.sleep(0.01)
     proc.send_signal(signal.SIGKILL)
     proc.wait()
-    done = rundir.checkpoint_paths(run)
+    done = RunDir(run).checkpoints
     assert done and int(done[-1].stem.split("_")[1]) < int(steps), "the run finished before it could be killed"
 
     subprocess.run(_cli("train", "--resume", str(run), "--no-progress"), check=True, env=_env(),
                    capture_output=True)
-    final_ref = _weights(rundir.step_checkpoint_path(ref, int(steps)))
-    final = _weights(rundir.step_checkpoint_path(run, int(steps)))
+    final_ref = _weights(RunDir(ref).step(int(steps)))
+    final = _weights(RunDir(run).step(int(steps)))
     assert final.keys() == final_ref.keys()
     for k in final:
         assert torch.equal(final[k], final_ref[k]), k
@@ -141,7 +142,7 @@ def test_two_processes_equal_one_process_with_update_freq_2(copy_data, tmp_path)
            "-m", "aiayn", "train", "--data", str(copy_data), "--out", str(two), *common]
     res = subprocess.run(cmd, env=_env(), capture_output=True, text=True)
     assert res.returncode == 0, res.stderr[-3000:]
-    a, b = _weights(rundir.step_checkpoint_path(one, 6)), _weights(rundir.step_checkpoint_path(two, 6))
+    a, b = _weights(RunDir(one).step(6)), _weights(RunDir(two).step(6))
     worst = max((a[k] - b[k]).abs().max().item() for k in a)
     assert worst < 1e-5, worst
 
@@ -158,7 +159,7 @@ def test_tiny_model_learns_and_run_dir_is_self_contained(copy_data, tmp_path):
     dev = [r for r in logs if r["kind"] == "valid"]
     assert train_losses[-1] < 0.5 * train_losses[0]
     assert len(dev) == 3 and dev[-1]["ppl"] < dev[0]["ppl"]
-    assert [p.name for p in rundir.checkpoint_paths(run)] == ["step_00000100.safetensors", "step_00000150.safetensors"]
+    assert [p.name for p in RunDir(run).checkpoints] == ["step_00000100.safetensors", "step_00000150.safetensors"]
     assert (run / "vocab.model").is_file() and (run / "config.json").is_file() and (run / rundir.BEST).is_file()
     model, vocab, loaded_cfg = rundir.load_for_inference(run)
     assert loaded_cfg.vocab_size == len(vocab) and not model.training
@@ -237,8 +238,8 @@ def test_fp16_resume_equals_the_uninterrupted_run(copy_data, tmp_path, monkeypat
     _OverflowAt(monkeypatch, at=set())
     assert resume(tmp_path / "run", progress=False, max_steps=12)["step"] == 12
 
-    path_ref = rundir.step_checkpoint_path(tmp_path / "ref", 12)
-    path = rundir.step_checkpoint_path(tmp_path / "run", 12)
+    path_ref = RunDir(tmp_path / "ref").step(12)
+    path = RunDir(tmp_path / "run").step(12)
     ref, got = _weights(path_ref), _weights(path)
     assert all(torch.equal(ref[k], got[k]) for k in ref)
     scaler_ref, scaler = ckpt.load_trainer_state(path_ref)["scaler"], ckpt.load_trainer_state(path)["scaler"]

@@ -8,8 +8,8 @@ from pathlib import Path
 
 from aiayn.cli.common import positive_int
 from aiayn.errors import UsageError
-from aiayn.rundir import AVERAGED, checkpoint_paths
-from aiayn.training.checkpoint import average_checkpoints, save_weights
+from aiayn.rundir import AVERAGED, RunDir
+from aiayn.training.run import average
 
 
 def average_command(args: argparse.Namespace) -> int:
@@ -18,12 +18,10 @@ def average_command(args: argparse.Namespace) -> int:
     if args.inputs:
         paths = [Path(p) for p in args.inputs]
     else:
-        paths = checkpoint_paths(args.run)[-args.last:]
+        paths = RunDir(args.run).checkpoints[-args.last:]
         if len(paths) < args.last:
             print(f"warning: {args.run} has only {len(paths)} checkpoints; averaging those", file=sys.stderr)
-    out = Path(args.output) if args.output else Path(args.run) / AVERAGED
-    state, cfg = average_checkpoints(paths)
-    save_weights(out, state, cfg)
+    out = average(paths, Path(args.output) if args.output else RunDir(args.run).averaged)
     print(f"averaged {len(paths)} checkpoints ({paths[0].name} .. {paths[-1].name}) -> {out}")
     return 0
 

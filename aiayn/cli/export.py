@@ -14,7 +14,7 @@ from aiayn.extras import require
 def export_command(args: argparse.Namespace) -> int:
     from aiayn.decoding.shortlist import load as load_shortlist
     from aiayn.export.card import provenance
-    from aiayn.rundir import inference_checkpoint, load_for_inference, shortlist_path
+    from aiayn.rundir import RunDir, inference_checkpoint, load_for_inference
 
     if args.to == "hf" and args.quantization:
         raise UsageError("--quantization applies to --to ct2 and argos only (an HF export keeps float32 weights)")
@@ -42,8 +42,8 @@ def export_command(args: argparse.Namespace) -> int:
     checkpoint = inference_checkpoint(Path(args.checkpoint))
     model, vocab, _ = load_for_inference(checkpoint)
     shortlist = None  # the run's, written as CTranslate2's vocabulary map where it has one
-    if args.to == "ct2" and shortlist_path(checkpoint).is_file():
-        shortlist = load_shortlist(shortlist_path(checkpoint), vocab)
+    if args.to == "ct2" and RunDir.of(checkpoint).shortlist.is_file():
+        shortlist = load_shortlist(RunDir.of(checkpoint).shortlist, vocab)
     prov = provenance(checkpoint, bleu=args.bleu or "")
     if args.to == "hf":
         from aiayn.export.hf import export_hf

@@ -12,6 +12,7 @@ from aiayn.data.folder import read_meta
 from aiayn.decoding.shortlist import FREQUENT, PER_SOURCE, build_from_prepared
 from aiayn.errors import DataError, UsageError
 from aiayn.files import check_output_path, sha256_file
+from aiayn.rundir import RunDir
 
 
 def shortlist_command(args: argparse.Namespace) -> int:
@@ -28,13 +29,13 @@ def shortlist_command(args: argparse.Namespace) -> int:
         check_output_path(out)
     else:
         run_dir = Path(args.out)
-        saved = rundir.read_config(run_dir)  # a folder must be a run (the error says what else it is)
+        saved = RunDir(run_dir).config  # a folder must be a run (the error says what else it is)
         if data is None:
-            data = rundir.check_same_data(run_dir, saved)  # the run's data, as it was when the run started
+            data = RunDir(run_dir).same_data(saved)  # the run's data, as it was when the run started
         elif read_meta(data) and sha256_file(Path(data) / rundir.VOCAB) != saved["vocab_sha256"]:
             raise DataError(f"{data} has another vocabulary than {run_dir} was trained with; give the data the run "
                             f"was trained on ({saved['data']}), or leave --data out")
-        out = run_dir / rundir.SHORTLIST
+        out = RunDir(run_dir).shortlist
     shortlist = build_from_prepared(data, args.per_source, args.frequent)
     shortlist.save(out)
     print(f"wrote {out}: per source piece the {args.per_source} target pieces of best Dice coefficient, and the "

@@ -12,7 +12,7 @@ from aiayn.cli.common import add_dataclass_args, add_progress_arg, given_fields,
 from aiayn.config import PRESETS, ModelConfig
 from aiayn.errors import UsageError
 from aiayn.extras import require
-from aiayn.rundir import parent_checkpoint
+from aiayn.training.run import parent_checkpoint
 from aiayn.training.train import FINE_TUNE_FIELDS, TrainConfig, resume, train, train_or_resume
 
 

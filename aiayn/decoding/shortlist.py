@@ -38,13 +38,13 @@ from safetensors.torch import load_file
 from safetensors.torch import save as safetensors_bytes
 from torch import Tensor, nn
 
-from aiayn import rundir
 from aiayn.config import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 from aiayn.data.folder import load_split, read_meta
 from aiayn.data.vocab import Vocab
 from aiayn.decoding.ensemble import Ensemble
 from aiayn.errors import CheckpointError, DataError, UsageError
 from aiayn.files import atomic_write, sha256_file
+from aiayn.rundir import RunDir
 
 PER_SOURCE = 50  # target pieces kept per source piece (as the Bergamot translators' lex.50.50 shortlists)
 FREQUENT = 100  # most frequent target pieces always allowed (docs/decoding.md: why these two)
@@ -202,7 +202,7 @@ def run_file(checkpoint: str | Path, path: str | Path | None = None) -> Path:
     (RUN/shortlist.safetensors). One that does not exist is a UsageError that says how to build it."""
     if path is not None:
         return _existing(Path(path))
-    path = rundir.shortlist_path(Path(checkpoint))
+    path = RunDir.of(checkpoint).shortlist
     if not path.is_file():
         raise UsageError(f"{checkpoint} has no shortlist ({path}); build it with `aiayn shortlist --out "
                          f"{path.parent}` (from the data the run was trained on), or give --shortlist FILE")

@@ -22,6 +22,7 @@ from typing import Any
 from aiayn import rundir
 from aiayn.config import ModelConfig
 from aiayn.errors import DataError
+from aiayn.rundir import RunDir
 
 
 def paper_cost(hours: float, gpus: int, tflops: float) -> float:
@@ -48,10 +49,10 @@ def training_flops_per_token(cfg: ModelConfig, src_len: int = 27, tgt_len: int =
 
 def run_speed(run: Path) -> dict[str, Any]:
     """Target tokens/s of a run (all processes together), the median over its log lines past the first."""
-    speeds = [r["tokens_per_s"] for r in rundir.read_log(run) if r["kind"] == "train"][1:]
+    speeds = [r["tokens_per_s"] for r in RunDir(run).log if r["kind"] == "train"][1:]
     if not speeds:
         raise DataError(f"{run}/{rundir.LOG} has too few training log lines to measure a speed")
-    saved = rundir.read_config(run)
+    saved = RunDir(run).config
     return {"tokens_per_s": statistics.median(speeds), "log_lines": len(speeds), "model": saved["model"],
             "train": saved["train"]}
 

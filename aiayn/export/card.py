@@ -15,11 +15,11 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from aiayn import rundir
 from aiayn.config import ModelConfig
 from aiayn.data.folder import META_FILE, read_meta
 from aiayn.errors import UserError
 from aiayn.files import commit_folder, write_text
+from aiayn.rundir import RunDir
 
 
 @dataclass
@@ -40,8 +40,8 @@ def provenance(checkpoint: Path, bleu: str = "") -> Provenance:
         meta = f.metadata() or {}
     prov = Provenance(str(checkpoint), int(meta["step"]) if "step" in meta else None, bleu=bleu)
     for folder in Path(checkpoint).resolve().parents[:2]:  # RUN/x.safetensors or RUN/checkpoints/step_N.safetensors
-        if rundir.is_run(folder):
-            data_dir = Path(rundir.read_config(folder)["data"])
+        if RunDir(folder).is_run:
+            data_dir = RunDir(folder).data
             prov.data = {"path": str(data_dir)}
             if (data_dir / META_FILE).is_file():  # the data may have moved since: then only its path is known
                 meta_json = read_meta(data_dir)

@@ -44,7 +44,6 @@ from pathlib import Path
 
 import torch
 
-from aiayn import rundir
 from aiayn.config import BOS_ID, EOS_ID, PAD_ID, UNK_ID, ModelConfig
 from aiayn.data.folder import IMPORT_RECORD
 from aiayn.data.vocab import MODEL_FILE, SPECIAL_PIECES, MarianVocab
@@ -67,6 +66,7 @@ from aiayn.export.names import parameter_map
 from aiayn.files import write_json
 from aiayn.languages import CODE
 from aiayn.model import Transformer
+from aiayn.rundir import RunDir
 from aiayn.training import checkpoint as ckpt
 
 NEVER = -1e4  # the output bias of the new PAD row: exp(-1e4 - max logit) is 0 in float32, float16 and bfloat16
@@ -223,7 +223,7 @@ def import_run(folder: Path, out: Path, languages: dict[str, str] | None = None)
             MarianVocab.write(tmp / MODEL_FILE, source, target, pieces)
         else:
             vocab.copy_to(tmp)
-        checkpoint = rundir.step_checkpoint_path(tmp, 0)
+        checkpoint = RunDir(tmp).step(0)
         ckpt.save_weights(checkpoint, model.state_dict(), model.cfg, 0)
         write_json(tmp / IMPORT_RECORD, {"from": str(folder.resolve()), "languages": languages})
-    return rundir.step_checkpoint_path(out, 0), model.cfg
+    return RunDir(out).step(0), model.cfg

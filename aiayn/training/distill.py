@@ -36,6 +36,7 @@ from aiayn.config import EOS_ID, PRESETS, ModelConfig, SearchConfig
 from aiayn.data.folder import PARTIAL_MARK, SPLITS, load_split, read_meta, run_languages, write_meta
 from aiayn.errors import DataError, UsageError
 from aiayn.progress import Progress
+from aiayn.rundir import RunDir
 from aiayn.runtime import setup_runtime
 from aiayn.training import checkpoint as ckpt
 from aiayn.training.train import TrainConfig, resume, train
@@ -112,7 +113,7 @@ def check_inputs(recipe: Recipe) -> dict[str, Any]:
     teachers = []
     for teacher in recipe.teachers:
         path = rundir.inference_checkpoint(Path(teacher))
-        vocab = rundir.find_vocab(path)
+        vocab = RunDir.of(path).vocab
         if files.sha256_file(vocab) != data_vocab:
             raise DataError(f"teacher {teacher} has another vocabulary ({vocab}) than the data {data}; prepare the "
                             f"data with the teacher's: aiayn prepare --vocab {vocab} ...")
@@ -143,7 +144,7 @@ def open_recipe(out: Path, record: dict[str, Any], main: bool) -> dict[str, Any]
     if not path.is_file():
         if not main:  # the main process writes it (and refuses a folder that holds something else)
             return record
-        if out.exists() and not rundir.unstarted(out):
+        if out.exists() and not RunDir(out).unstarted:
             raise UsageError(f"{out} is not empty and holds no distillation ({path} is missing); give a new --out")
         files.write_json(path, record)
         return record
@@ -294,7 +295,7 @@ def write_data(recipe: Recipe, out: Path, record: dict[str, Any]) -> dict[str, A
 
 def _trained(run: Path) -> tuple[int, float]:
     """(steps, training seconds) of the run up to its newest resumable checkpoint; (0, 0) with none."""
-    last = rundir.latest_checkpoint(run, resumable=True)
+    last = RunDir(run).latest(resumable=True)
     if last is None:
         return 0, 0.0
     state = ckpt.load_trainer_state(last)
@@ -305,7 +306,7 @@ def train_student(recipe: Recipe, out: Path, progress: bool) -> dict[str, Any] |
     """The student trained (or resumed, to the same budget) on the distilled data into `out`; None when it is done
     already. Returns train's summary."""
     data = out / rundir.DISTILL / DATA_DIR
-    if not rundir.is_run(out):
+    if not RunDir(out).is_run:
         vocab_size = read_meta(data)["vocab_size"]
         tc = recipe.train_config(recipe.dtype, recipe.device)
         return train(data, out, recipe.model(vocab_size), tc, progress=progress)

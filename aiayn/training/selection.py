@@ -1,7 +1,7 @@
 """Which checkpoint is best: the dev evaluation at each checkpoint (loss, NLL, perplexity, and with --eval-bleu-lines
 BLEU and chrF of the checkpoint's own translations), whether it beats every earlier one by --best-metric, and early
 stopping (--patience). aiayn.training.train calls `judge` at each checkpoint and saves what it decides through its
-aiayn.rundir.Run; `tc` is its TrainConfig, `state` its TrainState (only read here, but for the early-stopping state
+training.run.Run; `tc` is its TrainConfig, `state` its TrainState (only read here, but for the early-stopping state
 and the best dev loss)."""
 
 from __future__ import annotations

@@ -10,7 +10,7 @@ resuming on data prepared again in the same folder is refused. Ctrl-C/SIGTERM st
 checkpoint (no dev evaluation: stopping stays quick) and the summary says which signal ("interrupted_by").
 
 Where the rest lives: the loss in aiayn.training.losses, device/dtype/processes in aiayn.runtime, the run on disk (lock,
-config.json, log, step checkpoints: one rundir.Run) in aiayn.rundir, the checkpoint files' format in
+config.json, log, step checkpoints: one Run) in aiayn.training.run, the checkpoint files' format in
 aiayn.training.checkpoint, which checkpoint is best in aiayn.training.selection, batches in aiayn.data, dev perplexity
 in aiayn.metrics.perplexity, plots in aiayn.viz.curves.
 """
@@ -27,17 +27,17 @@ from typing import Any
 
 import torch
 
-from aiayn import rundir
 from aiayn.config import DEVICE_HELP, ModelConfig, check_fields, check_types
 from aiayn.data import PreparedSplit, TokenBatchSampler, Vocab, collate, open_prepared, pack
 from aiayn.errors import CheckpointError, DataError, UsageError
 from aiayn.fast import set_layer_norm_output
 from aiayn.model import Transformer, count_parameters
 from aiayn.progress import TrainingProgress
-from aiayn.rundir import Run
+from aiayn.rundir import BEST, CONFIG, RunDir
 from aiayn.runtime import DTYPES, Runtime, StopOnSignal, setup_runtime
 from aiayn.training import checkpoint as ckpt
 from aiayn.training.losses import TrainingObjective
+from aiayn.training.run import Run, check_parent_vocab, parent_checkpoint, run_record
 from aiayn.training.selection import BEST_METRICS, EarlyStopping, describe, judge
 
 
@@ -221,8 +221,8 @@ def train(data_dir: Path, run_dir: Path, cfg: ModelConfig, tc: TrainConfig, prog
     vocab = Vocab.load(data_dir)
     parent = None
     if init_from is not None:
-        parent, parent_cfg = rundir.parent_checkpoint(init_from)
-        rundir.check_parent_vocab(parent, vocab.model_path)
+        parent, parent_cfg = parent_checkpoint(init_from)
+        check_parent_vocab(parent, vocab.model_path)
     if len(vocab) != cfg.vocab_size:
         cfg = cfg.replace(vocab_size=len(vocab))  # the model always matches the prepared vocabulary
     if parent is not None:
@@ -235,8 +235,8 @@ def train(data_dir: Path, run_dir: Path, cfg: ModelConfig, tc: TrainConfig, prog
         tc = dataclasses.replace(tc, dtype=rt.dtype)  # "auto" resolved: a resumed run keeps the dtype it started with
         run = Run.new(run_dir, rt.is_main)
         state, train_set, valid = _setup(splits, cfg, tc, rt, parent)
-        record = rundir.run_record(cfg.to_dict(), dataclasses.asdict(tc), data_dir, vocab.model_path,
-                                   ckpt.parent_record(parent) if parent else None)
+        record = run_record(cfg.to_dict(), dataclasses.asdict(tc), data_dir, vocab.model_path,
+                            ckpt.parent_record(parent) if parent else None)
         with run.create(record, vocab.model_path):
             return _loop(state, train_set, valid, run, tc, rt, progress)
 
@@ -262,11 +262,11 @@ def resume(run_dir: Path, progress: bool = True, **stopping: Any) -> dict[str, A
 
 def _read_run(run_dir: Path) -> tuple[dict[str, Any], ModelConfig, TrainConfig]:
     """A run's config.json, and the model and training configs it holds."""
-    saved = rundir.read_config(run_dir)
+    saved = RunDir(run_dir).config
     try:
         return saved, ModelConfig.from_dict(saved["model"]), TrainConfig.from_dict(saved["train"])
     except UsageError as e:
-        raise CheckpointError(f"{run_dir / rundir.CONFIG}: {e}; it was damaged outside aiayn") from None
+        raise CheckpointError(f"{run_dir / CONFIG}: {e}; it was damaged outside aiayn") from None
 
 
 def train_or_resume(data_dir: Path, run_dir: Path, cfg: ModelConfig, tc: TrainConfig, progress: bool = True,
@@ -277,7 +277,7 @@ def train_or_resume(data_dir: Path, run_dir: Path, cfg: ModelConfig, tc: TrainCo
     not init_from again). Under torchrun every process decides on its own,
     before the process group forms; rank 0 writes config.json only after it has formed, so all decide the same."""
     run_dir = Path(run_dir)
-    if not rundir.is_run(run_dir):
+    if not RunDir(run_dir).is_run:
         return train(data_dir, run_dir, cfg, tc, progress, init_from=init_from)
     saved, run_cfg, run_tc = _read_run(run_dir)
     # As train() would: the vocabulary's size, and "auto" resolved as when the run started.
@@ -484,4 +484,4 @@ def _save(state: TrainState, run: Run, tc: TrainConfig, rt: Runtime, valid: Prep
 
 def _early_stop_reason(state: TrainState, tc: TrainConfig) -> str:
     return (f"dev {tc.best_metric} has not improved for {tc.patience} evaluations (best {state.early.best:.3f} at "
-            f"step {state.early.best_step}, in {rundir.BEST})")
+            f"step {state.early.best_step}, in {BEST})")

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from aiayn.files import atomic_write
-from aiayn.rundir import read_log
+from aiayn.rundir import RunDir
 
 
 def plot_run(run_dir: Path, out: Path | None = None) -> Path:
@@ -15,7 +15,7 @@ def plot_run(run_dir: Path, out: Path | None = None) -> Path:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    records = read_log(run_dir)
+    records = RunDir(run_dir).log
     tr = [r for r in records if r["kind"] == "train"]
     va = [r for r in records if r["kind"] == "valid"]
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 4))

@@ -71,16 +71,16 @@ def translations(fixture_dir: Path, setting: str, lines: list[str]) -> list[str]
 
 def losses(fixture_dir: Path, steps: int, packed: bool, seed: int) -> list[float]:
     """Training losses of the first `steps` steps of a fresh run (the fixture's model shape, fixed seed), one a step."""
-    from aiayn import rundir
+    from aiayn.rundir import RunDir, load_for_inference
     from aiayn.training.train import TrainConfig, train
 
-    _, _, cfg = rundir.load_for_inference(fixture_dir / "run")
+    _, _, cfg = load_for_inference(fixture_dir / "run")
     with tempfile.TemporaryDirectory() as tmp:
         tc = TrainConfig(max_steps=steps, max_tokens=1024, warmup=400, lr_factor=0.45, seed=seed, log_every=1,
                          save_every_minutes=0, save_every_steps=steps, keep_last=1, dtype="fp32", device="cpu",
                          threads=1, packed=packed)
         train(fixture_dir / "data", Path(tmp) / "run", cfg, tc, progress=False)
-        return [row["loss"] for row in rundir.read_log(Path(tmp) / "run") if row["kind"] == "train"]
+        return [row["loss"] for row in RunDir(Path(tmp) / "run").log if row["kind"] == "train"]
 
 
 def record(fixture_dir: Path, out: Path, n: int, n_bf16: int, steps: int, seed: int) -> None:

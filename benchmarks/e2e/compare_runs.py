@@ -8,13 +8,13 @@ Prints a table of smoothed training loss (and dev NLL/PPL) at the same steps and
 import argparse
 from pathlib import Path
 
-from aiayn import rundir
+from aiayn.rundir import RunDir
 
 
 def read_log(run: Path) -> tuple[dict[int, dict], dict[int, dict]]:
     """({step: training record}, {step: dev record}) of a run's log.jsonl."""
     train, valid = {}, {}
-    for r in rundir.read_log(run):
+    for r in RunDir(run).log:
         if r["kind"] in ("train", "valid"):
             (train if r["kind"] == "train" else valid)[r["step"]] = r
     return train, valid

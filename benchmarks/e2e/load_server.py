@@ -49,10 +49,10 @@ REPO = Path(__file__).resolve().parents[2]
 
 def tiny_run(folder: Path) -> tuple[Path, list[str]]:
     """A run directory holding a random `tiny` model and a vocabulary of synthetic sentences, and those sentences."""
-    from aiayn import rundir
     from aiayn.config import ModelConfig
     from aiayn.data import Vocab
     from aiayn.model import Transformer
+    from aiayn.rundir import RunDir
     from aiayn.training import checkpoint as ckpt
 
     rng = random.Random(0)
@@ -61,7 +61,7 @@ def tiny_run(folder: Path) -> tuple[Path, list[str]]:
     vocab = Vocab.train(lines, folder, vocab_size=120)  # the 19 words leave room for ~150 pieces at most
     torch.manual_seed(0)
     model = Transformer(ModelConfig.preset("tiny", vocab_size=len(vocab)))
-    ckpt.save_weights(rundir.step_checkpoint_path(folder, 1), model.state_dict(), model.cfg, 1)
+    ckpt.save_weights(RunDir(folder).step(1), model.state_dict(), model.cfg, 1)
     return folder, lines
 
 

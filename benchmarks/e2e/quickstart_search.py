@@ -31,7 +31,7 @@ import time
 from pathlib import Path
 
 from aiayn.metrics import chrf, corpus_bleu
-from aiayn.rundir import read_log
+from aiayn.rundir import RunDir
 from aiayn.runtime import free_cores
 from benchmarks.timing import once, table
 
@@ -149,7 +149,7 @@ def run_trial(name: str, flags: list[str], work: Path, minutes: float, core: int
                    "--no-split-sentences"]  # whole verses, as the quickstart translates its test set
             if _run(dev, log, core)[0] != 0:
                 raise SystemExit(f"translating the dev set of {name} failed; see {work / f'{name}.log'}")
-    records = read_log(run)
+    records = RunDir(run).log
     train = [r for r in records if r["kind"] == "train"]
     valid = [r for r in records if r["kind"] == "valid"]
     test = _scores(run / "test.hyp", data / "test.tgt.txt")

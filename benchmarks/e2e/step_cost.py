@@ -23,7 +23,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from aiayn.rundir import read_log
+from aiayn.rundir import RunDir
 from benchmarks.timing import table
 
 # name -> (vocabulary, `aiayn train` flags on top of the quickstart's: preset small, dropout 0, fairseq init)
@@ -55,7 +55,7 @@ def step_seconds(data: Path, flags: list[str], steps: int, threads: int) -> floa
         cmd = [sys.executable, "-m", "aiayn", "train", "--data", str(data), "--out", f"{tmp}/run", "--no-progress",
                "--max-steps", str(steps), "--save-every-minutes", "0", "--threads", str(threads), *QUICKSTART, *flags]
         subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-        rows = {r["step"]: r["elapsed_s"] for r in read_log(Path(tmp) / "run") if r["kind"] == "train"}
+        rows = {r["step"]: r["elapsed_s"] for r in RunDir(Path(tmp) / "run").log if r["kind"] == "train"}
     return (rows[steps] - rows[10]) / (steps - 10)
 
 

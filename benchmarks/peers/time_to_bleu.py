@@ -63,7 +63,7 @@ from pathlib import Path
 
 from aiayn.config import EOS_ID
 from aiayn.data import Vocab, load_split
-from aiayn.rundir import checkpoint_paths
+from aiayn.rundir import RunDir
 from aiayn.training.checkpoint import average_checkpoints, save_weights
 
 REPO = Path(__file__).resolve().parents[2]
@@ -216,7 +216,7 @@ def checkpoints(args, system: str) -> list[tuple[float, int, Path]]:
     """(minutes since the process started, update, path) of every checkpoint, oldest first."""
     start = json.loads((args.work / f"{system}.trained.json").read_text())["start"]
     if system == "aiayn":
-        found = [(int(p.stem.split("_")[1]), p) for p in checkpoint_paths(args.work / "aiayn")]
+        found = [(int(p.stem.split("_")[1]), p) for p in RunDir(args.work / "aiayn").checkpoints]
     elif system == "hf":  # checkpoint-N folders; a folder's time is its weights file's
         found = [(int(p.name.split("-")[1]), p) for p in (args.work / "hf").glob("checkpoint-*")
                  if (p / "model.safetensors").exists()]

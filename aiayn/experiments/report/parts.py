@@ -19,7 +19,7 @@ from typing import Any
 
 import torch
 
-from aiayn import files, rundir
+from aiayn import files
 from aiayn.config import PAPER_VOCAB, ModelConfig
 from aiayn.decoding.alignment import word_ids
 from aiayn.decoding.engine import EngineOptions, open_engine
@@ -43,8 +43,9 @@ from aiayn.parsing.parse import Parser
 from aiayn.parsing.prepare import prepare_parse
 from aiayn.parsing.trees import iter_tree_strings
 from aiayn.quickstart import quickstart
+from aiayn.rundir import RunDir
 from aiayn.runtime import configure_process
-from aiayn.training import checkpoint as ckpt
+from aiayn.training.run import average
 from aiayn.training.train import TrainConfig, resume, train
 from aiayn.viz.attention import attention_data, plot_lines, render_html
 
@@ -210,7 +211,7 @@ def translation(ctx: Context) -> dict[str, Any]:
                    + "".join(f" --set {k}={v}" for k, v in ctx.budget.translation.get("model", {}).items())
                    + (f" (scored on the first {scores['test_sentences']} test sentences)"
                       if ctx.budget.translation.get("test_sentences") else ""))
-    data = Path(rundir.read_config(run)["data"])
+    data = RunDir(run).data
     bleu = f"{scores['bleu']:.1f}" if scores.get("bleu") is not None else "not scored"
     return {**extra, "title": "A translation model (the model the attention figures are drawn from)",
             "command": command, "run": str(run), "data": str(data), "scores": scores,
@@ -227,7 +228,7 @@ def translation(ctx: Context) -> dict[str, Any]:
 def _score_run(run: Path, n: int | None) -> dict[str, Any]:
     """BLEU of a reused run on its data's test split: its test.hyp if it has one, else the first n (None: all) test
     sentences translated now."""
-    data = Path(rundir.read_config(run)["data"])
+    data = RunDir(run).data
     if not (data / "test.tgt.txt").is_file():
         return {"bleu": None, "note": f"{data} has no test split"}
     refs = files.read_lines(data / "test.tgt.txt")
@@ -404,15 +405,15 @@ def train_parser(ctx: Context) -> Path:
     data, run = folder / "data", folder / "run"
     prepare_parse(ctx.treebank / "train.trees", data, ctx.treebank / "dev.trees", vocab_size=o["vocab_size"],
                   leaves="words")
-    if rundir.is_run(run):
+    if RunDir(run).is_run:
         summary = resume(run, progress=False)
     else:
         tc = TrainConfig.from_dict({**o["train"], "device": ctx.device})
         summary = train(data, run, ModelConfig.preset(o["preset"], **o["model"]), tc, progress=False)
     if summary["interrupted_by"] is not None:
         raise KeyboardInterrupt
-    paths = rundir.checkpoint_paths(run)[-o["average_last"]:]
-    ckpt.save_weights(run / rundir.AVERAGED, *ckpt.average_checkpoints(paths))
+    paths = RunDir(run).checkpoints[-o["average_last"]:]
+    average(paths, RunDir(run).averaged)
     sentences = files.read_lines(data / "valid.src.txt")[:o["dev_sentences"]]
     gold = list(iter_tree_strings(files.iter_lines(ctx.treebank / "dev.trees")))[:len(sentences)]
     t0 = time.time()

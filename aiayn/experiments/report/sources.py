@@ -5,11 +5,11 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from aiayn import rundir
 from aiayn.data.folder import read_meta
 from aiayn.errors import DataError, UsageError, UserError
 from aiayn.experiments.table3.plan import PLAN, RESULT
 from aiayn.experiments.table3.rows import ROWS
+from aiayn.rundir import RunDir
 
 KINDS = {
     "table1": "a Table 1 measurement (table1.json, from aiayn table1 --json)",
@@ -32,9 +32,9 @@ def recognise(path: str | Path) -> tuple[str, Path]:
         return "table3", p
     if (p / "eval.log").is_file():
         return "parser", p
-    if rundir.is_run(p):
+    if RunDir(p).is_run:
         return "translation", p
-    if rundir.is_run(p / "run"):  # a quickstart folder: run/ and data/
+    if RunDir(p / "run").is_run:  # a quickstart folder: run/ and data/
         return "translation", p / "run"
     raise UsageError(f"--from {p}: not a result folder aiayn paper recognises; give " + "; or ".join(KINDS.values()))
 
@@ -76,7 +76,7 @@ def parser_systems(folder: Path) -> list[dict]:
 
 def parser_runs(folder: Path) -> list[Path]:
     """The training runs kept in a parser results folder (sub-folders with config.json and log.jsonl)."""
-    return sorted(p for p in folder.iterdir() if p.is_dir() and rundir.is_run(p))
+    return sorted(p for p in folder.iterdir() if p.is_dir() and RunDir(p).is_run)
 
 
 def training_pairs(run: Path) -> int | None:
@@ -89,6 +89,6 @@ def training_pairs(run: Path) -> int | None:
                     if m := re.search(r"([\d,]+) training pairs", line):
                         return int(m[1].replace(",", ""))
     try:  # else the prepared data's count, if the data are still where the run was trained
-        return read_meta(rundir.read_config(run)["data"])["splits"]["train"]["kept"]
+        return read_meta(RunDir(run).data)["splits"]["train"]["kept"]
     except (UserError, OSError, KeyError):
         return None

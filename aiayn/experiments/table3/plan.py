@@ -13,6 +13,7 @@ from aiayn.config import INITS, ModelConfig
 from aiayn.data.folder import META_FILE
 from aiayn.errors import DataError, UsageError
 from aiayn.experiments.table3.rows import ROWS, scaled_preset
+from aiayn.rundir import RunDir
 from aiayn.training.train import TrainConfig
 
 # Training options every row shares unless given: the paper's (TrainConfig's defaults) but for how a run saves:
@@ -134,7 +135,7 @@ def read_result(out: Path, name: str) -> dict[str, Any]:
 def trained_steps(out: Path, name: str) -> int:
     """The step of the row's newest resumable checkpoint (0 if none)."""
     run = run_dir(out, name)
-    last = rundir.latest_checkpoint(run, resumable=True) if run.is_dir() else None
+    last = RunDir(run).latest(resumable=True) if run.is_dir() else None
     return int(last.stem.removeprefix("step_")) if last else 0
 
 
@@ -144,7 +145,7 @@ def dev_curve(out: Path, name: str) -> list[dict[str, float]]:
     run = run_dir(out, name)
     if not (run / rundir.LOG).is_file():
         return []
-    points = {r["step"]: r["ppl"] for r in rundir.read_log(run) if r.get("kind") == "valid"}
+    points = {r["step"]: r["ppl"] for r in RunDir(run).log if r.get("kind") == "valid"}
     return [{"step": step, "dev_ppl": ppl} for step, ppl in sorted(points.items())]
 
 

@@ -11,7 +11,6 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from aiayn import rundir
 from aiayn.errors import DataError, UsageError
 from aiayn.experiments.table3.plan import (
     PLAN,
@@ -26,6 +25,7 @@ from aiayn.experiments.table3.plan import (
 from aiayn.experiments.table3.report import backbone_text, report
 from aiayn.experiments.table3.rows import cost, parse_rows, scaled_table
 from aiayn.experiments.table3.score import train_row
+from aiayn.rundir import RunDir
 from aiayn.runtime import StopOnSignal
 
 CALIBRATION_STEPS = 40  # steps each row trains before --minutes picks the step count (seconds/step: last half)
@@ -82,7 +82,7 @@ def seconds_per_step(run: Path) -> float:
     """Seconds per step over the second half of the newest training call logged in RUN/log.jsonl that logged
     at least two lines there (a call that resumed near its end may not have)."""
     calls: list[list[dict]] = [[]]
-    for r in (r for r in rundir.read_log(run) if r["kind"] == "train"):
+    for r in (r for r in RunDir(run).log if r["kind"] == "train"):
         if calls[-1] and r["elapsed_s"] < calls[-1][-1]["elapsed_s"]:  # elapsed_s restarts with each call
             calls.append([])
         calls[-1].append(r)

@@ -29,6 +29,7 @@ from aiayn.experiments.table3.plan import (
 from aiayn.experiments.table3.rows import paper_row, replica_seed, row_of
 from aiayn.metrics import CorpusMetric, corpus_bleu, perplexity
 from aiayn.model import Transformer, count_parameters
+from aiayn.rundir import RunDir
 from aiayn.runtime import Runtime, cpu_model, resolve_device
 from aiayn.training import checkpoint as ckpt
 from aiayn.training.train import resume, train
@@ -67,7 +68,7 @@ def train_row(out: Path, plan: Plan, name: str, max_steps: int, device: str = "a
 def score_row(out: Path, plan: Plan, name: str, device: str = "auto", jobs: int = 1) -> dict[str, Any]:
     """Dev perplexity and dev BLEU of the row's last checkpoint (Table 3's protocol) -> OUT/<name>/result.json."""
     run = run_dir(out, name)
-    last = rundir.latest_checkpoint(run)
+    last = RunDir(run).latest()
     if last is None:
         raise DataError(f"row {name}: no checkpoint in {run} to score")
     state, cfg, meta = ckpt.load_weights(last)
@@ -82,14 +83,14 @@ def score_row(out: Path, plan: Plan, name: str, device: str = "auto", jobs: int 
     files.write_text(out / name / "dev.hyp", "".join(h + "\n" for h in hyps))
     times = read_time(out, name)
     result = {
-        "row": name, "of": row_of(name), "seed": rundir.read_config(run)["train"]["seed"], "scale": plan.scale,
+        "row": name, "of": row_of(name), "seed": RunDir(run).config["train"]["seed"], "scale": plan.scale,
         "steps": int(meta.get("step", -1)), "model": cfg.to_dict(),
         "params": count_parameters(model), "dev_ppl": ppl.ppl, "dev_nll_per_token": ppl.nll / ppl.tokens,
         "dev_tokens": ppl.tokens, "dev_bleu": bleu.score, "bleu_signature": bleu.signature,
         "dev_sentences": plan.dev_sentences, "bleu_sentences": len(hyps), "train_minutes": times["train_s"] / 60,
         "train_calls": times["calls"], "score_seconds": time.time() - t0, "device": str(dev),
         "device_name": torch.cuda.get_device_name(dev) if dev.type == "cuda" else "cpu",
-        "dtype": rundir.read_config(run)["train"]["dtype"], "concurrent_jobs": jobs, "train": plan.train,
+        "dtype": RunDir(run).config["train"]["dtype"], "concurrent_jobs": jobs, "train": plan.train,
         "backbone": plan.backbone,
         "data": plan.data, "data_sha256": data_digest(Path(plan.data)), "machine": machine(dev),
         "dev_curve": dev_curve(out, name), "paper": paper_row(name),
