@@ -23,6 +23,7 @@ from aiayn.config import EOS_ID, SearchConfig
 from aiayn.data import load_split, open_prepared, prepare
 from aiayn.decoding.translator import Translator
 from aiayn.files import sha256_file
+from aiayn.rundir import RunDir
 from aiayn.training import checkpoint as ckpt
 from aiayn.training.distill import shard_path
 
@@ -67,7 +68,7 @@ def test_each_stage(setup, done, capsys):
     for name in ("vocab.model", "valid.src.txt", "valid.tgt.txt", "valid.tgt.bin", "valid.idx.npy"):
         assert (done / "distill" / "data" / name).read_bytes() == (data / name).read_bytes(), name
 
-    cfg = rundir.read_config(done)  # the student: a run like any other, on the distilled data
+    cfg = RunDir(done).config  # the student: a run like any other, on the distilled data
     assert (cfg["model"]["n_enc_layers"], cfg["model"]["n_dec_layers"], cfg["model"]["d_model"]) == (6, 1, 32)
     assert Path(cfg["data"]) == (done / "distill" / "data").resolve() and cfg["languages"] == {"source": "en",
                                                                                                "target": "de"}
@@ -97,16 +98,16 @@ def test_a_rerun_redoes_only_what_is_missing(setup, done, tmp_path):
     (shard.parent / ".shard_00002.npz.abcdefgh.tmp").write_bytes(b"torn")
     shutil.rmtree(out / "distill" / "data")
     (out / "distill" / "data.partial").mkdir()
-    for path in [*rundir.checkpoint_paths(out), out / rundir.BEST]:  # killed before its first checkpoint
+    for path in [*RunDir(out).checkpoints, out / rundir.BEST]:  # killed before its first checkpoint
         path.unlink()
-    for path in rundir.checkpoint_paths(out):
+    for path in RunDir(out).checkpoints:
         ckpt.state_path(path).unlink(missing_ok=True)
     (out / rundir.SHORTLIST).unlink()
     assert distill(data, teacher, out) == 0
     assert shard.read_bytes() == shard_path(done, 1).read_bytes()
     meta = lambda run: json.loads((run / "distill" / "data" / "meta.json").read_text())  # noqa: E731
     assert meta(out)["content_sha256"] == meta(done)["content_sha256"]
-    last, ref = rundir.latest_checkpoint(out), rundir.latest_checkpoint(done)
+    last, ref = RunDir(out).latest(), RunDir(done).latest()
     assert last.name == ref.name and ckpt.load_weights(last)[0].keys() == ckpt.load_weights(ref)[0].keys()
     assert all((a == b).all() for a, b in zip(ckpt.load_weights(last)[0].values(), ckpt.load_weights(ref)[0].values()))
     assert (out / rundir.SHORTLIST).read_bytes() == (done / rundir.SHORTLIST).read_bytes()

@@ -26,10 +26,10 @@ pytest.importorskip("uvicorn")
 from helpers import REPO, save_run, tiny_model  # noqa: E402
 from serving import wait_until_listening  # noqa: E402
 
-from aiayn import rundir  # noqa: E402
 from aiayn.data import Vocab  # noqa: E402
 from aiayn.decoding.search import SearchConfig  # noqa: E402
 from aiayn.decoding.translator import Translator  # noqa: E402
+from aiayn.rundir import RunDir  # noqa: E402
 from aiayn.serve import BatchConfig, Batcher  # noqa: E402
 from aiayn.training import checkpoint as ckpt  # noqa: E402
 
@@ -116,7 +116,7 @@ def server(run: Path, *flags: str):
 
 def save_step(model, run: Path, step: int) -> None:
     """A newer step checkpoint in `run`: what a reload of the run directory picks up."""
-    ckpt.save_weights(rundir.step_checkpoint_path(run, step), model.state_dict(), model.cfg, step)
+    ckpt.save_weights(RunDir(run).step(step), model.state_dict(), model.cfg, step)
 
 
 class Traffic:
@@ -209,10 +209,10 @@ def test_reload_under_load_with_workers(models, copy_data, tmp_path, capsys):
             second_reload_done = time.monotonic()
             traffic.wait_for(6, since=second_reload_done)
         assert r.status_code == 200, r.text
-        assert r.json()["reloaded"] == 2 and r.json()["checkpoint"] == str(rundir.step_checkpoint_path(run, 20))
+        assert r.json()["reloaded"] == 2 and r.json()["checkpoint"] == str(RunDir(run).step(20))
         assert len(report["workers"]) == 2 and all(w["ready"] for w in report["workers"])
         info = httpx.get(base + "/info", timeout=5).json()
-        assert info["checkpoint"] == str(rundir.step_checkpoint_path(run, 30))
+        assert info["checkpoint"] == str(RunDir(run).step(30))
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=60) == 0
         log = proc.stderr.read()
@@ -247,7 +247,7 @@ def test_reload_keeps_serving_when_the_checkpoint_is_bad(models, copy_data, tmp_
     (tmp_path / "admin.key").write_text("0123456789abcdef-test")
     run = save_run(a.model, copy_data / "vocab.model", tmp_path / "run", step=10)
     with server(run, "--workers", "1", "--admin-key", str(tmp_path / "admin.key")) as (proc, base):
-        rundir.step_checkpoint_path(run, 20).write_bytes(b"not a checkpoint")
+        RunDir(run).step(20).write_bytes(b"not a checkpoint")
         r = httpx.post(base + "/admin/reload", headers={"X-Admin-Key": "0123456789abcdef-test"}, timeout=60)
         assert r.status_code == 500 and "goes on serving" in r.json()["error"]
         t = httpx.post(base + "/translate", json={"q": lines[0]}, timeout=30)
