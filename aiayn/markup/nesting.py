@@ -2,10 +2,11 @@
 nesting repaired, and back to character offsets (aiayn.markup.spans.carry's insides).
 
 Target positions are word intervals [lo, hi) over the translation's words (after kept text is substituted); a point
-is the empty interval [p, p): before word p. A "wrap" covers the words aligned to its source words, from the first to
-the last; its interval is then cut to lie inside its source parent's and to cross no other (the part holding more of
-its aligned words wins). The intervals make a tree; points go into the deepest element that holds them (preferring
-their source ancestors at an element's edge). The tree, read in order, gives the spans in document order.
+is the empty interval [p, p): before word p. A "wrap" covers the words aligned to its source words, from the first
+to the last (with none aligned: the likeliest target word of each, `_likeliest`); its interval is then cut to lie
+inside its source parent's and to cross no other (the part holding more of its aligned words wins). The intervals
+make a tree; points go into the deepest element that holds them (preferring their source ancestors at an element's
+edge). The tree, read in order, gives the spans in document order.
 """
 
 from __future__ import annotations

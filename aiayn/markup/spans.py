@@ -6,11 +6,16 @@ URLs, code), words to be replaced by a given text ("replace": a glossary term) o
 break). `translate_blocks` cuts every block into sentences, translates all sentences in one call, and carries each
 span to the target words aligned to the source words it covered (`carry`, one sentence):
 
-- wrap: around the target words from the first to the last aligned to its words; if none is aligned, it becomes an
-  empty element at the place of a neighbouring word's translation. Punctuation at the edge of a target word stays
-  outside the element when the source element did not hold any there (`<b>God</b>.` -> `<b>Dios</b>.`).
+- wrap: around the target words from the first to the last aligned to its words; if none is aligned (engines link
+  each target word to one source word, so some source words get none), around the likeliest target word of each of
+  its words: one between the targets of its nearest linked neighbours, else the nearer neighbour's; empty only when
+  the translation has no word. Punctuation at the edge of a target word stays outside the element when the source
+  element did not hold any there (`<b>God</b>.` -> `<b>Dios</b>.`).
 - keep / replace: the first target word aligned to its words becomes its text (the source text, or `Span.text`), the
-  others aligned to it are dropped; with none aligned, its text is inserted at a neighbour's place.
+  others aligned to it are dropped; with none aligned, its text is inserted at a neighbour's place. Kept spans that
+  share a source word ("base/big", "(--host x)", "aiayn translate's") go together, each exactly once: marked where
+  the translation holds their text, else in place of the words they fill, the word's other punctuation kept once.
+- A no-break space between two source words stays between their translations where these stand side by side.
 - void: after the translation of the word before it (or before that of the word after it).
 
 Then nesting is repaired: a span stays inside its source parent, two spans that would cross are cut so that one holds

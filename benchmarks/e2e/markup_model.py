@@ -114,6 +114,9 @@ def intact(source: str, out: str) -> tuple[bool, bool]:
     return ok, ok and sorted(a.tags) == sorted(b.tags)
 
 
+_EMPTY = re.compile(r"<(b|i|a)\b[^>]*></\1>")  # an element that came back around no word
+
+
 def text_of(paragraph: str) -> str:
     return " ".join(html.unescape(re.sub(r"<[^>]+>", "", paragraph)).split())
 
@@ -149,6 +152,9 @@ def main() -> None:
         cells = [f"{sum(c[k] for c in checks)} / {len(got)}" if checks else "" for k in (0, 1)]
         print(f"| {name} | {corpus_bleu(texts[name], refs).score:.2f} | {chrf(texts[name], refs).score:.2f} | "
               f"{cells[0]} | {cells[1]} |")
+    got = ways[next(iter(ways))].split("\n")
+    empty = sum(bool(_EMPTY.search(p)) for p in got)
+    print(f"\nparagraphs with an element around no word (whole sentences): {empty} / {len(got)}")
     same = sum(a == b for a, b in zip(*(texts[n] for n in ways if "text node" not in n)))
     print(f"\nverses whose tagged translation's text equals the untagged one's: {same} / {len(verses)}")
     print("\nthe first five tagged verses, whole sentences:")
