@@ -62,13 +62,14 @@ def test_em_learns_the_toy_lexicon_and_aligns_a_reordered_pair():
     assert links == [(0, 0), (2, 1), (1, 2)]
 
 
-def test_the_directions_are_combined_by_their_product_and_null_drops_a_word():
-    """Target word 0: forward prefers source 0 (0.6 vs 0.4) but backward gives it to source 1 far more (0.9 vs 0.1):
-    the product picks source 1. Target word 1: NULL wins forward and no source word's backward best is it: no link.
-    Target word 2: NULL wins forward, but source 0's backward best is word 2: it keeps its link."""
-    fwd = np.array([[0.6, 0.4, 0.0], [0.1, 0.1, 0.8], [0.2, 0.1, 0.7]])  # (target words, source words + NULL)
-    bwd = np.array([[0.1, 0.1, 0.7, 0.1], [0.9, 0.05, 0.0, 0.05]])  # (source words, target words + NULL)
-    assert aligner.hard_links(fwd, bwd) == [(1, 0), (0, 2)]
+def test_the_directions_are_intersected():
+    """Target 0's best source is 0 and source 0's best target is 0: linked. Target 1's best is NULL: no link. Target 2's
+    best source is 0 (0.5), whose best target is 0, not 2: no link, though source 2's best target is 2."""
+    fwd = np.array([[0.6, 0.3, 0.0, 0.1], [0.1, 0.1, 0.0, 0.8], [0.5, 0.0, 0.4, 0.1]])  # (target, source + NULL)
+    bwd = np.array([[0.7, 0.1, 0.1, 0.1], [0.1, 0.1, 0.2, 0.6], [0.0, 0.1, 0.8, 0.1]])  # (source, target + NULL)
+    assert aligner.hard_links(fwd, bwd) == [(0, 0)]
+    bwd[0] = [0.1, 0.1, 0.7, 0.1]  # now source 0's best target is 2: target 2 is linked to it, target 0 is not
+    assert aligner.hard_links(fwd, bwd) == [(0, 2)]
 
 
 def test_the_file_round_trips_and_is_checked(tmp_path, copy_data):

@@ -5,18 +5,21 @@ reads, both directions, symmetrised. What `Translation.alignment` gives where th
 
     train(src, src_offsets, tgt, tgt_offsets, V)   the training pairs' token ids -> Aligner (deterministic)
     build_from_prepared(data_dir)                  the same from a prepared-data directory's train split
-    Aligner.links(src_ids, tgt_ids, vocab)         one pair's word links, one per target word (fast_align form)
+    Aligner.links(src_ids, tgt_ids, vocab)         one pair's word links, at most one per target word (fast_align form)
     save(path) / load(path)                        one safetensors file, written atomically
 
 The model of one direction, target piece f_j given the source pieces e_0..e_{n-1} and NULL (n source, m target pieces):
     p(a_j = NULL) = p0,  p(a_j = i) = (1 - p0) * exp(-lam * |(i + .5) / n - (j + .5) / m|) / Z_j,
     p(f_j | e) = sum_i p(a_j = i) * t(f_j | e_i)
 trained by EM: `ibm1` iterations without the diagonal term (IBM Model 1) from a uniform t, then `iterations` with it.
-Both directions are trained (target given source, source given target); a pair's links are the word-level
-posteriors of both multiplied (each target word's row: the mean over its pieces, each source word's weight the sum
-over its pieces, as aiayn.decoding.alignment does with attention), each target word linked to its best source word
-unless NULL wins in both directions (then it has no link). t is kept where t >= PRUNE (a sorted key -> value table);
-an unseen pair gets FLOOR, so on words the training pairs never paired the diagonal term decides.
+Both directions are trained (target given source, source given target); a pair's piece posteriors are merged to
+words (each target word's row: the mean over its pieces, each source word's weight the sum over its pieces, as
+aiayn.decoding.alignment does with attention) and its links are the intersection of both directions' best links: a
+target word is linked to its best source word where that word's best target word is it (NULL winning in either
+direction: no link). The intersection placed inline tags best of the symmetrisations measured (the product of both
+directions' posteriors, grow-diag-final-and, the union: benchmarks/results/alignment-xeon). t is kept where
+t >= PRUNE (a sorted key -> value table); an unseen pair gets FLOOR, so on words the training pairs never paired the
+diagonal term decides.
 """
 
 from __future__ import annotations
@@ -125,9 +128,8 @@ class Aligner:
             _words(self.posterior(self.backward, tgt, src), sw, tw)
 
     def links(self, src_ids: Sequence[int], tgt_ids: Sequence[int], vocab) -> list[tuple[int, int]]:
-        """Word links of one pair of id sequences (PAD, UNK, BOS, EOS left out), one per target word: the source word
-        of largest product of both directions' posteriors; none where NULL is the forward direction's best and no
-        source word's backward best is this word."""
+        """Word links of one pair of id sequences (PAD, UNK, BOS, EOS left out), at most one per target word: where
+        both directions' best links agree (hard_links)."""
         src = [i for i in src_ids if i > 3]
         tgt = [i for i in tgt_ids if i > 3]
         if not src or not tgt:
@@ -152,12 +154,13 @@ class Aligner:
 
 
 def hard_links(fwd: np.ndarray, bwd: np.ndarray) -> list[tuple[int, int]]:
-    """One link per target word from the word-level posteriors (Aligner.word_posteriors): the argmax of their
-    product; a target word that both directions leave to NULL has none."""
-    product = fwd[:, :-1] * bwd[:, :-1].T
-    best = product.argmax(axis=1)
-    chosen = set(bwd[:, :-1].argmax(axis=1)[bwd[:, :-1].max(axis=1) > bwd[:, -1]].tolist())
-    return [(int(i), j) for j, i in enumerate(best) if fwd[j, :-1].max() > fwd[j, -1] or j in chosen]
+    """At most one link per target word from the word-level posteriors (Aligner.word_posteriors): the intersection
+    of both directions' best links, target word j linked to source word i where i is j's best (not NULL) forward
+    and j is i's best (not NULL) backward."""
+    f_best, b_best = fwd[:, :-1].argmax(axis=1), bwd[:, :-1].argmax(axis=1)
+    f_ok = fwd[:, :-1].max(axis=1) > fwd[:, -1]
+    b_ok = bwd[:, :-1].max(axis=1) > bwd[:, -1]
+    return [(int(i), j) for j, i in enumerate(f_best) if f_ok[j] and b_ok[i] and b_best[i] == j]
 
 
 def _words(post: np.ndarray, rows: np.ndarray, cols: np.ndarray) -> np.ndarray:

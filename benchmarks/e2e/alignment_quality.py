@@ -5,7 +5,8 @@
 --gold as benchmarks/e2e/markup_tags.py reads it (the references stand for the translations, teacher-forced);
 --run: a run with its lexical aligner (RUN/aligner.safetensors, `aiayn shortlist --aligner --out RUN`; built here
 from the run's data if missing). Rows: the gold, the diagonal, the lexical aligner (each direction alone, and both
-multiplied: what aiayn's engine gives where the run has the file), and with --checkpoint the model's cross-attention
+multiplied, their best links intersected (what the engines give where the run has the file), united and grown by
+grow-diag-final-and), and with --checkpoint the model's cross-attention
 (the top layer, heads averaged: the engines' recipe; every layer and head averaged; with a diagonal prior, Gaussian of
 --sigma over the relative positions) and the product of the lexical posteriors with the attention. Each gold word
 is encoded on its own, so pieces always make the gold's words. Placement as markup_tags measures it (exact %, word
@@ -80,6 +81,42 @@ def lexical_words(model: lexical.Aligner, vocab, encoded):
             for (s_ids, _), (t_ids, _) in encoded]
 
 
+def directional(fwd: np.ndarray, bwd: np.ndarray) -> tuple[set, set]:
+    """Each direction's Viterbi links (NULL's words left out): target word -> source word, source word -> target."""
+    f = {(int(i), j) for j, i in enumerate(fwd[:, :-1].argmax(1)) if fwd[j, :-1].max() > fwd[j, -1]}
+    b = {(i, int(j)) for i, j in enumerate(bwd[:, :-1].argmax(1)) if bwd[i, :-1].max() > bwd[i, -1]}
+    return f, b
+
+
+def grow_diag_final_and(f: set, b: set) -> list[tuple[int, int]]:
+    """Koehn et al.'s symmetrisation: the intersection, grown by union links next to it (diagonals too) whose source
+    or target word is still unaligned, then union links whose source and target words are both unaligned."""
+    union, links = f | b, set(f & b)
+    near = [(-1, 0), (0, -1), (1, 0), (0, 1), (-1, -1), (-1, 1), (1, -1), (1, 1)]
+    grew = True
+    while grew:
+        grew = False
+        for i, j in sorted(links):
+            for di, dj in near:
+                cand = (i + di, j + dj)
+                if cand in union and cand not in links and (
+                        all(a != cand[0] for a, _ in links) or all(c != cand[1] for _, c in links)):
+                    links.add(cand)
+                    grew = True
+    for direction in (f, b):
+        for i, j in sorted(direction):
+            if all(a != i for a, _ in links) and all(c != j for _, c in links):
+                links.add((i, j))
+    return sorted(links, key=lambda link: (link[1], link[0]))
+
+
+def _product_links(fwd: np.ndarray, bwd: np.ndarray) -> list[tuple[int, int]]:
+    """The argmax of both directions' posteriors multiplied; a target word both directions leave to NULL has none."""
+    f, b = directional(fwd, bwd)
+    best = (fwd[:, :-1] * bwd[:, :-1].T).argmax(axis=1)
+    return [(int(i), j) for j, i in enumerate(best) if any(c == j for _, c in f | b)]
+
+
 def variants(gold, encoded, lex, attn, sigma: float) -> dict[str, list]:
     """Each alignment source's links per pair (in gold order)."""
     rows: dict[str, list] = {
@@ -87,8 +124,12 @@ def variants(gold, encoded, lex, attn, sigma: float) -> dict[str, list]:
             [(int(i), j) for j, i in enumerate(f[:, :-1].argmax(1)) if f[j, :-1].max() > f[j, -1]] for f, _ in lex],
         "lexical, source given target, one per target word (reverse)": [
             argmax_links(b[:, :-1].T) for _, b in lex],
-        "lexical, both directions multiplied (the engine's)": [lexical.hard_links(f, b) for f, b in lex],
+        "lexical, both directions' posteriors multiplied, NULL's words left out": [
+            _product_links(f, b) for f, b in lex],
         "lexical, both multiplied, every target word linked": [argmax_links(f[:, :-1] * b[:, :-1].T) for f, b in lex],
+        "lexical, both directions' best links intersected (the engine's)": [lexical.hard_links(f, b) for f, b in lex],
+        "lexical, Viterbi links united (many-to-many)": [sorted(set.union(*directional(f, b))) for f, b in lex],
+        "lexical, grow-diag-final-and (many-to-many)": [grow_diag_final_and(*directional(f, b)) for f, b in lex],
     }
     if attn:
         rows["cross-attention, top layer, heads averaged (today's)"] = [argmax_links(a["top"]) for a in attn]
