@@ -158,7 +158,7 @@ def _translator(server, loop, target: str, config: FileConfig, deadline: float, 
         if source == target or not sentences:  # a document already in the target language comes back as it is
             return [(s, None) for s in sentences]
         route = models.route(source, target)
-        size = config.chunk_sentences
+        size = max(1, min(config.chunk_sentences, models.batching.max_queue // 2))
         room = max(1, models.batching.max_queue // (2 * size))
 
         async def everything():
