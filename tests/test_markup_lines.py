@@ -67,6 +67,20 @@ def test_punctuation_of_the_source_word_stays():
     assert translate_lines(fake(table), [line], {"king": "monarca"}) == ["Y habló al monarca."]
 
 
+def test_the_replaced_word_keeps_its_own_punctuation_and_gets_none_from_the_source():
+    line = "He saw the king."
+    table = {line: ("¿El rey vio?", [(2, 0), (3, 1), (1, 2)])}
+    assert translate_lines(fake(table), [line], {"king": "monarca"}) == ["¿El monarca vio?"]
+
+
+def test_two_occurrences_replace_two_words_and_a_held_term_is_left():
+    line = "The king saw the king and the queen."
+    table = {line: ("El rey vio al rey y la reina.", [(0, 0), (1, 1), (2, 2), (3, 3), (4, 4), (5, 5), (6, 6),
+                                                      (7, 7)])}
+    out = translate_lines(fake(table), [line], {"king": "monarca", "queen": "reina"})
+    assert out == ["El monarca vio al monarca y la reina."]
+
+
 def test_terms_whole_words_case_as_written_longest_first():
     glossary = Glossary.of({"Peter": "Pedro", "Simon Peter": "Simón Pedro", "God": "Dios"})
     spans = term_spans("Then Simon Peter said to Peter: god, Godly", glossary)

@@ -341,19 +341,35 @@ def constrained_beam_search(model, src: Tensor, search: SearchConfig, max_len: i
     rows = [i for i, (words, hs) in enumerate(zip(terms, hyps)) if words and not _all_hold(hs, words)]
     if not rows:
         return hyps
-    index = torch.tensor(rows, device=src.device)
-    within = None if constraint is None else (lambda sent, prefix: constraint(index[sent], prefix))
-    part = src.index_select(0, index)
-    part = part[:, : int(part.ne(PAD_ID).sum(1).max())]  # their own padding
-    found = beam_search(model, part, search, max_len, within, None, lines[rows],
-                        lexical=DynamicBeamAllocation([terms[i] for i in rows], limit[rows]))
-    for i, hs in zip(rows, found):
+    found = {}
+    for bound, group in _bounds(hyps, terms, limit, rows).items():  # each sentence no longer than its bound
+        index = torch.tensor(group, device=src.device)
+        within = None if constraint is None else (lambda sent, prefix, index=index: constraint(index[sent], prefix))
+        part = src.index_select(0, index)
+        part = part[:, : int(part.ne(PAD_ID).sum(1).max())]  # their own padding
+        cap = bound if max_len is None else min(bound, max_len)
+        found.update(zip(group, beam_search(model, part, search, cap, within, None, lines[group],
+                                            lexical=DynamicBeamAllocation([terms[i] for i in group],
+                                                                          limit[group].clamp(max=bound)))))
+    for i, hs in ((i, found[i]) for i in rows):
         rivals = [h for h in hyps[i] if _all_hold([h], terms[i])]
         best = {}
         for h in sorted(hs + rivals, key=lambda h: -h.score):
             best.setdefault(tuple(h.tokens), h)
         hyps[i] = list(best.values())[: search.nbest]
     return hyps
+
+
+def _bounds(hyps: Sequence, terms: Sequence[Sequence[Term]], limit: Tensor, rows: list[int]) -> dict[int, list[int]]:
+    """The sentences to search with constraints grouped by their word bound: the plain best translation's pieces
+    plus its terms' pieces (never over its own limit, never under the terms' pieces), so that a term is put into a
+    translation of the plain one's length and not met by letting it go on until the term fits."""
+    groups: dict[int, list[int]] = {}
+    for i in rows:
+        need = sum(map(len, terms[i]))
+        plain = len(hyps[i][0].tokens) if hyps[i] else 0
+        groups.setdefault(max(need, min(int(limit[i]), plain + need)), []).append(i)
+    return groups
 
 
 def _all_hold(hyps: Sequence, terms: Sequence[Term]) -> bool:

@@ -107,15 +107,15 @@ def _runs(js: list[int]) -> list[list[int]]:
 
 
 def _heads(span: Span, covered: list[int], links: list[tuple[int, int]], tokens: list[str],
-           lexicon: dict[str, str]) -> list[int]:
-    """The target words a term replaces: where its source term's own translation (`lexicon`) is in the translation,
-    that word (the nearest to the aligned ones; the translation's longest words first); else the longest run of
-    adjacent words aligned to the term, at most as many words as the source term has, from its end (an article
-    before a noun stays)."""
-    aligned = sorted({j for i, j in links if i in covered})
+           lexicon: dict[str, str], used: set[int]) -> list[int]:
+    """The target words a term replaces (none taken by another term): where its source term's own translation
+    (`lexicon`) is in the translation, that word (the nearest to the aligned ones; the translation's longest word);
+    else the longest run of adjacent words aligned to the term, at most as many words as the source term has, from
+    its end (an article before a noun stays)."""
+    aligned = sorted({j for i, j in links if i in covered} - used)
     solo = sorted({_key(w) for w in lexicon.get(span.key or "", "").split()} - {""}, key=len, reverse=True)
     for word in solo[:1]:
-        found = [j for j, t in enumerate(tokens) if _key(t) == word]
+        found = [j for j, t in enumerate(tokens) if _key(t) == word and j not in used]
         if found:
             middle = aligned[0] if aligned else 0
             return [min(found, key=lambda j: (abs(j - middle), j))]
@@ -125,36 +125,60 @@ def _heads(span: Span, covered: list[int], links: list[tuple[int, int]], tokens:
     return run[-max(1, len(covered)):]
 
 
-def place_terms(source: str, spans: list[Span], text: str, alignment: list[tuple[int, int]] | None,
-                lexicon: dict[str, str] | None = None) -> tuple[list[Span], list[tuple[int, int]] | None]:
-    """The spans and links carry() is given: a term the translation already holds (as often as the source has it,
-    whole words, as written) is left out, the translation's own; the others are linked to the words they replace
-    (`_heads`), the other words aligned to them relinked to the nearest source word no span covers, so they stay."""
-    held = {}
-    for span in spans:
-        if span.kind == "replace":
-            held.setdefault(span.text, len(re.findall(rf"(?<!\w){re.escape(span.text)}(?!\w)", text)))
-    wanted = [s for s in spans if s.kind == "replace"]
-    spans = [s for s in spans if s.kind != "replace" or held[s.text] < sum(t.text == s.text for t in wanted)]
-    if alignment is None or not any(s.kind == "replace" for s in spans):
-        return spans, alignment
+def _beside(covered: list[int], links: list[tuple[int, int]], n: int) -> int:
+    """Where a term no word is aligned to goes: after the translation of the nearest source word before it, else
+    before that of the nearest after it (a target word number; n: the end)."""
+    by_source: dict[int, list[int]] = {}
+    for i, j in links:
+        by_source.setdefault(i, []).append(j)
+    for d in range(1, max(covered, default=0) + len(by_source) + 2):
+        if by_source.get(covered[0] - d):
+            return max(by_source[covered[0] - d]) + 1
+        if by_source.get(covered[-1] + d):
+            return min(by_source[covered[-1] + d])
+    return n
+
+
+def _edges(word: str) -> tuple[str, str]:
+    """A word's leading and trailing punctuation."""
+    lead = re.match(r"^[^\w]*", word).group()
+    return lead, re.search(r"[^\w]*$", word[len(lead):]).group()
+
+
+def place_terms(source: str, spans: Sequence[Span], text: str, alignment: list[tuple[int, int]] | None,
+                lexicon: dict[str, str] | None = None) -> tuple[str, list[tuple[int, int]] | None]:
+    """The translation with each glossary term (replace span) in place of the words it replaces (`_heads`, with their
+    edge punctuation; the others of those words dropped), or beside a neighbour's translation where none is aligned
+    to it; a term the translation holds already (whole words, as written) leaves it as it is. The links come back
+    re-indexed onto the new words (a term's words linked to its source words only)."""
     src, tokens = words(source), text.split()
-    claimed = {i for s in spans if s.kind != "wrap" for i, (a, b) in enumerate(src) if a < s.end and s.start < b}
-    free = [i for i in range(len(src)) if i not in claimed]
-    links = list(alignment)
-    for span in (s for s in spans if s.kind == "replace"):
+    links = list(alignment) if alignment is not None else \
+        [(min(len(src) - 1, j * len(src) // max(len(tokens), 1)), j) for j in range(len(tokens))]
+    edits: dict[int, str | None] = {}  # target word -> its new text (None: dropped)
+    inserts: dict[int, list[str]] = {}  # before target word b -> terms
+    owner: dict[int, list[int]] = {}  # a replaced word -> its term's source words
+    for span in spans:
+        if span.kind != "replace" or re.search(rf"(?<!\w){re.escape(span.text)}(?!\w)", text):
+            continue
         covered = [i for i, (a, b) in enumerate(src) if a < span.end and span.start < b]
-        heads = set(_heads(span, covered, links, tokens, lexicon or {}))
-        moved = []
-        for i, j in links:
-            if j in heads:
-                moved.append((covered[0], j))
-            elif i in covered:
-                moved.append((min(free, key=lambda f: abs(f - i)), j) if free else (i, j))
-            else:
-                moved.append((i, j))
-        links = moved
-    return spans, links
+        heads = _heads(span, covered, links, tokens, lexicon or {}, set(edits))
+        if heads:
+            lead, trail = _edges(tokens[heads[0]])[0], _edges(tokens[heads[-1]])[1]
+            edits.update({heads[0]: lead + span.text + trail, **{j: None for j in heads[1:]}})
+            owner[heads[0]] = covered
+        else:
+            inserts.setdefault(_beside(covered, links, len(tokens)), []).append(span.text)
+    if not edits and not inserts:
+        return text, alignment
+    out: list[str] = []
+    new_of: dict[int, int] = {}
+    for b in range(len(tokens) + 1):
+        out += [w for term in inserts.get(b, []) for w in term.split()]
+        if b < len(tokens) and edits.get(b, "") is not None:
+            new_of[b] = len(out)
+            out += edits.get(b, tokens[b]).split()
+    moved = [(i, new_of[j]) for i, j in links if j in new_of and (j not in owner or i in owner[j])]
+    return " ".join(out), (moved if alignment is not None else None)
 
 
 def carry_text(source: str, spans: Sequence[Span], text: str, alignment: list[tuple[int, int]] | None,
@@ -167,9 +191,9 @@ def carry_text(source: str, spans: Sequence[Span], text: str, alignment: list[tu
         return text if has_letters(source) else source
     if any(s.kind == "keep" for s in spans):
         text, alignment = drop_unknown(source, text, alignment)
-    spans, alignment = place_terms(source, list(spans), text, alignment, lexicon)
-    out, _ = carry(source, spans, text, alignment)
-    return out
+    text, alignment = place_terms(source, spans, text, alignment, lexicon)
+    kept = [s for s in spans if s.kind != "replace"]
+    return carry(source, kept, text, alignment)[0] if kept else text
 
 
 def carry_nbests(sentences: Sequence[str], nbests: Sequence[Sequence], glossary: Glossary | None = None,
