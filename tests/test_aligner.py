@@ -24,7 +24,7 @@ class Pieces:
     """A vocabulary of whole words: every piece starts a word."""
 
     def piece(self, i: int) -> str:
-        return "\u2581" + WORDS[i - 4]
+        return "\u2581" + (WORDS[i - 4] if i >= 4 else "<unk>")
 
 
 def flat(sentences: list[str]) -> tuple[np.ndarray, np.ndarray]:
@@ -60,6 +60,9 @@ def test_em_learns_the_toy_lexicon_and_aligns_a_reordered_pair():
     # "the blue house" -> "la casa azul": the adjective crosses, which the diagonal alone would not follow
     links = model.links(flat(["the blue house"])[0], flat(["la casa azul"])[0], Pieces())
     assert links == [(0, 0), (2, 1), (1, 2)]
+    # an unknown word (UNK, id 1) counts as a word; BOS, EOS and PAD do not
+    links = model.links([*flat(["the blue"])[0], 1, ID["house"], 3, 0], [2, *flat(["la casa azul"])[0], 3], Pieces())
+    assert links == [(0, 0), (3, 1), (1, 2)]
 
 
 def test_the_directions_are_intersected():

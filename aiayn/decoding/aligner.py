@@ -30,6 +30,7 @@ from pathlib import Path
 
 import numpy as np
 
+from aiayn.config import BOS_ID, EOS_ID, PAD_ID
 from aiayn.decoding.alignment import word_ids
 from aiayn.errors import CheckpointError
 from aiayn.files import atomic_write
@@ -40,6 +41,7 @@ LAMBDA = 4.0  # fast_align's default diagonal tension
 P0 = 0.08  # fast_align's default NULL probability
 IBM1, ITERATIONS = 2, 3
 PRUNE, FLOOR = 1e-4, 1e-7
+NOT_PIECES = (PAD_ID, BOS_ID, EOS_ID)  # ids that stand for no word
 MAX_PAIRS = 100_000  # EM holds every (target piece, source piece) of its pairs: ~2.7 GB for 29,000 Bible verses
 
 
@@ -128,10 +130,11 @@ class Aligner:
             _words(self.posterior(self.backward, tgt, src), sw, tw)
 
     def links(self, src_ids: Sequence[int], tgt_ids: Sequence[int], vocab) -> list[tuple[int, int]]:
-        """Word links of one pair of id sequences (PAD, UNK, BOS, EOS left out), at most one per target word: where
-        both directions' best links agree (hard_links)."""
-        src = [i for i in src_ids if i > 3]
-        tgt = [i for i in tgt_ids if i > 3]
+        """Word links of one pair of id sequences (PAD, BOS, EOS left out; UNK is a piece like any other, so words
+        are counted as the attention's recipe counts them), at most one per target word: where both directions' best
+        links agree (hard_links)."""
+        src = [i for i in src_ids if i not in NOT_PIECES]
+        tgt = [i for i in tgt_ids if i not in NOT_PIECES]
         if not src or not tgt:
             return []
         fwd, bwd = self.word_posteriors(src, tgt, [vocab.piece(i) for i in src], [vocab.piece(i) for i in tgt])

@@ -1,6 +1,6 @@
 """Tag placement through word alignments, against manually word-aligned sentences.
 
-    python -m benchmarks.e2e.markup_tags --gold DIR|FILE.jsonl [--checkpoint RUN] [--seed 0] [--per-sentence 3]
+    python -m benchmarks.e2e.markup_tags --gold DIR|FILE.jsonl [--checkpoint RUN] [--aligner RUN] [--seed 0]
 
 --gold: a folder with test.de, test.en and de-en.ref.wa (sentence, German word, English word, S or P; Ergun Biçici's
 100 Europarl sentences, github.com/bicici/SMTData, German-English_WordAlignment.zip), or a JSON-lines file of
@@ -17,7 +17,11 @@ Och and Ney 2003) of that alignment:
   to its first sure link (else its first possible one);
 - diagonal: what a translation without alignment gets (the monotone fallback);
 - with --checkpoint (a model of the gold's direction): aiayn's cross-attention alignment (the top decoder layer,
-  aiayn.decoding.attention.align, what `translate_nbest(alignments=True)` gives), teacher-forced on the reference.
+  aiayn.decoding.attention.align, what `translate_nbest(alignments=True)` gives without a lexical aligner),
+  teacher-forced on the reference;
+- with --aligner (a run of the gold's direction with RUN/aligner.safetensors, `aiayn shortlist --aligner`): the run's
+  lexical aligner (aiayn.decoding.aligner, what the engines give where the run has the file). More alignment sources
+  side by side, AER included: benchmarks/e2e/alignment_quality.py.
 """
 
 from __future__ import annotations
@@ -118,6 +122,16 @@ def measure(gold, alignment_of, per_sentence: int, seed: int) -> dict:
             "AER": 1 - (a_s + a_p) / (a + s)}
 
 
+def lexical_alignments(run: Path, gold) -> dict[tuple[str, str], list[tuple[int, int]]]:
+    """The run's lexical aligner's word links of each (source, reference), each word encoded on its own."""
+    from aiayn.data.vocab import Vocab
+    from aiayn.decoding import aligner
+
+    vocab, model = Vocab.load(run / "vocab.model"), aligner.load(run / aligner.FILE)
+    encode = lambda text: [i for word in text.split() for i in (vocab.encode(word) or [1])]  # noqa: E731
+    return {(src, ref): model.links(encode(src), encode(ref), vocab) for src, ref, *_ in gold}
+
+
 def model_alignments(checkpoint: Path, gold) -> dict[tuple[str, str], list[tuple[int, int]]]:
     """aiayn's cross-attention word links of each (source, reference), teacher-forced; pairs whose pieces do not
     make the gold's words are left out (and counted)."""
@@ -143,6 +157,7 @@ def main() -> None:
     parser.add_argument("--gold", type=Path, required=True,
                         help="folder with test.de, test.en, de-en.ref.wa; or a .jsonl of src_words/tgt_words/alignment")
     parser.add_argument("--checkpoint", type=Path, help="also place through this model's alignments (same direction)")
+    parser.add_argument("--aligner", type=Path, help="also place through this run's lexical aligner (same direction)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the random elements")
     parser.add_argument("--per-sentence", type=int, default=3, help="elements per sentence (at most)")
     args = parser.parse_args()
@@ -156,6 +171,9 @@ def main() -> None:
         by_pair = model_alignments(args.checkpoint, gold)
         variants["aiayn cross-attention, top layer (teacher-forced)"] = lambda sure, possible, n, m, pair=None: \
             by_pair[pair]
+    if args.aligner:
+        lexical = lexical_alignments(args.aligner, gold)
+        variants["the run's lexical aligner (teacher-forced)"] = lambda sure, possible, n, m, pair=None: lexical[pair]
     for name, alignment_of in variants.items():
         r = measure(gold, alignment_of, args.per_sentence, args.seed)
         print(f"| {name} | {r['elements']} (+{r['no sure link']} with no sure link) | {r['exact']:.1%} | "
