@@ -149,8 +149,9 @@ async def _chunk(models, route, sentences: list[str], deadline: float, room: asy
 
 
 def _translator(server, loop, target: str, config: FileConfig, deadline: float, chosen: dict):
-    """translate(sentences) for translate_document, run on a worker thread: the sentences in chunks, several in the
-    queue at once (at most half the queue), through the route of chosen["source"] (set by the detector for auto)."""
+    """translate(sentences) for translate_document, run on a worker thread: the sentences in chunks (sorted by length),
+    several in the queue at once (at most half the queue), through the route of chosen["source"] (set by the detector
+    for auto)."""
     models = server.models
 
     def translate(sentences: list[str]) -> list:
@@ -161,11 +162,17 @@ def _translator(server, loop, target: str, config: FileConfig, deadline: float, 
         size = max(1, min(config.chunk_sentences, models.batching.max_queue // 2))
         room = max(1, models.batching.max_queue // (2 * size))
 
+        # chunks of sentences of like length (less padding in a batch), answers put back in the document's order
+        order = sorted(range(len(sentences)), key=lambda i: len(sentences[i]))
+
         async def everything():
             gate = asyncio.Semaphore(room)
-            parts = [_chunk(models, route, sentences[i:i + size], deadline, gate)
-                     for i in range(0, len(sentences), size)]
-            return [t for part in await asyncio.gather(*parts) for t in part]
+            parts = [_chunk(models, route, [sentences[i] for i in order[k:k + size]], deadline, gate)
+                     for k in range(0, len(order), size)]
+            out = [None] * len(sentences)
+            for i, t in zip(order, [t for part in await asyncio.gather(*parts) for t in part]):
+                out[i] = t
+            return out
 
         future = asyncio.run_coroutine_threadsafe(everything(), loop)
         return future.result(timeout=max(0.0, deadline - time.monotonic()) + 5)
