@@ -39,9 +39,11 @@ def _docx(lines: list[str]) -> bytes:
 
 
 def _page_post(base: str, name: str, data: bytes, source="en", target="de", api_key="", **kw) -> httpx.Response:
-    """What LibreTranslate's page (app.js translateFile) sends: FormData file, source, target, api_key."""
-    return httpx.post(base + "/translate_file", files=[("file", (name, data, "application/octet-stream"))],
-                      data={"source": source, "target": target, "api_key": api_key}, timeout=120, **kw)
+    """What LibreTranslate's page (app.js translateFile) sends: a FormData of file, source, target, api_key, in that
+    order (the key after the file; "" where none was typed)."""
+    return httpx.post(base + "/translate_file", timeout=120, **kw,
+                      files=[("file", (name, data, "application/octet-stream")), ("source", (None, source)),
+                             ("target", (None, target)), ("api_key", (None, api_key))])
 
 
 def _translations(base: str, lines: list[str]) -> list[str]:

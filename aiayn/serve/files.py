@@ -9,7 +9,8 @@
     GET  /frontend/settings     LibreTranslate's page settings: filesTranslation, supportedFilesFormat, limits, keys
 
 Uploads and translations live in one folder (FileConfig.folder) that every worker process of a server shares, and
-are deleted FileConfig.keep_s (30 minutes) after they were written. A file has its own limits: its size, its
+are deleted FileConfig.keep_s (30 minutes) after they were written (swept at every upload and download, and never
+served after that time). A file has its own limits: its size, its
 characters, its time; its chunks wait for room in the queue instead of being refused, so the line API's max_queue and
 timeout_s bound each chunk, not the file. Keys and budgets: the access gate lets this route check them itself (the
 key may follow the file in the form), and a file is charged as a /translate request carrying its text is: one
@@ -286,6 +287,7 @@ def files_router(config: FileConfig) -> APIRouter:
 
     @router.get("/download_file/{name:path}", name="download_file", summary="A translated file (an attachment)")
     async def download_file(name: str):
+        await asyncio.to_thread(sweep, config.folder, config.keep_s)
         folder = config.folder.resolve()
         path = (folder / name).resolve()
         if not NAME.fullmatch(name) or path.parent != folder:
