@@ -10,6 +10,7 @@ import inspect
 from collections.abc import Sequence
 
 from aiayn.markup.html import HtmlDocument
+from aiayn.markup.lines import drop_unknown
 from aiayn.markup.spans import Block, Translate, translate_blocks, with_protected
 
 
@@ -27,7 +28,8 @@ def translate_fn(engine, nbest: int = 1) -> Translate:
     def translate(sentences: list[str]):
         hyps = _nbest(engine, sentences)
         picked = [h[min(nbest, len(h)) - 1] for h in hyps]
-        return [(t.text, getattr(t, "alignment", None)) for t in picked]
+        # the vocabulary's unknown mark (what a model without digits writes for 2020) dropped: aiayn.markup.lines
+        return [drop_unknown(s, t.text, getattr(t, "alignment", None)) for s, t in zip(sentences, picked)]
 
     return translate
 
