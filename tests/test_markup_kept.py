@@ -81,3 +81,10 @@ def test_an_element_around_words_the_alignment_left_out_goes_to_their_likeliest_
     def nothing(words):
         return []
     assert one("a [b x/b] c", nothing) == "[b /b]"
+
+
+def test_a_technical_page_comes_back_as_written_through_a_word_for_word_translation():
+    for page in ['<p>Serve (<code>--host 0.0.0.0</code>) here.</p>',
+                 "<p><code>aiayn translate</code>'s help, <code>base</code>/<code>big</code>, "
+                 "<code>&lt;unk&gt;</code>, 2+2 and 10&nbsp;km.</p>"]:
+        assert translate_html(page, Recorder(word_for_word), "en", "es") == page
