@@ -81,6 +81,13 @@ def test_two_occurrences_replace_two_words_and_a_held_term_is_left():
     assert out == ["El monarca vio al monarca y la reina."]
 
 
+def test_a_word_the_model_repeated_is_replaced_both_times():
+    line = "In 2020 the king paid."
+    table = {line: ("Y en el rey en el rey, pagó.", [(0, 0), (0, 1), (1, 2), (3, 3), (4, 4), (4, 5), (3, 6), (4, 7)]),
+             "king": ("Y al rey rey rey", None)}
+    assert translate_lines(fake(table), [line], {"king": "monarca"}) == ["Y en 2020 monarca en el monarca, pagó."]
+
+
 def test_terms_whole_words_case_as_written_longest_first():
     glossary = Glossary.of({"Peter": "Pedro", "Simon Peter": "Simón Pedro", "God": "Dios"})
     spans = term_spans("Then Simon Peter said to Peter: god, Godly", glossary)

@@ -139,6 +139,14 @@ def _beside(covered: list[int], links: list[tuple[int, int]], n: int) -> int:
     return n
 
 
+def _twins(heads: list[int], covered: list[int], links: list[tuple[int, int]], tokens: list[str],
+           used: set[int]) -> list[int]:
+    """Other words aligned to a term that are the word it replaced again (a one-word head)."""
+    if len(heads) != 1 or not _key(tokens[heads[0]]):
+        return []
+    return sorted({j for i, j in links if i in covered and j not in used and _key(tokens[j]) == _key(tokens[heads[0]])})
+
+
 def _edges(word: str) -> tuple[str, str]:
     """A word's leading and trailing punctuation."""
     lead = re.match(r"^[^\w]*", word).group()
@@ -166,6 +174,9 @@ def place_terms(source: str, spans: Sequence[Span], text: str, alignment: list[t
             lead, trail = _edges(tokens[heads[0]])[0], _edges(tokens[heads[-1]])[1]
             edits.update({heads[0]: lead + span.text + trail, **{j: None for j in heads[1:]}})
             owner[heads[0]] = covered
+            for j in _twins(heads, covered, links, tokens, set(edits)):  # the model said it twice: both replaced
+                edits[j] = _edges(tokens[j])[0] + span.text + _edges(tokens[j])[1]
+                owner[j] = covered
         else:
             inserts.setdefault(_beside(covered, links, len(tokens)), []).append(span.text)
     if not edits and not inserts:
