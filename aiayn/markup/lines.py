@@ -3,14 +3,19 @@
 A sentence's spans are its glossary terms ("replace" spans: a source term found as whole words, case as written,
 the longest first where two overlap) and what is not language (aiayn.markup.spans.with_protected: numbers, prices,
 dates, URLs, e-mail addresses, emoji, symbols, as "keep" spans). The engine translates the sentence as it would
-without them (the plain search, alignments asked), and each span is carried onto the translation by the word
-alignment (aiayn.markup.spans.carry): the first target word aligned to a span's source words becomes its text (the
-source text, or the target term), the others aligned to it are dropped, and a span no target word is aligned to is
-put beside the translation of a neighbouring word. So a term stands where the source term's translation stood, the
-rest of the sentence is the plain translation's, and the original word is not left beside it; a translation with
-terms is at most as many words longer than without as its terms have words.
+without them (the plain search, alignments asked), then:
 
-Before carrying, the target words the vocabulary could not spell (SentencePiece's unknown mark, " ⁇ ") are dropped
+- terms (`place_terms`): a term the translation already holds is left; otherwise it replaces one word, the word
+  that the source term's own translation (the engine's translation of the term alone, `term_translations`) names,
+  nearest to the words aligned to the term, else the last of the longest run of words aligned to it; the replaced
+  word keeps its edge punctuation, the rest of that run is dropped, a word repeated for the same term is replaced
+  each time, and a term nothing is aligned to goes beside its neighbour's translation. So the term stands where the
+  source term's translation stood, the rest of the sentence is the plain translation's, the original word is not
+  left beside it, and a translation with terms is at most as many words longer than without as its terms have words;
+- kept text (aiayn.markup.spans.carry): the first target word aligned to a kept span becomes its text, the others
+  aligned to it are dropped, a span no word is aligned to goes beside its neighbour's translation.
+
+Before that, the target words the vocabulary could not spell (SentencePiece's unknown mark, " ⁇ ") are dropped
 where the source holds kept text: they are what a model without digits or emoji writes for them. A sentence with no
 letters is returned as it is, untranslated.
 
