@@ -42,7 +42,8 @@ P0 = 0.08  # fast_align's default NULL probability
 IBM1, ITERATIONS = 2, 3
 PRUNE, FLOOR = 1e-4, 1e-7
 NOT_PIECES = (PAD_ID, BOS_ID, EOS_ID)  # ids that stand for no word
-MAX_PAIRS = 100_000  # EM holds every (target piece, source piece) of its pairs: ~2.7 GB for 29,000 Bible verses
+MAX_PAIRS = 100_000  # EM holds 8 bytes per (target piece, source piece) of its pairs: ~0.4 GB for 29,000 verses
+CHUNK = 2_000  # pairs per EM step (its temporaries)
 
 
 @dataclass
@@ -65,40 +66,58 @@ def diagonal(n: int, m: int, lam: float = LAMBDA, p0: float = P0) -> np.ndarray:
     return np.concatenate([d, np.full((m, 1), p0)], axis=1)
 
 
-def _pairs(e_ids, e_off, f_ids, f_off, V: int, lam: float, p0: float):
-    """Every (target position, source position or NULL) of every pair, flat, in (pair, j, i) order: the pair keys, the
-    diagonal prior of each (with lam) and the start of each target position's group."""
-    keys, prior, sizes = [], [], []
-    for k in range(len(e_off) - 1):
+def _pairs(e_ids, e_off, f_ids, f_off, V: int, pairs: range):
+    """Every (target position, source position or NULL) of the given pairs, flat, in (pair, j, i) order: their keys
+    f * (V + 1) + e, and the (n source, m target) lengths of each pair."""
+    keys, shapes = [], []
+    for k in pairs:
         e = np.append(np.asarray(e_ids[e_off[k]: e_off[k + 1]], dtype=np.int64), V)
         f = np.asarray(f_ids[f_off[k]: f_off[k + 1]], dtype=np.int64)
-        if len(f) == 0 or len(e) == 1:
+        if len(f) and len(e) > 1:
+            keys.append((f[:, None] * (V + 1) + e[None, :]).ravel())
+            shapes.append((len(e) - 1, len(f)))
+    return (np.concatenate(keys) if keys else np.zeros(0, np.int64)), shapes
+
+
+def _chunks(e_ids, e_off, f_ids, f_off, V: int, lam: float, p0: float, size: int = CHUNK):
+    """The pairs in chunks, each (index into the returned sorted keys (int32), diagonal prior (float32), start and
+    size of each target position's group): what EM reads each iteration, 8 bytes a position (two passes, so that
+    the int64 keys of all pairs are never held at once)."""
+    ranges = [range(a, min(a + size, len(e_off) - 1)) for a in range(0, len(e_off) - 1, size)]
+    unique = _distinct(np.concatenate([np.zeros(0, np.int64)] + [
+        _distinct(_pairs(e_ids, e_off, f_ids, f_off, V, r)[0]) for r in ranges]))
+    chunks = []
+    for r in ranges:
+        keys, shapes = _pairs(e_ids, e_off, f_ids, f_off, V, r)
+        if not shapes:
             continue
-        keys.append((f[:, None] * (V + 1) + e[None, :]).ravel())
-        prior.append(diagonal(len(e) - 1, len(f), lam, p0).astype(np.float32).ravel())
-        sizes.append(np.full(len(f), len(e)))
-    sizes = np.concatenate(sizes) if sizes else np.zeros(0, dtype=np.int64)
-    starts = np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int64)
-    return np.concatenate(keys) if keys else np.zeros(0, np.int64), np.concatenate(prior) if prior else None, \
-        starts, sizes
+        prior = np.concatenate([diagonal(n, m, lam, p0).astype(np.float32).ravel() for n, m in shapes])
+        sizes = np.concatenate([np.full(m, n + 1) for n, m in shapes])
+        starts = np.concatenate([[0], np.cumsum(sizes)[:-1]])
+        chunks.append((np.searchsorted(unique, keys).astype(np.int32), prior, starts, sizes))
+    return unique, chunks
+
+
+def _distinct(keys: np.ndarray) -> np.ndarray:
+    """The distinct keys, sorted (np.unique's sort, without its hash table: faster on these int64 keys)."""
+    keys = np.sort(keys)
+    return keys[np.concatenate([[True], keys[1:] != keys[:-1]])] if len(keys) else keys
 
 
 def train_direction(e_ids, e_off, f_ids, f_off, V: int, ibm1: int = IBM1, iterations: int = ITERATIONS,
                     lam: float = LAMBDA, p0: float = P0) -> Table:
     """t(f | e) by EM over the pairs (f the predicted side, e the conditioning side with NULL)."""
-    keys, prior, starts, sizes = _pairs(e_ids, e_off, f_ids, f_off, V, lam, p0)
-    if len(keys) == 0:
+    unique, chunks = _chunks(e_ids, e_off, f_ids, f_off, V, lam, p0)
+    if len(unique) == 0:
         return Table(np.zeros(0, np.int64), np.zeros(0, np.float32), V)
-    unique, index = np.unique(keys, return_inverse=True)
-    del keys
     e_of = (unique % (V + 1)).astype(np.int64)
-    uniform = np.where(index >= 0, 1.0, 0.0).astype(np.float32)  # IBM 1: every position alike
     t = np.full(len(unique), 1.0 / V)
     for it in range(ibm1 + iterations):
-        w = t[index].astype(np.float32) * (uniform if it < ibm1 else prior)
-        z = np.add.reduceat(w, starts) if len(starts) else w
-        post = w / np.repeat(np.maximum(z, 1e-30), sizes)
-        counts = np.bincount(index, weights=post, minlength=len(unique))
+        counts = np.zeros(len(unique))
+        for index, prior, starts, sizes in chunks:
+            w = t[index] if it < ibm1 else t[index] * prior  # IBM 1: every position alike
+            post = w / np.repeat(np.maximum(np.add.reduceat(w, starts), 1e-30), sizes)
+            counts += np.bincount(index, weights=post, minlength=len(unique))
         totals = np.bincount(e_of, weights=counts, minlength=V + 1)
         t = counts / np.maximum(totals[e_of], 1e-30)
     keep = t >= PRUNE
