@@ -176,7 +176,11 @@ def _translator(server, loop, target: str, config: FileConfig, deadline: float, 
             return out
 
         future = asyncio.run_coroutine_threadsafe(everything(), loop)
-        return future.result(timeout=max(0.0, deadline - time.monotonic()) + 5)
+        try:
+            return future.result(timeout=max(0.0, deadline - time.monotonic()) + 5)
+        except TimeoutError:
+            future.cancel()  # its chunks leave the queue
+            raise
 
     return translate
 
@@ -266,8 +270,8 @@ def files_router(config: FileConfig) -> APIRouter:
             raise ApiError(400, f"Invalid request: file format not supported ({e})") from None
         if target not in server.models.codes():
             raise ApiError(400, f"{target} is not supported")
-        if source != "auto":
-            server.models.route(source, target) if source != target else None  # the 400 naming what is served
+        if source not in ("auto", target):
+            server.models.route(source, target)  # the 400 that names what is served
         await asyncio.to_thread(sweep, config.folder, config.keep_s)
         upload = await asyncio.to_thread(_save, file, config)
         out = upload.with_name(translated_name(upload.name, target))
