@@ -3,6 +3,8 @@ file, and the engine and commands that align with it."""
 
 from __future__ import annotations
 
+import importlib.util
+
 import numpy as np
 import pytest
 from helpers import labelled_run, tiny_model
@@ -124,6 +126,10 @@ def test_the_engine_and_commands_align_with_the_run_aligner(copy_data, tmp_path,
         assert printed() == expected
     assert main([*translate, "--alignment", "attention"]) == 0
     assert printed() == attention
+    if importlib.util.find_spec("ctranslate2"):  # an export to CTranslate2 carries the aligner, so --engine ct2 uses it
+        assert main(["export", "--checkpoint", str(run), "--to", "ct2", str(tmp_path / "ct2")]) == 0
+        assert f"its lexical aligner as {aligner.FILE}" in capsys.readouterr().out
+        assert (tmp_path / "ct2" / aligner.FILE).read_bytes() == (run / aligner.FILE).read_bytes()
     assert attention == [" ".join(f"{i}-{j}" for i, j in links) for links in align(
         model, vocab, sources, [h.tokens for h in hyps])]
     assert attention != expected  # the two sources do differ here, so the checks above can tell them apart

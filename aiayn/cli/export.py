@@ -54,12 +54,16 @@ def export_command(args: argparse.Namespace) -> int:
 
         export_argos(model, vocab, args.out, *languages, args.quantization, prov)
     else:
+        from aiayn.decoding.aligner import run_file
         from aiayn.decoding.ct2 import VMAP_FILE
         from aiayn.export.ct2 import export_ct2
 
-        export_ct2(model, vocab, args.out, args.quantization, prov, shortlist, pair)
+        aligner = run_file(checkpoint)  # the run's lexical aligner, which CTranslate2's engine aligns with too
+        export_ct2(model, vocab, args.out, args.quantization, prov, shortlist, pair, aligner)
+        notes = [f"its shortlist as {VMAP_FILE} (use_vmap)"] * (shortlist is not None)
+        notes += [f"its lexical aligner as {aligner.name}"] * (aligner is not None)
     print(f"exported {checkpoint} -> {args.out} ({args.to}{', ' + args.quantization if args.quantization else ''})"
-          + (f"; its shortlist as {VMAP_FILE} (use_vmap)" if shortlist is not None else ""))
+          + "".join(f"; {note}" for note in (notes if args.to == "ct2" else [])))
     return 0
 
 

@@ -281,6 +281,13 @@ def for_run(checkpoint: str | Path, alignment: str = "auto") -> Aligner | None:
     return aligner
 
 
+def run_file(checkpoint: str | Path) -> Path | None:
+    """The run's aligner file (beside its vocab.model), where the run of `checkpoint` has one; else None."""
+    vocab = _run_vocab(Path(checkpoint))
+    path = vocab.parent / FILE if vocab is not None else None
+    return path if path is not None and path.is_file() else None
+
+
 def _run_vocab(checkpoint: Path) -> Path | None:
     """The vocab.model of the run a checkpoint file (or run directory) belongs to: beside it or up to two folders up,
     as the run's shortlist is found; None if there is none."""

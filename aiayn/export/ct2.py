@@ -150,12 +150,13 @@ Or through aiayn: `aiayn translate --engine ct2 --checkpoint {path} --lp power` 
 
 def export_ct2(model: Transformer, vocab, out: Path, quantization: str | None = None,
                prov: Provenance | None = None, shortlist: Shortlist | None = None,
-               languages: tuple[str, str] | None = None) -> Path:
+               languages: tuple[str, str] | None = None, aligner: Path | None = None) -> Path:
     """Write `out`: a CTranslate2 folder (model.bin, config.json, shared vocabulary, vocab.model, aiayn.json,
     README.md), the weights quantized as `quantization` says (None: float32); with a `shortlist`
-    (aiayn.decoding.shortlist), also its vocabulary map, vmap.txt (CTranslate2's use_vmap). aiayn.json records the model
-    config, the quantization and the (source, target) `languages` (None: unknown), which `aiayn serve` reads. Returns
-    `out`."""
+    (aiayn.decoding.shortlist), also its vocabulary map, vmap.txt (CTranslate2's use_vmap); with an `aligner` (the
+    run's aligner.safetensors), a copy of it, which CTranslate2's engine aligns with (aiayn.decoding.aligner).
+    aiayn.json records the model config, the quantization and the (source, target) `languages` (None: unknown),
+    which `aiayn serve` reads. Returns `out`."""
     from ctranslate2.converters.converter import Converter
 
     if quantization is not None and quantization not in QUANTIZATIONS:
@@ -175,6 +176,8 @@ def export_ct2(model: Transformer, vocab, out: Path, quantization: str | None = 
                 (tmp / name).write_bytes(model_bytes)
         if shortlist is not None:  # where CTranslate2 looks for it (its converters' --vocab_mapping copies it there)
             (tmp / VMAP_FILE).write_text("\n".join(vmap_lines(shortlist, vocab)) + "\n", encoding="utf-8")
+        if aligner is not None:
+            shutil.copyfile(aligner, tmp / aligner.name)
         pair = {"source": languages[0], "target": languages[1]} if languages else None
         (tmp / AIAYN_FILE).write_text(json.dumps({"model": model.cfg.to_dict(), "quantization": quantization,
                                                   "languages": pair}, indent=2) + "\n")
