@@ -13,7 +13,7 @@ import pytest
 from serving import ServerThread, app_of, copy_translator
 
 from aiayn.serve.access import AccessConfig
-from aiayn.serve.files import FileConfig, install_files, sweep
+from aiayn.serve.files import FileConfig, install_files, safe_name, sweep
 from aiayn.serve.state import Limits
 
 pytest.importorskip("docx")
@@ -90,6 +90,8 @@ def test_auto_source_unknown_extension_and_bad_names(copy_data, tmp_path):
         r = _page_post(base, "report.docx", _docx(lines), source="auto")
         assert r.status_code == 200, r.text
         assert httpx.get(r.json()["translatedFileUrl"]).status_code == 200
+        r = _page_post(base, "../отчёт.docx", _docx(lines))  # a name of other letters, with a path
+        assert r.status_code == 200 and r.json()["translatedFileUrl"].endswith(".file_de.docx"), r.text
 
         for name in ("report.pdf", "macros.docm", "noextension"):
             r = _page_post(base, name, b"%PDF-1.4")
@@ -163,3 +165,9 @@ def test_a_file_larger_than_the_queue_is_chunked(copy_data, tmp_path):
         assert r.status_code == 200, r.text
         out = [line for line in httpx.get(r.json()["translatedFileUrl"]).text.splitlines() if line]
         assert len(out) == 20 and out[:5] == _translations(base, lines[:5])
+
+
+def test_safe_names():
+    assert safe_name("../../etc/report.docx") == "report.docx"
+    assert safe_name("C:\\Users\\a b.DOCX") == "a_b.DOCX"  # a Windows path: its last part
+    assert safe_name("отчёт.srt") == "file.srt" and safe_name(".hidden.md") == "hidden.md"

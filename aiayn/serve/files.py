@@ -64,8 +64,9 @@ NAME = re.compile(r"[0-9a-f]{32}\.[A-Za-z0-9][A-Za-z0-9._-]{0,200}")
 
 def safe_name(filename: str) -> str:
     """A client's file name reduced to letters, digits, '.', '_' and '-' (werkzeug's secure_filename's idea)."""
-    name = re.sub(r"[^A-Za-z0-9._-]+", "_", Path(filename.replace("\\", "/")).name).strip("._")
-    return name[-120:] or "file"
+    path = Path(filename.replace("\\", "/"))
+    stem = re.sub(r"[^A-Za-z0-9._-]+", "_", path.stem).strip("._")[-120:] or "file"
+    return stem + re.sub(r"[^A-Za-z0-9.]+", "", path.suffix)
 
 
 def translated_name(upload: str, target: str) -> str:
