@@ -131,9 +131,9 @@ def test_every_constraint_met_on_a_real_model(tiny, beam, nbest, with_plain):
 
 def test_the_plain_search_comes_first_and_rivals_the_allocation(tiny, monkeypatch):
     """with_plain: where the plain search's hypotheses hold every term they are the answer, and only the other
-    sentences are searched with constraints (one search, of those alone); there the answer is the best of the
-    constrained search's hypotheses and the plain ones that hold every term, so it scores at least as well as the
-    allocation alone (terms: pieces of the plain best in odd sentences, held already; a token elsewhere)."""
+    sentences are searched with constraints (of those alone, grouped by their bound), each no longer than the plain
+    best translation and its terms' pieces, where the allocation alone runs on (terms: pieces of the plain best in
+    odd sentences, held already; a token elsewhere)."""
     model, vocab, lines = tiny
     search = SearchConfig(beam=3, max_len_b=8)
     src = padded([vocab.encode(line) + [E] for line in lines])
@@ -149,7 +149,7 @@ def test_the_plain_search_comes_first_and_rivals_the_allocation(tiny, monkeypatc
     missed = [i for i, (words, p) in enumerate(zip(terms, plain)) if not holds(p[0].tokens, words[0])]
     assert 0 < len(missed) < len(lines) and searched[0] == (len(lines), False)
     assert sum(n for n, _ in searched[1:]) == len(missed) and all(lexical for _, lexical in searched[1:])
-    for i, (words, p, a, b) in enumerate(zip(terms, plain, alone, both)):
+    for i, (words, p, b) in enumerate(zip(terms, plain, both)):
         assert all(holds(h.tokens, term) for h in b for term in words)
         if i in missed:  # bounded: no longer than the plain best and its terms' pieces, where the allocation rambles
             assert all(len(h.tokens) <= len(p[0].tokens) + sum(map(len, words)) for h in b)
