@@ -18,8 +18,14 @@ The search is the beam search of aiayn.decoding.search with `DynamicBeamAllocati
       hypothesis finishes only with all its constraints met, and the search always finds one (at the limit);
     * the plain search comes first: where its hypotheses already hold every term they are the answer, and only the
       other sentences are searched again with constraints; their plain hypotheses that hold every term compete with
-      the constrained ones (a small beam shared out among banks can lose a translation the plain beam finds), so the
-      answer scores at least as well as either search's best that holds every term.
+      the constrained ones (a small beam shared out among banks can lose a translation the plain beam finds);
+    * the constrained search of a sentence is bounded: its translation has at most the plain best's pieces plus its
+      terms' pieces, so a term is put into a translation of the plain one's length, never met by letting the
+      hypothesis run on until it fits (unbounded, "king -> monarca" gave eight sentences on the quickstart model).
+
+`aiayn translate` and documents place terms by alignment instead (aiayn.markup.lines: measured better, BLEU and
+length, in docs/decoding.md); this search is what a caller of `Translator.translate_nbest(glossary=...)` and
+`search_ids(terms=...)` gets.
 
 Constraints whose pieces add up to more than the sentence's word limit cannot fit: a UsageError naming the line.
 A sentence without constraints gets exactly the plain beam search's hypotheses; so does one whose plain hypotheses
