@@ -23,7 +23,7 @@ The search is the beam search of aiayn.decoding.search with `DynamicBeamAllocati
       terms' pieces, so a term is put into a translation of the plain one's length, never met by letting the
       hypothesis run on until it fits (unbounded, "king -> monarca" gave eight sentences on the quickstart model).
 
-`aiayn translate` and documents place terms by alignment instead (aiayn.markup.lines: measured better, BLEU and
+`aiayn translate` places terms by alignment instead (aiayn.markup.lines: measured better, BLEU and
 length, in docs/decoding.md); this search is what a caller of `Translator.translate_nbest(glossary=...)` and
 `search_ids(terms=...)` gets.
 
