@@ -7,7 +7,7 @@ import sys
 
 from helpers import REPO
 
-MODULES = ("train", "losses", "selection", "checkpoint", "packed")
+MODULES = ("train", "losses", "selection", "checkpoint", "packed", "run")
 
 
 def test_the_package_imports_nothing_until_a_module_is_named():

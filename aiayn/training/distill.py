@@ -140,7 +140,7 @@ def recipe_record(recipe: Recipe, inputs: dict[str, Any]) -> dict[str, Any]:
 def open_recipe(out: Path, record: dict[str, Any], main: bool) -> dict[str, Any]:
     """OUT/distill/recipe.json: written when new; else the one there, refused if its fixed part differs from
     `record` (the budget may change: a longer or shorter student run)."""
-    path = out / rundir.DISTILL / RECIPE
+    path = RunDir(out).distill / RECIPE
     if not path.is_file():
         if not main:  # the main process writes it (and refuses a folder that holds something else)
             return record
@@ -159,7 +159,7 @@ def open_recipe(out: Path, record: dict[str, Any], main: bool) -> dict[str, Any]
 
 def save_stage(out: Path, record: dict[str, Any], stage: str, result: dict[str, Any]) -> None:
     record["stages"][stage] = result
-    files.write_json(out / rundir.DISTILL / RECIPE, record)
+    files.write_json(RunDir(out).distill / RECIPE, record)
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -167,7 +167,7 @@ def save_stage(out: Path, record: dict[str, Any], stage: str, result: dict[str, 
 
 
 def shard_path(out: Path, k: int) -> Path:
-    return out / rundir.DISTILL / TEACHER_DIR / f"shard_{k:05d}.npz"
+    return RunDir(out).distill / TEACHER_DIR / f"shard_{k:05d}.npz"
 
 
 def shard_ranges(n: int, size: int) -> list[tuple[int, int]]:
@@ -247,7 +247,7 @@ def _gather(flat: np.ndarray, offsets: np.ndarray, keep: np.ndarray) -> tuple[np
 def write_data(recipe: Recipe, out: Path, record: dict[str, Any]) -> dict[str, Any]:
     """OUT/distill/data from the data and the teacher's shards (built beside it, renamed into place when complete).
     Returns the train split's counts."""
-    data, target = Path(recipe.data), out / rundir.DISTILL / DATA_DIR
+    data, target = Path(recipe.data), RunDir(out).distill / DATA_DIR
     split = load_split(data, "train")
     ranges = shard_ranges(len(split), recipe.shard_size)
     missing = [k for k in range(len(ranges)) if not shard_path(out, k).is_file()]
@@ -305,7 +305,7 @@ def _trained(run: Path) -> tuple[int, float]:
 def train_student(recipe: Recipe, out: Path, progress: bool) -> dict[str, Any] | None:
     """The student trained (or resumed, to the same budget) on the distilled data into `out`; None when it is done
     already. Returns train's summary."""
-    data = out / rundir.DISTILL / DATA_DIR
+    data = RunDir(out).distill / DATA_DIR
     if not RunDir(out).is_run:
         vocab_size = read_meta(data)["vocab_size"]
         tc = recipe.train_config(recipe.dtype, recipe.device)
@@ -324,7 +324,7 @@ def int8_readiness(out: Path, lines: int, device: str) -> dict[str, Any]:
     from aiayn.decoding.translator import Translator
     from aiayn.metrics import corpus_bleu
 
-    data = out / rundir.DISTILL / DATA_DIR
+    data = RunDir(out).distill / DATA_DIR
     src, ref = data / "valid.src.txt", data / "valid.tgt.txt"
     if not src.is_file() or lines == 0:
         return {"skipped": "the data have no dev split" if lines else "--int8-lines 0"}
@@ -345,9 +345,9 @@ def int8_readiness(out: Path, lines: int, device: str) -> dict[str, Any]:
 def build_shortlist(out: Path) -> dict[str, Any]:
     from aiayn.decoding.shortlist import build_from_prepared
 
-    shortlist = build_from_prepared(out / rundir.DISTILL / DATA_DIR)
-    shortlist.save(out / rundir.SHORTLIST)
-    return {"path": str(out / rundir.SHORTLIST), **shortlist.describe()}
+    shortlist = build_from_prepared(RunDir(out).distill / DATA_DIR)
+    shortlist.save(RunDir(out).shortlist)
+    return {"path": str(RunDir(out).shortlist), **shortlist.describe()}
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -356,7 +356,7 @@ def build_shortlist(out: Path) -> dict[str, Any]:
 
 def _teacher_stage(recipe: Recipe, out: Path, record: dict[str, Any], progress: bool) -> None:
     """Stages 1 and 2, in every process of a torchrun job (each its slice of the shards; the main one merges)."""
-    target = out / rundir.DISTILL / DATA_DIR
+    target = RunDir(out).distill / DATA_DIR
     with setup_runtime(recipe.device, "fp32", recipe.threads) as rt:
         if (target / "meta.json").is_file():
             return
@@ -383,7 +383,7 @@ def distill(recipe: Recipe, out: Path, progress: bool = True) -> dict[str, Any]:
     record = recipe_record(recipe, check_inputs(recipe))
     record = open_recipe(out, record, main)
     if main:
-        (out / rundir.DISTILL).mkdir(parents=True, exist_ok=True)
+        RunDir(out).distill.mkdir(parents=True, exist_ok=True)
     _teacher_stage(recipe, out, record, progress)
     if main:
         print(f"[3/4] the student ({recipe.student}) trains on the distilled data into {out}", flush=True)
@@ -393,7 +393,7 @@ def distill(recipe: Recipe, out: Path, progress: bool = True) -> dict[str, Any]:
     if main and (summary is not None or "student" not in record["stages"]):
         steps, seconds = _trained(out)
         save_stage(out, record, "student", {"steps": steps, "train_seconds": round(seconds, 1)})
-    if main and not (out / rundir.SHORTLIST).is_file():
+    if main and not RunDir(out).shortlist.is_file():
         print(f"[4/4] the shortlist from the distilled pairs, and the student in int8: {out}", flush=True)
         save_stage(out, record, "int8", int8_readiness(out, recipe.int8_lines, "cpu"))
         save_stage(out, record, "shortlist", build_shortlist(out))

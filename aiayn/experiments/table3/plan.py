@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from aiayn import files, rundir
+from aiayn import files
 from aiayn.config import INITS, ModelConfig
 from aiayn.data.folder import META_FILE
 from aiayn.errors import DataError, UsageError
@@ -143,7 +143,7 @@ def dev_curve(out: Path, name: str) -> list[dict[str, float]]:
     """The row's dev perplexity at each checkpoint its training saved ({"step", "dev_ppl"}, by step; the last entry
     logged for a step wins), from OUT/<row>/run/log.jsonl; [] if it has none."""
     run = run_dir(out, name)
-    if not (run / rundir.LOG).is_file():
+    if not RunDir(run).log_path.is_file():
         return []
     points = {r["step"]: r["ppl"] for r in RunDir(run).log if r.get("kind") == "valid"}
     return [{"step": step, "dev_ppl": ppl} for step, ppl in sorted(points.items())]

@@ -45,7 +45,7 @@ def train_row(out: Path, plan: Plan, name: str, max_steps: int, device: str = "a
         return read_result(out, name)
     run = run_dir(out, name)
     t0 = time.time()
-    if (run / rundir.CONFIG).is_file():
+    if RunDir(run).is_run:
         summary = resume(run, progress=False, max_steps=max_steps)
     else:
         if run.exists():  # created, but killed before its config was written
@@ -61,7 +61,7 @@ def train_row(out: Path, plan: Plan, name: str, max_steps: int, device: str = "a
     result = score_row(out, plan, name, device, jobs)
     if not keep_checkpoints:
         shutil.rmtree(run / rundir.CHECKPOINT_DIR, ignore_errors=True)
-        (run / rundir.BEST).unlink(missing_ok=True)
+        RunDir(run).best.unlink(missing_ok=True)
     return result
 
 
