@@ -189,3 +189,51 @@ def test_student_presets_are_deep_encoders_and_shallow_decoders():
               for c in [ModelConfig.preset(name)]}
     assert shapes == {"student-6-1": (6, 1), "student-6-2": (6, 2), "student-6-1-tiny": (6, 1)}
     assert np.all([ModelConfig.preset(n).d_model < ModelConfig.preset("base").d_model for n in shapes])
+
+
+def _teacher_targets(teachers, data):
+    """The best beam-4 translation of each training source of `data` by `teachers` (an ensemble if several)."""
+    split = load_split(data, "train")
+    sources = [list(split[i][0]) + [EOS_ID] for i in range(len(split))]
+    return [h[0].tokens for h in Translator.load(teachers, SearchConfig(beam=4, alpha=0.6)).search_ids(sources)]
+
+
+def test_an_ensemble_teaches(setup, copy_data, tmp_path):
+    data, teacher = setup
+    second = labelled_run(tiny_model(120, seed=5, eos_bias=6.0), copy_data, tmp_path / "second", ("en", "de"))
+    out = tmp_path / "student"
+    assert main(["distill", "--teacher", str(teacher), "--teacher", str(second), "--data", str(data), "--out",
+                 str(out), *STUDENT, "--max-steps", "1", "--int8-lines", "0"]) == 0
+    got = open_prepared(out / "distill" / "data")["train"]
+    expected = [t for t in _teacher_targets([teacher, second], data) if t]
+    assert [list(got[i][1]) for i in range(len(got))] == expected
+    assert len(json.loads((out / "distill" / "recipe.json").read_text())["teachers"]) == 2
+
+
+def test_an_imported_opus_mt_teacher_gives_the_student_its_vocabularies(tmp_path, capsys):
+    """A random OPUS-MT model built as test_import_marian builds one, imported: the data prepared with its paired
+    vocabulary, the student's run holds that same vocabulary and translates with it."""
+    marian = pytest.importorskip("test_import_marian")
+    from aiayn.export.marian import import_run
+
+    if not (marian.MULTI30K / "train.en").is_file():
+        pytest.skip("needs ../shared/data/multi30k")
+    models = marian.train_spm(marian.MULTI30K / "train.en", 300), marian.train_spm(marian.MULTI30K / "train.de", 320)
+    teacher = tmp_path / "teacher"
+    import_run(marian.opus_folder(tmp_path / "opus", models, "deep-encoder"), teacher)
+    lines = {side: (marian.MULTI30K / f"train.{side}").read_text(encoding="utf-8").splitlines()[:40]
+             for side in ("en", "de")}
+    for side, text in lines.items():
+        (tmp_path / f"train.{side}").write_text("\n".join(text) + "\n", encoding="utf-8")
+    data = tmp_path / "data"
+    prepare(tmp_path / "train.en", tmp_path / "train.de", data, vocab=teacher / "vocab.model")
+    out = tmp_path / "student"
+    assert main(["distill", "--teacher", str(teacher), "--data", str(data), "--out", str(out), *STUDENT,
+                 "--max-steps", "1", "--int8-lines", "0"]) == 0
+    assert (out / "vocab.model").read_bytes() == (teacher / "vocab.model").read_bytes()
+    got = open_prepared(out / "distill" / "data")["train"]
+    assert [list(got[i][1]) for i in range(len(got))] == [t for t in _teacher_targets([teacher], data) if t]
+    capsys.readouterr()
+    (tmp_path / "in.txt").write_text("A man is sleeping.\n")
+    assert main(["translate", "--checkpoint", str(out), "--input", str(tmp_path / "in.txt")]) == 0
+    assert len(capsys.readouterr().out.splitlines()) == 1
