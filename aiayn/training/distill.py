@@ -384,10 +384,12 @@ def distill(recipe: Recipe, out: Path, progress: bool = True) -> dict[str, Any]:
     record = open_recipe(out, record, main)
     if main:
         RunDir(out).distill.mkdir(parents=True, exist_ok=True)
-    _teacher_stage(recipe, out, record, progress)
-    if main:
-        print(f"[3/4] the student ({recipe.student}) trains on the distilled data into {out}", flush=True)
-    summary = train_student(recipe, out, progress)
+    # one process group for both stages: a second one on torchrun's store would read the first one's stale addresses
+    with setup_runtime(recipe.device, "fp32", recipe.threads):
+        _teacher_stage(recipe, out, record, progress)
+        if main:
+            print(f"[3/4] the student ({recipe.student}) trains on the distilled data into {out}", flush=True)
+        summary = train_student(recipe, out, progress)
     if summary is not None and summary["interrupted_by"] is not None:
         return {**record, "interrupted_by": summary["interrupted_by"]}
     if main and (summary is not None or "student" not in record["stages"]):
