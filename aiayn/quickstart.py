@@ -22,8 +22,7 @@ from aiayn.errors import UsageError
 from aiayn.metrics import chrf, corpus_bleu
 from aiayn.rundir import RunDir
 from aiayn.runtime import resolve_device, resolve_dtype
-from aiayn.training import checkpoint as ckpt
-from aiayn.training.run import average
+from aiayn.training.run import average, trained_so_far
 from aiayn.training.train import TrainConfig, resume, train
 
 # The quickstart's departures from the `small` preset, each measured (RESULTS.md, "Quickstart recipe search";
@@ -98,10 +97,10 @@ def quickstart(out: Path, minutes: float = 12.0, preset: str = DEFAULT_PRESET, v
                  f"{cfg.n_heads} heads, {vocab_size:,} pieces, {max_tokens:,}-token batches")
         print(f"[2/5] training in {dtype} on {where}: {shape}; for {budget} into {run}", flush=True)
         summary = train(data_dir, run, cfg, tc, progress=progress)
-    elif by_steps and (step := _trained(run)[0]) < max_steps:
+    elif by_steps and (step := trained_so_far(run)[0]) < max_steps:
         print(f"[2/5] {run} was interrupted after {step} of its {budget}; resuming it", flush=True)
         summary = resume(run, progress=progress, max_steps=max_steps)
-    elif not by_steps and (done := _trained(run)[1]) < minutes * 60 - 1:
+    elif not by_steps and (done := trained_so_far(run)[1]) < minutes * 60 - 1:
         print(f"[2/5] {run} was interrupted after {done / 60:.1f} of its {budget}; resuming it", flush=True)
         summary = resume(run, progress=progress, max_minutes=(minutes * 60 - done) / 60)
     else:
@@ -187,14 +186,7 @@ def _training_speed(run: Path) -> dict:
     training speed (target tokens/s), from its log."""
     train_rows = [r for r in RunDir(run).log if r["kind"] == "train"]
     speeds = sorted(r["tokens_per_s"] for r in train_rows)
-    return {"steps": max(_trained(run)[0], train_rows[-1]["step"] if train_rows else 0),
+    return {"steps": max(trained_so_far(run)[0], train_rows[-1]["step"] if train_rows else 0),
             "train_tokens_per_s": speeds[len(speeds) // 2] if speeds else 0.0}
 
 
-def _trained(run: Path) -> tuple[int, float]:
-    """Steps and training seconds a run has done up to its newest checkpoint ((0, 0) with none yet)."""
-    last = RunDir(run).latest(resumable=True)
-    if last is None:
-        return 0, 0.0
-    state = ckpt.load_trainer_state(last)
-    return state["step"], state["train_seconds"]

@@ -38,7 +38,7 @@ from aiayn.errors import DataError, UsageError
 from aiayn.progress import Progress
 from aiayn.rundir import RunDir
 from aiayn.runtime import setup_runtime
-from aiayn.training import checkpoint as ckpt
+from aiayn.training.run import trained_so_far
 from aiayn.training.train import TrainConfig, resume, train
 
 RECIPE = "recipe.json"
@@ -293,13 +293,6 @@ def write_data(recipe: Recipe, out: Path, record: dict[str, Any]) -> dict[str, A
 # Stage 3: the student; stage 4: shortlist and int8.
 
 
-def _trained(run: Path) -> tuple[int, float]:
-    """(steps, training seconds) of the run up to its newest resumable checkpoint; (0, 0) with none."""
-    last = RunDir(run).latest(resumable=True)
-    if last is None:
-        return 0, 0.0
-    state = ckpt.load_trainer_state(last)
-    return state["step"], state["train_seconds"]
 
 
 def train_student(recipe: Recipe, out: Path, progress: bool) -> dict[str, Any] | None:
@@ -310,7 +303,7 @@ def train_student(recipe: Recipe, out: Path, progress: bool) -> dict[str, Any] |
         vocab_size = read_meta(data)["vocab_size"]
         tc = recipe.train_config(recipe.dtype, recipe.device)
         return train(data, out, recipe.model(vocab_size), tc, progress=progress)
-    steps, seconds = _trained(out)
+    steps, seconds = trained_so_far(out)
     if recipe.max_steps and steps < recipe.max_steps:
         return resume(out, progress=progress, max_steps=recipe.max_steps)
     if not recipe.max_steps and seconds < recipe.minutes * 60 - 1:
@@ -393,7 +386,7 @@ def distill(recipe: Recipe, out: Path, progress: bool = True) -> dict[str, Any]:
     if summary is not None and summary["interrupted_by"] is not None:
         return {**record, "interrupted_by": summary["interrupted_by"]}
     if main and (summary is not None or "student" not in record["stages"]):
-        steps, seconds = _trained(out)
+        steps, seconds = trained_so_far(out)
         save_stage(out, record, "student", {"steps": steps, "train_seconds": round(seconds, 1)})
     if main and not RunDir(out).shortlist.is_file():
         print(f"[4/4] the shortlist from the distilled pairs, and the student in int8: {out}", flush=True)

@@ -319,3 +319,12 @@ def check_parent_vocab(checkpoint: Path, data_vocab: Path) -> None:
         raise DataError(f"the data's vocabulary {data_vocab} (sha256 {theirs}) is not the one {checkpoint} was "
                         f"trained with, {parent_vocab} (sha256 {ours}); a fine-tuned model keeps its parent's token "
                         f"ids: prepare the new data with `aiayn prepare --vocab {parent_vocab} ...`")
+
+
+def trained_so_far(run: str | Path) -> tuple[int, float]:
+    """(steps, training seconds) of a run up to its newest resumable checkpoint; (0, 0.0) with none yet."""
+    last = RunDir(run).latest(resumable=True)
+    if last is None:
+        return 0, 0.0
+    state = ckpt.load_trainer_state(last)
+    return state["step"], state["train_seconds"]
