@@ -60,8 +60,8 @@ def export_command(args: argparse.Namespace) -> int:
 
         aligner = run_file(checkpoint)  # the run's lexical aligner, which CTranslate2's engine aligns with too
         export_ct2(model, vocab, args.out, args.quantization, prov, shortlist, pair, aligner)
-        notes = [f"its shortlist as {VMAP_FILE} (use_vmap)"] * (shortlist is not None)
-        notes += [f"its lexical aligner as {aligner.name}"] * (aligner is not None)
+        notes = [f"its shortlist as {VMAP_FILE} (use_vmap)"] if shortlist is not None else []
+        notes += [f"its lexical aligner as {aligner.name}"] if aligner is not None else []
     print(f"exported {checkpoint} -> {args.out} ({args.to}{', ' + args.quantization if args.quantization else ''})"
           + "".join(f"; {note}" for note in (notes if args.to == "ct2" else [])))
     return 0
