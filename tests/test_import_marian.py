@@ -526,7 +526,7 @@ def test_ct2_export_gives_aiayn_tokens(opus_run, lines, tmp_path):
     for beam in (1, 4):
         search = SearchConfig(beam=beam, lp="power", alpha=0.6, max_len_a=0.0, max_len_b=LIMIT, beam_patience=1)
         ours = [h[0].tokens for h in (greedy_search if beam == 1 else beam_search)(masked, src, search)]
-        theirs = [hyps[0].tokens for hyps in ct2.translate_nbest(lines, search)]
+        theirs = [hyps[0].tokens for hyps in ct2.using(search).translate_nbest(lines)]
         if beam == 1:
             assert theirs == [t[: LIMIT] for t in ours]
         else:
