@@ -21,6 +21,9 @@ from helpers import REPO, browser, save_run, tiny_model  # noqa: F401 (browser: 
 from aiayn.data import Vocab
 from aiayn.decoding.search import SearchConfig
 from aiayn.decoding.translator import Translator
+from aiayn.serve import BatchConfig, LanguagePair, Models, create_app
+from aiayn.serve.config import ServeConfig
+from aiayn.serve.engines import Loaded
 
 SEARCH = SearchConfig(beam=4, max_len_b=10)
 
@@ -31,6 +34,21 @@ def copy_translator(copy_data: Path) -> tuple[Translator, list[str]]:
     vocab = Vocab.load(copy_data / "vocab.model")
     lines = (copy_data / "test.src.txt").read_text().splitlines()
     return Translator(tiny_model(len(vocab), eos_bias=1.0), vocab, SEARCH), lines
+
+
+def app_of(translator: Translator, pair: LanguagePair | None = None, batching: BatchConfig | None = None,
+           checkpoint: str = "(in memory)", **config):
+    """The app of a server whose catalogue holds `translator` alone (translating `pair`, default en -> de), loaded;
+    config: ServeConfig's other fields (limits, access, observe)."""
+    models = Models.from_sources([(pair or LanguagePair(), Loaded(translator, checkpoint))], batching)
+    models.preload()
+    return create_app(models, ServeConfig(**config))
+
+
+def batcher_of(app):
+    """The batcher of an app of one model (app_of)."""
+    (entry,) = app.state.server.models.entries.values()
+    return entry.batcher
 
 
 class Send(dict):
@@ -50,7 +68,7 @@ def call(app, requests: list[tuple[str, str, object]]) -> list[httpx.Response]:
                     return client.request(method, path, content=body, headers={"Content-Type": "application/json"})
                 return client.request(method, path, json=body)
             out = await asyncio.gather(*(send(*r) for r in requests))
-        await app.state.server.batcher.close()
+        await app.state.server.models.close()
         return out
     return asyncio.run(go())
 

@@ -148,8 +148,8 @@ def test_aiayn_serves_an_argos_package_as_argostranslate_translates_it(package, 
 
     pytest.importorskip("fastapi")
     from aiayn.serve import LanguagePair, create_app
+    from aiayn.serve.engines import ModelSource
     from aiayn.serve.models import Models
-    from aiayn.serve.reload import ModelSource
 
     folder, zipped = anyones_package(package, tmp_path)
     expect = argos_translate(zipped, lines, tmp_path / "home")["translations"]

@@ -14,11 +14,11 @@ pytest.importorskip("fastapi")
 httpx = pytest.importorskip("httpx")
 uvicorn = pytest.importorskip("uvicorn")
 
-from serving import ServerThread, browser, call, copy_translator, serve_process, until  # noqa: E402
+from serving import ServerThread, app_of, batcher_of, browser, call, copy_translator, serve_process, until  # noqa: E402
 
 from aiayn.decoding.search import SearchConfig  # noqa: E402
 from aiayn.decoding.translator import Translator  # noqa: E402
-from aiayn.serve import BatchConfig, Limits, create_app  # noqa: E402
+from aiayn.serve import BatchConfig, Limits  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -31,7 +31,7 @@ def test_translate_shapes_and_nbest(setup):
     offline = translator.translate(lines[:3])
     nbest = Translator(translator.model, translator.vocab, SearchConfig(beam=4, nbest=3, max_len_b=10))
     offline3 = nbest.translate_nbest(lines[:2])
-    one, many, alts, alts_many = call(create_app(translator), [
+    one, many, alts, alts_many = call(app_of(translator), [
         ("POST", "/translate", {"q": lines[0], "source": "en", "target": "de", "format": "text", "api_key": "x"}),
         ("POST", "/translate", {"q": lines[:3]}),
         ("POST", "/translate", {"q": lines[0], "alternatives": 2}),
@@ -70,7 +70,7 @@ def test_translate_shapes_and_nbest(setup):
 ])
 def test_errors_are_clear_json(setup, body, status, says):
     translator, _ = setup
-    (r,) = call(create_app(translator, limits=Limits(max_chars=20, max_texts=3)), [("POST", "/translate", body)])
+    (r,) = call(app_of(translator, limits=Limits(max_chars=20, max_texts=3)), [("POST", "/translate", body)])
     assert r.status_code == status and says in r.json()["error"], r.text
     if status == 413:
         assert r.json()["limit"] in ("max_chars", "max_texts", "max_body_bytes") and r.json()["limit"] in says
@@ -80,15 +80,17 @@ def test_other_routes(setup):
     translator, _ = setup
     import aiayn
 
-    health, info, docs, schema, page, missing = call(create_app(translator, checkpoint="RUN"), [
+    health, info, docs, schema, page, missing = call(app_of(translator, checkpoint="RUN"), [
         ("GET", "/health", None), ("GET", "/info", None), ("GET", "/docs", None), ("GET", "/openapi.json", None),
         ("GET", "/", None), ("GET", "/nope", None)])
     assert health.json() == {"status": "ok", "queued": 0}
     i = info.json()
-    assert i["version"] == aiayn.__version__ and i["vocab_size"] == len(translator.vocab) == 120
-    assert i["model"]["d_model"] == translator.cfg.d_model and i["search"]["beam"] == 4 and i["checkpoint"] == "RUN"
+    (m,) = i["models"]  # a server of one model: a catalogue of one
+    assert i["version"] == aiayn.__version__ and m["vocab_size"] == len(translator.vocab) == 120
+    assert m["model"]["d_model"] == translator.cfg.d_model and i["search"]["beam"] == 4 and m["checkpoint"] == "RUN"
     assert i["limits"]["max_chars"] == 1000 and i["max_alternatives"] == 3 and i["batching"]["enabled"] is True
-    assert i["api_key_required"] is False and i["precision"] == "fp32"
+    assert i["api_key_required"] is False and m["precision"] == "fp32" and m["loaded"] is True
+    assert m["languages"]["source"] == {"code": "en", "name": "English"} and i["loaded_models"] == 1
     assert docs.status_code == 200 and "swagger" in docs.text.lower()
     body = schema.json()["paths"]["/translate"]["post"]["requestBody"]["content"]["application/json"]["schema"]
     assert body["required"] == ["q"] and "alternatives" in body["properties"]
@@ -100,7 +102,7 @@ def test_other_routes(setup):
 def test_attention_route(setup):
     pytest.importorskip("aiayn.viz.attention")
     translator, lines = setup
-    (r, t) = call(create_app(translator), [("POST", "/attention", {"q": lines[0]}),
+    (r, t) = call(app_of(translator), [("POST", "/attention", {"q": lines[0]}),
                                            ("POST", "/translate", {"q": lines[0]})])
     data = r.json()
     vocab = translator.vocab
@@ -124,16 +126,16 @@ def test_concurrent_requests_get_their_own_answers(setup):
         else:  # one text; every fifth also asks for an alternative (decoded in batches of its own search)
             requests.append(("POST", "/translate", {"q": lines[k % 40], "alternatives": int(k % 5 == 0)}))
             expect.append(offline[k % 40])
-    app = create_app(translator, BatchConfig(max_wait_ms=20))
+    app = app_of(translator, batching=BatchConfig(max_wait_ms=20))
     got = call(app, requests)
     assert [r.json()["translatedText"] for r in got] == expect
-    stats = app.state.server.batcher.stats
+    stats = batcher_of(app).stats
     assert stats["requests"] == 64 and stats["batches"] < 16  # they were decoded together
 
-    plain = create_app(translator, BatchConfig(enabled=False))
+    plain = app_of(translator, batching=BatchConfig(enabled=False))
     got = call(plain, requests[:16])
     assert [r.json()["translatedText"] for r in got] == expect[:16]
-    assert plain.state.server.batcher.stats["batches"] == 16  # batching off: one request per batch
+    assert batcher_of(plain).stats["batches"] == 16  # batching off: one request per batch
 
 
 def _occupy_model(app) -> tuple[threading.Event, threading.Event]:
@@ -144,7 +146,7 @@ def _occupy_model(app) -> tuple[threading.Event, threading.Event]:
         started.set()
         release.wait(60)  # bounded: a failing test must not leave the thread (and pytest) waiting forever
 
-    asyncio.get_running_loop().create_task(app.state.server.batcher.run(block))
+    asyncio.get_running_loop().create_task(batcher_of(app).run(block))
     return release, started
 
 
@@ -152,8 +154,8 @@ def test_full_queue_503_and_timeout_504(setup):
     """No step races the clock: each waits for the state it needs, the model is held until the test lets it go, and
     only the 504 request meets a short timeout_s (the others get a minute)."""
     translator, lines = setup
-    app = create_app(translator, BatchConfig(max_queue=5, timeout_s=60))
-    batcher = app.state.server.batcher
+    app = app_of(translator, batching=BatchConfig(max_queue=5, timeout_s=60))
+    batcher = batcher_of(app)
 
     async def go():
         async with httpx.AsyncClient(transport=httpx.ASGITransport(app), base_url="http://test") as client:
@@ -227,7 +229,7 @@ def test_page_in_browser(setup):
     expect = translator.translate([sentence])[0]
     driver = browser()
     try:
-        with ServerThread(create_app(translator)) as base:
+        with ServerThread(app_of(translator)) as base:
             driver.get(base + "/")
             wait = WebDriverWait(driver, 30)
             wait.until(lambda d: d.find_element(By.ID, "model-info").text)  # /info has answered
@@ -268,4 +270,8 @@ def test_serve_command_flags(tmp_path, capsys):
     assert main(["serve", "--checkpoint", str(tmp_path), "--nbest", "2"]) == 2
     assert '"alternatives"' in capsys.readouterr().err
     assert main(["serve", "--checkpoint", str(tmp_path / "missing")]) == 1
-    assert "neither a checkpoint file nor a run directory" in capsys.readouterr().err
+    assert "--checkpoint " + str(tmp_path / "missing") + ": no such file or folder" in capsys.readouterr().err
+    # a server whose only model cannot be loaded does not start: one line, before it listens
+    assert main(["serve", "--checkpoint", str(tmp_path), "--workers", "1", "--port", "0"]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("error: the en->de model") and "has no checkpoint yet" in err and err.count("\n") == 1

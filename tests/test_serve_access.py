@@ -16,6 +16,7 @@ pytest.importorskip("fastapi")
 httpx = pytest.importorskip("httpx")
 
 from helpers import tiny_model  # noqa: E402
+from serving import app_of  # noqa: E402
 from starlette.applications import Starlette  # noqa: E402
 from starlette.responses import JSONResponse  # noqa: E402
 from starlette.routing import Route  # noqa: E402
@@ -24,7 +25,6 @@ from aiayn.data import Vocab  # noqa: E402
 from aiayn.decoding.search import SearchConfig  # noqa: E402
 from aiayn.decoding.translator import Translator  # noqa: E402
 from aiayn.errors import UsageError  # noqa: E402
-from aiayn.serve import create_app  # noqa: E402
 from aiayn.serve.access import (  # noqa: E402
     AccessConfig,
     Budgets,
@@ -76,7 +76,7 @@ def send(app, *requests: dict, client: tuple[str, int] = ("10.0.0.1", 5000)) -> 
                 request.read()  # so that tests can compare what was sent with what the route saw
                 out.append(await c.send(request))
         if server := getattr(app.state, "server", None):  # the batcher ends on the loop it started on
-            await server.batcher.close()
+            await server.models.close()
         return out
     return asyncio.run(asyncio.wait_for(go(), 30))  # a route left waiting for its body fails, not hangs
 
@@ -281,7 +281,7 @@ def translator(copy_data):
 def test_keys_with_the_real_routes_and_never_in_logs(translator, keys_file, tmp_path, capsys, caplog):
     model, lines = translator
     log = tmp_path / "access.jsonl"
-    app = create_app(model, access=AccessConfig(api_keys=keys_file),
+    app = app_of(model, access=AccessConfig(api_keys=keys_file),
                      observe=ObserveConfig(access_log=log, log_to_stderr=True, log_text=True))
     ok, header, missing, wrong = send(app, {"url": "/translate", "json": {"q": lines[0], "api_key": ALICE}},
                                       {"url": "/translate", "json": {"q": lines[1]},
@@ -379,7 +379,7 @@ def test_the_page_asks_for_a_key_and_sends_it(translator, keys_file):
     model, lines = translator
     driver = browser()
     try:
-        with ServerThread(create_app(model, access=AccessConfig(api_keys=keys_file))) as base:
+        with ServerThread(app_of(model, access=AccessConfig(api_keys=keys_file))) as base:
             driver.get(base + "/")
             wait = WebDriverWait(driver, 30)
             wait.until(lambda d: d.find_element(By.ID, "api-key").is_displayed())
@@ -390,7 +390,7 @@ def test_the_page_asks_for_a_key_and_sends_it(translator, keys_file):
             wait.until(lambda d: d.find_element(By.ID, "translation").get_attribute("data-src") == lines[0])
             assert driver.find_element(By.ID, "translation").text == model.translate(lines[:1])[0]
             assert ALICE not in driver.current_url
-        with ServerThread(create_app(model)) as base:  # no keys: no key field
+        with ServerThread(app_of(model)) as base:  # no keys: no key field
             driver.get(base + "/")
             wait.until(lambda d: d.find_element(By.ID, "model-info").text)
             assert not driver.find_element(By.ID, "api-key").is_displayed()

@@ -14,11 +14,12 @@ pytest.importorskip("fastapi")
 httpx = pytest.importorskip("httpx")
 
 from helpers import labelled_run  # noqa: E402
-from serving import Send, ServerThread, browser, call, copy_translator, serve_process  # noqa: E402
+from serving import Send, ServerThread, app_of, browser, call, copy_translator, serve_process  # noqa: E402
 
 from aiayn.decoding.search import SearchConfig  # noqa: E402
 from aiayn.decoding.translator import Translator  # noqa: E402
-from aiayn.serve import LanguagePair, Limits, create_app  # noqa: E402
+from aiayn.serve import LanguagePair, Limits  # noqa: E402
+from aiayn.serve.detect import Detector  # noqa: E402
 
 FORM = {"Content-Type": "application/x-www-form-urlencoded"}
 
@@ -33,8 +34,10 @@ def test_form_and_json_bodies_translate_alike(setup):
     offline = translator.translate(lines[:3])
     nbest = Translator(translator.model, translator.vocab, SearchConfig(beam=4, nbest=3, max_len_b=10)).translate_nbest(
         lines[:1])[0]
-    detected = {"confidence": 100.0, "language": "en"}
-    got = call(create_app(translator), [
+    # "auto" chooses among every language served (en and de here), with lingua's confidence
+    detected = [Detector(["de", "en"]).detect(line)[0] for line in lines[:3]]
+    assert [d["language"] for d in detected] == ["en"] * 3 and all(0 < d["confidence"] < 100 for d in detected)
+    got = call(app_of(translator), [
         ("POST", "/translate", Send(data={"q": lines[0], "source": "en", "target": "de", "api_key": "k"})),
         ("POST", "/translate", Send(data={"q": lines[:3], "source": "auto"})),  # a repeated field: a list
         ("POST", "/translate", Send(data={"q": lines[0], "alternatives": "2"}, files={"unused": (None, "x")})),
@@ -45,20 +48,23 @@ def test_form_and_json_bodies_translate_alike(setup):
     assert [r.status_code for r in got] == [200] * 6, [r.text for r in got]
     form, form_list, multipart, json_auto, curl, form_auto = (r.json() for r in got)
     assert form["translatedText"] == offline[0] and "detectedLanguage" not in form
-    assert form_list["translatedText"] == offline and form_list["detectedLanguage"] == [detected] * 3
+    assert form_list["translatedText"] == offline and form_list["detectedLanguage"] == detected
     assert [multipart["translatedText"], *multipart["alternatives"]] == [h.text for h in nbest]
-    assert json_auto["translatedText"] == offline[:2] and json_auto["detectedLanguage"] == [detected] * 2
+    assert json_auto["translatedText"] == offline[:2] and json_auto["detectedLanguage"] == detected[:2]
     assert curl["translatedText"] == offline[0]
-    assert form_auto["detectedLanguage"] == detected and form_auto["translatedText"] == offline[0]
+    assert form_auto["detectedLanguage"] == detected[0] and form_auto["translatedText"] == offline[0]
+
+
+ENGLISH = "The children are playing in the garden with their dog."
 
 
 def test_languages_detect_and_pairs_not_served(setup):
     translator, lines = setup
-    app = create_app(translator, pair=LanguagePair("en", "es"))
+    app = app_of(translator, pair=LanguagePair("en", "es"))
     languages, detect_json, detect_form, wrong_source, wrong_target, ok, no_q, blank = call(app, [
         ("GET", "/languages", None),
-        ("POST", "/detect", {"q": lines[0]}),
-        ("POST", "/detect", Send(data={"q": lines[0], "api_key": "k"})),
+        ("POST", "/detect", {"q": ENGLISH}),
+        ("POST", "/detect", Send(data={"q": ENGLISH, "api_key": "k"})),
         ("POST", "/translate", {"q": lines[0], "source": "fr", "target": "es"}),
         ("POST", "/translate", Send(data={"q": lines[0], "source": "en", "target": "de"})),
         ("POST", "/translate", {"q": lines[0], "source": "en", "target": "es"}),
@@ -67,7 +73,9 @@ def test_languages_detect_and_pairs_not_served(setup):
     ])
     assert languages.json() == [{"code": "en", "name": "English", "targets": ["es"]},
                                 {"code": "es", "name": "Spanish", "targets": []}]
-    assert detect_json.json() == detect_form.json() == [{"confidence": 100.0, "language": "en"}]
+    # among every language served, source or target, each with how sure lingua is
+    assert detect_json.json() == detect_form.json() == Detector(["en", "es"]).detect(ENGLISH)
+    assert detect_json.json()[0] == {"confidence": 100.0, "language": "en"}
     assert wrong_source.status_code == 400 and wrong_source.json() == {
         "error": "source 'fr' is not served: this server translates en (English) -> es (Spanish) only; send "
                  'source "en" or "auto"'}
@@ -91,7 +99,7 @@ def test_languages_detect_and_pairs_not_served(setup):
 ])
 def test_form_errors_are_clear_json(setup, send, status, says):
     translator, _ = setup
-    (r,) = call(create_app(translator, limits=Limits(max_chars=20, max_texts=3)), [("POST", "/translate", send)])
+    (r,) = call(app_of(translator, limits=Limits(max_chars=20, max_texts=3)), [("POST", "/translate", send)])
     assert r.status_code == status and says in r.json()["error"], r.text
 
 
@@ -109,7 +117,7 @@ def test_libretranslate_client_against_aiayn_serve(setup, copy_data, tmp_path):
                                       {"code": "fr", "name": "French", "targets": []}]
         assert client.translate(lines[0], "en", "fr") == offline[0]
         assert client.translate(lines[1], "auto", "fr") == offline[1]
-        assert client.detect(lines[0]) == [{"confidence": 100.0, "language": "en"}]
+        assert client.detect(ENGLISH) == [{"confidence": 100.0, "language": "en"}]
         with pytest.raises(urllib.error.HTTPError) as refused:
             client.translate(lines[0], "en", "de")
         assert refused.value.code == 400 and "target 'de' is not served" in json.load(refused.value)["error"]
@@ -117,17 +125,18 @@ def test_libretranslate_client_against_aiayn_serve(setup, copy_data, tmp_path):
 
 def test_libretranslate_client_gets_the_languages_of_the_prepared_data(setup, copy_data, tmp_path):
     """A run whose data were prepared as en -> es is served as en -> es without flags (the pair `aiayn serve` picks:
-    serve_languages; LibreTranslate's clients ask for en -> es); a text of several lines comes back line for line;
+    aiayn.serve.catalog; LibreTranslate's clients ask for en -> es); a text of several lines comes back line for line;
     format=html keeps its tags. In a uvicorn thread: a process start takes over a minute on a busy machine."""
     from libretranslatepy import LibreTranslateAPI
 
-    from aiayn.cli.serve import serve_languages
+    from aiayn.serve.catalog import build_catalog
 
     translator, lines = setup
     a, b = translator.translate(lines[:2])
     run = labelled_run(translator.model, copy_data, tmp_path, ("en", "es"))
-    pair, _ = serve_languages(str(run), None, None)
-    with ServerThread(create_app(translator, pair=pair)) as base:
+    (listed,) = build_catalog([str(run)])
+    pair = listed.pair
+    with ServerThread(app_of(translator, pair=pair)) as base:
         client = LibreTranslateAPI(base + "/")
         assert client.languages() == [{"code": "en", "name": "English", "targets": ["es"]},
                                       {"code": "es", "name": "Spanish", "targets": []}]
@@ -138,14 +147,21 @@ def test_libretranslate_client_gets_the_languages_of_the_prepared_data(setup, co
 
 
 def test_serve_languages_come_from_flags_then_the_data_then_the_paper(setup, copy_data, tmp_path):
-    from aiayn.cli.serve import serve_languages
+    from aiayn.serve.catalog import build_catalog
+
+    def one(path, source=None, target=None):
+        (listed,) = build_catalog([str(path)], None, source, target)
+        return listed.pair, listed.said
 
     translator, _ = setup
     run = labelled_run(translator.model, copy_data, tmp_path, ("en", "es"))
-    assert serve_languages(str(run), None, None)[0] == LanguagePair("en", "es")
-    assert serve_languages(str(run), None, "fr")[0] == LanguagePair("en", "fr")
-    assert serve_languages(str(run), "de", "fr") == (LanguagePair("de", "fr"), "--source-lang/--target-lang")
-    assert serve_languages(str(tmp_path / "elsewhere"), None, None)[0] == LanguagePair("en", "de")
+    assert one(run)[0] == LanguagePair("en", "es")
+    assert one(run, None, "fr")[0] == LanguagePair("en", "fr")
+    assert one(run, "de", "fr") == (LanguagePair("de", "fr"), "--source-lang/--target-lang")
+    (tmp_path / "elsewhere").mkdir()
+    assert one(tmp_path / "elsewhere")[0] == LanguagePair("en", "de")
+    with pytest.raises(ValueError, match="name the languages of one model"):  # several: each named, or recorded
+        build_catalog([str(run), f"de:en={run}"], None, "de", "fr")
 
 
 def test_serve_language_flags(tmp_path, capsys):
@@ -165,7 +181,7 @@ URL = re.compile(r"""(?:https?:)?//[^\s"'()<>]+""")
 
 def test_docs_reference_nothing_outside_the_server(setup):
     translator, _ = setup
-    app = create_app(translator)
+    app = app_of(translator)
     docs, redoc = call(app, [("GET", "/docs", None), ("GET", "/redoc", None)])
     assert docs.status_code == redoc.status_code == 200 and "SwaggerUIBundle" in docs.text
     assets = []
@@ -173,7 +189,7 @@ def test_docs_reference_nothing_outside_the_server(setup):
         assert URL.findall(page.text) == [], "a page loads something from another host"
         assets += re.findall(r"""(?:src|href)=["']([^"']+)["']""", page.text)
     assert any(a.endswith("swagger-ui-bundle.js") for a in assets) and any(a.endswith(".css") for a in assets)
-    fetched = call(create_app(translator), [("GET", a, None) for a in assets])
+    fetched = call(app_of(translator), [("GET", a, None) for a in assets])
     assert [r.status_code for r in fetched] == [200] * len(assets), assets
     for asset, r in zip(assets, fetched):
         if asset.endswith(".css"):
@@ -189,7 +205,7 @@ def test_docs_render_in_browser(setup):
     translator, _ = setup
     driver = browser()
     try:
-        with ServerThread(create_app(translator)) as base:
+        with ServerThread(app_of(translator)) as base:
             driver.get(base + "/docs")
             wait = WebDriverWait(driver, 30)
             wait.until(lambda d: len(d.find_elements(By.CSS_SELECTOR, ".opblock-summary-path")) >= 7)
@@ -213,7 +229,7 @@ def test_aiayn_decoding_fields_on_translate(setup):
         "sampling": True, "nbest": 2, "top_k": 10, "seed": 3}))
     samples = sampler.translate_nbest(lines[:2])
     sample_body = {"q": lines[:2], "sampling": True, "top_k": 10, "seed": 3, "alternatives": 1}
-    got = call(create_app(translator), [
+    got = call(app_of(translator), [
         ("POST", "/translate", {"q": lines[:2], "prefix": ["a b", ""]}),
         ("POST", "/translate", sample_body),
         ("POST", "/translate", {"q": lines[3:5], "sampling": True, "seed": 1}),  # a neighbour in the batch
@@ -243,7 +259,7 @@ def test_a_server_with_a_shortlist(setup, copy_data, tmp_path):
     from helpers import save_run
 
     from aiayn.decoding.shortlist import build_from_prepared
-    from aiayn.serve.reload import ModelSource
+    from aiayn.serve.engines import ModelSource
 
     translator, lines = setup
     run = save_run(translator.model, copy_data / "vocab.model", tmp_path / "run")
@@ -252,7 +268,7 @@ def test_a_server_with_a_shortlist(setup, copy_data, tmp_path):
     assert served.shortlist is not None
     shortlisted = served.translate(lines[:3])
     assert shortlisted != translator.translate(lines[:3])  # the shortlist changes this random model's output
-    got = call(create_app(served), [
+    got = call(app_of(served), [
         ("POST", "/translate", {"q": lines[:3]}),
         ("POST", "/translate", {"q": lines[:3], "shortlist": False}),
         ("POST", "/translate", Send(data={"q": lines[:3], "shortlist": "true"})),
@@ -261,8 +277,8 @@ def test_a_server_with_a_shortlist(setup, copy_data, tmp_path):
     assert [r.status_code for r in got] == [200] * 4, [r.text for r in got]
     assert got[0].json()["translatedText"] == got[2].json()["translatedText"] == shortlisted
     assert got[1].json()["translatedText"] == translator.translate(lines[:3])
-    assert got[3].json()["shortlist"] == {"per_source": 2, "frequent": 1, "score": "dice"}
-    refused, info = call(create_app(translator), [("POST", "/translate", {"q": lines[0], "shortlist": True}),
-                                                  ("GET", "/info", None)])
+    assert got[3].json()["models"][0]["shortlist"] == {"per_source": 2, "frequent": 1, "score": "dice"}
+    refused, info = call(app_of(translator), [("POST", "/translate", {"q": lines[0], "shortlist": True}),
+                                              ("GET", "/info", None)])
     assert refused.status_code == 422 and "this server has no shortlist" in refused.json()["error"]
-    assert info.json()["shortlist"] is None
+    assert info.json()["models"][0]["shortlist"] is None

@@ -16,12 +16,12 @@ from schemathesis.specs.openapi.checks import (  # noqa: E402
     response_schema_conformance,
     status_code_conformance,
 )
-from serving import copy_translator  # noqa: E402
+from serving import app_of, copy_translator  # noqa: E402
 
 from aiayn.decoding.search import SearchConfig  # noqa: E402
 from aiayn.decoding.shortlist import build_from_prepared  # noqa: E402
 from aiayn.decoding.translator import Translator  # noqa: E402
-from aiayn.serve import Limits, create_app  # noqa: E402
+from aiayn.serve import Limits  # noqa: E402
 
 EXAMPLES = 30  # per operation and generation mode: the file takes ~6 s on 2 idle cores, ~25 s on busy ones
 
@@ -38,7 +38,7 @@ def translator(copy_data):
 @pytest.fixture
 def api_schema(translator):
     """A new app each test: schemathesis ends an ASGI app's lifespan (and so its batcher) when a test ends."""
-    app = create_app(translator, limits=Limits(max_chars=60, max_texts=4))
+    app = app_of(translator, limits=Limits(max_chars=60, max_texts=4))
     return schemathesis.openapi.from_asgi("/openapi.json", app)
 
 

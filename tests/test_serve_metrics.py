@@ -13,11 +13,11 @@ pytest.importorskip("fastapi")
 httpx = pytest.importorskip("httpx")
 from helpers import tiny_model  # noqa: E402
 from prometheus_client.parser import text_string_to_metric_families  # noqa: E402
+from serving import app_of, batcher_of  # noqa: E402
 
 from aiayn.data import Vocab  # noqa: E402
 from aiayn.decoding.search import SearchConfig  # noqa: E402
 from aiayn.decoding.translator import Translator  # noqa: E402
-from aiayn.serve import create_app  # noqa: E402
 from aiayn.serve.observe import SHARED_DIR, ObserveConfig  # noqa: E402
 
 
@@ -35,7 +35,7 @@ def send(app, requests: list[tuple[str, str, object]], concurrent: bool = True) 
         async with httpx.AsyncClient(transport=transport, base_url="http://test") as c:
             calls = [(lambda m=m, p=p, b=b: c.request(m, p, json=b)) for m, p, b in requests]
             out = await asyncio.gather(*(f() for f in calls)) if concurrent else [await f() for f in calls]
-        await app.state.server.batcher.close()
+        await app.state.server.models.close()
         return out
     return asyncio.run(go())
 
@@ -48,7 +48,7 @@ def samples(text: str) -> dict[tuple, float]:
 
 def test_metrics_count_what_happened(setup):
     translator, lines = setup
-    app = create_app(translator)
+    app = app_of(translator)
     texts = [lines[0:3], lines[3:4], lines[4:9]]
     responses = send(app, [("POST", "/translate", {"q": t}) for t in texts] +
                      [("POST", "/translate", {"q": ""}), ("GET", "/nowhere", None), ("GET", "/health", None)])
@@ -69,7 +69,7 @@ def test_metrics_count_what_happened(setup):
     assert got[("aiayn_translated_sentences_total", ())] == len(sentences) == got[("aiayn_batch_sentences_sum", ())]
     assert got[("aiayn_batch_source_tokens_sum", ())] == source_tokens
     assert got[("aiayn_translated_tokens_total", ())] == translated_tokens
-    batches = app.state.server.batcher.stats
+    batches = batcher_of(app).stats
     assert got[("aiayn_batch_sentences_count", ())] == batches["batches"] >= 1
     busy = got[("aiayn_model_busy_seconds_total", ())]
     assert busy == pytest.approx(batches["model_busy_s"]) and busy > 0
@@ -78,7 +78,7 @@ def test_metrics_count_what_happened(setup):
 
 def test_each_app_has_its_own_registry(setup):
     translator, lines = setup
-    first, second = create_app(translator), create_app(translator)
+    first, second = app_of(translator), app_of(translator)
     send(first, [("POST", "/translate", {"q": lines[0]})] * 2)
     send(second, [("POST", "/translate", {"q": lines[1]})])
     key = ("aiayn_http_requests_total", (("method", "POST"), ("route", "/translate"), ("status", "200")))
@@ -88,14 +88,14 @@ def test_each_app_has_its_own_registry(setup):
 
 def test_queue_depth_is_read_at_scrape_time(setup):
     translator, lines = setup
-    app = create_app(translator)
+    app = app_of(translator)
 
     async def go():
         transport = httpx.ASGITransport(app)
         async with httpx.AsyncClient(transport=transport, base_url="http://test") as c:
-            app.state.server.batcher._queued = 7  # as if 7 sentences were waiting
+            batcher_of(app)._queued = 7  # as if 7 sentences were waiting
             text = (await c.get("/metrics")).text
-            app.state.server.batcher._queued = 0
+            batcher_of(app)._queued = 0
             return text
     assert samples(asyncio.run(go()))[("aiayn_queue_depth_sentences", ())] == 7
 
@@ -104,7 +104,7 @@ def test_queue_depth_is_read_at_scrape_time(setup):
 def test_access_log_lines_are_json_with_the_fields(setup, tmp_path, log_text):
     translator, lines = setup
     log = tmp_path / "access.jsonl"
-    app = create_app(translator, observe=ObserveConfig(access_log=log, log_text=log_text))
+    app = app_of(translator, observe=ObserveConfig(access_log=log, log_text=log_text))
     send(app, [("POST", "/translate", {"q": lines[:2]}), ("GET", "/health", None)], concurrent=False)
     records = [json.loads(line) for line in log.read_text(encoding="utf-8").splitlines()]
     assert len(records) == 2
@@ -124,9 +124,9 @@ def test_access_log_lines_are_json_with_the_fields(setup, tmp_path, log_text):
 
 def test_access_log_on_stderr_only_when_asked(setup, capsys):
     translator, lines = setup
-    send(create_app(translator), [("GET", "/health", None)])
+    send(app_of(translator), [("GET", "/health", None)])
     assert capsys.readouterr().err == ""
-    send(create_app(translator, observe=ObserveConfig(log_to_stderr=True)), [("GET", "/health", None)])
+    send(app_of(translator, observe=ObserveConfig(log_to_stderr=True)), [("GET", "/health", None)])
     (line,) = capsys.readouterr().err.splitlines()
     assert json.loads(line)["path"] == "/health"
 
@@ -139,18 +139,18 @@ sys.path.insert(0, sys.argv[1])
 from helpers import tiny_model
 from aiayn.data import Vocab
 from aiayn.decoding.search import SearchConfig
-from aiayn.serve import create_app
+from serving import app_of
 from aiayn.decoding.translator import Translator
 
 vocab = Vocab.load(sys.argv[2] + "/vocab.model")
 lines = open(sys.argv[2] + "/test.src.txt").read().splitlines()
-app = create_app(Translator(tiny_model(len(vocab), eos_bias=1.0), vocab, SearchConfig(beam=2, max_len_b=10)))
+app = app_of(Translator(tiny_model(len(vocab), eos_bias=1.0), vocab, SearchConfig(beam=2, max_len_b=10)))
 
 async def go():
     async with httpx.AsyncClient(transport=httpx.ASGITransport(app), base_url="http://test") as c:
         for line in lines[:int(sys.argv[3])]:
             assert (await c.post("/translate", json={"q": line})).status_code == 200
-    await app.state.server.batcher.close()
+    await app.state.server.models.close()
 asyncio.run(go())
 """
 
@@ -168,7 +168,7 @@ def test_workers_sharing_a_folder_answer_for_all(setup, copy_data, tmp_path, mon
                for n in (2, 3)]
     assert [w.wait(timeout=120) for w in workers] == [0, 0]
     translator, lines = setup
-    app = create_app(translator)  # this process counts in memory; its /metrics reads the workers' files
+    app = app_of(translator)  # this process counts in memory; its /metrics reads the workers' files
     monkeypatch.setenv(SHARED_DIR, str(tmp_path))
     got = samples(app.state.metrics.exposition().decode())
     key = ("aiayn_http_requests_total", (("method", "POST"), ("route", "/translate"), ("status", "200")))

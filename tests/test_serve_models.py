@@ -21,8 +21,8 @@ from aiayn.data import Vocab  # noqa: E402
 from aiayn.decoding.search import SearchConfig  # noqa: E402
 from aiayn.decoding.translator import Translator  # noqa: E402
 from aiayn.serve import LanguagePair, create_app  # noqa: E402
+from aiayn.serve.engines import ModelSource  # noqa: E402
 from aiayn.serve.models import Models  # noqa: E402
-from aiayn.serve.reload import ModelSource  # noqa: E402
 
 # six direct pairs: every language to and from English; the others go through English
 PAIRS = [("en", "de"), ("en", "es"), ("en", "fr"), ("de", "en"), ("es", "en"), ("fr", "en")]
@@ -176,7 +176,8 @@ def test_a_reload_reads_each_loaded_model_again(runs, copy_data, tmp_path):
     it has (the error names it, the worker's failed generation is marked); then a reload that works."""
     import multiprocessing
 
-    from aiayn.serve.reload import Reloader, WorkerBoard
+    from aiayn.serve.board import WorkerBoard
+    from aiayn.serve.reload import Reloader
 
     root, made, lines = runs
     vocab = Vocab.load(copy_data / "vocab.model")
@@ -184,8 +185,8 @@ def test_a_reload_reads_each_loaded_model_again(runs, copy_data, tmp_path):
     b = save_run(tiny_model(len(vocab), seed=21, eos_bias=1.0), copy_data / "vocab.model", tmp_path / "b")
     models = models_of({("en", "de"): a, ("en", "es"): b})
     board = WorkerBoard(multiprocessing.get_context("spawn"), 1)
-    app = create_app(models=models, reloader=Reloader(None, board))
-    reloader = Reloader(None, board)
+    app = create_app(models=models, reloader=Reloader(board))
+    reloader = Reloader(board)
 
     async def go():
         async with httpx.AsyncClient(transport=httpx.ASGITransport(app), base_url="http://test") as client:
@@ -295,7 +296,6 @@ def test_command_line_says_what_is_wrong(runs, tmp_path, capsys):
          "--shortlist FILE belongs to one model's vocabulary"),
         (["--models", str(tmp_path / "empty")], "no model folder in it"),
         (["--models", str(tmp_path / "nowhere")], "no such folder"),
-        (["--checkpoint", a, "--max-models", "2"], "apply to a server of several models"),
         (["--checkpoint", f"en:de={a}", "--checkpoint", f"en:e={b}"], "not a language code"),
         ([], "give the model to serve"),
     ]
@@ -306,17 +306,17 @@ def test_command_line_says_what_is_wrong(runs, tmp_path, capsys):
 
 
 def test_glossary_field(runs, copy_data):
-    """"glossary" on /translate: the answer is the offline translation with the same glossary (aiayn.decoding.glossary), in a
-    batch beside a request without one, whose answer stays the plain one; a glossary through a pivot, or with
-    sampling, is a 422."""
-    from serving import call, copy_translator
+    """"glossary" on /translate: the answer is the offline translation with the same glossary
+    (aiayn.decoding.glossary), in a batch beside a request without one, whose answer stays the plain one; a glossary
+    through a pivot, or with sampling, is a 422."""
+    from serving import app_of, call, copy_translator
 
     translator, lines = copy_translator(copy_data)
     line = next(line for line in lines if "alpha" in line.split())
     terms = [("alpha", "KILO LIMA")]
     expect = translator.translate([line], glossary=terms)[0]
     assert "KILO LIMA" in expect and expect != translator.translate([line])[0]
-    with_terms, plain, sampled, prefixed, too_long = call(create_app(translator), [
+    with_terms, plain, sampled, prefixed, too_long = call(app_of(translator), [
         ("POST", "/translate", {"q": line, "glossary": [list(t) for t in terms]}),
         ("POST", "/translate", {"q": line}),
         ("POST", "/translate", {"q": line, "glossary": [list(t) for t in terms], "sampling": True}),
@@ -382,7 +382,7 @@ def test_ctranslate2_folders_are_served_beside_runs(runs, tmp_path, capsys):
 
 def test_command_line_builds_the_catalogue(runs, monkeypatch):
     """What `aiayn serve` hands its workers for several models: each pair with its path, the budgets in models and
-    bytes (--max-model-memory is MB), and no single model."""
+    bytes (--max-model-memory is MB)."""
     from aiayn.cli import main
 
     root, made, _ = runs
@@ -391,7 +391,7 @@ def test_command_line_builds_the_catalogue(runs, monkeypatch):
     assert main(["serve", "--checkpoint", f"en:pt={made['en', 'de']}", "--models", str(root), "--max-models", "3",
                  "--max-model-memory", "1.5", "--workers", "1", "--device", "cpu"]) == 0
     spec = got["spec"]
-    assert spec.source is None and spec.max_models == 3 and spec.max_bytes == int(1.5 * 2**20)
+    assert spec.max_models == 3 and spec.max_bytes == int(1.5 * 2**20)
     pairs = [(pair.source, pair.target, path) for pair, path in ((p, s.checkpoint) for p, s in spec.catalog)]
     assert pairs[0] == ("en", "pt", str(made["en", "de"]))
     assert sorted(pairs[1:]) == sorted((*pair, str(run)) for pair, run in made.items())  # the folder's, by name

@@ -9,9 +9,9 @@ import pytest
 
 pytest.importorskip("fastapi")
 
-from serving import Send, call, copy_translator  # noqa: E402
+from serving import Send, app_of, call, copy_translator  # noqa: E402
 
-from aiayn.serve import LanguagePair, create_app  # noqa: E402
+from aiayn.serve import LanguagePair  # noqa: E402
 from aiayn.serve.segments import html_pieces, join, text_pieces  # noqa: E402
 
 
@@ -52,7 +52,7 @@ def setup(copy_data):
 def test_translate_keeps_lines_and_tags(setup):
     translator, lines = setup
     a, b, c = translator.translate(lines[:3])
-    app = create_app(translator, pair=LanguagePair("en", "es"))
+    app = app_of(translator, pair=LanguagePair("en", "es"))
     multi, form, tagged, alts, tags_only = call(app, [
         ("POST", "/translate", {"q": f"{lines[0]}\n\n  {lines[1]}\n", "source": "en", "target": "es"}),
         ("POST", "/translate", Send(data={"q": [lines[0], f"{lines[1]}\n{lines[2]}"]})),

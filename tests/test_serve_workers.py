@@ -212,7 +212,7 @@ def test_reload_under_load_with_workers(models, copy_data, tmp_path, capsys):
         assert r.json()["reloaded"] == 2 and r.json()["checkpoint"] == str(RunDir(run).step(20))
         assert len(report["workers"]) == 2 and all(w["ready"] for w in report["workers"])
         info = httpx.get(base + "/info", timeout=5).json()
-        assert info["checkpoint"] == str(RunDir(run).step(30))
+        assert info["models"][0]["checkpoint"] == str(RunDir(run).step(30))
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=60) == 0
         log = proc.stderr.read()

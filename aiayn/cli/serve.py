@@ -6,7 +6,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
-import re
 from pathlib import Path
 
 from aiayn.cli.common import (
@@ -22,162 +21,96 @@ from aiayn.cli.common import (
     positive_int,
     search_config,
 )
-from aiayn.errors import UsageError
+from aiayn.errors import UsageError, UserError
 from aiayn.extras import require
 
 
 def serve_command(args: argparse.Namespace) -> int:
     require("aiayn serve", "serve")
+    require("aiayn serve", "serve", ("lingua",))  # "auto" and /detect choose among the languages served
+    from aiayn.serve.observe import metrics_shared_by_workers
+    from aiayn.serve.workers import auto_workers, serve
+
+    config = serve_config(args)
+    workers = auto_workers(args.device_resolved) if args.workers == "auto" else args.workers
+    pairs = ", ".join(f"{p.source}->{p.target}" for p, _ in config.catalog)
+    budget = ", ".join(f for f in [f"at most {args.max_models} loaded at once" if args.max_models else "",
+                                   f"{args.max_model_memory:g} MB of weights at most" if args.max_model_memory else ""]
+                       if f)
+    what = "; ".join(f"{source.checkpoint}{' with its shortlist' if args.shortlist else ''}, {pair} ({said})"
+                     for (pair, source), said in zip(config.catalog, args.said))
+    banner = (f"serving {what if len(config.catalog) == 1 else f'{len(config.catalog)} pairs ({pairs})'}"
+              f"{f' ({budget})' if budget else ''}, at http://{config.host}:{config.port}/ (API docs: /docs)")
+    # Ctrl-C or SIGTERM: uvicorn stops accepting, lets the requests in flight finish, then the app's lifespan drains
+    # the batchers (in every worker); SIGHUP: every worker loads the checkpoints again (aiayn.serve.reload)
+    with metrics_shared_by_workers() if workers > 1 else contextlib.nullcontext():  # any /metrics answers for all
+        return serve(config, workers, banner)
+
+
+def serve_config(args: argparse.Namespace):
+    """The ServeConfig of the flags (aiayn.serve.config), each checked with one clear error; sets
+    args.device_resolved and args.said (where each model's pair comes from) for the banner."""
     from aiayn.decoding.ct2 import is_ct2_model
-    from aiayn.rundir import inference_checkpoint
     from aiayn.runtime import resolve_device
     from aiayn.serve import BatchConfig, Limits
-    from aiayn.serve.observe import metrics_shared_by_workers
-    from aiayn.serve.reload import ModelSource, read_admin_key
-    from aiayn.serve.workers import ServeSpec, auto_workers, serve, usable_cores
+    from aiayn.serve.admin import read_admin_key
+    from aiayn.serve.catalog import build_catalog
+    from aiayn.serve.config import ServeConfig
+    from aiayn.serve.engines import ModelSource
+    from aiayn.serve.files import FileConfig
+    from aiayn.serve.workers import auto_workers, usable_cores
 
     if args.nbest != 1:
         raise UsageError('--nbest does not apply to serve: each request asks for its n-best ("alternatives": n)')
-    many = len(args.checkpoint or []) > 1 or args.models is not None
     if not args.checkpoint and args.models is None:
         raise UsageError("give the model to serve: --checkpoint PATH (repeat it, or --models FOLDER, for several)")
-    if not many and (args.max_models or args.max_model_memory):
-        raise UsageError("--max-models and --max-model-memory apply to a server of several models (repeat "
-                         "--checkpoint, or --models FOLDER)")
     try:
         batching = BatchConfig(max_batch_tokens=args.max_batch_tokens, max_wait_ms=args.max_wait_ms,
                                max_queue=args.max_queue, timeout_s=args.timeout, enabled=not args.no_batching)
         limits = Limits(max_chars=args.max_chars, max_texts=args.max_texts)
         admin_key = read_admin_key(args.admin_key) if args.admin_key else None
-        if many:
-            pairs = serve_catalog(args)
-        else:
-            named, path = model_arg(args.checkpoint[0])
-            pair, said = serve_languages(path, *(named or (args.source_lang, args.target_lang)))
-            said = "--checkpoint SRC:TGT=PATH" if named else said
+        files = FileConfig(**({"folder": args.files_dir} if args.files_dir else {}),
+                           max_file_bytes=int(args.max_file_size * 2**20), timeout_s=args.file_timeout,
+                           enabled=not args.disable_files_translation)
+        listed = build_catalog(args.checkpoint or [], args.models, args.source_lang, args.target_lang)
+    except UserError:
+        raise
     except ValueError as e:
         raise UsageError(str(e)) from None
-    if many and len({pair.source for pair, _ in pairs}) > 1:
-        require("aiayn serve of several source languages (their detection)", "serve", ("lingua",))
-    ct2 = [p for p in ([path for _, path in pairs] if many else [path]) if is_ct2_model(p)]
+    if len(listed) > 1 and args.shortlist not in (None, True):
+        raise UsageError("--shortlist FILE belongs to one model's vocabulary; with several models give --shortlist "
+                         "alone (each run's own)")
+    ct2 = [model.path for model in listed if is_ct2_model(model.path)]
     if ct2 and args.lp != "power":
         raise UsageError(f"{ct2[0]} is a CTranslate2 folder, whose length penalty is |Y|^alpha: serve it with --lp "
                          "power (the paper's GNMT penalty has no CTranslate2 equivalent)")
     if ct2 and args.shortlist not in (None, True):
         raise UsageError("--shortlist FILE: a CTranslate2 folder decodes with its own vocabulary map; give "
                          "--shortlist alone")
-    if not many and not ct2:
-        checkpoint = inference_checkpoint(path)  # a missing one is said here, before any worker starts
-        if args.shortlist:
-            from aiayn.decoding.shortlist import run_file
-
-            run_file(path, None if args.shortlist is True else args.shortlist)  # likewise
-    elif not many:
-        checkpoint = path
-    device = str(resolve_device(args.device))
+    if args.files_dir is not None:
+        try:
+            args.files_dir.mkdir(parents=True, exist_ok=True)
+            probe = args.files_dir / f".aiayn-{os.getpid()}"
+            probe.touch()
+            probe.unlink()
+        except OSError as e:
+            raise UsageError(f"--files-dir {args.files_dir}: cannot write there ({e.strerror})") from None
+    device = args.device_resolved = str(resolve_device(args.device))
+    args.said = [model.said for model in listed]
     workers = auto_workers(device) if args.workers == "auto" else args.workers
     threads = args.threads or (0 if "OMP_NUM_THREADS" in os.environ else max(1, usable_cores() // workers))
-
-    def source(path: str) -> ModelSource:
-        return ModelSource(path, search_config(args), args.precision, device, args.shortlist)
-
-    options = dict(batching=batching, limits=limits, host=args.host, port=args.port, threads=threads,
-                   log_level=args.log_level, read_timeout_s=args.read_timeout, max_connections=args.max_connections,
-                   admin_key=admin_key)
-    if many:  # app_options: create_app's other arguments (each worker makes its own app)
-        spec = ServeSpec(None, **options, app_options=access_options(args), max_models=args.max_models,
-                         catalog=tuple((pair, source(path)) for pair, path in pairs),
-                         max_bytes=int(args.max_model_memory * 2**20))
-        budget = ", ".join(f for f in [f"at most {args.max_models} at once" if args.max_models else "",
-                                       f"{args.max_model_memory:g} MB of weights at most"
-                                       if args.max_model_memory else ""] if f) or "no budget"
-        what = (f"{len(pairs)} pairs ({', '.join(f'{p.source}->{p.target}' for p, _ in pairs)}), each model loaded "
-                f"when first asked for ({budget})")
-    else:
-        spec = ServeSpec(source(path), **options, app_options={"pair": pair, **access_options(args)})
-        what = f"{checkpoint}{' with its shortlist' if args.shortlist else ''}, {pair} ({said})"
-    banner = f"serving {what}, at http://{args.host}:{args.port}/ (API docs: /docs)"
-    # Ctrl-C or SIGTERM: uvicorn stops accepting, lets the requests in flight finish, then the app's lifespan drains
-    # the batchers (in every worker); SIGHUP: every worker loads the checkpoints again (aiayn.serve.reload)
-    with metrics_shared_by_workers() if workers > 1 else contextlib.nullcontext():  # any /metrics answers for all
-        return serve(spec, workers, banner)
-
-
-MODEL_ARG = re.compile(r"([A-Za-z][A-Za-z0-9_-]*):([A-Za-z][A-Za-z0-9_-]*)=(.+)")
-PAIR_FOLDER = re.compile(r"([a-z]{2,3})[-_]([a-z]{2,3})")  # models/en-es: a folder named by its pair
-
-
-def model_arg(text: str) -> tuple[tuple[str, str] | None, str]:
-    """--checkpoint's value: ((source, target) or None, the path): "en:es=runs/a" names the pair, "runs/a" not."""
-    found = MODEL_ARG.fullmatch(text)
-    return ((found[1], found[2]), found[3]) if found else (None, text)
-
-
-def serve_catalog(args: argparse.Namespace) -> list:
-    """[(LanguagePair, path)] of a server of several models: each --checkpoint, then each model folder under
-    --models; a model's languages are the ones named (SRC:TGT=PATH), else the ones its run records, else (under
-    --models) the folder's name (en-es). ValueError for a model whose languages nothing says, or a path missing."""
-    import sys
-
-    from aiayn.data.folder import run_languages
-    from aiayn.serve import LanguagePair
-
-    if args.source_lang or args.target_lang:
-        raise ValueError("--source-lang/--target-lang name the languages of one model; for several, name each "
-                         "model's pair: --checkpoint SRC:TGT=PATH")
-    if args.shortlist not in (None, True):
-        raise ValueError("--shortlist FILE belongs to one model's vocabulary; with several models give --shortlist "
-                         "alone (each run's own)")
-    pairs = []
-    for text in args.checkpoint or []:
-        named, path = model_arg(text)
-        if not Path(path).exists():
-            raise ValueError(f"--checkpoint {path}: no such file or folder")
-        languages = named or run_languages(path)
-        if languages is None:
-            raise ValueError(f"--checkpoint {path}: its run records no languages; name them: --checkpoint "
-                             f"SRC:TGT={path} (e.g. en:es={path})")
-        pairs.append((LanguagePair(*languages), path))
-    if args.models is not None:
-        if not args.models.is_dir():
-            raise ValueError(f"--models {args.models}: no such folder")
-        found = 0
-        for folder in sorted(p for p in args.models.iterdir() if (p.is_dir() or p.suffix == ".argosmodel")
-                             and not p.name.startswith(".")):
-            named = PAIR_FOLDER.fullmatch(folder.name)
-            languages = run_languages(folder) or (named and (named[1], named[2]))
-            if not languages:
-                print(f"warning: --models: {folder} is skipped: its run records no languages and its name is not a "
-                      "pair (name the folder SRC-TGT, e.g. en-es)", file=sys.stderr, flush=True)
-                continue
-            pairs.append((LanguagePair(*languages), str(folder)))
-            found += 1
-        if not found:
-            raise ValueError(f"--models {args.models}: no model folder in it (one folder per model: a run "
-                             "directory, named by its pair where its run records none, e.g. en-es)")
-    seen: dict = {}
-    for pair, path in pairs:
-        if (pair.source, pair.target) in seen:
-            raise ValueError(f"two models translate {pair}: {seen[pair.source, pair.target]} and {path}; serve one "
-                             "(or name another pair: --checkpoint SRC:TGT=PATH)")
-        seen[pair.source, pair.target] = path
-    return pairs
-
-
-def serve_languages(checkpoint: str, source: str | None, target: str | None):
-    """(LanguagePair, where it comes from): the flags given, else the languages recorded with the model (its run's
-    prepared data, its import or its CTranslate2 export: data.run_languages), else the paper's en -> de. ValueError
-    for a code that is not one."""
-    from aiayn.data.folder import run_languages
-    from aiayn.serve import LanguagePair
-
-    recorded = run_languages(checkpoint)
-    default = recorded or ("en", "de")
-    pair = LanguagePair(source or default[0], target or default[1])
-    if source and target:
-        return pair, "--source-lang/--target-lang"
-    return pair, ("recorded with the model" if recorded else
-                  "not recorded by the run's data: the default; --source-lang/--target-lang name others")
+    search = search_config(args)
+    catalog = tuple((model.pair, ModelSource(model.path, search, args.precision, device, args.shortlist))
+                    for model in listed)
+    for pair, source in catalog:  # a missing checkpoint or shortlist is said here, before any worker starts
+        try:
+            source.check()
+        except UserError as e:
+            raise type(e)(f"the {pair.source}->{pair.target} model: {e}") from None
+    return ServeConfig(catalog=catalog, batching=batching, limits=limits, max_models=args.max_models,
+                       max_bytes=int(args.max_model_memory * 2**20), **access_options(args), host=args.host,
+                       port=args.port, threads=threads, log_level=args.log_level, read_timeout_s=args.read_timeout,
+                       max_connections=args.max_connections, admin_key=admin_key, files=files)
 
 
 def access_options(args: argparse.Namespace) -> dict:
@@ -305,6 +238,16 @@ def register(sub) -> None:
     g.add_argument("--max-connections", type=positive_int, default=1000,
                    help="open connections per worker at most; requests beyond get 503 (default 1000)")
     add_access_args(p)
+    g = p.add_argument_group("documents: POST /translate_file (docs/serving-files.md)")
+    g.add_argument("--files-dir", type=Path, metavar="DIR",
+                   help="where uploads and translations wait to be downloaded, 30 minutes at most; every worker "
+                        "shares it (default: aiayn-serve-files in the system's temporary folder)")
+    g.add_argument("--max-file-size", type=positive_float, default=20.0, metavar="MB",
+                   help="the largest upload in MB; larger get 413 (default 20)")
+    g.add_argument("--file-timeout", type=positive_float, default=600.0, metavar="SECONDS",
+                   help="seconds a document may take to translate; then 504 (default 600)")
+    g.add_argument("--disable-files-translation", action="store_true",
+                   help="POST /translate_file answers 403 (LibreTranslate's flag of the same name)")
     p.add_argument("--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"],
                    help="uvicorn's log level (default info: one line per request)")
     p.add_argument("--shortlist", nargs="?", const=True, default=None, metavar="FILE",

@@ -1,13 +1,15 @@
-"""The HTTP API and the page: `create_app(translator)` or `create_app(models=...)` -> a FastAPI app (run it with
-uvicorn; `aiayn serve` does).
+"""The HTTP API and the page: `create_app(models, config)` -> a FastAPI app around a catalogue of models (one model:
+a catalogue of one); run it with uvicorn, as `aiayn serve` does.
 
 Routes (docs/serving.md has examples); every POST takes JSON or a form (aiayn.serve.bodies), as LibreTranslate's:
     POST /translate   LibreTranslate's: {"q": str | [str], "source", "target", "alternatives": n} -> {"translatedText":
                       str | [str], "alternatives": [...] (n-best after the best, when asked), "detectedLanguage" (when
                       source is "auto": each text's language, aiayn.serve.detect), "scores": [...] (aiayn's: the
                       normalized log-prob of the best then of each alternative), "pivot" (aiayn's: the language a
-                      text went through where no model translates its pair directly, aiayn.serve.models)}
-    POST /detect      LibreTranslate's: {"q": str} -> [{"confidence": 0-100, "language"}, ...] among the sources served
+                      text went through where no model translates its pair directly, aiayn.serve.models)}; a text
+                      whose source (given, or detected) is its target comes back unchanged, as LibreTranslate's does
+    POST /detect      LibreTranslate's: {"q": str} -> [{"confidence": 0-100, "language"}, ...] among every language
+                      served (as a source or a target)
     GET  /languages   LibreTranslate's: [{"code", "name", "targets"}] for every language served
     POST /attention   {"q": str, "translation": str | null, "source", "target"} -> aiayn.viz.attention's JSON
     GET  /health      {"status": "ok", "queued": sentences}
@@ -16,11 +18,13 @@ Routes (docs/serving.md has examples); every POST takes JSON or a form (aiayn.se
     GET  /            the page: translation as you type, n-best with scores, the attention view
     GET  /docs        Swagger UI, served from this server (no CDN); /redoc likewise; /openapi.json the schema
 
-Every error is JSON {"error": message} (plus "limit" and "max" when a limit was hit): 400 a body that is empty, not
-UTF-8, not JSON or an unreadable form, or a language pair not served (nor through a pivot); 413 a body, text or list
-over its limit; 415 a Content-Type not read; 422 a well-formed request that is wrong (missing q, empty text, too many
-alternatives); 500 a pair whose model cannot be loaded; 503 + Retry-After a full queue; 504 no answer within the
-timeout.
+Every error of every route is JSON {"error": message} (plus "limit" and "max" when a limit was hit): 400 a body that
+is empty, not UTF-8, not JSON (or nested deeper than MAX_DEPTH) or an unreadable form, or a language pair not served
+(nor through a pivot); 413 a body, text or list over its limit, or more sentences than the whole queue holds; 415 a
+Content-Type not read; 422 a well-formed request that is wrong (missing q, empty text, too many alternatives, an
+option the pair's model does not have); 500 a pair whose model cannot be loaded (and, as JSON too, any fault of the
+server's own); 503 + Retry-After a full queue; 504 no answer within the timeout. A request line or head that is not
+HTTP gets a JSON 400 from the connection itself (aiayn.serve.guard).
 """
 
 from __future__ import annotations
@@ -40,28 +44,28 @@ import aiayn
 from aiayn.decoding.lines import Translation
 from aiayn.decoding.translator import Translator
 from aiayn.errors import UsageError
-from aiayn.serve.access import AccessConfig, install_access
-from aiayn.serve.batcher import BatchConfig, QueueFull, RequestTimeout
+from aiayn.serve.access import install_access
+from aiayn.serve.batcher import QueueFull, RequestTimeout, TooLarge
 from aiayn.serve.bodies import ApiError, body_schema, check_text, read_body, validate
 from aiayn.serve.buckets import LocalBuckets, SharedBuckets
+from aiayn.serve.config import ServeConfig
 from aiayn.serve.detect import Detector
+from aiayn.serve.files import install_files
 from aiayn.serve.libre import (
     AttentionRequest,
     DetectedLanguage,
     DetectRequest,
     ErrorResponse,
     Language,
-    LanguagePair,
     TranslateRequest,
     TranslateResponse,
-    language_name,
 )
 from aiayn.serve.models import Models
-from aiayn.serve.observe import ObserveConfig, install_observability
+from aiayn.serve.observe import install_observability
 from aiayn.serve.pivot import translate_along
 from aiayn.serve.reload import Reloader
 from aiayn.serve.segments import Piece, join, pieces
-from aiayn.serve.state import Limits, Server, model_info
+from aiayn.serve.state import Server
 
 
 def _error(status: int, message: str, headers: dict[str, str] | None = None, **extra) -> JSONResponse:
@@ -110,8 +114,10 @@ async def translate(request: Request) -> TranslateResponse:
         raise ApiError(422, f"prefix must be like q: a string for a string q, a list of {len(texts)} for a list of "
                             f"{len(texts)}")
     detected = [_source(server, text, req.source, req.target) for text in texts]
-    routes = [server.models.route(d["language"], req.target) for d in detected]
-    split = [pieces(text, req.format) for text in texts]  # lines and sentences (and HTML text nodes)
+    # a text already in its target language comes back as it is (LibreTranslate's answer); the others have a route
+    routes = [None if d["language"] == req.target else server.models.route(d["language"], req.target)
+              for d in detected]
+    split = [pieces(text, req.format) if route else [Piece(text, False)] for text, route in zip(texts, routes)]
     try:
         nbests = await translate_along(server.models, routes, split, prefixes, nbest=req.alternatives + 1,
                                        options=req.search_options(), shortlist=req.shortlist, glossary=req.glossary)
@@ -123,7 +129,7 @@ async def translate(request: Request) -> TranslateResponse:
     alts = [texts_[1:] for texts_, _ in answers] if req.alternatives else None
     scores = [scores_ for _, scores_ in answers]
     detections = [DetectedLanguage(**d) for d in detected] if req.source == "auto" else None
-    pivots = [route[0].target if len(route) > 1 else None for route in routes]
+    pivots = [route[0].target if route and len(route) > 1 else None for route in routes]
     if isinstance(req.q, str):
         return TranslateResponse(translatedText=best[0], alternatives=alts and alts[0], scores=scores[0],
                                  detectedLanguage=detections and detections[0], pivot=pivots[0])
@@ -133,15 +139,21 @@ async def translate(request: Request) -> TranslateResponse:
 
 def _source(server: Server, text: str, source: str | None, target: str | None) -> dict:
     """{"confidence", "language"}: the source given (confidence 100), else (auto, or absent where several languages
-    are read) the detected one among those that reach `target`, else the detector's best guess."""
-    sources = server.models.sources()
-    if source not in (None, "auto") or (source is None and len(sources) == 1):
-        return {"confidence": 100.0, "language": source or sources[0]}
+    are read) the language detected among every one served: the first candidate that is the target (the text
+    comes back unchanged) or that reaches it, else the detector's best guess (the route then says what is
+    served). A language given that is neither a source nor a target here is a 400."""
+    sources, codes = server.models.sources(), server.models.codes()
+    if source not in (None, "auto"):
+        if source not in codes:
+            server.models.route(source, target)  # the 400 that names what is served
+        return {"confidence": 100.0, "language": source}
+    if source is None and len(sources) == 1:
+        return {"confidence": 100.0, "language": sources[0]}
     found = server.detector.detect(text)
-    reach = [s for s in sources if server.models.reaches(s, target)]
     for candidate in found:
-        if candidate["language"] in reach:
+        if candidate["language"] == target or server.models.reaches(candidate["language"], target):
             return candidate
+    reach = [s for s in sources if server.models.reaches(s, target)]
     if found[0]["confidence"] == 0 and reach:  # nothing to detect: the fallback that reaches the target
         return {"confidence": 0.0, "language": "en" if "en" in reach else reach[0]}
     return found[0]  # the route then says it reaches no such target
@@ -151,14 +163,16 @@ def _joined(parts: list[Piece], nbests: list[list[Translation]], n: int, format:
             ) -> tuple[list[str], list[float]]:
     """A text's n answers put back together from its sentences' n-best lists (answer k: each sentence's k-th
     translation, its best where it has fewer), and their scores (the mean of the sentences'; 0 if none)."""
-    ranks = range(min(n, min((len(hs) for hs in nbests), default=1)))
+    if not nbests:  # nothing translated (a text in its target language already): the text itself, certain
+        return [join(parts, [])], [0.0]
+    ranks = range(min(n, min(len(hs) for hs in nbests)))
     texts = [join(parts, [hs[k].text for hs in nbests], escape=format == "html") for k in ranks]
     return texts, [sum(hs[k].score for hs in nbests) / max(1, len(nbests)) for k in ranks]
 
 
 @router.post("/detect", response_model=list[DetectedLanguage], openapi_extra=body_schema(DetectRequest),
-             responses=_errors(*BODY_ERRORS), summary="The text's language among the source languages served, up to "
-                                                      "three candidates best first (confidence 0-100)")
+             responses=_errors(*BODY_ERRORS), summary="The text's language among every language served (source or "
+                                                      "target), up to three candidates best first (confidence 0-100)")
 async def detect(request: Request) -> JSONResponse:
     server = _server(request)
     req = validate(DetectRequest, await read_body(request, server.limits.max_body_bytes))
@@ -191,9 +205,9 @@ async def attention(request: Request) -> JSONResponse:
         raise ApiError(422, f"{source} -> {route[-1].target} is translated through {route[0].target} (two models); "
                             "attention is shown for one model: ask for a pair served directly")
     batcher = await server.models.batcher(route[0])
-    if not hasattr(batcher.translator, "model"):
-        raise ApiError(422, f"the {route[0].source} -> {route[0].target} model is a CTranslate2 folder, which does not "
-                            "give its attention weights: serve the run itself for attention views")
+    if not isinstance(batcher.translator, Translator):  # aiayn's own engine alone records attention
+        raise ApiError(422, f"the {route[0].source} -> {route[0].target} model is decoded by CTranslate2, which does "
+                            "not give its attention weights: serve the run itself for attention views")
     # On the model's thread: recording switches flags on the shared model, which no batch may see meanwhile.
     data = await batcher.run(lambda: attention_data(batcher.translator, None, req.q, req.translation))
     return JSONResponse(data)
@@ -229,12 +243,21 @@ async def _api_error(request: Request, e: ApiError) -> JSONResponse:
 
 
 async def _queue_full(request: Request, e: QueueFull) -> JSONResponse:
-    most = _server(request).batcher.config.max_queue
-    return _error(503, str(e), {"Retry-After": str(e.retry_after_s)}, limit="max_queue", max=most)
+    limit = {} if e.max_queue is None else {"limit": "max_queue", "max": e.max_queue}  # None: shutting down
+    return _error(503, str(e), {"Retry-After": str(e.retry_after_s)}, **limit)
+
+
+async def _too_large(request: Request, e: TooLarge) -> JSONResponse:
+    return _error(413, str(e), limit="max_queue", max=e.max_queue)
 
 
 async def _timed_out(request: Request, e: RequestTimeout) -> JSONResponse:
-    return _error(504, str(e), limit="timeout_s", max=_server(request).batcher.config.timeout_s)
+    return _error(504, str(e), limit="timeout_s", max=e.timeout_s)
+
+
+async def _server_fault(request: Request, e: Exception) -> JSONResponse:
+    """Any other exception: a JSON 500 too (Starlette still logs its traceback)."""
+    return _error(500, f"the server failed on this request ({type(e).__name__}); its log says where")
 
 
 async def _http_error(request: Request, e: HTTPException) -> JSONResponse:  # 404, 405 as JSON too
@@ -245,22 +268,16 @@ async def _invalid(request: Request, e: RequestValidationError) -> JSONResponse:
     return _error(422, "; ".join(f"{'.'.join(map(str, err['loc']))}: {err['msg']}" for err in e.errors()))
 
 
-def create_app(translator: Translator | None = None, batching: BatchConfig | None = None, limits: Limits | None = None,
-               checkpoint: str | None = None, access: AccessConfig | None = None,
-               observe: ObserveConfig | None = None, pair: LanguagePair | None = None,
-               reloader: Reloader | None = None, buckets: LocalBuckets | SharedBuckets | None = None,
-               models: Models | None = None) -> FastAPI:
-    """The API and page around one Translator translating `pair` (default en -> de), or around `models` (many pairs,
-    loaded when first asked for: aiayn.serve.models); the search settings are the server's (requests choose the
-    n-best size and aiayn's decoding fields). Batchers start with the first request and drain at shutdown.
-    `reloader` (aiayn.serve.reload): POST /admin/reload, GET /workers, and the swap of the models when a reload is
-    asked for. buckets: where the per-minute budgets live (aiayn.serve.buckets; workers share one SharedBuckets, so
-    a client's budget holds across them)."""
-    batching, limits = batching or BatchConfig(), limits or Limits()
-    if models is None:
-        models = Models.single(translator, pair or LanguagePair(), checkpoint, batching)
-    entries = list(models.entries.values())
-    search = translator.search if translator is not None else entries[0].source.search
+def create_app(models: Models, config: ServeConfig | None = None, reloader: Reloader | None = None,
+               buckets: LocalBuckets | SharedBuckets | None = None) -> FastAPI:
+    """The API and page around `models` (a catalogue: aiayn.serve.models; a server of one model is a catalogue of
+    one), with `config`'s limits, access and logs (aiayn.serve.config; the catalogue and batching are the models').
+    The search settings are the models' (requests choose the n-best size and aiayn's decoding fields). Batchers
+    start with the first request and drain at shutdown. `reloader` (aiayn.serve.reload): POST /admin/reload,
+    GET /workers, and the models read again when a reload is asked for. buckets: where the per-minute budgets live
+    (aiayn.serve.buckets; workers share one SharedBuckets, so a client's budget holds across them)."""
+    config = config or ServeConfig()
+    search, limits = models.search, config.limits
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):
@@ -281,42 +298,35 @@ def create_app(translator: Translator | None = None, batching: BatchConfig | Non
     static_info = {
         "name": "aiayn",
         "version": aiayn.__version__,
-        **(_one_model_info(entries[0]) if len(entries) == 1 and entries[0].translator is not None else {}),
         "search": dataclasses.asdict(search),
         "max_alternatives": search.beam - 1,
         "limits": {**dataclasses.asdict(limits), "max_body_bytes": limits.max_body_bytes},
-        "batching": dataclasses.asdict(batching),
+        "batching": dataclasses.asdict(models.batching),
         "budget": {"max_models": models.max_models or None, "max_model_memory_mb": models.max_bytes // 2**20 or None},
-        "api_key_required": bool(access and access.api_keys),  # the page asks for one (LibreTranslate: keyRequired)
+        "api_key_required": bool(config.access.api_keys),  # the page asks for one (LibreTranslate: keyRequired)
     }
-    app.state.server = Server(models, Detector(models.sources()), search, limits, static_info, _page())
+    app.state.server = Server(models, Detector(models.codes()), search, limits, static_info, _page())
     app.openapi = _openapi(app, app.state.server)
     app.include_router(router)
+    install_files(app, config.files)  # LibreTranslate's file API
     if reloader is not None:
         app.include_router(reloader.router)
-    for error, handler in [(ApiError, _api_error), (QueueFull, _queue_full), (RequestTimeout, _timed_out),
-                           (HTTPException, _http_error), (RequestValidationError, _invalid)]:
+    for error, handler in [(ApiError, _api_error), (QueueFull, _queue_full), (TooLarge, _too_large),
+                           (RequestTimeout, _timed_out), (HTTPException, _http_error),
+                           (RequestValidationError, _invalid), (Exception, _server_fault)]:
         app.add_exception_handler(error, handler)
-    install_access(app, access or AccessConfig(), limits.max_body_bytes, buckets=buckets)  # keys, budgets, CORS
-    install_observability(app, observe or ObserveConfig())  # /metrics, access log: last, so it sees every refusal
+    install_access(app, config.access, limits.max_body_bytes, buckets=buckets)  # keys, budgets, CORS
+    install_observability(app, config.observe)  # /metrics, access log: last, so it sees every refusal
     return app
-
-
-def _one_model_info(entry) -> dict:
-    """/info of a server of one model: its languages and the model itself (a reload updates the latter)."""
-    languages = {side: {"code": code, "name": language_name(code)}
-                 for side, code in (("source", entry.pair.source), ("target", entry.pair.target))}
-    return {"languages": languages, **model_info(entry.translator, entry.path)}
 
 
 def _openapi(app: FastAPI, server: Server):
     """app.openapi, saying what this server accepts: its languages as enums, its limits as maxLength, maxItems
     and maximum (so Swagger UI offers the pairs, and a fuzzer's valid requests are mostly translated)."""
     models, limits = server.models, server.limits
-    targets = sorted({t for _, t in models.entries})
     narrow = {"q": {"maxLength": limits.max_chars, "minLength": 1, "maxItems": limits.max_texts, "minItems": 1},
               "translation": {"maxLength": limits.max_chars, "minLength": 1},
-              "source": {"enum": ["auto", *models.sources()]}, "target": {"enum": targets},
+              "source": {"enum": ["auto", *models.codes()]}, "target": {"enum": models.codes()},
               "alternatives": {"maximum": server.max_alternatives},
               "prefix": {"maxLength": limits.max_chars, "maxItems": limits.max_texts}}
 

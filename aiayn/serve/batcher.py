@@ -18,7 +18,8 @@ the new one; the old model is freed when its last job is answered.
 Decoding a sentence alone or among others gives the same translation (Translator sorts and pads; tests check
 this), so a batched server answers exactly what offline `aiayn translate` does.
 
-Overload and shutdown: a full queue raises QueueFull (HTTP 503 + Retry-After); a job not answered within
+Overload and shutdown: a full queue raises QueueFull (HTTP 503 + Retry-After), a request of more sentences than
+the whole queue holds TooLarge (413: it could never be admitted); a job not answered within
 timeout_s raises RequestTimeout (504) and is dropped if it has not started; `close()` stops new jobs, finishes
 every queued one, then stops the worker (the server's SIGTERM path).
 """
@@ -59,15 +60,27 @@ class BatchConfig:
 
 
 class QueueFull(Exception):
-    """The queue holds max_queue sentences already (or the server is shutting down)."""
+    """The queue holds max_queue sentences already (or the server is shutting down): retry after retry_after_s."""
 
-    def __init__(self, message: str, retry_after_s: int):
+    def __init__(self, message: str, retry_after_s: int, max_queue: int | None = None):
         super().__init__(message)
-        self.retry_after_s = retry_after_s
+        self.retry_after_s, self.max_queue = retry_after_s, max_queue
+
+
+class TooLarge(Exception):
+    """A request of more sentences than the whole queue holds (max_queue): it could never be admitted."""
+
+    def __init__(self, message: str, max_queue: int):
+        super().__init__(message)
+        self.max_queue = max_queue
 
 
 class RequestTimeout(Exception):
     """A request waited longer than timeout_s."""
+
+    def __init__(self, message: str, timeout_s: float):
+        super().__init__(message)
+        self.timeout_s = timeout_s
 
 
 MAX_SEARCHES = 64  # searches (n-best size and request options) whose translators are kept for batching
@@ -133,9 +146,9 @@ class Batcher:
         """Translate `texts` (up to `nbest` hypotheses each, best first) among whatever else is queued. options:
         SearchConfig fields that differ from the server's (sampling, top_k, ...; a bad one is a UsageError before
         queuing); prefixes: per text, the text its translations start with ("": none); full_vocabulary: without the
-        server's shortlist; glossary: (source term, target term) pairs each translation must follow (aiayn.decoding.glossary;
-        such requests are batched with each other only). Sampling seeds text i of the request by i, so a request's
-        samples do not depend on what it is batched with."""
+        server's shortlist; glossary: (source term, target term) pairs each translation must follow
+        (aiayn.decoding.glossary; such requests are batched with each other only). Sampling seeds text i of the
+        request by i, so a request's samples do not depend on what it is batched with."""
         self._admit(len(texts))
         translator = self._translator(nbest, options, full_vocabulary, glossary=bool(glossary))
         sources = translator.encode(texts)
@@ -185,10 +198,15 @@ class Batcher:
     def _admit(self, size: int) -> None:
         if self._closing:
             raise QueueFull("the server is shutting down", retry_after_s=5)
-        if self._queued + size > self.config.max_queue:
+        most = self.config.max_queue
+        if size > most:
             self.stats["rejected"] += 1
-            raise QueueFull(f"the queue is full ({self._queued} sentences waiting, max_queue "
-                            f"{self.config.max_queue}); retry later", retry_after_s=1)
+            raise TooLarge(f"the request has {size} sentences, more than the whole queue holds (max_queue {most}); "
+                           "send them in smaller requests", max_queue=most)
+        if self._queued + size > most:
+            self.stats["rejected"] += 1
+            raise QueueFull(f"the queue is full ({self._queued} sentences waiting, max_queue {most}); retry later",
+                            retry_after_s=1, max_queue=most)
 
     def _translator(self, nbest: int, options: dict | None = None, full_vocabulary: bool = False,
                     glossary: bool = False) -> Translator:
@@ -224,7 +242,8 @@ class Batcher:
             return await asyncio.wait_for(asyncio.shield(job.future), self.config.timeout_s)
         except asyncio.TimeoutError:
             self.stats["timed_out"] += 1
-            raise RequestTimeout(f"no answer within timeout_s = {self.config.timeout_s:g} s") from None
+            raise RequestTimeout(f"no answer within timeout_s = {self.config.timeout_s:g} s",
+                                 self.config.timeout_s) from None
         finally:
             if not job.future.done():  # timed out, or the client went away
                 job.future.cancel()

@@ -16,6 +16,7 @@ from pydantic import BaseModel, ValidationError
 from starlette.formparsers import MultiPartException, MultiPartParser
 
 JSON, FORM, MULTIPART = "application/json", "application/x-www-form-urlencoded", "multipart/form-data"
+MAX_DEPTH = 32  # JSON arrays and objects within each other at most (a glossary is 3 deep)
 EXAMPLE = 'send JSON, e.g. {"q": "Hello"} with Content-Type: application/json, or a form with a q field'
 
 
@@ -37,13 +38,30 @@ async def read_body(request: Request, max_bytes: int) -> dict:
         return await _multipart(request, body)
     if media not in ("", JSON, FORM) and not media.endswith("+json"):
         raise ApiError(415, f"Content-Type {media} is not read here; {EXAMPLE}")
+    text = _utf8(body, "JSON")
     try:
-        obj = json.loads(_utf8(body, "JSON"))
+        obj = json.loads(text)
     except json.JSONDecodeError as e:
         raise ApiError(400, f"the body is not JSON ({e.msg} at line {e.lineno} column {e.colno}); {EXAMPLE}") from None
+    except RecursionError:  # deeper than Python's parser goes
+        obj = None
+    if (obj is None and text.strip() != "null") or _depth(obj) > MAX_DEPTH:
+        raise ApiError(400, f"the body's JSON is nested more than {MAX_DEPTH} levels deep; LibreTranslate's fields "
+                            "are strings, numbers and lists of strings") from None
     if not isinstance(obj, dict):
         raise ApiError(422, 'the body must be a JSON object, e.g. {"q": "Hello"}')
     return obj
+
+
+def _depth(obj) -> int:
+    """How deeply `obj`'s arrays and objects nest (a string or number: 0), counted without recursion."""
+    deepest, level = 0, [(obj, 0)]
+    while level:
+        value, d = level.pop()
+        if isinstance(value, dict | list) and d < MAX_DEPTH + 1:
+            deepest = max(deepest, d + 1)
+            level.extend((v, d + 1) for v in (value.values() if isinstance(value, dict) else value))
+    return deepest
 
 
 async def _read_bytes(request: Request, max_bytes: int) -> bytes:

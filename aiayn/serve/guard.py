@@ -4,12 +4,15 @@ misbehave").
 uvicorn bounds idle keep-alive connections (timeout_keep_alive), the number of connections (limit_concurrency: more
 get 503) and the size h11 buffers (h11_max_incomplete_event_size), but not how long a request may take to arrive:
 a client sending its head or body a byte at a time, or opening a connection and sending nothing, holds it forever.
-`guarded_protocol(read_timeout_s)` is uvicorn's h11 protocol with two checks of its own:
+`guarded_protocol(read_timeout_s, max_connections)` is uvicorn's h11 protocol with checks of its own:
 
     read timeout   a request must have arrived whole (head and body) within read_timeout_s of its first byte (of the
                    connection's opening, for its first request): else 408 (when something was sent) and the
                    connection is closed; a request being answered has arrived, so decoding time never counts
     head size      a head over MAX_HEAD_BYTES gets 431 at once, without reading the rest
+    not HTTP       a request line or head h11 cannot read gets 400, as JSON like every other error
+    connections    a request while max_connections connections are open (or as many requests are being answered)
+                   gets 503 + Retry-After, as JSON (uvicorn's limit_concurrency, which answers in plain text)
 
 Bodies: a Content-Length over the route's limit gets 413 before any of the body is read, and a chunked body is cut
 at the limit (aiayn.serve.bodies); a connection whose body was not read whole is closed after the answer: its
@@ -30,15 +33,50 @@ LINGER_S = 2.0  # how long an answered connection whose body was not read whole 
 LINGER_BYTES = 1024 * 1024  # and how much of it at most
 
 
-def guarded_protocol(read_timeout_s: float) -> type[H11Protocol]:
-    """The protocol class to give uvicorn.Config(http=...)."""
-    return type("GuardedH11Protocol", (GuardedH11Protocol,), {"read_timeout_s": read_timeout_s})
+def guarded_protocol(read_timeout_s: float, max_connections: int | None = None) -> type[H11Protocol]:
+    """The protocol class to give uvicorn.Config(http=...) (with limit_concurrency None: the class bounds them)."""
+    return type("GuardedH11Protocol", (GuardedH11Protocol,), {"read_timeout_s": read_timeout_s,
+                                                               "max_connections": max_connections})
 
 
 class GuardedH11Protocol(H11Protocol):
     """uvicorn's h11 protocol with a read timeout and a head size limit (see the module docstring)."""
 
     read_timeout_s = 10.0
+    max_connections: int | None = None
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        if self.max_connections is not None:
+            self.app = self._bounded(self.app)
+
+    def _bounded(self, app):
+        """`app` behind the bound on connections and requests in flight (uvicorn's rule: this connection counts,
+        and this request's task is already among the tasks)."""
+        most = self.max_connections
+
+        async def bounded(scope, receive, send):
+            if scope["type"] == "http" and (len(self.connections) >= most or len(self.tasks) > most):
+                body = json.dumps({"error": f"the server has {most} connections open (max_connections); retry "
+                                            "later", "limit": "max_connections", "max": most}).encode()
+                await send({"type": "http.response.start", "status": 503, "headers": [
+                    (b"content-type", b"application/json"), (b"retry-after", b"1"),
+                    (b"content-length", str(len(body)).encode())]})
+                await send({"type": "http.response.body", "body": body})
+                return
+            await app(scope, receive, send)
+        return bounded
+
+    def send_400_response(self, msg: str) -> None:
+        """A request line or head that is not HTTP: uvicorn's 400, as JSON."""
+        body = json.dumps({"error": "the request is not HTTP/1.1 that can be read (its request line or headers "
+                                    "are malformed)"}).encode()
+        headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
+                   (b"connection", b"close")]
+        for event in (h11.Response(status_code=400, headers=headers, reason=b"Bad Request"), h11.Data(data=body),
+                      h11.EndOfMessage()):
+            self.transport.write(self.conn.send(event))
+        self.transport.close()
 
     def connection_made(self, transport) -> None:  # type: ignore[override]
         super().connection_made(transport)

@@ -88,7 +88,8 @@ class TranslateRequest(BaseModel):
     glossary: list[tuple[str, str]] | None = Field(None, description="aiayn: [source term, target term] pairs; each "
                                                                      "source term found in a sentence (whole words, "
                                                                      "case as written) makes the target term appear "
-                                                                     "in its translation (aiayn.decoding.glossary; JSON only)")
+                                                                     "in its translation (aiayn.decoding.glossary; "
+                                                                     "JSON only)")
     shortlist: bool | None = Field(None, description="aiayn: decode with the server's lexical shortlist (faster; "
                                                      "absent: as the server is started, aiayn serve --shortlist); "
                                                      "false: the full vocabulary; true needs a server with one")

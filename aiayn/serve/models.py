@@ -10,10 +10,12 @@ least recently used first under a budget (docs/serving.md "Many pairs, one serve
     └── reload()          every loaded model reads its checkpoint again, each on its own (one that fails keeps the
                           model it has and says why); the others load their checkpoint as it is when next asked for
 
-A model that cannot be loaded answers 500 for its pair alone (the error is kept RETRY_S seconds, then loading is
-tried again); the other pairs are served meanwhile. A model answering requests is never unloaded: while every
-loaded model is busy, the budget may be exceeded until one is idle at the next load. A server of one in-process
-Translator (`Models.single`, create_app's `translator`) holds it pinned: loaded from the start and never unloaded.
+A server of one model is a catalogue of one. At start (`preload`, before a worker listens) the models the budget
+holds are loaded in the catalogue's order (every one without a budget), the others when first asked for. A model
+that cannot be loaded answers 500 for its pair alone (the error is kept RETRY_S seconds, then loading is tried
+again); the other pairs are served meanwhile; a server none of whose models loads at start does not start. A model
+answering requests is never unloaded: while every loaded model is busy, the budget may be exceeded until one is
+idle at the next load.
 """
 
 from __future__ import annotations
@@ -25,11 +27,14 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from aiayn.decoding.search import SearchConfig
 from aiayn.decoding.translator import Translator
+from aiayn.errors import CheckpointError
+from aiayn.model import expected_parameters
 from aiayn.serve.batcher import BatchConfig, Batcher, QueueFull
 from aiayn.serve.bodies import ApiError
+from aiayn.serve.engines import Loaded, ModelSource
 from aiayn.serve.libre import LanguagePair, language_name
-from aiayn.serve.reload import ModelSource
 
 RETRY_S = 10.0  # a model that failed to load is tried again after this long (each request meanwhile: the error)
 PIVOT_FIRST = "en"  # the pivot language tried first, where both legs exist
@@ -40,7 +45,7 @@ class Entry:
     """One direct pair and its model: where it loads from, and while loaded its translator and batcher."""
 
     pair: LanguagePair
-    source: ModelSource | None  # None: a translator given in process (pinned)
+    source: ModelSource | Loaded
     translator: Translator | None = None
     batcher: Batcher | None = None
     path: str | None = None  # the checkpoint file loaded
@@ -50,15 +55,23 @@ class Entry:
     failed_at: float = 0.0
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
 
-    @property
-    def pinned(self) -> bool:
-        return self.source is None
-
     def describe(self) -> dict:
-        """What /info says of it."""
-        return {"source": self.pair.source, "target": self.pair.target,
-                "checkpoint": self.path or (self.source and self.source.checkpoint), "loaded": self.batcher is not None,
-                "weights_mb": round(self.bytes / 2**20, 1) if self.batcher is not None else None, "error": self.error}
+        """What /info says of it: its pair, where it loads from, and while loaded the model itself."""
+        loaded = self.translator is not None
+        languages = {side: {"code": code, "name": language_name(code)}
+                     for side, code in (("source", self.pair.source), ("target", self.pair.target))}
+        weights_mb = round(self.bytes / 2**20, 1) if loaded else None
+        return {"source": self.pair.source, "target": self.pair.target, "languages": languages,
+                "checkpoint": self.path or self.source.checkpoint, "loaded": loaded, "weights_mb": weights_mb,
+                "error": self.error, **(model_info(self.translator) if loaded else {})}
+
+
+def model_info(translator: Translator) -> dict:
+    """What /info says about a loaded model (a reload replaces it)."""
+    cfg = translator.cfg  # None: an Argos package (a CTranslate2 model of anyone's; aiayn.decoding.ct2)
+    return {"model": cfg and cfg.to_dict(), "parameters": cfg and expected_parameters(cfg),
+            "vocab_size": len(translator.vocab), "device": str(translator.device), "precision": translator.precision,
+            "shortlist": translator.shortlist.describe() if translator.shortlist is not None else None}
 
 
 class Models:
@@ -85,16 +98,14 @@ class Models:
         self.unloads = 0
 
     @classmethod
-    def single(cls, translator: Translator, pair: LanguagePair, checkpoint: str | None,
-               batching: BatchConfig | None = None) -> Models:
-        """One translator, loaded and pinned (create_app's translator=)."""
-        entry = Entry(pair, None, translator, Batcher(translator, batching), checkpoint, translator.weight_bytes())
-        return cls([entry], batching)
-
-    @classmethod
-    def from_sources(cls, sources: Sequence[tuple[LanguagePair, ModelSource]], batching: BatchConfig | None = None,
-                     max_models: int = 0, max_bytes: int = 0) -> Models:
+    def from_sources(cls, sources: Sequence[tuple[LanguagePair, ModelSource | Loaded]],
+                     batching: BatchConfig | None = None, max_models: int = 0, max_bytes: int = 0) -> Models:
         return cls([Entry(pair, source) for pair, source in sources], batching, max_models, max_bytes)
+
+    @property
+    def search(self) -> SearchConfig:
+        """The search settings the models decode with (the server's; requests change aiayn's decoding fields)."""
+        return next(iter(self.entries.values())).source.search
 
     # ---- what is served
 
@@ -103,8 +114,12 @@ class Models:
         return [entry.pair for entry in self.entries.values()]
 
     def sources(self) -> list[str]:
-        """The source languages of the direct pairs (what "auto" chooses among)."""
+        """The source languages of the direct pairs."""
         return sorted({pair.source for pair in self.pairs})
+
+    def codes(self) -> list[str]:
+        """Every language served, as a source or a target (what detection chooses among)."""
+        return sorted({code for pair in self.entries for code in pair})
 
     def targets(self, source: str) -> list[str]:
         """Every language `source` is translated into: directly, or through one pivot."""
@@ -114,8 +129,7 @@ class Models:
 
     def languages(self) -> list[dict]:
         """GET /languages: every language, each with the codes it is translated into (LibreTranslate's list)."""
-        codes = sorted({code for pair in self.entries for code in pair})
-        return [{"code": code, "name": language_name(code), "targets": self.targets(code)} for code in codes]
+        return [{"code": code, "name": language_name(code), "targets": self.targets(code)} for code in self.codes()]
 
     def describe(self) -> str:
         if len(self.entries) == 1:
@@ -154,6 +168,31 @@ class Models:
 
     # ---- loading and unloading
 
+    def preload(self) -> int:
+        """At start, before any request (no event loop needed): load the models the budget holds, in the
+        catalogue's order; a model that fails keeps its error (its pair answers 500). The number loaded; an
+        exception where none loaded and one failed (a server that can serve nothing does not start)."""
+        failures = []
+        for entry in self.entries.values():
+            if self.max_models and len(self.loaded()) >= self.max_models:
+                break
+            try:
+                translator, path = entry.source.load()
+            except Exception as e:
+                self._failed(entry, e, quiet=True)
+                failures.append(f"the {entry.pair.source}->{entry.pair.target} model ({entry.source.checkpoint}) "
+                                f"could not be loaded: {entry.error}")
+                continue
+            self._attach(entry, translator, path)
+            if self.max_bytes and sum(e.bytes for e in self.loaded()) > self.max_bytes:
+                self._detach(entry)
+                break
+        if failures and not self.loaded():
+            raise CheckpointError("; ".join(failures))
+        for failure in failures:  # the server starts without them
+            print(f"error: {failure}; its pair answers 500 until it loads", file=sys.stderr, flush=True)
+        return len(self.loaded())
+
     async def batcher(self, pair: LanguagePair) -> Batcher:
         """The pair's batcher, its model loaded first if need be; a 500 for a model that cannot be loaded."""
         entry = self.entry(pair)
@@ -173,14 +212,18 @@ class Models:
         try:
             translator, path = await asyncio.to_thread(entry.source.load)
         except Exception as e:  # a broken checkpoint, a missing vocabulary, out of memory: this pair alone fails
-            entry.error, entry.failed_at = f"{type(e).__name__}: {e}" if not str(e) else str(e), time.monotonic()
-            print(f"error: the {entry.pair} model ({entry.source.checkpoint}) could not be loaded: {entry.error}",
-                  file=sys.stderr, flush=True)
+            self._failed(entry, e)
             raise ApiError(500, self._failure(entry)) from None
         entry.error = None
         self._attach(entry, translator, path)
         self.loads += 1
         self._make_room(keep=entry, count=0)
+
+    def _failed(self, entry: Entry, e: Exception, quiet: bool = False) -> None:
+        entry.error, entry.failed_at = f"{type(e).__name__}: {e}" if not str(e) else str(e), time.monotonic()
+        if not quiet:
+                print(f"error: the {entry.pair} model ({entry.source.checkpoint}) could not be loaded: {entry.error}",
+                  file=sys.stderr, flush=True)
 
     def _failure(self, entry: Entry) -> str:
         return (f"the {entry.pair.source}->{entry.pair.target} model ({entry.source.checkpoint}) could not be loaded: "
@@ -202,13 +245,17 @@ class Models:
             return (self.max_models and len(loaded) + count > self.max_models) or \
                 (self.max_bytes and sum(e.bytes for e in loaded) > self.max_bytes)
 
-        idle = sorted((e for e in self.entries.values() if e is not keep and e.batcher is not None and not e.pinned
+        idle = sorted((e for e in self.entries.values() if e is not keep and e.batcher is not None
                        and e.batcher.queued == 0), key=lambda e: e.used)
         while idle and over():
             self._unload(idle.pop(0))
 
-    def _unload(self, entry: Entry) -> None:
+    def _detach(self, entry: Entry) -> Batcher:
         batcher, entry.batcher, entry.translator, entry.bytes = entry.batcher, None, None, 0
+        return batcher
+
+    def _unload(self, entry: Entry) -> None:
+        batcher = self._detach(entry)
         for name, value in batcher.stats.items():
             self._retired[name] += value
         task = asyncio.get_running_loop().create_task(batcher.close())  # its model thread ends; the model is freed
@@ -220,7 +267,7 @@ class Models:
         """Every loaded model reads its checkpoint again (a reload); the checkpoints read, or the failures (each
         model on its own: one that fails keeps the model it has). Unloaded models read theirs when next loaded."""
         done, failed = [], []
-        for entry in [e for e in self.entries.values() if e.batcher is not None and not e.pinned]:
+        for entry in self.loaded():
             async with entry.lock:
                 try:
                     translator, path = await asyncio.to_thread(entry.source.load)

@@ -15,20 +15,21 @@ from aiayn.serve.models import Models
 from aiayn.serve.segments import Piece
 
 
-async def translate_along(models: Models, routes: list[list[LanguagePair]], split: list[list[Piece]],
+async def translate_along(models: Models, routes: list[list[LanguagePair] | None], split: list[list[Piece]],
                           prefixes: list[str] | None, nbest: int, options: dict, shortlist: bool | None,
                           glossary: list[tuple[str, str]] | None = None) -> list[list[list[Translation]]]:
     """Per text, the n-best list of each of its pieces to translate (in order). routes[i], split[i]: text i's route
-    and pieces; prefixes[i]: the text its first sentence's translation starts with; glossary: the request's terms
-    (a route of one model only: its source terms are the text's language)."""
-    if glossary and any(len(route) > 1 for route in routes):
-        pivoted = next(route for route in routes if len(route) > 1)
+    and pieces (route None: nothing to translate); prefixes[i]: the text its first sentence's translation starts
+    with; glossary: the request's terms (a route of one model only: its source terms are the text's language)."""
+    if glossary and any(route and len(route) > 1 for route in routes):
+        pivoted = next(route for route in routes if route and len(route) > 1)
         raise ApiError(422, f"glossary: {pivoted[0].source} -> {pivoted[-1].target} is translated through "
                             f"{pivoted[0].target} (two models), and a glossary's source terms must be in the text the "
                             "model reads; send it for a pair one model translates")
     groups: dict[tuple, list[int]] = defaultdict(list)
     for i, route in enumerate(routes):
-        groups[tuple(route)].append(i)
+        if route:
+            groups[tuple(route)].append(i)
 
     async def one(route: tuple, members: list[int]) -> list[list[Translation]]:
         sentences = [p.text for i in members for p in split[i] if p.translate]

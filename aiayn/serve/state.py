@@ -1,14 +1,11 @@
-"""What the routes (app.py) and a reload (reload.py) share: the server's state around its models (one Translator,
-or many pairs: aiayn.serve.models), and the request limits it holds."""
+"""What the routes (app.py) share: the server's state around its catalogue of models (aiayn.serve.models; a server
+of one model is a catalogue of one), and the request limits it holds."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 from aiayn.decoding.search import SearchConfig
-from aiayn.decoding.translator import Translator
-from aiayn.model import expected_parameters
-from aiayn.serve.batcher import Batcher
 from aiayn.serve.detect import Detector
 from aiayn.serve.models import Models
 
@@ -46,32 +43,3 @@ class Server:
     @property
     def max_alternatives(self) -> int:
         return self.search.beam - 1
-
-    @property
-    def batcher(self) -> Batcher:
-        """The batcher of a server of one model (loaded)."""
-        (entry,) = self.models.entries.values()
-        return entry.batcher
-
-    @property
-    def translator(self) -> Translator:
-        """The translator of a server of one model (loaded)."""
-        (entry,) = self.models.entries.values()
-        return entry.translator
-
-    def swap(self, translator: Translator, checkpoint: str) -> None:
-        """Serve `translator` (loaded from `checkpoint`) from the next batch on (the reload of a server of one
-        model)."""
-        (entry,) = self.models.entries.values()
-        entry.batcher.swap(translator)
-        entry.translator, entry.path = translator, checkpoint
-        self.info.update(model_info(translator, checkpoint))
-
-
-def model_info(translator: Translator, checkpoint: str | None) -> dict:
-    """What /info says about the model served (a reload replaces it)."""
-    cfg = translator.cfg  # None: an Argos package (a CTranslate2 model of anyone's; aiayn.decoding.ct2)
-    return {"checkpoint": checkpoint, "model": cfg and cfg.to_dict(),
-            "parameters": cfg and expected_parameters(cfg), "vocab_size": len(translator.vocab),
-            "device": str(translator.device), "precision": translator.precision,
-            "shortlist": translator.shortlist.describe() if translator.shortlist is not None else None}

@@ -29,16 +29,14 @@ import socket
 import sys
 import threading
 import time
-from dataclasses import dataclass, field
 
 from starlette.requests import ClientDisconnect
 from starlette.responses import Response
 
 from aiayn.runtime import configure_process
-from aiayn.serve.batcher import BatchConfig
+from aiayn.serve.board import WorkerBoard
+from aiayn.serve.config import ServeConfig
 from aiayn.serve.guard import KEEP_ALIVE_S, MAX_HEAD_BYTES, guarded_protocol
-from aiayn.serve.reload import ModelSource, WorkerBoard
-from aiayn.serve.state import Limits
 
 PARENT_POLL_S = 0.5
 # Linux: each worker listens on a socket of its own (SO_REUSEPORT) and the kernel spreads new connections over them
@@ -46,26 +44,6 @@ PARENT_POLL_S = 0.5
 REUSE_PORT = sys.platform.startswith("linux") and hasattr(socket, "SO_REUSEPORT")
 RESTART_AFTER_S = 2.0  # a worker is started again at most this often
 BACKLOG = 2048
-
-
-@dataclass(frozen=True)
-class ServeSpec:
-    """Everything a worker needs to serve (it crosses to spawned processes, so plain data only)."""
-
-    source: ModelSource | None  # one model, loaded at start; None: the models of `catalog`, loaded when asked for
-    batching: BatchConfig = BatchConfig()
-    limits: Limits = Limits()
-    host: str = "127.0.0.1"
-    port: int = 8000
-    threads: int = 0  # torch threads per worker; 0: torch's default (OMP_NUM_THREADS, else every core)
-    log_level: str = "info"
-    read_timeout_s: float = 10.0  # aiayn.serve.guard
-    max_connections: int = 1000  # per worker; more get 503 (uvicorn's limit_concurrency)
-    admin_key: str | None = field(default=None, repr=False)  # never printed
-    app_options: dict = field(default_factory=dict)  # create_app's other keyword arguments (access, observe, pair)
-    catalog: tuple = ()  # many pairs: ((LanguagePair, ModelSource), ...) (aiayn.serve.models)
-    max_models: int = 0  # models loaded at once per worker (0: no limit)
-    max_bytes: int = 0  # their weights' bytes at most per worker (0: no limit)
 
 
 def usable_cores() -> int:
@@ -78,30 +56,24 @@ def auto_workers(device: str) -> int:
     return 1 if device.startswith("cuda") else usable_cores()
 
 
-def build_server(spec: ServeSpec, board: WorkerBoard, worker: int):
-    """Load the model (a server of many: their catalogue; each loads when first asked for) and make worker
-    `worker`'s uvicorn.Server (not started)."""
+def build_server(spec: ServeConfig, board: WorkerBoard, worker: int):
+    """Worker `worker`'s uvicorn.Server (not started), its catalogue's models loaded as far as the budget goes
+    (aiayn.serve.models: the others when first asked for)."""
     import uvicorn
 
     from aiayn.serve.app import create_app
-    from aiayn.serve.models import Models
     from aiayn.serve.reload import Reloader
 
     configure_process(threads=spec.threads)
-    reloader = Reloader(spec.source, board, worker, spec.admin_key)
-    if spec.source is None:
-        models = Models.from_sources(spec.catalog, spec.batching, spec.max_models, spec.max_bytes)
-        app = create_app(None, spec.batching, spec.limits, reloader=reloader, buckets=board.buckets, models=models,
-                         **spec.app_options)
-    else:
-        translator, path = spec.source.load()
-        app = create_app(translator, spec.batching, spec.limits, checkpoint=str(path), reloader=reloader,
-                         buckets=board.buckets, **spec.app_options)
+    models = spec.models()
+    models.preload()
+    app = create_app(models, spec, Reloader(board, worker, spec.admin_key), buckets=board.buckets)
     app.add_exception_handler(ClientDisconnect, client_gone)
     config = uvicorn.Config(app, host=spec.host, port=spec.port, log_level=spec.log_level,
-                            http=guarded_protocol(spec.read_timeout_s), timeout_keep_alive=KEEP_ALIVE_S,
-                            limit_concurrency=spec.max_connections, h11_max_incomplete_event_size=MAX_HEAD_BYTES,
-                            backlog=BACKLOG, timeout_graceful_shutdown=None)
+                            http=guarded_protocol(spec.read_timeout_s, spec.max_connections),
+                            timeout_keep_alive=KEEP_ALIVE_S, limit_concurrency=None,
+                            h11_max_incomplete_event_size=MAX_HEAD_BYTES, backlog=BACKLOG,
+                            timeout_graceful_shutdown=None)
     return uvicorn.Server(config)
 
 
@@ -111,14 +83,13 @@ async def client_gone(request, exc: ClientDisconnect) -> Response:
     return Response(status_code=400)
 
 
-def serve(spec: ServeSpec, workers: int, banner: str) -> int:
+def serve(spec: ServeConfig, workers: int, banner: str) -> int:
     """`aiayn serve`: the server in this process (workers == 1) or in `workers` worker processes; the exit status.
     banner: what is served where, printed once the server is about to listen."""
     configure_process(kernel_cache=True)  # `aiayn serve` did at start; a caller of serve() may not have
     how = "stop: Ctrl-C or SIGTERM, which finish the requests in flight; reload the checkpoint: SIGHUP to pid"
     if workers == 1:
-        print(f"{banner}; {how} {os.getpid()}", file=sys.stderr, flush=True)
-        serve_one(spec)
+        serve_one(spec, f"{banner}; {how} {os.getpid()}")
         return 0
 
     def announce(pids: list[int]) -> None:
@@ -127,16 +98,17 @@ def serve(spec: ServeSpec, workers: int, banner: str) -> int:
     return serve_workers(spec, workers, announce)
 
 
-def serve_one(spec: ServeSpec) -> None:
+def serve_one(spec: ServeConfig, banner: str) -> None:
     """The server in this process (--workers 1): SIGHUP asks for a reload; SIGTERM and Ctrl-C stop it gracefully
     (uvicorn lets the requests in flight finish, the batcher drains, then the signal is raised again)."""
     board = WorkerBoard(multiprocessing.get_context("spawn"), 1)
     server = build_server(spec, board, 0)
+    print(banner, file=sys.stderr, flush=True)  # once its models are loaded
     signal.signal(signal.SIGHUP, lambda sig, frame: board.request())
     server.run()
 
 
-def serve_workers(spec: ServeSpec, workers: int, announce) -> int:
+def serve_workers(spec: ServeConfig, workers: int, announce) -> int:
     """Run `workers` worker processes behind spec.host:spec.port until SIGTERM or SIGINT; the exit status.
     announce(pids) is called once every worker is ready."""
     ctx = multiprocessing.get_context("spawn")
@@ -221,7 +193,7 @@ def check_port(host: str, port: int) -> None:
         pass
 
 
-def _worker_main(spec: ServeSpec, board: WorkerBoard, worker: int, shared: socket.socket | None, parent: int
+def _worker_main(spec: ServeConfig, board: WorkerBoard, worker: int, shared: socket.socket | None, parent: int
                  ) -> None:
     """A worker process: SIGHUP is the main process's to handle (a hangup of the terminal reaches every process of
     its group); the worker stops when asked, or when its main process is gone."""
