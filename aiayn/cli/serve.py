@@ -39,8 +39,10 @@ def serve_command(args: argparse.Namespace) -> int:
                        if f)
     what = "; ".join(f"{source.checkpoint}{' with its shortlist' if args.shortlist else ''}, {pair} ({said})"
                      for (pair, source), said in zip(config.catalog, args.said))
-    banner = (f"serving {what if len(config.catalog) == 1 else f'{len(config.catalog)} pairs ({pairs})'}"
-              f"{f' ({budget})' if budget else ''}, at http://{config.host}:{config.port}/ (API docs: /docs)")
+    several = f"{len(config.catalog)} pairs ({pairs}), each model loaded when first asked for ({budget or 'no budget'})"
+    one = what + (f" ({budget})" if budget else "")
+    banner = (f"serving {one if len(config.catalog) == 1 else several}, at http://{config.host}:{config.port}/ "
+              "(API docs: /docs)")
     # Ctrl-C or SIGTERM: uvicorn stops accepting, lets the requests in flight finish, then the app's lifespan drains
     # the batchers (in every worker); SIGHUP: every worker loads the checkpoints again (aiayn.serve.reload)
     with metrics_shared_by_workers() if workers > 1 else contextlib.nullcontext():  # any /metrics answers for all

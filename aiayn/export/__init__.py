@@ -17,7 +17,7 @@ Reading guide:
 
 `aiayn export --checkpoint RUN --to hf|ct2|argos OUT` (aiayn/cli/export.py) runs these; `aiayn translate --engine
 ct2` decodes through an exported CTranslate2 folder. transformers, ctranslate2 and spacy are imported only inside
-this subpackage (the `export` extra).
+this subpackage and CTranslate2's engine (aiayn/decoding/ct2.py) (the `export` extra).
 
 Equality, as tests/test_export.py checks it: HF logits within 1e-5 of aiayn's (fp32, also after save/load), HF
 greedy and beam outputs identical with aiayn's `lp="power"`; CTranslate2 per-token log-probs within 1e-4, its
