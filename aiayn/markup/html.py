@@ -18,7 +18,7 @@ import re
 from dataclasses import dataclass
 from html.parser import HTMLParser
 
-from aiayn.markup.spans import Block, Span, Translate, contains, translate_blocks, walk, with_protected
+from aiayn.markup.spans import Block, Pending, Span, Translate, contains, walk, with_protected
 
 INLINE = frozenset("a abbr acronym b bdi bdo big cite data del dfn em font i img ins label mark nobr q rp rt ruby s "
                    "small span strike strong sub sup time tt u var wbr".split())
@@ -269,13 +269,27 @@ def _render_block(block: Block, attributes: list[str], target_lang: str | None) 
     return "".join(out)
 
 
+class HtmlTranslation:
+    """An HTML text waiting for its translations (translate_html in two steps, for a server's batcher): its
+    `sentences` (the blocks', then the alt and title values'), then `finish(results, target_lang)` with one
+    (translation, alignment) per sentence -> the translated HTML."""
+
+    def __init__(self, markup: str, source_lang: str):
+        self.document = HtmlDocument(markup)
+        attributes = [Block(value, with_protected(value, [])) for value in self.document.attributes]
+        self.pending = Pending(self.document.blocks + attributes, source_lang)
+        self.sentences = self.pending.sentences
+
+    def finish(self, results, target_lang: str | None = None) -> str:
+        done = self.pending.finish(results)
+        n = len(self.document.blocks)
+        return self.document.render(done[:n], [b.text for b in done[n:]], target_lang)
+
+
 def translate_html(markup: str, translate: Translate, source_lang: str, target_lang: str | None = None) -> str:
     """A document or fragment translated sentence by sentence, its markup carried through the word alignments."""
-    document = HtmlDocument(markup)
-    blocks = document.blocks + [Block(value, with_protected(value, [])) for value in document.attributes]
-    done = translate_blocks(blocks, translate, source_lang)
-    attributes = [b.text for b in done[len(document.blocks):]]
-    return document.render(done[: len(document.blocks)], attributes, target_lang)
+    pending = HtmlTranslation(markup, source_lang)
+    return pending.finish(translate(pending.sentences) if pending.sentences else [], target_lang)
 
 
-__all__ = ["HtmlDocument", "Tag", "contains", "translate_html", "with_protected"]
+__all__ = ["HtmlDocument", "HtmlTranslation", "Tag", "contains", "translate_html", "with_protected"]

@@ -204,22 +204,35 @@ def _gap_spans(block: Block, lo: int, hi: int, claimed: set[int]) -> list[Span]:
     return out
 
 
+class Pending:
+    """Blocks cut into sentences, waiting for their translations: `sentences` (every sentence with a letter of every
+    block, its whitespace collapsed) to translate in one call, or by a server's batcher, then `finish(results)` with
+    one (translation, alignment) per sentence -> the translated blocks (translate_blocks in two steps)."""
+
+    def __init__(self, blocks: Sequence[Block], source_lang: str):
+        self.blocks = list(blocks)
+        self.plans = [_plan(b, source_lang) for b in self.blocks]
+        self.jobs = []  # (block index, piece index, sentence text)
+        for b, (block, pieces) in enumerate(zip(self.blocks, self.plans)):
+            for p, (s, e, is_sentence) in enumerate(pieces):
+                if is_sentence and has_letters(block.text[s:e]):
+                    self.jobs.append((b, p, " ".join(block.text[s:e].split())))
+        self.sentences = [text for _, _, text in self.jobs]
+
+    def finish(self, results: Sequence[tuple[str, Alignment | None]]) -> list[Block]:
+        if len(results) != len(self.jobs):
+            raise ValueError(f"translate returned {len(results)} translations for {len(self.jobs)} sentences")
+        done: list[dict] = [{} for _ in self.blocks]  # per block: piece index -> (translation, alignment)
+        for (b, p, _), result in zip(self.jobs, results):
+            done[b][p] = result
+        return [_assemble(block, pieces, got) for block, pieces, got in zip(self.blocks, self.plans, done)]
+
+
 def translate_blocks(blocks: Sequence[Block], translate: Translate, source_lang: str) -> list[Block]:
     """Every block translated sentence by sentence, all sentences of all blocks in one call of `translate`, each
     block's spans carried to the words of its translation (see the module's docstring)."""
-    plans = [_plan(b, source_lang) for b in blocks]
-    jobs = []  # (block index, piece index, sentence text)
-    for b, (block, pieces) in enumerate(zip(blocks, plans)):
-        for p, (s, e, is_sentence) in enumerate(pieces):
-            if is_sentence and has_letters(block.text[s:e]):
-                jobs.append((b, p, " ".join(block.text[s:e].split())))
-    results = translate([text for _, _, text in jobs]) if jobs else []
-    if len(results) != len(jobs):
-        raise ValueError(f"translate returned {len(results)} translations for {len(jobs)} sentences")
-    done: list[dict] = [{} for _ in blocks]  # per block: piece index -> (translation, alignment)
-    for (b, p, _), result in zip(jobs, results):
-        done[b][p] = result
-    return [_assemble(block, pieces, got) for block, pieces, got in zip(blocks, plans, done)]
+    pending = Pending(blocks, source_lang)
+    return pending.finish(translate(pending.sentences) if pending.sentences else [])
 
 
 def _assemble(block: Block, pieces: list[tuple[int, int, bool]], done: dict) -> Block:
