@@ -143,7 +143,7 @@ def test_libretranslate_client_gets_the_languages_of_the_prepared_data(setup, co
         assert client.translate(f"{lines[0]}\n\n{lines[1]}", "en", "es") == f"{a}\n\n{b}"
         tagged = httpx.post(base + "/translate", data={"q": f"<p>{lines[0]}</p>", "source": "en", "target": "es",
                                                        "format": "html"})
-        assert tagged.json()["translatedText"] == f"<p>{html.escape(a, quote=False)}</p>"
+        assert tagged.json()["translatedText"] == f"<p>{html.escape(a, quote=False)}</p>"  # one sentence, tags kept
 
 
 def test_serve_languages_come_from_flags_then_the_data_then_the_paper(setup, copy_data, tmp_path):

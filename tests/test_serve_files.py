@@ -199,3 +199,27 @@ def test_serve_flags_make_the_file_config(copy_data, tmp_path):
     (tmp_path / "plain").write_text("x")
     with pytest.raises(UsageError, match="--files-dir .* cannot write"):
         serve_config(build_parser().parse_args(base + ["--files-dir", str(tmp_path / "plain" / "sub")]))
+
+
+def test_formatting_follows_the_alignment(copy_data, tmp_path):
+    """A bold phrase inside a sentence is placed through the batcher's word alignments: the file the server gives
+    back is the one `aiayn translate --input` writes (the engine's alignments; aiayn.markup.engines.translate_fn),
+    and not the diagonal placement of a translation without alignment."""
+    from aiayn.documents import translate_document
+    from aiayn.markup.engines import translate_fn
+
+    translator, lines = copy_translator(copy_data)
+    page = "".join(f"<p>{w[0]} <b>{w[1]} {w[2]}</b> {' '.join(w[3:])}.</p>\n"
+                   for w in (line.split() for line in lines[:12]) if len(w) >= 4)
+    source = tmp_path / "page.html"
+    source.write_text(page, encoding="utf-8")
+    aligned = translate_fn(translator)
+    translate_document(source, tmp_path / "aligned.html", aligned, "en", "de")
+    translate_document(source, tmp_path / "diagonal.html", lambda s: [(t, None) for t, _ in aligned(s)], "en", "de")
+    app, _ = _server(copy_data, tmp_path)
+    with ServerThread(app) as base:
+        r = _page_post(base, "page.html", page.encode())
+        assert r.status_code == 200, r.text
+        got = httpx.get(r.json()["translatedFileUrl"]).text
+    assert got == (tmp_path / "aligned.html").read_text(encoding="utf-8")
+    assert got != (tmp_path / "diagonal.html").read_text(encoding="utf-8")

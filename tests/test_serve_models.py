@@ -289,7 +289,6 @@ def test_command_line_says_what_is_wrong(runs, tmp_path, capsys):
     cases = [
         (["--checkpoint", a, "--checkpoint", b], "its run records no languages; name them: --checkpoint SRC:TGT="),
         (["--checkpoint", f"en:de={a}", "--checkpoint", f"en:de={b}"], "two models translate en (English) -> de"),
-        (["--checkpoint", f"en:de={a}", "--checkpoint", f"de:en={tmp_path / 'gone'}"], "no such file or folder"),
         (["--checkpoint", f"en:de={a}", "--checkpoint", f"de:en={b}", "--source-lang", "en"],
          "name each model's pair: --checkpoint SRC:TGT=PATH"),
         (["--checkpoint", f"en:de={a}", "--checkpoint", f"de:en={b}", "--shortlist", "x.tsv"],
@@ -303,41 +302,40 @@ def test_command_line_says_what_is_wrong(runs, tmp_path, capsys):
         assert main(["serve", *flags]) == 2, flags
         err = capsys.readouterr().err
         assert says in err and err.count("\n") == 1, (flags, err)
+    # a model that is not there: exit status 1, as for every command given a path that does not exist
+    assert main(["serve", "--checkpoint", f"en:de={a}", "--checkpoint", f"de:en={tmp_path / 'gone'}"]) == 1
+    err = capsys.readouterr().err
+    assert "no such file or folder" in err and err.count("\n") == 1
 
 
 def test_glossary_field(runs, copy_data):
-    """"glossary" on /translate: the answer is the offline translation with the same glossary
-    (aiayn.decoding.glossary), in a batch beside a request without one, whose answer stays the plain one; a glossary
-    through a pivot, or with sampling, is a 422."""
+    """"glossary" on /translate: the term replaces the words aligned to its source term in the plain translation
+    (aiayn.markup.lines, as `aiayn translate --glossary`), in a batch beside a request without one, whose answer stays
+    the plain one; with a prefix too; through a pivot the alignments are composed (tests/test_serve_spans.py)."""
     from serving import app_of, call, copy_translator
 
     translator, lines = copy_translator(copy_data)
     line = next(line for line in lines if "alpha" in line.split())
     terms = [("alpha", "KILO LIMA")]
-    expect = translator.translate([line], glossary=terms)[0]
-    assert "KILO LIMA" in expect and expect != translator.translate([line])[0]
-    with_terms, plain, sampled, prefixed, too_long = call(app_of(translator), [
+    with_terms, plain, prefixed = call(app_of(translator), [
         ("POST", "/translate", {"q": line, "glossary": [list(t) for t in terms]}),
         ("POST", "/translate", {"q": line}),
-        ("POST", "/translate", {"q": line, "glossary": [list(t) for t in terms], "sampling": True}),
         ("POST", "/translate", {"q": line, "glossary": [list(t) for t in terms], "prefix": "KILO"}),
-        ("POST", "/translate", {"q": line, "glossary": [["alpha", " ".join(["KILO"] * 40)]]}),
     ])
-    assert with_terms.json()["translatedText"] == expect
+    assert with_terms.json()["translatedText"].count("KILO LIMA") == 1
     assert plain.json()["translatedText"] == translator.translate([line])[0]
-    assert sampled.status_code == 422 and "sampling" in sampled.json()["error"]
-    assert prefixed.status_code == 422 and "prefix" in prefixed.json()["error"]
-    assert too_long.status_code == 422 and "glossary terms need" in too_long.json()["error"]
+    assert prefixed.status_code == 200 and "KILO LIMA" in prefixed.json()["translatedText"]
     root, made, _ = runs
     (pivoted,) = in_order(create_app(models=models_of(made)), [
         ("POST", "/translate", {"q": line, "source": "de", "target": "fr", "glossary": [["alpha", "KILO"]]})])
-    assert pivoted.status_code == 422 and "through en" in pivoted.json()["error"]
+    assert pivoted.status_code == 200 and pivoted.json()["pivot"] == "en"
 
 
 def test_ctranslate2_folders_are_served_beside_runs(runs, tmp_path, capsys):
     """A folder `aiayn export --to ct2` wrote is a model like a run: its languages from its aiayn.json, decoded by
     CTranslate2 (the answers are CT2Translator's offline ones, directly and as a pivot's second leg), its weights
-    counted, in int8 too; a glossary or attention asked of it is a 422; serving one needs --lp power."""
+    counted, in int8 too; attention asked of it is a 422 (a glossary is placed by alignment:
+    tests/test_serve_spans.py); serving one needs --lp power."""
     pytest.importorskip("ctranslate2")
     from aiayn.cli import main
     from aiayn.decoding.ct2 import CT2Translator
@@ -356,7 +354,8 @@ def test_ctranslate2_folders_are_served_beside_runs(runs, tmp_path, capsys):
         ("POST", "/translate", {"q": lines[:3], "source": "en", "target": "de"}),
         ("POST", "/translate", {"q": lines[0], "source": "es", "target": "de"}),
         ("POST", "/translate", {"q": lines[0], "source": "en", "target": "fr"}),
-        ("POST", "/translate", {"q": lines[0], "source": "en", "target": "de", "glossary": [["alpha", "KILO"]]}),
+        ("POST", "/translate", {"q": lines[0], "source": "en", "target": "de",
+                                "glossary": [[lines[0].split()[0], "KILO"]]}),
         ("POST", "/translate", {"q": lines[0], "source": "en", "target": "de", "sampling": True}),
         ("POST", "/attention", {"q": lines[0], "source": "en", "target": "de"}),
         ("GET", "/info", None)])
@@ -366,7 +365,7 @@ def test_ctranslate2_folders_are_served_beside_runs(runs, tmp_path, capsys):
     assert pivoted.json()["translatedText"] == offline_ct2.translate(first_leg, power)[0]
     assert pivoted.json()["pivot"] == "en"
     assert int8.json()["translatedText"] == CT2Translator(ct2, compute_type="int8").translate(lines[:1], power)[0]
-    assert glossary.status_code == 422 and "CTranslate2" in glossary.json()["error"]
+    assert glossary.status_code == 200 and glossary.json()["translatedText"].count("KILO") == 1
     assert attention.status_code == 422 and "CTranslate2" in attention.json()["error"]
     assert sampled.status_code == 422 and "sample" in sampled.json()["error"]
     described = {(m["source"], m["target"]): m for m in info.json()["models"]}

@@ -44,6 +44,7 @@ import aiayn
 from aiayn.decoding.lines import Translation
 from aiayn.decoding.translator import Translator
 from aiayn.errors import UsageError
+from aiayn.markup.html import HtmlTranslation
 from aiayn.serve.access import install_access
 from aiayn.serve.batcher import QueueFull, RequestTimeout, TooLarge
 from aiayn.serve.bodies import ApiError, body_schema, check_text, read_body, validate
@@ -64,7 +65,7 @@ from aiayn.serve.models import Models
 from aiayn.serve.observe import install_observability
 from aiayn.serve.pivot import translate_along
 from aiayn.serve.reload import Reloader
-from aiayn.serve.segments import Piece, join, pieces
+from aiayn.serve.segments import Piece, join, text_pieces
 from aiayn.serve.state import Server
 
 
@@ -117,14 +118,16 @@ async def translate(request: Request) -> TranslateResponse:
     # a text already in its target language comes back as it is (LibreTranslate's answer); the others have a route
     routes = [None if d["language"] == req.target else server.models.route(d["language"], req.target)
               for d in detected]
-    split = [pieces(text, req.format) if route else [Piece(text, False)] for text, route in zip(texts, routes)]
     try:
-        nbests = await translate_along(server.models, routes, split, prefixes, nbest=req.alternatives + 1,
-                                       options=req.search_options(), shortlist=req.shortlist, glossary=req.glossary)
+        texts_in = [_Text(text, route, d["language"], req.format) for text, route, d in zip(texts, routes, detected)]
+        glossary = _glossary(req.glossary, req.format)
+        nbests = await translate_along(server.models, routes, [t.sentences for t in texts_in], prefixes,
+                                       nbest=req.alternatives + 1, options=req.search_options(),
+                                       shortlist=req.shortlist, glossary=glossary, markup=req.format == "html")
     except UsageError as e:  # a search option that does not fit (top_k without sampling), a prefix too long or UNK,
-        # a glossary term that cannot fit or that sampling or a prefix cannot be combined with
+        # a glossary whose entries conflict
         raise ApiError(422, str(e)) from None
-    answers = [_joined(parts, found, req.alternatives + 1, req.format) for parts, found in zip(split, nbests)]
+    answers = [text.joined(found, req.alternatives + 1) for text, found in zip(texts_in, nbests)]
     best = [texts_[0] for texts_, _ in answers]
     alts = [texts_[1:] for texts_, _ in answers] if req.alternatives else None
     scores = [scores_ for _, scores_ in answers]
@@ -159,15 +162,39 @@ def _source(server: Server, text: str, source: str | None, target: str | None) -
     return found[0]  # the route then says it reaches no such target
 
 
-def _joined(parts: list[Piece], nbests: list[list[Translation]], n: int, format: str
-            ) -> tuple[list[str], list[float]]:
-    """A text's n answers put back together from its sentences' n-best lists (answer k: each sentence's k-th
-    translation, its best where it has fewer), and their scores (the mean of the sentences'; 0 if none)."""
-    if not nbests:  # nothing translated (a text in its target language already): the text itself, certain
-        return [join(parts, [])], [0.0]
-    ranks = range(min(n, min(len(hs) for hs in nbests)))
-    texts = [join(parts, [hs[k].text for hs in nbests], escape=format == "html") for k in ranks]
-    return texts, [sum(hs[k].score for hs in nbests) / max(1, len(nbests)) for k in ranks]
+class _Text:
+    """One text of a request: its sentences to translate, and its answers put back together from their n-best lists
+    (plain text: aiayn.serve.segments' lines and sentences; HTML: aiayn.markup.html, tags carried through the
+    alignments)."""
+
+    def __init__(self, text: str, route: list | None, language: str, format: str):
+        self.text, self.target = text, route and route[-1].target
+        self.html = HtmlTranslation(text, language) if route and format == "html" else None
+        self.parts = text_pieces(text) if route and self.html is None else [Piece(text, False)]
+        self.sentences = self.html.sentences if self.html else [p.text for p in self.parts if p.translate]
+
+    def joined(self, nbests: list[list[Translation]], n: int) -> tuple[list[str], list[float]]:
+        """The text's n answers (answer k: each sentence's k-th translation, its best where it has fewer), and their
+        scores (the mean of the sentences'; 0 if none)."""
+        if not nbests:  # nothing translated (a text in its target language already, tags only): as it is, certain
+            return [self.html.finish([], self.target) if self.html else self.text], [0.0]
+        ranks = range(min(n, min(len(hs) for hs in nbests)))
+        if self.html:
+            texts = [self.html.finish([(hs[k].text, hs[k].alignment) for hs in nbests], self.target) for k in ranks]
+        else:
+            texts = [join(self.parts, [hs[k].text for hs in nbests]) for k in ranks]
+        return texts, [sum(hs[k].score for hs in nbests) / max(1, len(nbests)) for k in ranks]
+
+
+def _glossary(pairs: list | None, format: str):
+    """The request's glossary (aiayn.decoding.glossary.Glossary: conflicting entries are a UsageError), or None."""
+    if not pairs:
+        return None
+    if format == "html":
+        raise ApiError(422, 'glossary: terms are placed in plain text; send "format": "text" with a glossary')
+    from aiayn.decoding.glossary import Glossary
+
+    return Glossary.of(pairs)
 
 
 @router.post("/detect", response_model=list[DetectedLanguage], openapi_extra=body_schema(DetectRequest),

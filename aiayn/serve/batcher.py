@@ -8,7 +8,10 @@ appends a job, the collector task takes jobs oldest first while the batch stays 
 counted: rows x longest source, as fairseq's --max-tokens) and hands the batch to a one-thread executor; the loop
 stays free to accept requests while the model runs, and those pile up into the next batch. Jobs in one batch share
 one search: a job asking for more n-best rides with jobs asking for the same number (the n-best size changes
-when beam search stops, see aiayn.decoding.search.beam_search), and others wait for the next batch.
+when beam search stops, see aiayn.decoding.search.beam_search), and others wait for the next batch. A job that asks
+for word alignments (`submit(..., alignments=True)`: what carries numbers, glossary terms and tags through a
+translation, aiayn.markup) shares the batch's search; its hypotheses alone are then aligned, on the model thread
+(`word_alignments`), so the jobs that do not ask pay nothing.
 
 A new model without downtime: `swap(translator)` (on the event loop) serves the new model from the next job on.
 Each job keeps the translator that encoded it (vocabularies may differ), and a batch holds jobs of one translator
@@ -36,10 +39,10 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TypeVar
 
-from aiayn.decoding.glossary import check_fits
+from aiayn.decoding.alignment import word_links
+from aiayn.decoding.attention import align
 from aiayn.decoding.lines import Translation, encode_prefixes
 from aiayn.decoding.translator import Translator
-from aiayn.errors import UsageError
 
 T = TypeVar("T")
 
@@ -96,7 +99,7 @@ class _Job:
     future: asyncio.Future
     call: Callable[[], object] | None = None
     prefixes: list[list[int]] | None = None  # target prefix ids per text ([]: none)
-    terms: list | None = None  # glossary terms per text (aiayn.decoding.glossary.Term lists; []: none)
+    alignments: bool = False  # each translation's word links, computed for this job alone
     arrived: float = field(default_factory=time.perf_counter)
 
     @property
@@ -107,14 +110,6 @@ class _Job:
     @property
     def width(self) -> int:
         return max((len(s) for s in self.sources if s), default=0)
-
-
-def _check_terms_fit(translator: Translator, sources: list[list[int] | None], terms: list) -> None:
-    """A UsageError for a text whose glossary terms need more pieces than its translation may have words (what the
-    glossary's search would say on the model thread, to the whole batch): said for the request alone."""
-    cfg = translator.cfg
-    most = cfg.max_positions - 1 if cfg.positional == "learned" else None
-    check_fits(terms, [translator.search.word_limit(len(s or []), most) for s in sources], range(len(sources)))
 
 
 class Batcher:
@@ -131,7 +126,7 @@ class Batcher:
         self._pool: ThreadPoolExecutor | None = None
         self._closing = False
         self._idle_since = 0.0  # when the model thread last finished a job
-        self._by_nbest: dict[tuple, Translator] = {(translator.search.nbest, (), False, False): translator}
+        self._by_nbest: dict[tuple, Translator] = {(translator.search.nbest, (), False): translator}
         # counters for /info and the load benchmark; model_busy_s: seconds the model thread spent on batches
         self.stats = {"batches": 0, "sentences": 0, "requests": 0, "rejected": 0, "timed_out": 0, "model_busy_s": 0.0}
         # after each decoded batch: on_batch(sentences, source tokens, tokens of the best translations); the metrics
@@ -142,28 +137,23 @@ class Batcher:
 
     async def submit(self, texts: Sequence[str], nbest: int = 1, options: dict | None = None,
                      prefixes: Sequence[str] | None = None, full_vocabulary: bool = False,
-                     glossary: Sequence[tuple[str, str]] | None = None) -> list[list[Translation]]:
+                     alignments: bool = False) -> list[list[Translation]]:
         """Translate `texts` (up to `nbest` hypotheses each, best first) among whatever else is queued. options:
         SearchConfig fields that differ from the server's (sampling, top_k, ...; a bad one is a UsageError before
         queuing); prefixes: per text, the text its translations start with ("": none); full_vocabulary: without the
-        server's shortlist; glossary: (source term, target term) pairs each translation must follow
-        (aiayn.decoding.glossary; such requests are batched with each other only). Sampling seeds text i of the
-        request by i, so a request's samples do not depend on what it is batched with."""
+        server's shortlist; alignments: each Translation's `alignment` (hard word links, as the engine's
+        translate_nbest(alignments=True) gives them: `word_alignments`), computed on the model thread for this
+        request's hypotheses only. Sampling seeds text i of the request by i, so a request's samples do not depend
+        on what it is batched with."""
         self._admit(len(texts))
-        translator = self._translator(nbest, options, full_vocabulary, glossary=bool(glossary))
+        translator = self._translator(nbest, options, full_vocabulary)
         sources = translator.encode(texts)
         prefix_ids = None
         if prefixes is not None and any(prefixes):
             prefix_ids = encode_prefixes(translator.vocab, prefixes)
             translator.check_prefixes(sources, prefix_ids)
-        if glossary and (prefix_ids is not None or translator.search.sampling):  # said here: in a batch, the error
-            # would reach every request of it
-            raise UsageError("glossary: a glossary needs beam search without a prefix; leave out sampling or prefix")
-        terms = translator.glossary_terms(texts, glossary) if glossary else None
-        if terms:
-            _check_terms_fit(translator, sources, terms)
         return await self._wait(_Job(sources, translator, self._loop().create_future(), prefixes=prefix_ids,
-                                     terms=terms))
+                                     alignments=alignments))
 
     async def run(self, fn: Callable[..., T], *args) -> T:
         """fn(*args) on the model's thread between two batches (for work that touches the model, e.g. recording
@@ -175,7 +165,7 @@ class Batcher:
         """Serve `translator` from the next request on; queued requests keep the model that encoded them (see the
         module docstring). Call it on the event loop."""
         self.translator = translator
-        self._by_nbest = {(translator.search.nbest, (), False, False): translator}
+        self._by_nbest = {(translator.search.nbest, (), False): translator}
 
     async def close(self) -> None:
         """Refuse new jobs, answer every queued one, stop the worker thread."""
@@ -208,13 +198,11 @@ class Batcher:
             raise QueueFull(f"the queue is full ({self._queued} sentences waiting, max_queue {most}); retry later",
                             retry_after_s=1, max_queue=most)
 
-    def _translator(self, nbest: int, options: dict | None = None, full_vocabulary: bool = False,
-                    glossary: bool = False) -> Translator:
+    def _translator(self, nbest: int, options: dict | None = None, full_vocabulary: bool = False) -> Translator:
         """The current translator with search.nbest = nbest and `options`, and without its shortlist if
-        `full_vocabulary`, sharing its model (a shallow copy: only `search` and `shortlist` differ; requests with a
-        glossary get a copy of their own, so that they are batched together and apart from the others)."""
+        `full_vocabulary`, sharing its model (a shallow copy: only `search` and `shortlist` differ)."""
         full_vocabulary = full_vocabulary and self.translator.shortlist is not None
-        key = (nbest, tuple(sorted((options or {}).items())), full_vocabulary, glossary)
+        key = (nbest, tuple(sorted((options or {}).items())), full_vocabulary)
         if key not in self._by_nbest:
             t = copy.copy(self.translator)
             t.search = dataclasses.replace(self.translator.search, nbest=nbest, **(options or {}))
@@ -341,15 +329,54 @@ class Batcher:
         prefixes = None
         if any(job.prefixes for job in batch):
             prefixes = [p for job in batch for p in job.prefixes or [[]] * len(job.sources)]
-        terms = None
-        if any(job.terms for job in batch):
-            terms = [t for job in batch for t in job.terms or [[]] * len(job.sources)]
         line_numbers = [i for job in batch for i in range(len(job.sources))]  # sampling's seeds: per request
-        hyps = translator.search_ids(sources, prefixes=prefixes, line_numbers=line_numbers, terms=terms)
+        hyps = translator.search_ids(sources, prefixes=prefixes, line_numbers=line_numbers)
         decode = translator.vocab.decode
         out, start = [], 0
         for job in batch:
             part = hyps[start: start + len(job.sources)]
-            out.append([[Translation(decode(h.tokens), h.score, h.tokens) for h in hs] for hs in part])
+            links = word_alignments(translator, job.sources, [[h.tokens for h in hs] for hs in part]) \
+                if job.alignments else [[None] * len(hs) for hs in part]
+            out.append([[Translation(decode(h.tokens), h.score, h.tokens, alignment=a) for h, a in zip(hs, ls)]
+                        for hs, ls in zip(part, links)])
             start += len(job.sources)
         return out
+
+
+def word_alignments(engine, sources: Sequence[list[int] | None], targets: Sequence[Sequence[list[int]]]
+                    ) -> list[list[list[tuple[int, int]]]]:
+    """Per source (ids + EOS; None: blank), the word links of each of its hypotheses (`targets`: their ids), as the
+    engine's translate_nbest(alignments=True) gives them: its lexical aligner where it has one
+    (aiayn.decoding.aligner), else the cross-attention of a teacher-forced pass over the hypothesis (aiayn's engine:
+    aiayn.decoding.attention.align; CTranslate2's: `ct2_attention_links`)."""
+    rows = [(n, k) for n, ts in enumerate(targets) for k in range(len(ts))]  # every hypothesis, one list
+    srcs, tgts = [sources[n] for n, _ in rows], [targets[n][k] for n, k in rows]
+    if engine.aligner is not None:
+        links = engine.aligner.align(srcs, tgts, engine.vocab)
+    elif isinstance(engine, Translator):
+        links = align(engine.model, engine.vocab, srcs, tgts, engine.alignment_layer)
+    else:
+        links = ct2_attention_links(engine, srcs, tgts)
+    out: list[list] = [[None] * len(ts) for ts in targets]
+    for (n, k), pairs in zip(rows, links):
+        out[n][k] = pairs
+    return out
+
+
+def ct2_attention_links(engine, sources: Sequence[list[int] | None], targets: Sequence[list[int]]
+                        ) -> list[list[tuple[int, int]]]:
+    """Word links from CTranslate2's attention (the top decoder layer's, as its search returns it), the hypotheses
+    forced as target prefixes: one greedy call that only decodes what it is given."""
+    pieces, lead = engine.vocab.piece, [engine.target_token] if engine.target_token else []
+    out: list[list[tuple[int, int]]] = [[] for _ in sources]
+    todo = [n for n, (s, t) in enumerate(zip(sources, targets)) if s is not None and len(s) > 1 and t]
+    if not todo:
+        return out
+    found = engine.translator.translate_batch(
+        [[pieces(i) for i in sources[n][:-1]] for n in todo],
+        target_prefix=[lead + [pieces(i) for i in targets[n]] for n in todo], beam_size=1, return_attention=True,
+        max_decoding_length=len(lead) + max(len(targets[n]) for n in todo) + 1, max_input_length=0)
+    for n, result in zip(todo, found):
+        rows = result.attention[0][len(lead):len(lead) + len(targets[n])]
+        out[n] = word_links(rows, [pieces(i) for i in sources[n][:-1]], [pieces(i) for i in targets[n]])
+    return out

@@ -38,7 +38,6 @@ from aiayn.serve.batcher import QueueFull, RequestTimeout, TooLarge
 from aiayn.serve.bodies import ApiError
 from aiayn.serve.libre import ErrorResponse
 from aiayn.serve.pivot import translate_along
-from aiayn.serve.segments import Piece
 
 MiB = 2**20
 
@@ -137,14 +136,14 @@ class Refused(Exception):
 
 
 async def _chunk(models, route, sentences: list[str], deadline: float, room: asyncio.Semaphore) -> list:
-    """One chunk through the route's batcher; a full queue or a chunk's timeout waits and tries again until the
-    file's deadline."""
+    """One chunk through the route's batcher, each translation with its word alignment (composed through a pivot),
+    so the markup layer places formatting where the words went; a full queue or a chunk's timeout waits and tries
+    again until the file's deadline."""
     async with room:
         while True:
             try:
-                found = await translate_along(models, [route], [[Piece(s, True) for s in sentences]], None, 1, {},
-                                              None)
-                return [(hs[0].text, getattr(hs[0], "alignment", None)) for hs in found[0]]
+                found = await translate_along(models, [route], [sentences], None, 1, {}, None, markup=True)
+                return [(hs[0].text, hs[0].alignment) for hs in found[0]]
             except (QueueFull, RequestTimeout) as e:
                 wait = getattr(e, "retry_after_s", 0.2)
                 if time.monotonic() + wait >= deadline:

@@ -68,9 +68,10 @@ class TranslateRequest(BaseModel):
                                                  "detectedLanguage); GET /languages lists what is served")
     target: str | None = Field(None, description="the target language code; absent: the source's one target")
     format: Literal["text", "html"] = Field("text", description="text: each line and sentence translated, line breaks "
-                                                                "and blank lines kept; html: the text of an HTML "
-                                                                "fragment translated, its tags kept (not inside "
-                                                                "script, style, code, pre)")
+                                                                "and blank lines kept; html: an HTML fragment "
+                                                                "translated sentence by sentence, each inline tag "
+                                                                "carried to the words aligned to its words "
+                                                                "(aiayn.markup.html)")
     alternatives: int = Field(0, ge=0, description="n-best: this many further translations, best first (< beam)")
     api_key: str | None = Field(None, description="LibreTranslate's API key field (docs/serving-access.md)")
     # aiayn's own decoding options, beside LibreTranslate's fields (which a LibreTranslate client sends unchanged)
@@ -87,9 +88,9 @@ class TranslateRequest(BaseModel):
                                            "by (seed, i)")
     glossary: list[tuple[str, str]] | None = Field(None, description="aiayn: [source term, target term] pairs; each "
                                                                      "source term found in a sentence (whole words, "
-                                                                     "case as written) makes the target term appear "
-                                                                     "in its translation (aiayn.decoding.glossary; "
-                                                                     "JSON only)")
+                                                                     "case as written) puts the target term in place "
+                                                                     "of the words aligned to it (aiayn.markup.lines; "
+                                                                     "JSON only; format text)")
     shortlist: bool | None = Field(None, description="aiayn: decode with the server's lexical shortlist (faster; "
                                                      "absent: as the server is started, aiayn serve --shortlist); "
                                                      "false: the full vocabulary; true needs a server with one")
