@@ -223,3 +223,41 @@ def test_formatting_follows_the_alignment(copy_data, tmp_path):
         got = httpx.get(r.json()["translatedFileUrl"]).text
     assert got == (tmp_path / "aligned.html").read_text(encoding="utf-8")
     assert got != (tmp_path / "diagonal.html").read_text(encoding="utf-8")
+
+
+def test_the_pages_files_tab_in_browser(copy_data, tmp_path):
+    """The page's Files tab in headless Chromium: choose a document, a target, Translate: the link it shows downloads
+    the translation (the file `aiayn translate --input` writes), named as LibreTranslate names it."""
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import Select, WebDriverWait
+    from serving import browser
+
+    from aiayn.documents import translate_document
+    from aiayn.markup.engines import translate_fn
+
+    translator, lines = copy_translator(copy_data)
+    source = tmp_path / "notes.html"
+    source.write_text("".join(f"<p>{line} <b>{line.split()[0]}</b>.</p>\n" for line in lines[:4]), encoding="utf-8")
+    translate_document(source, tmp_path / "expected.html", translate_fn(translator), "en", "de")
+    app, _ = _server(copy_data, tmp_path)
+    driver = browser()
+    try:
+        with ServerThread(app) as base:
+            driver.get(base + "/")
+            wait = WebDriverWait(driver, 30)
+            tab = driver.find_element(By.ID, "tab-files")
+            wait.until(lambda d: tab.is_displayed())  # /frontend/settings says files are translated
+            tab.click()
+            assert not driver.find_element(By.ID, "src").is_displayed()
+            assert ".docx" in driver.find_element(By.ID, "file-formats").text
+            wait.until(lambda d: Select(d.find_element(By.ID, "file-target")).options)
+            Select(driver.find_element(By.ID, "file-target")).select_by_value("de")
+            driver.find_element(By.ID, "file").send_keys(str(source))
+            driver.find_element(By.ID, "file-go").click()
+            link = driver.find_element(By.ID, "file-link")
+            wait.until(lambda d: link.is_displayed())
+            assert link.text == "notes_de.html"
+            got = httpx.get(link.get_attribute("href"))
+            assert got.text == (tmp_path / "expected.html").read_text(encoding="utf-8")
+    finally:
+        driver.quit()
