@@ -26,6 +26,7 @@ from aiayn.files import sha256_file
 from aiayn.rundir import RunDir
 from aiayn.training import checkpoint as ckpt
 from aiayn.training.distill import shard_path
+from aiayn.training.run import trained_so_far
 
 STUDENT = ["--student", "student-6-1", "--set", "d_model=32", "--set", "d_ff=64", "--set", "d_k=8", "--set", "d_v=8",
            "--max-steps", "4", "--max-tokens", "200", "--shard-size", "20", "--threads", "1", "--int8-lines", "10",
@@ -137,6 +138,44 @@ def test_killed_while_the_teacher_translates_and_run_again(setup, done, tmp_path
         assert shard_path(out, k).read_bytes() == shard_path(done, k).read_bytes()
 
 
+def _kill_once_the_student_has_saved(cmd, out, sig):
+    """Start the command, send `sig` once the student's first resumable checkpoint is on disk (its training under
+    way); the process's exit code and output."""
+    proc = subprocess.Popen([sys.executable, *cmd], env=_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True)
+    deadline = time.time() + 120
+    while time.time() < deadline and proc.poll() is None and RunDir(out).latest(resumable=True) is None:
+        time.sleep(0.005)
+    proc.send_signal(sig)
+    output, _ = proc.communicate()
+    return proc.returncode, output
+
+
+@pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGTERM])
+def test_killed_while_the_student_trains_and_run_again(setup, tmp_path, sig):
+    """Killed (SIGKILL), or stopped (SIGTERM: exit 143 with a checkpoint and the line that says to run it again),
+    during the student's training: the same command trains on to the budget without translating again."""
+    data, teacher = setup
+    out = tmp_path / "student"
+    cmd = [*_command(data, teacher, out), "--max-steps", "120"]
+    code, output = _kill_once_the_student_has_saved(cmd, out, sig)
+    steps = trained_so_far(out)[0]
+    assert 0 < steps < 120, f"the student had not started or had finished when killed ({steps} steps)"
+    if sig == signal.SIGTERM:
+        assert code == 143 and "stopped: the student's training was interrupted" in output, output[-2000:]
+    else:
+        assert code == -signal.SIGKILL
+    shards = {p: p.stat().st_mtime_ns for p in (out / "distill" / "teacher").glob("shard_*.npz")}
+    assert len(shards) == 6
+    assert distill(data, teacher, out, "--max-steps", "120") == 0
+    assert trained_so_far(out)[0] == 120
+    logged = [e["step"] for e in map(json.loads, (out / "log.jsonl").read_text().splitlines()) if e["kind"] == "train"]
+    assert logged.count(10) == 1 and logged[-1] == 120  # continued from its checkpoint, not started again
+    assert {p: p.stat().st_mtime_ns for p in shards} == shards  # the teacher's stage was not run again
+    recipe = json.loads((out / "distill" / "recipe.json").read_text())
+    assert recipe["stages"]["student"]["steps"] == 120 and (out / rundir.SHORTLIST).is_file()
+
+
 def test_two_processes_translate_their_shards_merged_in_order(setup, done, tmp_path):
     data, teacher = setup
     out = tmp_path / "student"
@@ -169,6 +208,11 @@ def test_bad_inputs_are_one_line_each_and_write_nothing(setup, copy_data, tmp_pa
     assert "translates fr -> de but the data" in _error(capsys, 1, [*base, "--teacher", str(french)])
     assert "unknown student preset 'student-9-9'" in _error(capsys, 2, [*base, "--teacher", str(teacher),
                                                                         "--student", "student-9-9"])
+    assert "is neither a checkpoint file nor a run directory" in _error(capsys, 1, [*base, "--teacher",
+                                                                                   str(tmp_path / "nothing")])
+    assert "not a prepared-data directory" in _error(capsys, 1, ["distill", "--data", str(tmp_path / "raw"), "--out",
+                                                                 str(out), *STUDENT, "--teacher", str(teacher)])
+    assert "is a prepared-data directory, not a run" in _error(capsys, 1, [*base, "--teacher", str(data)])
     assert not out.exists()
     out.mkdir()
     (out / "notes.txt").write_text("mine")
