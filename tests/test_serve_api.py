@@ -121,6 +121,17 @@ def test_libretranslate_client_against_aiayn_serve(setup, copy_data, tmp_path):
         with pytest.raises(urllib.error.HTTPError) as refused:
             client.translate(lines[0], "en", "de")
         assert refused.value.code == 400 and "target 'de' is not served" in json.load(refused.value)["error"]
+        # spans carried through the alignments (tests/test_serve_spans.py), in the real process too
+        assert [client.translate(s, "en", "fr") for s in ("2020", "©", "😀")] == ["2020", "©", "😀"]
+        assert client.translate("Price: 15 €", "en", "fr").count("15 €") == 1
+        line = next(line for line in lines if "alpha" in line.split())
+        termed, conflict = (httpx.post(base + "/translate", json={"q": line, "glossary": g}, timeout=60) for g in
+                            ([["alpha", "KILO"]], [["alpha", "KILO"], ["alpha", "LIMA"]]))
+        assert termed.json()["translatedText"].count("KILO") == 1
+        assert conflict.status_code == 422 and "two target terms" in conflict.json()["error"]
+        tagged = httpx.post(base + "/translate", json={"q": "<p>Go <b>home</b> now. Come <a href='x'>back</a>.</p>",
+                                                       "format": "html"}, timeout=60).json()["translatedText"]
+        assert [tagged.count(t) for t in ("<p>", "</p>", "<b>", "</b>", "<a href='x'>", "</a>")] == [1] * 6
 
 
 def test_libretranslate_client_gets_the_languages_of_the_prepared_data(setup, copy_data, tmp_path):

@@ -15,7 +15,9 @@ Reading guide:
     models.py    `Models`: the pairs a server translates, one model each, loaded when first asked for and unloaded
                  least recently used first under a budget (--max-models, --max-model-memory); the route of a request
                  (its pair, else a pivot through a shared language); GET /languages; a reload per model.
-    pivot.py     a request's texts translated along their routes: grouped by route, a pivot's two models chained.
+    pivot.py     a request's texts translated along their routes: grouped by route, a pivot's two models chained;
+                 numbers, symbols and glossary terms carried through the word alignments (aiayn.markup).
+    segments.py  a plain text's lines and sentences (format "text"; "html" goes through aiayn.markup.html).
     detect.py    `Detector`: "auto" and POST /detect, lingua among every language served, answered as
                  LibreTranslate answers (confidence 0-100; nothing to detect: 0 and the fallback language).
     libre.py     LibreTranslate's side: `LanguagePair` (the pair a model translates), and the request and answer
@@ -25,7 +27,8 @@ Reading guide:
     access.py    who may use the server and how much: API keys (--api-keys, read again when the file changes), per-
                  minute budgets per key or address (429 + Retry-After), CORS; ASGI middleware that replays the body.
     observe.py   GET /metrics (Prometheus; summed over worker processes) and one JSON access-log line a request.
-    page.html    the page: translation as you type, n-best with scores, the attention view of aiayn.viz.
+    page.html    the page: translation as you type, n-best with scores, the attention view of aiayn.viz; a Files tab.
+    files.py     LibreTranslate's file API: /translate_file, /download_file, /frontend/settings.
     workers.py   `serve(spec, workers)`: the server in one process, or N worker processes (each its own model copy
                  and torch threads) behind one listening socket; the main process forwards SIGTERM / Ctrl-C (every
                  worker drains), turns SIGHUP into a reload and starts a dead worker again.
