@@ -81,6 +81,11 @@ def test_each_stage(setup, done, capsys):
     int8 = recipe["stages"]["int8"]
     assert int8["sentences"] == 10 and 0 <= int8["identical"] <= 1 and {"fp32", "int8"} <= set(int8)
     assert (done / rundir.SHORTLIST).is_file()
+    # translate loads the end of the annealed schedule, not checkpoint_best (the dev loss against human references)
+    assert RunDir(done).for_inference == done / rundir.AVERAGED
+    averaged, last = ckpt.load_weights(done / rundir.AVERAGED)[0], ckpt.load_weights(RunDir(done).latest())[0]
+    assert averaged.keys() == last.keys() and all((averaged[k] == last[k]).all() for k in last)
+    assert recipe["stages"]["student"]["checkpoint"] == f"averaged.safetensors: {RunDir(done).latest().name}"
 
     (done.parent / "in.txt").write_text("alpha bravo\ncharlie\n")
     capsys.readouterr()

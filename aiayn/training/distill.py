@@ -8,8 +8,10 @@
       2. data       the shards, merged in input order, become a prepared-data folder OUT/distill/data: the same
                     sources, the teacher's translations as targets (pairs it left empty dropped), the dev and test
                     splits and the vocabulary (the teacher's: an OPUS-MT teacher's two) copied unchanged
-      3. student    a student preset (config.py: student-6-1, ...) trained on it into OUT, a run like any other:
-                    `aiayn translate --checkpoint OUT` decodes with the student
+      3. student    a student preset (config.py: student-6-1, ...) trained on it into OUT, a run like any other;
+                    its last checkpoint (the end of the annealed schedule) becomes OUT/averaged.safetensors, what
+                    `aiayn translate --checkpoint OUT` decodes with (the dev loss against the human references,
+                    what checkpoint_best keeps, ranks a student trained on other targets badly)
       4. shortlist  OUT/shortlist.safetensors from the distilled pairs, and the student's int8 readiness: its dev
                     translations in fp32 and int8 (greedy), their BLEU side by side
 
@@ -38,7 +40,7 @@ from aiayn.errors import DataError, UsageError
 from aiayn.progress import Progress
 from aiayn.rundir import RunDir
 from aiayn.runtime import setup_runtime
-from aiayn.training.run import trained_so_far
+from aiayn.training.run import average, trained_so_far
 from aiayn.training.train import TrainConfig, resume, train
 
 RECIPE = "recipe.json"
@@ -385,12 +387,19 @@ def distill(recipe: Recipe, out: Path, progress: bool = True) -> dict[str, Any]:
         summary = train_student(recipe, out, progress)
     if summary is not None and summary["interrupted_by"] is not None:
         return {**record, "interrupted_by": summary["interrupted_by"]}
-    if main and (summary is not None or "student" not in record["stages"]):
+    if not main:
+        return {**record, "interrupted_by": None}
+    trained = summary is not None or not RunDir(out).averaged.is_file()
+    if trained:  # the end of the annealed schedule is the student translate loads (stage 3 of the module docstring)
+        last = RunDir(out).checkpoints[-1]
+        average([last], RunDir(out).averaged)
         steps, seconds = trained_so_far(out)
-        save_stage(out, record, "student", {"steps": steps, "train_seconds": round(seconds, 1)})
-    if main and not RunDir(out).shortlist.is_file():
+        save_stage(out, record, "student", {"steps": steps, "train_seconds": round(seconds, 1),
+                                            "checkpoint": f"{rundir.AVERAGED}: {last.name}"})
+    if trained or not RunDir(out).shortlist.is_file():
         print(f"[4/4] the shortlist from the distilled pairs, and the student in int8: {out}", flush=True)
         save_stage(out, record, "int8", int8_readiness(out, recipe.int8_lines, "cpu"))
-        save_stage(out, record, "shortlist", build_shortlist(out))
+        if not RunDir(out).shortlist.is_file():
+            save_stage(out, record, "shortlist", build_shortlist(out))
     return {**record, "interrupted_by": None}
 
