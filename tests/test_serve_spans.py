@@ -176,3 +176,16 @@ def test_through_a_pivot_the_alignments_are_composed(setup, copy_data):
     assert got[0].count("KILO") == 1 and got[0].count("2020") == 1
     assert got[1].count("15 €") == 1
     assert got[2] == second.translate(first.translate([lines[1]]))[0]
+
+
+def test_a_sentence_with_a_number_changes_nothing_else(setup):
+    """Sampling seeds text i of a request by i: a text beside one that holds a number draws what it draws beside
+    one that holds none (the request's sentences stay one submission, aligned where one holds a span)."""
+    translator, lines = setup
+    sampled = {"sampling": True, "seed": 3, "alternatives": 1}
+    plain, spanned = call(app_of(translator), [
+        ("POST", "/translate", {"q": [lines[1], lines[0]], **sampled}),
+        ("POST", "/translate", {"q": [f"{lines[1]} 2020", lines[0]], **sampled})])
+    assert spanned.json()["translatedText"][1] == plain.json()["translatedText"][1]
+    assert spanned.json()["alternatives"][1] == plain.json()["alternatives"][1]
+    assert "2020" in spanned.json()["translatedText"][0]

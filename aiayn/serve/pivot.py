@@ -61,29 +61,21 @@ async def translate_along(models: Models, routes: list[list[LanguagePair] | None
 
 async def _carried(models: Models, route: list[LanguagePair], sentences: list[str], prefixes: list[str] | None,
                    nbest: int, options: dict, shortlist: bool | None, glossary) -> list[list[Translation]]:
-    """The sentences through the route, numbers, symbols and glossary terms carried into the ones that hold them
-    (aligned); the others exactly as the models translate them."""
+    """The sentences through the route, numbers, symbols and glossary terms carried into the ones that hold them;
+    the others exactly as the models translate them. One submission for all of them (aligned where one holds a
+    span), so sampling seeds each sentence as it would without spans."""
     spanned = [n for n, s in enumerate(sentences) if s.strip() and sentence_spans(s, glossary)]
     if not spanned:
         return await _legs(models, route, sentences, prefixes, nbest, options, shortlist)
     terms = sorted({span.key for n in spanned for span in term_spans(sentences[n], glossary)})
-    plain = [n for n in range(len(sentences)) if n not in set(spanned)]
-
-    def pick(ns: list[int]) -> tuple[list[str], list[str] | None]:
-        return [sentences[n] for n in ns], prefixes and [prefixes[n] for n in ns]
-
-    asked = [_legs(models, route, *pick(spanned), nbest, options, shortlist, True)]
-    if plain:
-        asked.append(_legs(models, route, *pick(plain), nbest, options, shortlist))
-    if terms:  # each term's own translation: how the sentence's translation spells it (term_translations)
-        asked.append(_legs(models, route, terms, None, 1, options, shortlist))
+    asked = [_legs(models, route, sentences, prefixes, nbest, options, shortlist, True)]
+    if terms:  # each term's own translation, with the server's search: how a translation spells it
+        asked.append(_legs(models, route, terms, None, 1, {}, shortlist))
     found = await asyncio.gather(*asked)
-    lexicon = dict(zip(terms, (hs[0].text for hs in found[-1]))) if terms else {}
-    out: list[list[Translation]] = [[] for _ in sentences]
-    carried = carry_nbests([sentences[n] for n in spanned], found[0], glossary, lexicon=lexicon)
+    lexicon = dict(zip(terms, (hs[0].text for hs in found[1]))) if terms else {}
+    out = [[h._replace(alignment=None) for h in hs] for hs in found[0]]
+    carried = carry_nbests([sentences[n] for n in spanned], [found[0][n] for n in spanned], glossary, lexicon=lexicon)
     for n, hyps in zip(spanned, carried):
-        out[n] = hyps
-    for n, hyps in zip(plain, found[1] if plain else []):
         out[n] = hyps
     return out
 
