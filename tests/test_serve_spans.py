@@ -15,7 +15,8 @@ from serving import SEARCH, app_of, call, copy_translator, save_run, tiny_model 
 from aiayn.decoding.glossary import Glossary  # noqa: E402
 from aiayn.decoding.search import SearchConfig  # noqa: E402
 from aiayn.decoding.translator import Translator  # noqa: E402
-from aiayn.markup.engines import compose  # noqa: E402
+from aiayn.markup.engines import compose, pivot, translate_fn  # noqa: E402
+from aiayn.markup.html import translate_html  # noqa: E402
 from aiayn.markup.lines import carry_nbests, carry_text, drop_unknown, sentence_spans, term_translations  # noqa: E402
 from aiayn.serve import BatchConfig, LanguagePair, Loaded, Models, create_app  # noqa: E402
 from aiayn.serve.batcher import Batcher  # noqa: E402
@@ -148,9 +149,9 @@ def test_ctranslate2_places_glossary_terms_and_numbers(setup, copy_data, tmp_pat
 
 
 def test_through_a_pivot_the_alignments_are_composed(setup, copy_data):
-    """en -> de served as en -> fr -> de: numbers and terms follow the words through the middle language (each
-    leg's links composed), the answer is the two models chained offline with the spans carried; a plain text is the
-    plain chain's."""
+    """en -> de served as en -> fr -> de: numbers, terms and tags follow the words through the middle language (each
+    leg's links composed), the answer is the two models chained offline with the spans carried (HTML: the markup
+    layer's with aiayn.markup.engines.pivot); a plain text is the plain chain's."""
     translator, lines = setup
     vocab = translator.vocab
     first = Translator(tiny_model(len(vocab), seed=5, eos_bias=1.0), vocab, SEARCH)
@@ -160,9 +161,13 @@ def test_through_a_pivot_the_alignments_are_composed(setup, copy_data):
     models.preload()
     line = next(line for line in lines if "alpha" in line.split())
     sentences = [f"{line} 2020.", "Price: 15 €", lines[1]]
-    (answer,) = call(create_app(models), [("POST", "/translate", {"q": sentences, "source": "en", "target": "de",
-                                                                  "glossary": [["alpha", "KILO"]]})])
+    markup = f"<p>{lines[2]} <b>{lines[3]}</b>. {lines[4].capitalize()} 2020.</p>"
+    answer, tagged = call(create_app(models), [
+        ("POST", "/translate", {"q": sentences, "source": "en", "target": "de", "glossary": [["alpha", "KILO"]]}),
+        ("POST", "/translate", {"q": markup, "source": "en", "target": "de", "format": "html"})])
     assert answer.status_code == 200, answer.text
+    assert tagged.json()["translatedText"] == translate_html(markup, pivot(translate_fn(first), translate_fn(second)),
+                                                             "en", "de")
     assert answer.json()["pivot"] == ["fr"] * 3
     got = answer.json()["translatedText"]
     glossary = Glossary.of([["alpha", "KILO"]])
