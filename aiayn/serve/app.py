@@ -7,7 +7,9 @@ Routes (docs/serving.md has examples); every POST takes JSON or a form (aiayn.se
                       source is "auto": each text's language, aiayn.serve.detect), "scores": [...] (aiayn's: the
                       normalized log-prob of the best then of each alternative), "pivot" (aiayn's: the language a
                       text went through where no model translates its pair directly, aiayn.serve.models)}; a text
-                      whose source (given, or detected) is its target comes back unchanged, as LibreTranslate's does
+                      whose source (given, or detected) is its target comes back unchanged, as LibreTranslate's does;
+                      numbers, symbols and glossary terms are carried through the word alignments (aiayn.serve.pivot),
+                      format "html" goes through the markup layer (aiayn.markup.html: whole sentences, tags placed)
     POST /detect      LibreTranslate's: {"q": str} -> [{"confidence": 0-100, "language"}, ...] among every language
                       served (as a source or a target)
     GET  /languages   LibreTranslate's: [{"code", "name", "targets"}] for every language served
