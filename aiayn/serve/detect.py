@@ -1,14 +1,16 @@
-"""Which of the served source languages a text is in: `source: "auto"` and POST /detect (docs/serving.md "Language
+"""Which of the served languages a text is in: `source: "auto"` and POST /detect (docs/serving.md "Language
 detection").
 
 `Detector(codes)` is lingua (lingua-language-detector: n-gram models of 75 languages bundled in the wheel, made for
-short text as well as long) restricted to the languages a server reads, its models loaded at start. `detect(text)`
-answers as LibreTranslate 1.9.6's /detect does: up to three languages, best first, each with a `confidence` from 0
-to 100 (lingua's probability among the served languages, rounded to a whole number as LibreTranslate rounds
-langdetect's). Text with nothing to detect (digits, punctuation, emoji, blanks) gets LibreTranslate's own answer to
-it: confidence 0 with the fallback language (English where it is served, else the first source language), never a
-guess at 100. A server with one source language reads every text with letters as that language (confidence 100:
-there is nothing to choose between); codes lingua does not know are never detected.
+short text as well as long) restricted to the languages a server serves, as a source or a target (Models.codes():
+a text already in its target language is found, and /translate returns it unchanged), its models loaded at start.
+`detect(text)` answers as LibreTranslate 1.9.6's /detect does: up to three languages, best first, each with a
+`confidence` from 0 to 100 (lingua's probability among the served languages, rounded to a whole number as
+LibreTranslate rounds langdetect's). Text with nothing to detect (digits, punctuation, emoji) gets LibreTranslate's
+own answer to it: confidence 0 with the fallback language (English where it is served, else the first code), never
+a guess at 100 (a blank text never gets here: the routes answer it 422, as they answer an empty one). A detector of
+one language reads every text with letters as that language (confidence 100: there is nothing to choose between);
+codes lingua does not know are never detected.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ TOP = 3  # LibreTranslate answers its three best candidates
 
 
 class Detector:
-    """Language identification among `codes` (the served source languages, LibreTranslate's codes)."""
+    """Language identification among `codes` (the languages served, LibreTranslate's codes)."""
 
     def __init__(self, codes: Iterable[str]):
         self.codes = sorted(set(codes))

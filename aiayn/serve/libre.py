@@ -2,12 +2,13 @@
 
 A LibreTranslate server holds many Argos models and picks one per request from `source` and `target`; so does an
 aiayn server of many models (aiayn.serve.models: the routing, the pivot, GET /languages), and one of a single model
-serves its one pair. "auto" detects each text's language among the sources served (aiayn.serve.detect).
+serves its one pair. "auto" detects each text's language among every language served, as a source or a target
+(aiayn.serve.detect); a text whose language is its target comes back unchanged, as LibreTranslate returns it.
 
 A model's pair comes from the run's prepared data (`aiayn prepare --source-lang --target-lang`, or train.en/train.es:
 aiayn.languages), or from `aiayn serve` (--source-lang/--target-lang, or --checkpoint SRC:TGT=PATH); `LanguagePair`
-holds it here. A text is translated line by line and sentence by sentence, an HTML one text node by text node
-(aiayn.serve.segments), as LibreTranslate does.
+holds it here. A text is translated line by line and sentence by sentence (aiayn.serve.segments), an HTML one
+sentence by sentence with its tags carried (aiayn.markup.html).
 """
 
 from __future__ import annotations
@@ -64,8 +65,9 @@ class TranslateRequest(BaseModel):
     q: str | list[str] = Field(description="a text, or a list of texts translated independently (in a form: the "
                                            "field once, or repeated)")
     source: str | None = Field(None, description='the source language code, or "auto": each text\'s language is '
-                                                 "detected among the sources served (the answer then carries "
-                                                 "detectedLanguage); GET /languages lists what is served")
+                                                 "detected among the languages served (the answer then carries "
+                                                 "detectedLanguage; a text already in the target language comes "
+                                                 "back unchanged); GET /languages lists what is served")
     target: str | None = Field(None, description="the target language code; absent: the source's one target")
     format: Literal["text", "html"] = Field("text", description="text: each line and sentence translated, line breaks "
                                                                 "and blank lines kept; html: an HTML fragment "
@@ -103,8 +105,8 @@ class TranslateRequest(BaseModel):
 
 class DetectedLanguage(BaseModel):
     confidence: float = Field(description="0-100: how likely the text is in this language rather than in another "
-                                          "source language served; 0: nothing to detect (digits, punctuation, "
-                                          "emoji), the fallback language")
+                                          "language served; 0: nothing to detect (digits, punctuation, emoji), the "
+                                          "fallback language")
     language: str
 
 

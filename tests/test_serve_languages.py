@@ -1,0 +1,96 @@
+"""serve: a text whose source language is its target comes back unchanged (LibreTranslate's answer: no model, no
+pivot), given or detected; detection chooses among every language served, as a source or a target; on a server of
+one model and one of several alike (aiayn.serve.models: one model is a catalogue of one)."""
+
+from __future__ import annotations
+
+import pytest
+
+pytest.importorskip("fastapi")
+pytest.importorskip("lingua", reason="the serve extra installs lingua-language-detector")
+from serving import SEARCH, call, tiny_model  # noqa: E402
+
+from aiayn.data import Vocab  # noqa: E402
+from aiayn.decoding.translator import Translator  # noqa: E402
+from aiayn.serve import LanguagePair, Models, create_app  # noqa: E402
+from aiayn.serve.engines import Loaded  # noqa: E402
+
+ONE = [("de", "en")]
+MANY = [("de", "en"), ("es", "en"), ("es", "de")]  # en: a target only
+ENGLISH = "The committee will publish its report after the summer holidays."
+GERMAN = "Der Ausschuss wird seinen Bericht nach den Sommerferien veröffentlichen."
+
+
+@pytest.fixture(scope="module")
+def vocab(copy_data):
+    return Vocab.load(copy_data / "vocab.model")
+
+
+def server(vocab, pairs):
+    """An app around in-memory tiny models, one per pair, each loaded; and its models."""
+    models = Models.from_sources([(LanguagePair(*pair), Loaded(Translator(tiny_model(len(vocab), seed=n,
+                                                                                     eos_bias=1.0), vocab, SEARCH)))
+                                  for n, pair in enumerate(pairs)])
+    models.preload()
+    return create_app(models), models
+
+
+def decoded(models: Models) -> int:
+    return models.stats["sentences"]
+
+
+@pytest.mark.parametrize("pairs", [ONE, MANY], ids=["one", "many"])
+def test_same_language_in_is_the_text_unchanged(vocab, pairs):
+    """source == target, for a source, a target, and a language served only one way (en on de -> en, es on the
+    many-model server): the text as sent (blank lines and spaces too), no pivot, no model asked; alternatives []
+    (LibreTranslate drops alternatives equal to the translation); a list q too."""
+    app, models = server(vocab, pairs)
+    text = "  Hello there.\n\nSecond line.  "
+    codes = sorted({code for pair in pairs for code in pair})
+    requests = [("POST", "/translate", {"q": text, "source": code, "target": code, "alternatives": 2})
+                for code in codes]
+    requests.append(("POST", "/translate", {"q": [text, "x"], "source": codes[0], "target": codes[0]}))
+    *same, listed = call(app, requests)
+    for code, r in zip(codes, same):
+        assert r.status_code == 200, (code, r.text)
+        assert r.json() == {"translatedText": text, "alternatives": [], "scores": [0.0]}, code
+    assert listed.json() == {"translatedText": [text, "x"], "scores": [[0.0], [0.0]]}
+    assert decoded(models) == 0
+
+
+@pytest.mark.parametrize("pairs", [ONE, MANY], ids=["one", "many"])
+def test_a_language_not_served_is_a_400_even_to_itself(vocab, pairs):
+    """fr -> fr where fr is served neither way: the 400 that names what is served (LibreTranslate: not supported)."""
+    app, _ = server(vocab, pairs)
+    (r,) = call(app, [("POST", "/translate", {"q": "Bonjour", "source": "fr", "target": "fr"})])
+    assert r.status_code == 400 and "source 'fr' is not served" in r.json()["error"], r.text
+
+
+@pytest.mark.parametrize("pairs", [ONE, MANY], ids=["one", "many"])
+def test_auto_finds_a_text_already_in_the_target_language(vocab, pairs):
+    """An English text sent with source auto and target en to a server of de -> en: detected as en (a target only,
+    yet a language served), sure of it, and returned unchanged; a German one is translated. /detect answers among
+    every served language too."""
+    app, models = server(vocab, pairs)
+    english, german, detect = call(app, [
+        ("POST", "/translate", {"q": ENGLISH, "source": "auto", "target": "en"}),
+        ("POST", "/translate", {"q": GERMAN, "source": "auto", "target": "en"}),
+        ("POST", "/detect", {"q": ENGLISH}),
+    ])
+    assert english.status_code == 200, english.text
+    assert english.json()["translatedText"] == ENGLISH and "pivot" not in english.json()
+    assert english.json()["detectedLanguage"]["language"] == "en"
+    assert english.json()["detectedLanguage"]["confidence"] > 90  # how sure detection was, not of the route
+    assert german.json()["detectedLanguage"]["language"] == "de" and german.json()["translatedText"] != GERMAN
+    assert detect.json()[0] == english.json()["detectedLanguage"]
+    assert decoded(models) == 1  # the German sentence alone
+
+
+@pytest.mark.parametrize("pairs", [ONE, MANY], ids=["one", "many"])
+def test_detect_of_nothing_to_detect_and_of_blanks(vocab, pairs):
+    """/detect: digits and punctuation are confidence 0 with the fallback (English, served here), as LibreTranslate
+    answers; a blank text is a 422, as on /translate (docs/serving.md says both)."""
+    app, _ = server(vocab, pairs)
+    digits, blank = call(app, [("POST", "/detect", {"q": "12345 !!"}), ("POST", "/detect", {"q": "   "})])
+    assert digits.json() == [{"confidence": 0.0, "language": "en"}]
+    assert blank.status_code == 422 and blank.json()["error"] == "q is empty; give text to translate", blank.text
