@@ -6,9 +6,10 @@ for. Routes run concurrently: their models decode on threads of their own.
 Spans carried through a translation (aiayn.markup, as `aiayn translate` carries them): numbers, prices, dates, URLs,
 e-mail addresses, emoji and symbols keep their characters, and glossary terms replace the words aligned to their
 source terms (aiayn.markup.lines.carry_nbests; each term's own translation, the route's translation of the term
-alone, picks the word). The sentences that hold such a span are translated with word alignments (the batcher's
-`alignments=True`), the others as they are. Through a pivot the two legs' alignments are composed (source -> middle
--> target: aiayn.markup.engines.compose), so the spans follow the middle language's words. With `markup=True` (HTML,
+alone, picks the word). A route's sentences are submitted with word alignments (the batcher's `alignments=True`)
+where one of them holds such a span, and only those are changed; without one they are submitted as they were.
+Through a pivot the two legs' alignments are composed (source -> middle -> target: aiayn.markup.engines.compose),
+so the spans follow the middle language's words. With `markup=True` (HTML,
 documents) every sentence comes back with its alignment and nothing is carried here: the markup layer does it.
 """
 
