@@ -194,3 +194,41 @@ def test_a_sentence_with_a_number_changes_nothing_else(setup):
     assert spanned.json()["translatedText"][1] == plain.json()["translatedText"][1]
     assert spanned.json()["alternatives"][1] == plain.json()["alternatives"][1]
     assert "2020" in spanned.json()["translatedText"][0]
+
+
+def test_a_real_server_of_two_models(setup, copy_data, tmp_path):
+    """`aiayn serve` of two models as a process (en -> fr and fr -> de, so en -> de is a pivot): numbers and symbols
+    back exactly, a glossary term once and the offline chain's answer, format=html with each tag once."""
+    import os
+    import subprocess
+    import sys
+
+    import httpx
+    from serving import REPO, free_port, wait_until_listening
+
+    translator, lines = setup
+    vocab = translator.vocab
+    first = Translator(tiny_model(len(vocab), seed=5, eos_bias=1.0), vocab, SEARCH)
+    second = Translator(tiny_model(len(vocab), seed=6, eos_bias=1.0), vocab, SEARCH)
+    runs = [save_run(t.model, copy_data / "vocab.model", tmp_path / name) for t, name in ((first, "a"), (second, "b"))]
+    port = free_port()
+    proc = subprocess.Popen([sys.executable, "-m", "aiayn", "serve", "--checkpoint", f"en:fr={runs[0]}",
+                             "--checkpoint", f"fr:de={runs[1]}", "--port", str(port), "--beam", "4", "--max-len-b",
+                             "10", "--log-level", "warning", "--workers", "1", "--device", "cpu"],
+                            env={**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO)},
+                            stderr=subprocess.PIPE, text=True)
+    base = f"http://127.0.0.1:{port}"
+    line = next(line for line in lines if "alpha" in line.split())
+    try:
+        wait_until_listening(proc, base)
+        numbers, termed, tagged = (httpx.post(base + "/translate", timeout=60, json={"source": "en", "target": "de",
+                                                                                     **body}).json() for body in (
+            {"q": [*SYMBOLS, "Price: 15 €"]}, {"q": line, "glossary": [["alpha", "KILO"]]},
+            {"q": "<p>Go <b>home</b> now. Come <i>back</i>.</p>", "format": "html"}))
+    finally:
+        proc.kill()
+        proc.wait(timeout=30)
+    assert numbers["translatedText"][:-1] == SYMBOLS and numbers["translatedText"][-1].count("15 €") == 1
+    assert numbers["pivot"] == ["fr"] * (len(SYMBOLS) + 1)
+    assert termed["translatedText"].count("KILO") == 1 and termed["pivot"] == "fr"
+    assert [tagged["translatedText"].count(t) for t in ("<p>", "</p>", "<b>", "</b>", "<i>", "</i>")] == [1] * 6
