@@ -198,7 +198,8 @@ def test_a_sentence_with_a_number_changes_nothing_else(setup):
 
 def test_a_real_server_of_two_models(setup, copy_data, tmp_path):
     """`aiayn serve` of two models as a process (en -> fr and fr -> de, so en -> de is a pivot): numbers and symbols
-    back exactly, a glossary term once and the offline chain's answer, format=html with each tag once."""
+    back exactly, a glossary term once (the answers themselves: test_through_a_pivot_the_alignments_are_composed),
+    format=html with each tag once."""
     import os
     import subprocess
     import sys
