@@ -120,6 +120,7 @@ async def translate(request: Request) -> TranslateResponse:
     # a text already in its target language comes back as it is (LibreTranslate's answer); the others have a route
     routes = [None if d["language"] == req.target else server.models.route(d["language"], req.target)
               for d in detected]
+    server.models.check_options(routes, req.search_options())  # a 422 before any decoding (sampling a CT2 model)
     try:
         texts_in = [_Text(text, route, d["language"], req.format) for text, route, d in zip(texts, routes, detected)]
         glossary = _glossary(req.glossary, req.format)

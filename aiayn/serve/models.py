@@ -27,6 +27,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from aiayn.decoding.ct2 import CT2Translator, is_argos_package, is_ct2_model
 from aiayn.decoding.search import SearchConfig
 from aiayn.decoding.translator import Translator
 from aiayn.errors import CheckpointError
@@ -54,6 +55,18 @@ class Entry:
     error: str | None = None  # the last load failure
     failed_at: float = 0.0
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+
+    def decoded_by_ct2(self) -> str | None:
+        """What it is, where CTranslate2 decodes it ("an Argos package", "a CTranslate2 export"), else None; known
+        before it is loaded."""
+        engine = self.translator or getattr(self.source, "engine", None)
+        if engine is not None:
+            if not isinstance(engine, CT2Translator):
+                return None
+            return "an Argos package" if engine.package is not None else "a CTranslate2 export"
+        if not is_ct2_model(self.source.checkpoint):
+            return None
+        return "an Argos package" if is_argos_package(self.source.checkpoint) else "a CTranslate2 export"
 
     def describe(self) -> dict:
         """What /info says of it: its pair, where it loads from, and while loaded the model itself."""
@@ -165,6 +178,19 @@ class Models:
 
     def entry(self, pair: LanguagePair) -> Entry:
         return self.entries[pair.source, pair.target]
+
+    def check_options(self, routes: Sequence[Sequence[LanguagePair] | None], options: dict) -> None:
+        """A 422, before anything is decoded, where a request's decoding options (TranslateRequest.search_options)
+        ask a model on one of its routes for what its engine does not do: sampling, of a model CTranslate2 decodes
+        (an Argos package or a CTranslate2 export: its draws come from one generator per process, not one per text)."""
+        if not options.get("sampling"):
+            return
+        for pair in {pair for route in routes for pair in route or ()}:
+            kind = self.entry(pair).decoded_by_ct2()
+            if kind:
+                raise ApiError(422, f"sampling: the {pair.source}->{pair.target} model is {kind}, which this server "
+                                    "decodes with CTranslate2, and CTranslate2 does not sample here; leave sampling "
+                                    "out (or false) for its beam search, or ask for a pair an aiayn run serves")
 
     # ---- loading and unloading
 
