@@ -233,3 +233,30 @@ def test_a_real_server_of_two_models(setup, copy_data, tmp_path):
     assert numbers["pivot"] == ["fr"] * (len(SYMBOLS) + 1)
     assert termed["translatedText"].count("KILO") == 1 and termed["pivot"] == "fr"
     assert [tagged["translatedText"].count(t) for t in ("<p>", "</p>", "<b>", "</b>", "<i>", "</i>")] == [1] * 6
+
+
+def test_a_failed_alignment_fails_only_the_requests_that_asked(setup):
+    """In one batch, a request with alignments whose aligning fails gets the error; its neighbour, which asked none,
+    gets its translations."""
+    import copy
+
+    translator, lines = setup
+
+    class Broken:
+        def align(self, *args):
+            raise RuntimeError("the aligner broke")
+
+    broken = copy.copy(translator)
+    broken.aligner = Broken()
+    batcher = Batcher(broken)
+
+    async def go():
+        try:
+            return await asyncio.gather(batcher.submit(lines[:2], alignments=True), batcher.submit(lines[2:4]),
+                                        return_exceptions=True)
+        finally:
+            await batcher.close()
+    asked, plain = asyncio.run(go())
+    assert isinstance(asked, RuntimeError) and str(asked) == "the aligner broke"
+    assert [hs[0].text for hs in plain] == translator.translate(lines[2:4])
+    assert batcher.stats["batches"] == 1

@@ -332,15 +332,36 @@ class Batcher:
         line_numbers = [i for job in batch for i in range(len(job.sources))]  # sampling's seeds: per request
         hyps = translator.search_ids(sources, prefixes=prefixes, line_numbers=line_numbers)
         decode = translator.vocab.decode
-        out, start = [], 0
+        parts, start = [], 0
         for job in batch:
-            part = hyps[start: start + len(job.sources)]
-            links = word_alignments(translator, job.sources, [[h.tokens for h in hs] for hs in part]) \
-                if job.alignments else [[None] * len(hs) for hs in part]
-            out.append([[Translation(decode(h.tokens), h.score, h.tokens, alignment=a) for h, a in zip(hs, ls)]
-                        for hs, ls in zip(part, links)])
+            parts.append(hyps[start: start + len(job.sources)])
             start += len(job.sources)
+        links = _links_of(translator, batch, parts)
+        out = []
+        for k, part in enumerate(parts):
+            found = links.get(k, [[None] * len(hs) for hs in part])
+            out.append(found if isinstance(found, Exception) else [
+                [Translation(decode(h.tokens), h.score, h.tokens, alignment=a) for h, a in zip(hs, ls)]
+                for hs, ls in zip(part, found)])
         return out
+
+
+def _links_of(translator, batch: list[_Job], parts: list[list]) -> dict[int, list | Exception]:
+    """The word links of the hypotheses of the batch's jobs that ask for them (k -> per text, per hypothesis),
+    aligned together; where aligning fails, those jobs get the error and the others their translations."""
+    asking = [k for k, job in enumerate(batch) if job.alignments]
+    if not asking:
+        return {}
+    try:
+        found = word_alignments(translator, [s for k in asking for s in batch[k].sources],
+                                [[h.tokens for h in hs] for k in asking for hs in parts[k]])
+    except Exception as e:
+        return dict.fromkeys(asking, e)
+    out, start = {}, 0
+    for k in asking:
+        out[k] = found[start: start + len(parts[k])]
+        start += len(parts[k])
+    return out
 
 
 def word_alignments(engine, sources: Sequence[list[int] | None], targets: Sequence[Sequence[list[int]]]
