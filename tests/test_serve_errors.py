@@ -62,10 +62,14 @@ def nested(depth: int) -> bytes:
     return b'{"q": ' + b"[" * depth + b"]" * depth + b"}"
 
 
+@pytest.mark.parametrize("budgets", [False, True], ids=["open", "budgets"])
 @pytest.mark.parametrize("shape", SHAPES)
-def test_json_nested_3000_levels_is_a_400_on_every_route(vocab, shape):
-    """6 KB of brackets: deeper than Python's JSON parser recurses; a 400 naming the depth, not a RecursionError."""
-    app = app_with(vocab, SHAPES[shape])
+def test_json_nested_3000_levels_is_a_400_on_every_route(vocab, shape, budgets):
+    """6 KB of brackets: deeper than Python's JSON parser recurses; a 400 naming the depth, not a RecursionError;
+    with a budget of characters a minute too (the access gate reads the body first, to count its characters)."""
+    from aiayn.serve.access import AccessConfig
+
+    app = app_with(vocab, SHAPES[shape], access=AccessConfig(char_limit=10_000) if budgets else AccessConfig())
     body = nested(3000)
     assert len(body) < 7000
     got = call(app, [("POST", path, body) for path in ("/translate", "/detect", "/attention")])
@@ -257,3 +261,29 @@ def test_a_real_server_answers_json_at_every_layer(vocab, copy_data, tmp_path, s
         assert {r.status_code for r in got} == {200, 503}, [r.text for r in got]
         assert all(is_json_error(r) and r.headers["retry-after"] == "1" for r in got if r.status_code == 503)
     assert "Traceback" not in log[0], log[0][-3000:]
+
+
+def test_a_client_gone_mid_body_is_no_fault_of_the_server(vocab):
+    """A client that goes away before its body arrived whole (or is cut off by the read timeout): a 400 JSON, not a
+    500 (whose traceback a client could repeat into the log)."""
+    app = app_with(vocab, ONE)
+    sent = []
+
+    async def go():
+        arrived = iter([{"type": "http.request", "body": b'{"q": "al', "more_body": True}, {"type": "http.disconnect"}])
+
+        async def receive():
+            return next(arrived)
+
+        async def send(message):
+            sent.append(message)
+        scope = {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": "POST", "scheme": "http",
+                 "path": "/translate", "raw_path": b"/translate", "query_string": b"", "root_path": "",
+                 "headers": [(b"content-type", b"application/json"), (b"content-length", b"100")],
+                 "client": ("127.0.0.1", 5000), "server": ("127.0.0.1", 80)}
+        await app(scope, receive, send)
+        await app.state.server.models.close()
+    asyncio.run(go())
+    start, body = sent[0], b"".join(m.get("body", b"") for m in sent[1:])
+    assert start["status"] == 400 and (b"content-type", b"application/json") in start["headers"]
+    assert "went away" in json.loads(body)["error"]

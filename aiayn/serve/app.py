@@ -41,6 +41,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import HTMLResponse, JSONResponse
 from fastapi_offline import FastAPIOffline
 from starlette.exceptions import HTTPException
+from starlette.requests import ClientDisconnect
 
 import aiayn
 from aiayn.decoding.lines import Translation
@@ -290,6 +291,12 @@ async def _server_fault(request: Request, e: Exception) -> JSONResponse:
     return _error(500, f"the server failed on this request ({type(e).__name__}); its log says where")
 
 
+async def _client_gone(request: Request, e: ClientDisconnect) -> JSONResponse:
+    """A client that went away while sending its body (or was cut off by the read timeout, aiayn.serve.guard) is
+    nobody's fault: no traceback in the log (a client could otherwise fill it); the answer goes nowhere."""
+    return _error(400, "the client went away before its request arrived whole")
+
+
 async def _http_error(request: Request, e: HTTPException) -> JSONResponse:  # 404, 405 as JSON too
     return _error(e.status_code, str(e.detail), getattr(e, "headers", None))
 
@@ -343,7 +350,8 @@ def create_app(models: Models, config: ServeConfig | None = None, reloader: Relo
         app.include_router(reloader.router)
     for error, handler in [(ApiError, _api_error), (QueueFull, _queue_full), (TooLarge, _too_large),
                            (RequestTimeout, _timed_out), (HTTPException, _http_error),
-                           (RequestValidationError, _invalid), (Exception, _server_fault)]:
+                           (RequestValidationError, _invalid), (ClientDisconnect, _client_gone),
+                           (Exception, _server_fault)]:
         app.add_exception_handler(error, handler)
     install_access(app, config.access, limits.max_body_bytes, buckets=buckets)  # keys, budgets, CORS
     install_observability(app, config.observe)  # /metrics, access log: last, so it sees every refusal

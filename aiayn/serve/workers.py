@@ -30,9 +30,6 @@ import sys
 import threading
 import time
 
-from starlette.requests import ClientDisconnect
-from starlette.responses import Response
-
 from aiayn.runtime import configure_process
 from aiayn.serve.board import WorkerBoard
 from aiayn.serve.config import ServeConfig
@@ -68,19 +65,12 @@ def build_server(spec: ServeConfig, board: WorkerBoard, worker: int):
     models = spec.models()
     models.preload()
     app = create_app(models, spec, Reloader(board, worker, spec.admin_key), buckets=board.buckets)
-    app.add_exception_handler(ClientDisconnect, client_gone)
     config = uvicorn.Config(app, host=spec.host, port=spec.port, log_level=spec.log_level,
                             http=guarded_protocol(spec.read_timeout_s, spec.max_connections),
                             timeout_keep_alive=KEEP_ALIVE_S, limit_concurrency=None,
                             h11_max_incomplete_event_size=MAX_HEAD_BYTES, backlog=BACKLOG,
                             timeout_graceful_shutdown=None)
     return uvicorn.Server(config)
-
-
-async def client_gone(request, exc: ClientDisconnect) -> Response:
-    """A client that went away while sending its body (or was cut off by the read timeout) is nobody's error: no
-    traceback in the log (a client could otherwise fill it); the answer goes nowhere."""
-    return Response(status_code=400)
 
 
 def serve(spec: ServeConfig, workers: int, banner: str) -> int:
