@@ -324,6 +324,44 @@ def test_copying_only_what_beams_do_not_share_gives_the_same_search(tiny, monkey
         [(h.tokens, h.score, h.positional_scores) for h in s] for s in every]
 
 
+def test_top_candidates_are_fairseqs_one_top_n(monkeypatch):
+    """A beam step's candidates, from the n best blocks of columns (the CPU path) and from each row's best n (the
+    other), are fairseq's: one top-n of (running score + log-prob) over each sentence's kk * V entries, the same
+    values to the bit, each (beam, token) pointing at an entry of that value, none twice; with banned (-inf) tokens,
+    values tied across rows, and a V no block width divides."""
+    import aiayn.decoding.search as search
+
+    g = torch.Generator().manual_seed(0)
+    for V, block in ((640, 64), (640, None), (650, None)):
+        monkeypatch.setattr(search, "BLOCK_SIZES", (block,) if block else ())
+        for bsz, kk, n in ((3, 4, 8), (2, 1, 8), (5, 4, 4)):
+            lprobs = torch.log_softmax(torch.randn(bsz * kk, V, generator=g), -1)
+            lprobs[:, :3] = float("-inf")
+            lprobs[1, 10:20] = lprobs[0, 10:20]  # the same values in two rows
+            scores = torch.randn(bsz * kk, generator=g).round()  # and the same running scores
+            assert (search._block_size(V, kk, n) is not None) == (block is not None)
+            values, beams, tokens = search.top_candidates(lprobs, scores, bsz, n)
+            fairseq = (lprobs + scores[:, None]).view(bsz, kk * V).topk(n, dim=1).values
+            assert torch.equal(values, fairseq)
+            rows = beams + torch.arange(bsz)[:, None] * kk
+            assert torch.equal(lprobs[rows, tokens] + scores[rows], values)
+            assert all(len(set(zip(b, t))) == n for b, t in zip(beams.tolist(), tokens.tolist()))
+
+
+def test_block_candidates_give_the_same_search(tiny, monkeypatch):
+    """Beam search with the step's candidates from blocks of columns finds exactly what it finds with each row's top
+    n: the same words and scores to the bit (the tiny model's 1,000 pieces in blocks of 40)."""
+    import aiayn.decoding.search as search
+
+    model, src = tiny
+    found = []
+    for sizes in ((40,), ()):
+        monkeypatch.setattr(search, "BLOCK_SIZES", sizes)
+        hyps = beam_search(model, src, beam=4, nbest=4, max_len_b=8)
+        found.append([[(h.tokens, h.score, h.positional_scores) for h in s] for s in hyps])
+    assert found[0] == found[1]
+
+
 # ---------------------------------------------------------------------------------------------------------
 # Sampling, target prefixes, n-gram blocking: the scripted model again, with distributions known by hand.
 

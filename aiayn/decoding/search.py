@@ -133,14 +133,48 @@ def top_candidates(lprobs: Tensor, scores: Tensor, bsz: int, n: int) -> tuple[Te
 
     lprobs (N, V) constrained log-probs with N = bsz * kk rows, sentence-major; scores (N,). Returns (bsz, n') scores,
     best first, and each candidate's beam (its row within the sentence, in [0, kk)) and token (n' = min(n, kk * V)).
-    The same as one top-n over a (bsz, kk * V) tensor of lprobs + score, but cheaper: a row's score shifts all its
-    candidates alike, so a sentence's best n lie among its rows' best n each, and those come from `row_topk`."""
+    The same values as one top-n over a (bsz, kk * V) tensor of lprobs + score (among equal values the index chosen
+    may differ, as torch.topk's), but cheaper: on a CPU, from the sentence's n best blocks of columns
+    (`_block_candidates`); elsewhere, a row's score shifts all its candidates alike, so a sentence's best n lie among
+    its rows' best n each, and those come from `row_topk`."""
     N, V = lprobs.shape
+    block = _block_size(V, N // bsz, n) if lprobs.device.type == "cpu" else None
+    if block is not None:
+        return _block_candidates(lprobs, scores, bsz, n, block)
     row_scores, row_tokens = row_topk(lprobs, min(n, V))  # (N, n)
     row_scores.add_(scores[:, None])
     kk, per_row = N // bsz, row_scores.size(1)
     cand_scores, pos = row_scores.view(bsz, kk * per_row).topk(min(n, kk * V), dim=1)  # (bsz, n')
     return cand_scores, pos.div(per_row, rounding_mode="floor"), row_tokens.view(bsz, kk * per_row).gather(1, pos)
+
+
+BLOCK_SIZES = (64, 128, 160, 80, 32)  # columns a block may have, the first that divides V taken (multiples of 16)
+
+
+def _block_size(V: int, kk: int, n: int) -> int | None:
+    """The block width `_block_candidates` splits V columns into (None: none of BLOCK_SIZES divides V, or a sentence
+    holds fewer than n blocks)."""
+    block = next((b for b in BLOCK_SIZES if V % b == 0), None)
+    return block if block is not None and kk * (V // block) >= n else None
+
+
+def _block_candidates(lprobs: Tensor, scores: Tensor, bsz: int, n: int, block: int) -> tuple[Tensor, Tensor, Tensor]:
+    """top_candidates over blocks of `block` columns: a sentence's n best candidates lie in its n blocks of the best
+    (row score + block maximum), so only those n blocks are ranked: one maximum per block, two small top-n, one
+    gather, where a top-n per row (row_topk) reads each row twice and ranks N rows. Score + log-prob is the same fp32
+    sum as fairseq's, so the values are exactly its."""
+    N, V = lprobs.shape
+    kk, nb = N // bsz, V // block
+    blocks = lprobs.reshape(N * nb, block)  # (N * nb, block): block b of row r is r * nb + b
+    best_of = blocks.amax(1).view(bsz, kk, nb).add_(scores.view(bsz, kk, 1))  # (bsz, kk, nb) the best each gives
+    _, best = best_of.view(bsz, kk * nb).topk(n, dim=1)  # (bsz, n) blocks, numbered within the sentence
+    beam = best.div(nb, rounding_mode="floor")  # (bsz, n) row of each block within its sentence
+    first = torch.arange(0, N * nb, kk * nb, device=lprobs.device)[:, None]  # (bsz, 1) the sentence's first block
+    cand = blocks.index_select(0, (best + first).view(-1)).view(bsz, n, block)
+    cand.add_(scores.view(bsz, kk).gather(1, beam)[..., None])  # (bsz, n, block) score + log-prob
+    cand_scores, pos = cand.view(bsz, n * block).topk(n, dim=1)  # (bsz, n)
+    j = pos.div(block, rounding_mode="floor")  # which of the n blocks
+    return cand_scores, beam.gather(1, j), (best - beam * nb).gather(1, j) * block + pos - j * block
 
 
 def finish_scores(cand_scores: Tensor, finishing: Tensor, t: int | Tensor, search: SearchConfig) -> Tensor:
