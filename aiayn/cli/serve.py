@@ -218,7 +218,7 @@ def register(sub) -> None:
                    help="how long an idle model waits for more requests to join a batch (default 5)")
     g.add_argument("--no-batching", action="store_true", help="decode each request alone (to measure batching)")
     g.add_argument("--max-queue", type=positive_int, default=1024,
-                   help="sentences queued per model; overfilling it: 503 + Retry-After; larger than it: 413 (default 1024)")
+                   help="sentences queued per model; overfilled: 503 + Retry-After; too big for it: 413 (default 1024)")
     g.add_argument("--timeout", type=positive_float, default=30.0,
                    help="seconds a request may wait; then 504 (default 30)")
     g.add_argument("--max-chars", type=positive_int, default=1000,
