@@ -70,6 +70,20 @@ def test_nbest_and_bf16(setup):
     assert len(bf) == 3 and all(len(h) == 1 for h in bf)
 
 
+def test_cli_called_in_process_leaves_collection_as_it_was(setup, copy_data, tmp_path):
+    """main([...]) from a caller keeps the garbage collector on and freezes none of the caller's objects (only the
+    command's own process start, main(), freezes what torch's import made)."""
+    import gc
+
+    model, _, lines = setup
+    run = save_run(model, copy_data / "vocab.model", tmp_path / "run")
+    (tmp_path / "in.txt").write_text(lines[0] + "\n")
+    frozen = gc.get_freeze_count()
+    assert main(["translate", "--checkpoint", str(run), "--input", str(tmp_path / "in.txt"), "--output",
+                 str(tmp_path / "out.txt"), "--max-len-b", "5", "--no-progress"]) == 0
+    assert gc.isenabled() and gc.get_freeze_count() == frozen
+
+
 def test_cli_end_to_end(setup, copy_data, tmp_path, monkeypatch, capsys):
     model, vocab, lines = setup
     run = save_run(model, copy_data / "vocab.model", tmp_path / "run")

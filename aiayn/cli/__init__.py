@@ -10,6 +10,7 @@ Ctrl-C -> 130; anything else is a bug and keeps its traceback.
 from __future__ import annotations
 
 import argparse
+import gc
 import importlib
 import os
 import sys
@@ -77,11 +78,19 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     keep = not (args.low_memory or os.environ.get("AIAYN_LOW_MEMORY") == "1")
     if getattr(args, "needs_torch", lambda _: True)(args):
-        from aiayn.runtime import configure_process
+        collecting = gc.isenabled()
+        gc.disable()  # torch's import makes ~10^5 objects that live as long as the process: no collections meanwhile
+        try:
+            from aiayn.runtime import configure_process
 
-        # Before any kernel: oneDNN's caches bounded (a long bf16 run's memory stays flat), and unless --low-memory
-        # every command reuses its big tensors' memory instead of page-faulting it in again.
-        configure_process(kernel_cache=True, keep_freed_memory=keep)
+            # Before any kernel: oneDNN's caches bounded (a long bf16 run's memory stays flat), and unless
+            # --low-memory every command reuses its big tensors' memory instead of page-faulting it in again.
+            configure_process(kernel_cache=True, keep_freed_memory=keep)
+        finally:
+            if argv is None:  # the process's own start (not a caller's main([...])): later collections skip them
+                gc.freeze()  # (with the above, 0.1-0.2 CPU seconds of a one-line translate: docs/speed.md)
+            if collecting:
+                gc.enable()
     elif keep:  # translate --engine ct2 runs without torch: the allocator's setting alone (CTranslate2's calls
         from aiayn.allocator import keep_freed_memory  # reuse their memory instead of faulting it in again)
 
