@@ -16,7 +16,7 @@ from aiayn.serve import LanguagePair, Models, create_app  # noqa: E402
 from aiayn.serve.engines import Loaded  # noqa: E402
 
 ONE = [("de", "en")]
-MANY = [("de", "en"), ("es", "en"), ("es", "de")]  # en: a target only
+MANY = [("de", "en"), ("es", "en"), ("es", "de"), ("de", "es")]  # en: a target only; de <-> es
 ENGLISH = "The committee will publish its report after the summer holidays."
 GERMAN = "Der Ausschuss wird seinen Bericht nach den Sommerferien veröffentlichen."
 
@@ -94,3 +94,15 @@ def test_detect_of_nothing_to_detect_and_of_blanks(vocab, pairs):
     digits, blank = call(app, [("POST", "/detect", {"q": "12345 !!"}), ("POST", "/detect", {"q": "   "})])
     assert digits.json() == [{"confidence": 0.0, "language": "en"}]
     assert blank.status_code == 422 and blank.json()["error"] == "q is empty; give text to translate", blank.text
+
+
+@pytest.mark.parametrize("pairs", [ONE, MANY], ids=["one", "many"])
+def test_attention_of_a_language_into_itself_is_a_422(vocab, pairs):
+    """/attention shows one model's weights: de -> de or en -> en has none to show (a language served both ways was
+    routed as a round trip through two models): a 422 that says why."""
+    app, models = server(vocab, pairs)
+    got = call(app, [("POST", "/attention", {"q": "Hello there.", "source": code, "target": code})
+                     for code in ("de", "en")])
+    for code, r in zip(("de", "en"), got):
+        assert r.status_code == 422 and f"both {code!r}" in r.json()["error"], r.text
+    assert decoded(models) == 0

@@ -156,6 +156,9 @@ class Models:
     def route(self, source: str, target: str | None) -> list[LanguagePair]:
         """The pairs that translate `source` into `target`: the direct one, else two through a pivot; a 400 naming
         what is served otherwise. target None: the source's one target (a 400 where it has several)."""
+        if source == target and source in self.codes():  # /translate returns such a text as it is, never asks
+            raise ApiError(422, f"source and target are both {source!r}: nothing to translate (/translate returns "
+                                "such a text unchanged)")
         sources = self.sources()
         if source not in sources:
             named = " or ".join(f'"{s}"' for s in [*sources, "auto"])
