@@ -155,7 +155,8 @@ class Models:
 
     def route(self, source: str, target: str | None) -> list[LanguagePair]:
         """The pairs that translate `source` into `target`: the direct one, else two through a pivot; a 400 naming
-        what is served otherwise. target None: the source's one target (a 400 where it has several)."""
+        what is served otherwise, a 422 for a served language into itself (no model does that: the caller returns
+        such a text as it is). target None: the source's one target (a 400 where it has several)."""
         if source == target and source in self.codes():  # /translate returns such a text as it is, never asks
             raise ApiError(422, f"source and target are both {source!r}: nothing to translate (/translate returns "
                                 "such a text unchanged)")
