@@ -106,3 +106,18 @@ def test_attention_of_a_language_into_itself_is_a_422(vocab, pairs):
     for code, r in zip(("de", "en"), got):
         assert r.status_code == 422 and f"both {code!r}" in r.json()["error"], r.text
     assert decoded(models) == 0
+
+
+def test_auto_into_a_target_not_served_or_from_a_target_only_language(vocab):
+    """"auto" with a target served nowhere: the 400 names the target (not a source the client never sent); a text
+    detected as a language served only as a target (English, on de -> en and fr -> es), into another target (es),
+    with no candidate that reaches it: a 400 that says what was detected and which sources reach the target."""
+    app, models = server(vocab, [("de", "en"), ("fr", "es")])
+    nowhere, target_only = call(app, [("POST", "/translate", {"q": ENGLISH, "source": "auto", "target": "zz"}),
+                                      ("POST", "/translate", {"q": ENGLISH, "source": "auto", "target": "es"})])
+    assert nowhere.status_code == 400 and nowhere.json()["error"].startswith("target 'zz' is not served"), nowhere.text
+    assert 'send target "en" or "es"' in nowhere.json()["error"]
+    assert target_only.status_code == 400, target_only.text
+    assert target_only.json()["error"] == ('the text reads as en (detected, confidence 99), which is not translated '
+                                           'into es here; send its source language: "fr"')
+    assert decoded(models) == 0

@@ -163,7 +163,19 @@ def _source(server: Server, text: str, source: str | None, target: str | None) -
     reach = [s for s in sources if server.models.reaches(s, target)]
     if found[0]["confidence"] == 0 and reach:  # nothing to detect: the fallback that reaches the target
         return {"confidence": 0.0, "language": "en" if "en" in reach else reach[0]}
+    targets = sorted({t for _, t in server.models.entries})
+    if target is not None and target not in targets:
+        raise ApiError(400, f"target {target!r} is not served: this server translates {server.models.describe()}; "
+                            f"send target {_either(targets)}")
+    if target is not None and found[0]["language"] not in sources:  # served only as a target, into another one
+        raise ApiError(400, f"the text reads as {found[0]['language']} (detected, confidence "
+                            f"{found[0]['confidence']:g}), which is not translated into {target} here; send its "
+                            f"source language: {_either(reach)}")
     return found[0]  # the route then says it reaches no such target
+
+
+def _either(codes: list[str]) -> str:
+    return " or ".join(f'"{code}"' for code in codes)
 
 
 class _Text:
