@@ -226,9 +226,9 @@ def aiayn_serve(runs: dict, *flags: str):
 @pytest.mark.parametrize("shape", SHAPES)
 def test_a_real_server_answers_json_at_every_layer(vocab, copy_data, tmp_path, shape):
     """`aiayn serve --max-queue 4 --workers 1` as a process, of one model or of several (one of which cannot load):
-    a request line that is not HTTP, a route that does not exist, a method it does not take, the documented 500 of a
-    model that cannot load, and 10 concurrent requests (each a 200 or a JSON 503 with Retry-After): every error
-    JSON {"error": ...}; nothing in the log is a traceback."""
+    a request line that is not HTTP, a WebSocket upgrade, a route that does not exist, a method it does not take, the
+    documented 500 of a model that cannot load, and 10 concurrent requests (each a 200 or a JSON 503 with
+    Retry-After): every error JSON {"error": ...}; nothing in the log is a traceback."""
     runs = {pair: save_run(tiny_model(len(vocab), seed=n, eos_bias=1.0), copy_data / "vocab.model",
                            tmp_path / "-".join(pair)) for n, pair in enumerate(SHAPES[shape])}
     if shape == "many":
@@ -243,6 +243,10 @@ def test_a_real_server_answers_json_at_every_layer(vocab, copy_data, tmp_path, s
             status, headers, body = raw(port, garbage)
             assert status == 400 and headers["content-type"] == "application/json", (garbage, body)
             assert "not HTTP/1.1" in json.loads(body)["error"]
+        upgrade = (b"GET /translate HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgrade, close\r\n"
+                   b"Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n")
+        status, headers, body = raw(port, upgrade)  # no WebSocket route: answered as plain HTTP (uvicorn: empty 403)
+        assert status == 405 and headers["content-type"] == "application/json", body
         missing = httpx.get(base + "/nowhere", timeout=60)
         wrong = httpx.get(base + "/translate", timeout=60)
         assert (missing.status_code, wrong.status_code) == (404, 405) and is_json_error(missing) and \

@@ -11,6 +11,8 @@ a client sending its head or body a byte at a time, or opening a connection and 
                    connection is closed; a request being answered has arrived, so decoding time never counts
     head size      a head over MAX_HEAD_BYTES gets 431 at once, without reading the rest
     not HTTP       a request line or head h11 cannot read gets 400, as JSON like every other error
+    upgrades       an Upgrade header (WebSocket, h2c) is ignored: the server has no WebSocket route, and uvicorn's
+                   refusal of one is an empty 403; the request is answered as plain HTTP (JSON 404, 405, ...)
     connections    a request while max_connections connections are open (or as many requests are being answered)
                    gets 503 + Retry-After, as JSON (uvicorn's limit_concurrency, which answers in plain text)
 
@@ -66,6 +68,10 @@ class GuardedH11Protocol(H11Protocol):
                 return
             await app(scope, receive, send)
         return bounded
+
+    def _should_upgrade(self) -> bool:
+        """Never: the request is answered as plain HTTP, without uvicorn's warnings (a client could fill the log)."""
+        return False
 
     def send_400_response(self, msg: str) -> None:
         """A request line or head that is not HTTP: uvicorn's 400, as JSON."""
