@@ -257,7 +257,8 @@ def test_aiayn_decoding_fields_on_translate(setup):
         [[h.text for h in hs] for hs in samples]
     words = translator.vocab.encode(ngram["translatedText"])
     assert len(words) == len(set(words))  # no piece twice
-    assert [e["error"] for e in errors][:3] == ["top_k only apply to sampling: add sampling (--sampling)",
+    assert [e["error"] for e in errors][:3] == ['top_k: only sampling reads it; send "sampling": true as well, or '
+                                                "leave it out",
                                                 "prefix must be like q: a string for a string q, a list of 1 for a "
                                                 "list of 1", "input line 1: the prefix piece '€' is not in the "
                                                 "vocabulary"]

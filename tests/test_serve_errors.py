@@ -291,3 +291,20 @@ def test_a_client_gone_mid_body_is_no_fault_of_the_server(vocab):
     start, body = sent[0], b"".join(m.get("body", b"") for m in sent[1:])
     assert start["status"] == 400 and (b"content-type", b"application/json") in start["headers"]
     assert "went away" in json.loads(body)["error"]
+
+
+@pytest.mark.parametrize("shape", SHAPES)
+def test_a_sampling_field_without_sampling_is_a_422_in_the_api_s_words(vocab, lines, shape):
+    """top_k, top_p, temperature or seed without "sampling": true: a 422 naming the fields and what to send (no
+    command-line flag), before anything is decoded; with "sampling": true they are read."""
+    pairs = SHAPES[shape]
+    app = app_with(vocab, pairs)
+    base = {"q": lines[0], "source": pairs[-1][0], "target": pairs[-1][1]}
+    one, two, sampled = call(app, [("POST", "/translate", {**base, "top_k": 3}),
+                                   ("POST", "/translate", {**base, "top_p": 0.5, "seed": 2}),
+                                   ("POST", "/translate", {**base, "top_k": 3, "seed": 2, "sampling": True})])
+    assert one.status_code == 422 and one.json()["error"] == ('top_k: only sampling reads it; send "sampling": true '
+                                                              "as well, or leave it out"), one.text
+    assert two.status_code == 422 and two.json()["error"].startswith("top_p, seed: only sampling reads them")
+    assert sampled.status_code == 200, sampled.text
+    assert app.state.server.models.stats["requests"] == 1

@@ -39,6 +39,7 @@ from aiayn.serve.libre import LanguagePair, language_name
 
 RETRY_S = 10.0  # a model that failed to load is tried again after this long (each request meanwhile: the error)
 PIVOT_FIRST = "en"  # the pivot language tried first, where both legs exist
+SAMPLING_FIELDS = ("top_k", "top_p", "temperature", "seed")  # request fields that only sampling reads
 
 
 @dataclass(eq=False)
@@ -185,8 +186,14 @@ class Models:
 
     def check_options(self, routes: Sequence[Sequence[LanguagePair] | None], options: dict) -> None:
         """A 422, before anything is decoded, where a request's decoding options (TranslateRequest.search_options)
-        ask a model on one of its routes for what its engine does not do: sampling, of a model CTranslate2 decodes
-        (an Argos package or a CTranslate2 export: its draws come from one generator per process, not one per text)."""
+        set a sampling field without sampling, or ask a model on one of its routes for what its engine does not do:
+        sampling, of a model CTranslate2 decodes (an Argos package or a CTranslate2 export: its draws come from one
+        generator per process, not one per text)."""
+        default = SearchConfig()
+        unused = [name for name in SAMPLING_FIELDS if name in options and options[name] != getattr(default, name)]
+        if unused and not options.get("sampling", self.search.sampling):
+            raise ApiError(422, f"{', '.join(unused)}: only sampling reads {'them' if unused[1:] else 'it'}; send "
+                                '"sampling": true as well, or leave ' + ("them" if unused[1:] else "it") + " out")
         if not options.get("sampling"):
             return
         for pair in {pair for route in routes for pair in route or ()}:
