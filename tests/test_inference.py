@@ -229,3 +229,16 @@ def test_int8_copy_imports_no_symbolic_shapes():
             "print('torch.fx.experimental.symbolic_shapes' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
+
+
+def test_int8_tied_projection_warns_nothing():
+    """An int8 projection (and a shortlist's rows of it) is built without torch's warnings reaching the user."""
+    import warnings
+
+    from aiayn.decoding.inference import _Int8TiedProjection
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        projection = _Int8TiedProjection(torch.randn(10, 4))
+        rows = projection.rows(torch.tensor([1, 3]))
+    assert rows(torch.randn(2, 4)).shape == (2, 2)

@@ -247,13 +247,15 @@ class _Int8TiedProjection:
 
         self.weight = weight
         v, d = weight.shape
-        # The weight is put in, never initialized (nn.utils.skip_init's meta device would import ~1 s of torch.fx).
-        linear = nn.Linear(0, 0, bias=False)
-        linear.weight = nn.Parameter(weight.detach().float(), requires_grad=False)
-        linear.in_features, linear.out_features = d, v
-        linear.qconfig = per_channel_dynamic_qconfig
-        with warnings.catch_warnings(), int8_packing():  # torch.ao.quantization announces its move to torchao
+        # The weight is put in, never initialized (nn.utils.skip_init's meta device would import ~1 s of torch.fx);
+        # torch says that initializing an empty layer does nothing, and torch.ao.quantization announces its move to
+        # torchao: neither is the user's business
+        with warnings.catch_warnings(), int8_packing():
             warnings.simplefilter("ignore")
+            linear = nn.Linear(0, 0, bias=False)
+            linear.weight = nn.Parameter(weight.detach().float(), requires_grad=False)
+            linear.in_features, linear.out_features = d, v
+            linear.qconfig = per_channel_dynamic_qconfig
             self.linear = DynamicLinear.from_float(linear)
 
     def __call__(self, hidden: Tensor) -> Tensor:
