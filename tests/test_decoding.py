@@ -90,7 +90,7 @@ def test_both_engines_offer_the_protocol_with_one_signature():
     from aiayn.decoding.engine import Engine
     from aiayn.decoding.translator import Translator
 
-    for name in ("translate_nbest", "translate", "limits", "unsupported", "weight_bytes"):
+    for name in ("translate_nbest", "translate", "align_ids", "limits", "unsupported", "weight_bytes"):
         want = list(inspect.signature(getattr(Engine, name)).parameters)
         for cls in (Translator, CT2Translator):
             got = list(inspect.signature(getattr(cls, name)).parameters)

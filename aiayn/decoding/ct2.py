@@ -235,6 +235,27 @@ class CT2Translator:
             return MIN_POSITIONS
         return cfg.max_positions if cfg.positional == "learned" else max(MIN_POSITIONS, cfg.max_positions)
 
+    def align_ids(self, sources: Sequence[list[int] | None], targets: Sequence[list[int]]
+                  ) -> list[list[tuple[int, int]]]:
+        """The word links of each (source ids + EOS, or None for a blank; translation ids) pair: the lexical aligner's
+        where there is one, else CTranslate2's attention (the top decoder layer's) with the translation forced as the
+        target prefix: one greedy call that only decodes what it is given."""
+        if self.aligner is not None:
+            return self.aligner.align(sources, targets, self.vocab)
+        pieces, lead = self.vocab.piece, [self.target_token] if self.target_token else []
+        out: list[list[tuple[int, int]]] = [[] for _ in sources]
+        todo = [n for n, (s, t) in enumerate(zip(sources, targets)) if s is not None and len(s) > 1 and t]
+        if not todo:
+            return out
+        found = self.translator.translate_batch(
+            [[pieces(i) for i in sources[n][:-1]] for n in todo],
+            target_prefix=[lead + [pieces(i) for i in targets[n]] for n in todo], beam_size=1, return_attention=True,
+            max_decoding_length=len(lead) + max(len(targets[n]) for n in todo) + 1, max_input_length=0)
+        for n, result in zip(todo, found):
+            rows = result.attention[0][len(lead):len(lead) + len(targets[n])]
+            out[n] = word_links(rows, [pieces(i) for i in sources[n][:-1]], [pieces(i) for i in targets[n]])
+        return out
+
     def _links(self, source: list[int] | None, ids: list[int], attention) -> list[tuple[int, int]]:
         """A hypothesis's word links from CTranslate2's attention (rows: its pieces; columns: the source pieces)."""
         if not source or not attention:  # a blank line, an empty translation

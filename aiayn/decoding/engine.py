@@ -75,6 +75,11 @@ class Engine(Protocol):
     def translate(self, lines: Sequence[str], *, progress: bool = False) -> list[str]:
         """The best translation of each line (progress: a keyword in every engine)."""
 
+    def align_ids(self, sources: Sequence[list[int] | None], targets: Sequence[list[int]]
+                  ) -> list[list[tuple[int, int]]]:
+        """The word links of each (source ids + EOS, or None; translation ids) pair, as translate_nbest's
+        `alignment` (a server aligns the hypotheses of the requests that ask, after a batch's search)."""
+
     def limits(self) -> Limits:
         """The longest source it takes and the most words any translation may have."""
 

@@ -221,12 +221,19 @@ class Translator:
         nbests = [[translation_of(self.vocab, h) for h in hs] for hs in hyps]
         if alignments:
             rows = [(n, k) for n, hs in enumerate(hyps) for k in range(len(hs))]  # every hypothesis, one list
-            pairs_of = [sources[n] for n, _ in rows], [hyps[n][k].tokens for n, k in rows]
-            links = self.aligner.align(*pairs_of, self.vocab) if self.aligner is not None else align(
-                self.model, self.vocab, *pairs_of, self.alignment_layer)
+            links = self.align_ids([sources[n] for n, _ in rows], [hyps[n][k].tokens for n, k in rows])
             for (n, k), pairs in zip(rows, links):
                 nbests[n][k] = nbests[n][k]._replace(alignment=pairs)
         return nbests
+
+    def align_ids(self, sources: Sequence[list[int] | None], targets: Sequence[list[int]]
+                  ) -> list[list[tuple[int, int]]]:
+        """The word links of each (source ids + EOS, or None for a blank; translation ids) pair: the lexical
+        `aligner`'s where there is one (aiayn.decoding.aligner), else the cross-attention of `alignment_layer` over
+        the translation teacher-forced (aiayn.decoding.attention.align)."""
+        if self.aligner is not None:
+            return self.aligner.align(sources, targets, self.vocab)
+        return align(self.model, self.vocab, sources, targets, self.alignment_layer)
 
     def translate(self, lines: Sequence[str], progress: bool = False, glossary=None) -> list[str]:
         """The best translation of each line (glossary: as translate_nbest's)."""

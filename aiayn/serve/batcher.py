@@ -39,8 +39,6 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TypeVar
 
-from aiayn.decoding.alignment import word_links
-from aiayn.decoding.attention import align
 from aiayn.decoding.lines import Translation, encode_prefixes
 from aiayn.decoding.translator import Translator
 
@@ -367,37 +365,10 @@ def _links_of(translator, batch: list[_Job], parts: list[list]) -> dict[int, lis
 def word_alignments(engine, sources: Sequence[list[int] | None], targets: Sequence[Sequence[list[int]]]
                     ) -> list[list[list[tuple[int, int]]]]:
     """Per source (ids + EOS; None: blank), the word links of each of its hypotheses (`targets`: their ids), as the
-    engine's translate_nbest(alignments=True) gives them: its lexical aligner where it has one
-    (aiayn.decoding.aligner), else the cross-attention of a teacher-forced pass over the hypothesis (aiayn's engine:
-    aiayn.decoding.attention.align; CTranslate2's: `ct2_attention_links`)."""
+    engine's translate_nbest(alignments=True) gives them (the engine's `align_ids`)."""
     rows = [(n, k) for n, ts in enumerate(targets) for k in range(len(ts))]  # every hypothesis, one list
-    srcs, tgts = [sources[n] for n, _ in rows], [targets[n][k] for n, k in rows]
-    if engine.aligner is not None:
-        links = engine.aligner.align(srcs, tgts, engine.vocab)
-    elif isinstance(engine, Translator):
-        links = align(engine.model, engine.vocab, srcs, tgts, engine.alignment_layer)
-    else:
-        links = ct2_attention_links(engine, srcs, tgts)
+    links = engine.align_ids([sources[n] for n, _ in rows], [targets[n][k] for n, k in rows])
     out: list[list] = [[None] * len(ts) for ts in targets]
     for (n, k), pairs in zip(rows, links):
         out[n][k] = pairs
-    return out
-
-
-def ct2_attention_links(engine, sources: Sequence[list[int] | None], targets: Sequence[list[int]]
-                        ) -> list[list[tuple[int, int]]]:
-    """Word links from CTranslate2's attention (the top decoder layer's, as its search returns it), the hypotheses
-    forced as target prefixes: one greedy call that only decodes what it is given."""
-    pieces, lead = engine.vocab.piece, [engine.target_token] if engine.target_token else []
-    out: list[list[tuple[int, int]]] = [[] for _ in sources]
-    todo = [n for n, (s, t) in enumerate(zip(sources, targets)) if s is not None and len(s) > 1 and t]
-    if not todo:
-        return out
-    found = engine.translator.translate_batch(
-        [[pieces(i) for i in sources[n][:-1]] for n in todo],
-        target_prefix=[lead + [pieces(i) for i in targets[n]] for n in todo], beam_size=1, return_attention=True,
-        max_decoding_length=len(lead) + max(len(targets[n]) for n in todo) + 1, max_input_length=0)
-    for n, result in zip(todo, found):
-        rows = result.attention[0][len(lead):len(lead) + len(targets[n])]
-        out[n] = word_links(rows, [pieces(i) for i in sources[n][:-1]], [pieces(i) for i in targets[n]])
     return out
