@@ -59,7 +59,7 @@ FLOORS = [
      "decoding.attention", "decoding.aligner"],
     ["data", "decoding.ct2"],
     ["training.checkpoint", "metrics.perplexity"],
-    ["metrics", "rundir"],
+    ["metrics", "rundir", "training.shrink"],
     ["decoding.inference", "decoding.shortlist", "training.run"],
     ["decoding.translator"],
     ["training.selection", "scoring", "decoding.engine"],

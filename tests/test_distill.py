@@ -240,6 +240,36 @@ def test_student_presets_are_deep_encoders_and_shallow_decoders():
     assert np.all([ModelConfig.preset(n).d_model < ModelConfig.preset("base").d_model for n in shapes])
 
 
+def test_a_student_cut_from_its_teacher(setup, tmp_path, capsys):
+    """--student teacher-E-D: the teacher's model with E+D layers, starting from the teacher's own layers (the run's
+    parent is the cut, which holds them), then fine-tuned on the distilled data."""
+    import torch
+
+    from aiayn.config import ModelConfig
+
+    data, teacher = setup
+    out = tmp_path / "student"
+    base = ["distill", "--teacher", str(teacher), "--data", str(data), "--out", str(out), "--max-steps", "2",
+            "--max-tokens", "200", "--shard-size", "20", "--threads", "1", "--int8-lines", "0", "--no-progress"]
+    assert "teacher's encoder has 2 layers" in _error(capsys, 2, [*base, "--student", "teacher-3-1"])
+    assert "may change only dropout" in _error(capsys, 2, [*base, "--student", "teacher-1-1", "--set", "d_model=64"])
+    assert "teacher-E-D" in _error(capsys, 2, [*base, "--student", "teacher-1"])
+    assert not out.exists()
+    assert main([*base, "--student", "teacher-1-1", "--set", "dropout=0.2"]) == 0
+    teacher_path = rundir.inference_checkpoint(teacher)
+    teacher_cfg = ckpt.read_header(teacher_path)[1]
+    cfg = RunDir(out).config
+    assert ModelConfig.from_dict(cfg["model"]) == teacher_cfg.replace(n_enc_layers=1, n_dec_layers=1, dropout=0.2)
+    init = out / "distill" / "init" / "student.safetensors"
+    assert cfg["parent"]["sha256"] == sha256_file(init)
+    cut, theirs = ckpt.load_weights(init)[0], ckpt.load_weights(teacher_path)[0]
+    assert len(cut) < len(theirs) and all(torch.equal(cut[k], theirs[k]) for k in cut)  # layer 0 of each stack
+    trained = ckpt.load_weights(out / rundir.AVERAGED)[0]
+    assert trained.keys() == cut.keys() and not all(torch.equal(trained[k], cut[k]) for k in cut)
+    recipe = json.loads((out / "distill" / "recipe.json").read_text())
+    assert recipe["student"]["preset"] == "teacher-1-1" and recipe["stages"]["student"]["steps"] == 2
+
+
 def _teacher_targets(teachers, data):
     """The best beam-4 translation of each training source of `data` by `teachers` (an ensemble if several)."""
     split = load_split(data, "train")

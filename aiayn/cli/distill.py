@@ -61,8 +61,10 @@ def register(sub) -> None:
                                                  "translates (its dev and test splits are kept)")
     p.add_argument("--out", required=True, help="the student's run directory (new, or this command's earlier one)")
     p.add_argument("--student", default="student-6-1", metavar="PRESET",
-                   help=f"the student's preset: {', '.join(students)} (a deep encoder, a shallow decoder) or any "
-                        "other preset (default student-6-1)")
+                   help=f"the student's preset: {', '.join(students)} (a deep encoder, a shallow decoder), any "
+                        "other preset, or teacher-E-D: the teacher itself cut to E encoder and D decoder layers, "
+                        "starting from its weights (shrink and fine-tune; --set may then change only dropout and "
+                        "label_smoothing) (default student-6-1)")
     p.add_argument("--set", action="append", metavar="FIELD=VALUE",
                    help="override a field of the student's preset, e.g. dropout=0.0 (repeatable)")
     p.add_argument("--minutes", type=positive_float, default=12.0,

@@ -8,7 +8,8 @@
       2. data       the shards, merged in input order, become a prepared-data folder OUT/distill/data: the same
                     sources, the teacher's translations as targets (pairs it left empty dropped), the dev and test
                     splits and the vocabulary (the teacher's: an OPUS-MT teacher's two) copied unchanged
-      3. student    a student preset (config.py: student-6-1, ...) trained on it into OUT, a run like any other;
+      3. student    a student preset (config.py: student-6-1, ...) trained on it into OUT, a run like any other,
+                    or the teacher cut to fewer layers ("teacher-E-D": aiayn.training.shrink) and fine-tuned on it;
                     its last checkpoint (the end of the annealed schedule) becomes OUT/averaged.safetensors, what
                     `aiayn translate --checkpoint OUT` decodes with (the dev loss against the human references,
                     what checkpoint_best keeps, ranks a student trained on other targets badly)
@@ -40,6 +41,8 @@ from aiayn.errors import DataError, UsageError
 from aiayn.progress import Progress
 from aiayn.rundir import RunDir
 from aiayn.runtime import setup_runtime
+from aiayn.training import checkpoint as ckpt
+from aiayn.training import shrink
 from aiayn.training.run import average, trained_so_far
 from aiayn.training.train import TrainConfig, resume, train
 
@@ -76,16 +79,21 @@ class Recipe:
     def __post_init__(self) -> None:
         if not self.teachers:
             raise UsageError("give the teacher: --teacher RUN (repeat it for an ensemble)")
-        if self.student not in PRESETS:
-            raise UsageError(f"unknown student preset {self.student!r}; choose one of: {', '.join(STUDENT_PRESETS)} "
-                             f"(or any preset: {', '.join(p for p in PRESETS if p not in STUDENT_PRESETS)})")
+        if self.student not in PRESETS and shrink.parse_spec(self.student) is None:
+            raise UsageError(f"unknown student preset {self.student!r}; choose one of: {', '.join(STUDENT_PRESETS)}, "
+                             f"{shrink.SPEC} (the teacher cut to E encoder and D decoder layers), or any preset: "
+                             f"{', '.join(p for p in PRESETS if p not in STUDENT_PRESETS)}")
         if self.shard_size < 1 or self.batch_size < 1 or self.max_steps < 0 or self.int8_lines < 0:
             raise UsageError("--shard-size and --batch-size must be >= 1, --max-steps and --int8-lines >= 0")
         if self.max_steps == 0 and not self.minutes > 0:
             raise UsageError(f"the student's budget must be > 0 minutes (or --max-steps N), got {self.minutes:g}")
         SearchConfig(beam=self.beam, alpha=self.alpha)  # its own checks
 
-    def model(self, vocab_size: int) -> ModelConfig:
+    def model(self, vocab_size: int, teacher: ModelConfig) -> ModelConfig:
+        """The student's model: its preset's, or for "teacher-E-D" the (first) teacher's cut to E+D layers."""
+        layers = shrink.parse_spec(self.student)
+        if layers is not None:
+            return shrink.shrunk_config(teacher, *layers, self.student_overrides)
         return ModelConfig.preset(self.student, **{**self.student_overrides, "vocab_size": vocab_size})
 
     def train_config(self, dtype: str, device: str) -> TrainConfig:
@@ -125,13 +133,14 @@ def check_inputs(recipe: Recipe) -> dict[str, Any]:
                             f"{pair['source']} -> {pair['target']}")
         teachers.append({"run": str(Path(teacher).resolve()), "checkpoint": str(path.resolve()),
                          "sha256": files.sha256_file(path)})
+    first = rundir.inference_checkpoint(Path(recipe.teachers[0]))
     return {"teachers": teachers, "data": {"path": str(data.resolve()), "content_sha256": meta["content_sha256"]},
-            "vocab_size": meta["vocab_size"], "languages": pair}
+            "vocab_size": meta["vocab_size"], "languages": pair, "teacher_model": ckpt.read_header(first)[1]}
 
 
 def recipe_record(recipe: Recipe, inputs: dict[str, Any]) -> dict[str, Any]:
     """recipe.json's fixed part: what every stage computes from."""
-    model = recipe.model(inputs["vocab_size"]).to_dict()
+    model = recipe.model(inputs["vocab_size"], inputs["teacher_model"]).to_dict()
     return {"teachers": inputs["teachers"], "data": inputs["data"], "languages": inputs["languages"],
             "student": {"preset": recipe.student, "overrides": recipe.student_overrides, "model": model},
             "search": {"beam": recipe.beam, "alpha": recipe.alpha}, "shard_size": recipe.shard_size,
@@ -297,14 +306,25 @@ def write_data(recipe: Recipe, out: Path, record: dict[str, Any]) -> dict[str, A
 
 
 
-def train_student(recipe: Recipe, out: Path, progress: bool) -> dict[str, Any] | None:
-    """The student trained (or resumed, to the same budget) on the distilled data into `out`; None when it is done
+def shrunk_student(recipe: Recipe, out: Path, model: ModelConfig) -> Path:
+    """OUT/distill/init/student.safetensors: a "teacher-E-D" student's first weights, cut from the first teacher's
+    checkpoint (with the vocabulary beside it, as a run's checkpoint has)."""
+    folder = RunDir(out).distill / "init"
+    folder.mkdir(parents=True, exist_ok=True)
+    teacher = rundir.inference_checkpoint(Path(recipe.teachers[0]))
+    shutil.copyfile(RunDir(out).distill / DATA_DIR / rundir.VOCAB, folder / rundir.VOCAB)
+    return shrink.write_shrunk(teacher, model, folder / "student.safetensors")
+
+
+def train_student(recipe: Recipe, out: Path, model: ModelConfig, progress: bool) -> dict[str, Any] | None:
+    """The student (`model`) trained, or resumed to the same budget, on the distilled data into `out`; a
+    "teacher-E-D" student starts from its teacher's weights (fine-tuned: train's init_from). None when it is done
     already. Returns train's summary."""
     data = RunDir(out).distill / DATA_DIR
     if not RunDir(out).is_run:
-        vocab_size = read_meta(data)["vocab_size"]
         tc = recipe.train_config(recipe.dtype, recipe.device)
-        return train(data, out, recipe.model(vocab_size), tc, progress=progress)
+        init = shrunk_student(recipe, out, model) if shrink.parse_spec(recipe.student) else None
+        return train(data, out, model, tc, progress=progress, init_from=init)
     steps, seconds = trained_so_far(out)
     if recipe.max_steps and steps < recipe.max_steps:
         return resume(out, progress=progress, max_steps=recipe.max_steps)
@@ -384,7 +404,7 @@ def distill(recipe: Recipe, out: Path, progress: bool = True) -> dict[str, Any]:
         _teacher_stage(recipe, out, record, progress)
         if main:
             print(f"[3/4] the student ({recipe.student}) trains on the distilled data into {out}", flush=True)
-        summary = train_student(recipe, out, progress)
+        summary = train_student(recipe, out, ModelConfig.from_dict(record["student"]["model"]), progress)
     if summary is not None and summary["interrupted_by"] is not None:
         return {**record, "interrupted_by": summary["interrupted_by"]}
     if not main:
