@@ -133,9 +133,9 @@ def check_inputs(recipe: Recipe) -> dict[str, Any]:
                             f"{pair['source']} -> {pair['target']}")
         teachers.append({"run": str(Path(teacher).resolve()), "checkpoint": str(path.resolve()),
                          "sha256": files.sha256_file(path)})
-    first = rundir.inference_checkpoint(Path(recipe.teachers[0]))
     return {"teachers": teachers, "data": {"path": str(data.resolve()), "content_sha256": meta["content_sha256"]},
-            "vocab_size": meta["vocab_size"], "languages": pair, "teacher_model": ckpt.read_header(first)[1]}
+            "vocab_size": meta["vocab_size"], "languages": pair,
+            "teacher_model": ckpt.read_header(Path(teachers[0]["checkpoint"]))[1]}
 
 
 def recipe_record(recipe: Recipe, inputs: dict[str, Any]) -> dict[str, Any]:
@@ -306,24 +306,26 @@ def write_data(recipe: Recipe, out: Path, record: dict[str, Any]) -> dict[str, A
 
 
 
-def shrunk_student(recipe: Recipe, out: Path, model: ModelConfig) -> Path:
-    """OUT/distill/init/student.safetensors: a "teacher-E-D" student's first weights, cut from the first teacher's
-    checkpoint (with the vocabulary beside it, as a run's checkpoint has)."""
+def shrunk_student(out: Path, teacher: Path, model: ModelConfig) -> Path:
+    """OUT/distill/init/student.safetensors: a "teacher-E-D" student's first weights, cut from the (first) teacher's
+    checkpoint, with the vocabulary beside it as a run's checkpoint has it. Both written atomically: under torchrun
+    every process writes the same files."""
     folder = RunDir(out).distill / "init"
-    folder.mkdir(parents=True, exist_ok=True)
-    teacher = rundir.inference_checkpoint(Path(recipe.teachers[0]))
-    shutil.copyfile(RunDir(out).distill / DATA_DIR / rundir.VOCAB, folder / rundir.VOCAB)
+    vocab = RunDir(out).distill / DATA_DIR / rundir.VOCAB
+    files.atomic_write(folder / rundir.VOCAB, lambda tmp: shutil.copyfile(vocab, tmp))
     return shrink.write_shrunk(teacher, model, folder / "student.safetensors")
 
 
-def train_student(recipe: Recipe, out: Path, model: ModelConfig, progress: bool) -> dict[str, Any] | None:
-    """The student (`model`) trained, or resumed to the same budget, on the distilled data into `out`; a
-    "teacher-E-D" student starts from its teacher's weights (fine-tuned: train's init_from). None when it is done
-    already. Returns train's summary."""
+def train_student(recipe: Recipe, out: Path, record: dict[str, Any], progress: bool) -> dict[str, Any] | None:
+    """The student (recipe.json's model, in `record`) trained, or resumed to the same budget, on the distilled data
+    into `out`; a "teacher-E-D" student starts from the recorded first teacher's weights (fine-tuned: train's
+    init_from). None when it is done already. Returns train's summary."""
     data = RunDir(out).distill / DATA_DIR
     if not RunDir(out).is_run:
         tc = recipe.train_config(recipe.dtype, recipe.device)
-        init = shrunk_student(recipe, out, model) if shrink.parse_spec(recipe.student) else None
+        model = ModelConfig.from_dict(record["student"]["model"])
+        init = (shrunk_student(out, Path(record["teachers"][0]["checkpoint"]), model)
+                if shrink.parse_spec(recipe.student) else None)
         return train(data, out, model, tc, progress=progress, init_from=init)
     steps, seconds = trained_so_far(out)
     if recipe.max_steps and steps < recipe.max_steps:
@@ -404,7 +406,7 @@ def distill(recipe: Recipe, out: Path, progress: bool = True) -> dict[str, Any]:
         _teacher_stage(recipe, out, record, progress)
         if main:
             print(f"[3/4] the student ({recipe.student}) trains on the distilled data into {out}", flush=True)
-        summary = train_student(recipe, out, ModelConfig.from_dict(record["student"]["model"]), progress)
+        summary = train_student(recipe, out, record, progress)
     if summary is not None and summary["interrupted_by"] is not None:
         return {**record, "interrupted_by": summary["interrupted_by"]}
     if not main:
