@@ -13,6 +13,7 @@ from typing import Any
 import torch
 
 from aiayn import runtime
+from aiayn.errors import UsageError
 from aiayn.extras import OPTIONAL, installed, pip_line
 
 # /proc/cpuinfo flag -> the name people know it by: the instruction sets torch's CPU kernels choose between
@@ -44,6 +45,7 @@ def report(bench: bool = True) -> dict[str, Any]:
         "dtype_auto": runtime.resolve_dtype("auto", device),
         "threads_0": threads,
         "threads_0_why": threads_why,
+        "decoding_gemms": _decoding_gemms(),
         "torch": _torch(),
         "gpus": _gpus(),
         "extras": {name: _extra(name) for name in OPTIONAL},
@@ -76,6 +78,15 @@ def _threads() -> tuple[int, str]:
     if torch.cuda.is_available():
         return torch.get_num_threads(), "torch's default: a GPU does the maths"
     return runtime.free_cores(), "the cores other processes are not busy on now: runtime.free_cores"
+
+
+def _decoding_gemms() -> dict[str, str] | str:
+    """The GEMMs CPU decoding runs its projections on here (runtime.fp32_gemm, runtime.int8_engine), or what is wrong
+    with the AIAYN_FP32_GEMM / AIAYN_INT8_ENGINE the user set."""
+    try:
+        return {"fp32": runtime.fp32_gemm(), "int8": runtime.int8_engine()}
+    except UsageError as e:
+        return str(e)
 
 
 def _torch() -> dict[str, Any]:
@@ -154,6 +165,8 @@ def format_report(r: dict[str, Any]) -> str:
         ("--device auto", r["device_auto"]),
         ("--dtype auto", r["dtype_auto"]),
         ("--threads 0", f"{r['threads_0']} ({r['threads_0_why']})"),
+        ("decoding GEMMs", r["decoding_gemms"] if isinstance(r["decoding_gemms"], str) else
+         f"fp32 {r['decoding_gemms']['fp32']}, int8 {r['decoding_gemms']['int8']} (AIAYN_FP32_GEMM, AIAYN_INT8_ENGINE)"),
         ("torch", f"{t['version']} ({t['build']}); oneDNN {'yes' if t['onednn'] else 'no'}, "
                   f"MKL {'yes' if t['mkl'] else 'no'}"),
         ("gpus", f"{len(r['gpus'])}: {gpus}" if r["gpus"] else "none"),

@@ -146,6 +146,24 @@ def int8_engine() -> str:
     return "onednn" if vnni and "onednn" in torch.backends.quantized.supported_engines else "fbgemm"
 
 
+FP32_GEMMS = ("mkl", "onednn")  # the GEMMs fp32 decoding's projections can run on, on a CPU
+
+
+def fp32_gemm() -> str:
+    """The GEMM fp32 decoding runs its projections on, on a CPU: MKL's sgemm on the plain weights (F.linear) on an
+    Intel CPU where torch has MKL, oneDNN's on weights packed once (aiayn.decoding.inference.PrepackedLinear)
+    elsewhere. On an Intel Xeon with AVX-512 MKL's decoded the quickstart's test verses in 0.91x the CPU seconds
+    (0.94x under AVX2 alone), the same translations: oneDNN's packed GEMM costs 25-45 us a call at a decoder step's
+    few rows where MKL's takes 6-12; on an AMD EPYC oneDNN's packed weights decoded 1.25x faster than MKL's plain ones
+    (docs/speed.md). AIAYN_FP32_GEMM=mkl|onednn chooses."""
+    asked = os.environ.get("AIAYN_FP32_GEMM", "").strip().lower()
+    if asked:
+        if asked not in FP32_GEMMS:
+            raise UsageError(f"AIAYN_FP32_GEMM must be one of {', '.join(FP32_GEMMS)}, not {asked!r}")
+        return asked
+    return "mkl" if cpu_vendor() == "GenuineIntel" and torch.backends.mkl.is_available() else "onednn"
+
+
 @contextlib.contextmanager
 def int8_packing(engine: str | None = None):
     """Within: int8 weights are quantized and packed for `engine` (default int8_engine()); a packed weight keeps its
@@ -165,6 +183,15 @@ def cpu_flags() -> set[str]:
             return set(next((line.split(":", 1)[1].split() for line in f if line.startswith("flags")), []))
     except OSError:
         return set()
+
+
+def cpu_vendor() -> str:
+    """The CPU's vendor as Linux reports it ("GenuineIntel", "AuthenticAMD", ...; "unknown" elsewhere)."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            return next((line.split(":", 1)[1].strip() for line in f if line.startswith("vendor_id")), "unknown")
+    except OSError:
+        return "unknown"
 
 
 def cpu_model() -> str:

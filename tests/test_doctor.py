@@ -13,7 +13,7 @@ from aiayn.cli import main
 from aiayn.extras import OPTIONAL
 
 KEYS = {"aiayn", "python", "platform", "cpu", "bf16_native_cpu", "device_auto", "dtype_auto", "threads_0",
-        "threads_0_why", "torch", "gpus", "extras", "matmul", "verdict"}
+        "threads_0_why", "decoding_gemms", "torch", "gpus", "extras", "matmul", "verdict"}
 
 
 @pytest.fixture(autouse=True)

@@ -36,6 +36,23 @@ def test_decoding_copy_is_the_model_in_another_dtype():
     assert decoding_copy(low, "bf16", prepack=False) is low
 
 
+def test_fp32_packs_its_weights_only_for_onednns_gemm(monkeypatch):
+    # prepack=None (what `aiayn translate` passes): fp32 keeps the plain weights for MKL's GEMM, packs them for
+    # oneDNN's (runtime.fp32_gemm, AIAYN_FP32_GEMM); bf16 packs them wherever oneDNN runs it, whatever fp32 uses.
+    from aiayn.decoding.inference import _prepacking_works
+
+    model = Transformer(ModelConfig.preset("tiny", vocab_size=40)).eval()
+    monkeypatch.setenv("AIAYN_FP32_GEMM", "mkl")
+    plain = decoding_copy(model)
+    assert not plain.prepacked and any(isinstance(m, nn.Linear) for m in plain.modules())
+    assert decoding_copy(model, "bf16").prepacked == _prepacking_works(torch.bfloat16)
+    monkeypatch.setenv("AIAYN_FP32_GEMM", "onednn")
+    assert decoding_copy(model).prepacked == _prepacking_works(torch.float32)
+    monkeypatch.setenv("AIAYN_FP32_GEMM", "blas")
+    with pytest.raises(UsageError, match="AIAYN_FP32_GEMM must be one of mkl, onednn, not 'blas'"):
+        decoding_copy(model)
+
+
 def skip_unless_prepacking_works(dtype: torch.dtype) -> None:
     from aiayn.decoding.inference import _prepacking_works
 
@@ -76,9 +93,9 @@ def test_prepacked_copy_decodes_as_the_model(dtype):
     torch.manual_seed(0)
     model = Transformer(ModelConfig.preset("tiny", vocab_size=60)).eval()
     before = copy.deepcopy(model.state_dict())
-    q = decoding_copy(model, dtype)  # prepacked is the default on CPU
+    q = decoding_copy(model, dtype, prepack=True)
     ref = decoding_copy(model, dtype, prepack=False)
-    assert q is not model and q.prepacked and q.precision == dtype and decoding_copy(q, dtype) is q
+    assert q is not model and q.prepacked and q.precision == dtype and decoding_copy(q, dtype, prepack=True) is q
     assert not any(isinstance(m, nn.Linear) for m in q.modules())
     assert sum(isinstance(m, nn.Linear) for m in model.modules()) == sum(
         isinstance(m, PrepackedLinear) for m in q.modules()) > 0
@@ -134,12 +151,12 @@ def test_int8_copy_follows_the_model():
     assert sum(agree) >= 2
 
 
-@pytest.mark.parametrize("precision, prepack", [("fp32", None), ("fp32", False), ("bf16", None), ("bf16", False),
+@pytest.mark.parametrize("precision, prepack", [("fp32", True), ("fp32", False), ("bf16", True), ("bf16", False),
                                              ("int8", None)])
 def test_output_rows_are_the_output_projection_of_those_pieces(precision, prepack):
     # What a lexical shortlist (aiayn.decoding.shortlist) decodes with: in every format the rows of the tied projection
     # for the pieces asked, as the full projection computes them (int8: one scale per row, so the same int8 rows).
-    if prepack is None and precision != "int8":
+    if prepack:
         skip_unless_prepacking_works(torch.float32 if precision == "fp32" else torch.bfloat16)
     torch.manual_seed(0)
     q = decoding_copy(Transformer(ModelConfig.preset("tiny", vocab_size=60)).eval(), precision, prepack)
@@ -155,12 +172,12 @@ def test_precision_is_checked():
         decoding_copy(Transformer(ModelConfig.preset("tiny", vocab_size=40)), "fp16")
 
 
-@pytest.mark.parametrize("precision,prepack", [("fp32", None), ("fp32", False), ("int8", None)])
+@pytest.mark.parametrize("precision,prepack", [("fp32", True), ("fp32", False), ("int8", None)])
 def test_a_consumed_model_gives_the_same_copy_and_its_weights_up(precision, prepack):
     # consume=True (what `aiayn translate` does with the model it loads): the same logits as a copy that leaves the
     # model alone, and the model's projections no longer hold weights of their own (freed as they were converted;
     # fp32 unpacked shares them instead, as it always does).
-    if prepack is None and precision == "fp32":
+    if prepack:
         skip_unless_prepacking_works(torch.float32)
     torch.manual_seed(0)
     model = Transformer(ModelConfig.preset("tiny", vocab_size=60)).eval()
@@ -174,7 +191,7 @@ def test_a_consumed_model_gives_the_same_copy_and_its_weights_up(precision, prep
     if precision == "int8":
         assert consumed is model  # quantized in place, not copied
         assert not any(isinstance(m, nn.Linear) for m in model.modules())
-    elif prepack is None:
+    elif prepack:
         assert all(m.weight is None and m.bias is None for m in model.modules() if isinstance(m, nn.Linear))
         assert consumed.embedding.weight is model.embedding.weight  # taken over, not copied
     else:

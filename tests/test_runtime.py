@@ -1,6 +1,7 @@
 """The runtime: devices that are not there are a clear error; "auto" dtype takes bf16 only where it is native."""
 
 import os
+import re
 
 import pytest
 import torch
@@ -248,3 +249,29 @@ def test_int8_decoding_packs_every_projection_with_the_chosen_engine(monkeypatch
     monkeypatch.setattr(inference, "int8_packing", spy)
     inference.decoding_copy(tiny_model(64), "int8")
     assert len(packed) == 2  # the layers' projections, then the tied output projection
+
+
+def test_fp32_gemm_follows_the_cpu_vendor_and_the_users_choice(monkeypatch):
+    monkeypatch.delenv("AIAYN_FP32_GEMM", raising=False)
+    monkeypatch.setattr(runtime, "cpu_vendor", lambda: "GenuineIntel")
+    assert runtime.fp32_gemm() == ("mkl" if torch.backends.mkl.is_available() else "onednn")
+    monkeypatch.setattr(runtime, "cpu_vendor", lambda: "AuthenticAMD")  # MKL's slower kernels there: oneDNN's
+    assert runtime.fp32_gemm() == "onednn"
+    monkeypatch.setenv("AIAYN_FP32_GEMM", " MKL ")  # the user's choice wins, any case
+    assert runtime.fp32_gemm() == "mkl"
+    monkeypatch.setenv("AIAYN_FP32_GEMM", "fbgemm")
+    with pytest.raises(UsageError, match="AIAYN_FP32_GEMM must be one of mkl, onednn, not 'fbgemm'"):
+        runtime.fp32_gemm()
+
+
+def test_cpu_vendor_reads_the_vendor_linux_reports():
+    vendor = runtime.cpu_vendor()
+    try:
+        text = open("/proc/cpuinfo", encoding="utf-8").read()
+    except OSError:
+        assert vendor == "unknown"
+        return
+    if "vendor_id" not in text:  # not an x86 CPU
+        assert vendor == "unknown"
+        return
+    assert vendor != "unknown" and re.search(rf"^vendor_id\s*:\s*{re.escape(vendor)}$", text, re.MULTILINE)

@@ -32,7 +32,7 @@ from aiayn.allocator import release_freed_memory
 from aiayn.config import PRECISIONS
 from aiayn.errors import UsageError
 from aiayn.model import Transformer
-from aiayn.runtime import configure_process, int8_packing, warn_if_bf16_slow
+from aiayn.runtime import configure_process, fp32_gemm, int8_packing, warn_if_bf16_slow
 
 _DTYPE = {"fp32": torch.float32, "bf16": torch.bfloat16}
 
@@ -88,7 +88,7 @@ def _copy(model: nn.Module, tensors: str, linear: str = "kept") -> nn.Module:
 def decoding_copy(model: Transformer, precision: str = "fp32", prepack: bool | None = None,
                   consume: bool = False) -> DecodingTransformer:
     """The model to decode with, in eval mode, its weights in `precision` (PRECISIONS). prepack (fp32 and bf16 on CPU;
-    None: wherever oneDNN runs them): every projection, the tied output projection included, becomes a PrepackedLinear.
+    None: bf16 wherever oneDNN runs it, fp32 where runtime.fp32_gemm picks oneDNN's GEMM over MKL's): every projection, the tied output projection included, becomes a PrepackedLinear.
     A DecodingTransformer already in that format is returned as it is. The model passed in is left as it was (fp32
     not prepacked shares its tensors), unless `consume` (its caller needs it no more): then the copy takes over its
     tensors where they fit and frees each projection's weight as soon as it is converted, so that the process never
@@ -101,8 +101,9 @@ def decoding_copy(model: Transformer, precision: str = "fp32", prepack: bool | N
 
 def _decoding_copy(model: Transformer, precision: str, prepack: bool | None, consume: bool) -> DecodingTransformer:
     first = next(model.parameters())
-    if precision != "int8" and prepack is None:
-        prepack = first.device.type == "cpu" and _prepacking_works(_DTYPE[precision])
+    if precision != "int8" and prepack is None:  # fp32 on MKL's GEMM: the plain weights (runtime.fp32_gemm)
+        prepack = (first.device.type == "cpu" and (precision != "fp32" or fp32_gemm() == "onednn")
+                   and _prepacking_works(_DTYPE[precision]))
     if isinstance(model, DecodingTransformer) and model.precision == precision and (
             precision == "int8" or model.prepacked == prepack):
         return model  # already in that format (what `load` returns): converted once, never again
