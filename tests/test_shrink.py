@@ -24,7 +24,15 @@ def test_kept_layers_spread_from_the_first_to_the_last():
 
 def test_parse_spec():
     assert parse_spec("teacher-6-1") == (6, 1) and parse_spec("teacher-12-2") == (12, 2)
+    assert parse_spec("teacher-all-1") == (None, 1) and parse_spec("teacher-2-all") == (2, None)
     assert parse_spec("student-6-1") is None and parse_spec("teacher-6") is None and parse_spec("teacher-6-1x") is None
+    assert parse_spec("teacher-All-1") is None and parse_spec("teacher-any-1") is None
+
+
+def test_all_keeps_every_layer_of_that_stack():
+    teacher = tiny_model(50, seed=1, n_enc_layers=3, n_dec_layers=2).cfg
+    assert shrunk_config(teacher, None, 1, {}) == teacher.replace(n_dec_layers=1)
+    assert shrunk_config(teacher, 1, None, {}) == teacher.replace(n_enc_layers=1)
 
 
 def test_the_student_holds_the_teachers_layers():

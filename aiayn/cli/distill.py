@@ -15,7 +15,7 @@ from aiayn.cli.common import (
     positive_float,
     positive_int,
 )
-from aiayn.config import PRESETS
+from aiayn.config import DEFAULT_STUDENT, PRESETS
 
 DTYPES = ("auto", "bf16", "fp32")
 
@@ -60,11 +60,12 @@ def register(sub) -> None:
     p.add_argument("--data", required=True, help="prepared-data directory whose training sources the teacher "
                                                  "translates (its dev and test splits are kept)")
     p.add_argument("--out", required=True, help="the student's run directory (new, or this command's earlier one)")
-    p.add_argument("--student", default="student-6-1", metavar="PRESET",
-                   help=f"the student's preset: {', '.join(students)} (a deep encoder, a shallow decoder), any "
-                        "other preset, or teacher-E-D: the teacher itself cut to E encoder and D decoder layers, "
-                        "starting from its weights (shrink and fine-tune; --set may then change only dropout and "
-                        "label_smoothing) (default student-6-1)")
+    p.add_argument("--student", default=DEFAULT_STUDENT, metavar="PRESET",
+                   help="teacher-E-D: the teacher itself cut to E encoder and D decoder layers (a number, or all of "
+                        "the teacher's), starting from its weights (shrink and fine-tune; --set may then change only "
+                        f"dropout and label_smoothing); or a student trained from random weights: {', '.join(students)} "
+                        f"(a deep encoder, a shallow decoder) or any other preset (default {DEFAULT_STUDENT}: all the "
+                        "teacher's encoder layers and its first decoder layer)")
     p.add_argument("--set", action="append", metavar="FIELD=VALUE",
                    help="override a field of the student's preset, e.g. dropout=0.0 (repeatable)")
     p.add_argument("--minutes", type=positive_float, default=12.0,

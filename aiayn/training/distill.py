@@ -8,8 +8,9 @@
       2. data       the shards, merged in input order, become a prepared-data folder OUT/distill/data: the same
                     sources, the teacher's translations as targets (pairs it left empty dropped), the dev and test
                     splits and the vocabulary (the teacher's: an OPUS-MT teacher's two) copied unchanged
-      3. student    a student preset (config.py: student-6-1, ...) trained on it into OUT, a run like any other,
-                    or the teacher cut to fewer layers ("teacher-E-D": aiayn.training.shrink) and fine-tuned on it;
+      3. student    the teacher cut to fewer layers ("teacher-E-D", by default teacher-all-1: aiayn.training.shrink)
+                    and fine-tuned on it, or a student preset (config.py: student-6-1, ...) trained on it from random
+                    weights, into OUT, a run like any other;
                     its last checkpoint (the end of the annealed schedule) becomes OUT/averaged.safetensors, what
                     `aiayn translate --checkpoint OUT` decodes with (the dev loss against the human references,
                     what checkpoint_best keeps, ranks a student trained on other targets badly)
@@ -35,7 +36,7 @@ from typing import Any
 import numpy as np
 
 from aiayn import files, rundir
-from aiayn.config import EOS_ID, PRESETS, ModelConfig, SearchConfig
+from aiayn.config import DEFAULT_STUDENT, EOS_ID, PRESETS, ModelConfig, SearchConfig
 from aiayn.data.folder import PARTIAL_MARK, SPLITS, load_split, read_meta, run_languages, write_meta
 from aiayn.errors import DataError, UsageError
 from aiayn.progress import Progress
@@ -59,7 +60,7 @@ class Recipe:
 
     teachers: tuple[str, ...]
     data: str
-    student: str = "student-6-1"
+    student: str = DEFAULT_STUDENT
     student_overrides: dict[str, Any] = field(default_factory=dict)
     beam: int = 4
     alpha: float = 0.6
@@ -81,7 +82,7 @@ class Recipe:
             raise UsageError("give the teacher: --teacher RUN (repeat it for an ensemble)")
         if self.student not in PRESETS and shrink.parse_spec(self.student) is None:
             raise UsageError(f"unknown student preset {self.student!r}; choose one of: {', '.join(STUDENT_PRESETS)}, "
-                             f"{shrink.SPEC} (the teacher cut to E encoder and D decoder layers), or any preset: "
+                             f"{shrink.SPEC} (the teacher cut to E encoder and D decoder layers, each a number or all), or any preset: "
                              f"{', '.join(p for p in PRESETS if p not in STUDENT_PRESETS)}")
         if self.shard_size < 1 or self.batch_size < 1 or self.max_steps < 0 or self.int8_lines < 0:
             raise UsageError("--shard-size and --batch-size must be >= 1, --max-steps and --int8-lines >= 0")

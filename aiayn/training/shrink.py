@@ -3,7 +3,8 @@ encoder and decoder layers, each kept layer starting from a teacher layer's weig
 `aiayn distill --student teacher-E-D` trains it on the teacher's translations; it starts where the teacher is, so it
 reaches the teacher's BLEU in a fraction of the time a student trained from random weights needs.
 
-    SPEC                               "teacher-E-D": E encoder layers, D decoder layers, the teacher's widths
+    SPEC                               "teacher-E-D": E encoder layers, D decoder layers ("all": the teacher's),
+                                       the teacher's widths
     parse_spec(name) -> (E, D) | None  None for any other preset name
     kept_layers(n, k) -> [i, ...]      which of the teacher's n layers the student's k start from
     shrunk_config(teacher, E, D)       the student's ModelConfig: the teacher's with E and D layers
@@ -20,16 +21,17 @@ from aiayn.config import ModelConfig
 from aiayn.errors import UsageError
 
 SPEC = "teacher-E-D"
-_SPEC = re.compile(r"teacher-(\d+)-(\d+)")
+_SPEC = re.compile(r"teacher-(\d+|all)-(\d+|all)")
 # What --set may change in a student cut from its teacher: the training's regularization, not the weights' shapes.
 TRAINING_FIELDS = ("dropout", "label_smoothing")
 _LAYER = re.compile(r"(encoder|decoder)\.layers\.(\d+)\.(.+)")
 
 
-def parse_spec(name: str) -> tuple[int, int] | None:
-    """(E, D) of a "teacher-E-D" student name; None when `name` is not of that form."""
+def parse_spec(name: str) -> tuple[int | None, int | None] | None:
+    """(E, D) of a "teacher-E-D" student name, each a number or None for "all" (all the teacher's layers of that
+    stack: "teacher-all-1"); None when `name` is not of that form."""
     match = _SPEC.fullmatch(name)
-    return (int(match[1]), int(match[2])) if match else None
+    return tuple(None if n == "all" else int(n) for n in match.groups()) if match else None
 
 
 def kept_layers(n: int, k: int) -> list[int]:
@@ -42,9 +44,13 @@ def kept_layers(n: int, k: int) -> list[int]:
     return [(2 * i * (n - 1) + k - 1) // (2 * (k - 1)) for i in range(k)]  # i (n-1)/(k-1), halves rounded up
 
 
-def shrunk_config(teacher: ModelConfig, n_enc: int, n_dec: int, overrides: dict[str, Any]) -> ModelConfig:
-    """The student's model: the teacher's, with n_enc encoder and n_dec decoder layers and `overrides` (only
-    TRAINING_FIELDS: every other field fixes a weight's shape or meaning, which the teacher's weights must keep)."""
+def shrunk_config(teacher: ModelConfig, n_enc: int | None, n_dec: int | None, overrides: dict[str, Any]
+                  ) -> ModelConfig:
+    """The student's model: the teacher's, with n_enc encoder and n_dec decoder layers (None: all the teacher's) and
+    `overrides` (only TRAINING_FIELDS: every other field fixes a weight's shape or meaning, which the teacher's
+    weights must keep)."""
+    n_enc = teacher.n_enc_layers if n_enc is None else n_enc
+    n_dec = teacher.n_dec_layers if n_dec is None else n_dec
     refused = sorted(set(overrides) - set(TRAINING_FIELDS))
     if refused:
         raise UsageError(f"a {SPEC} student keeps its teacher's model; --set may change only "
