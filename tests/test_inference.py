@@ -151,6 +151,22 @@ def test_int8_copy_follows_the_model():
     assert sum(agree) >= 2
 
 
+def test_int8_projections_call_torchs_operator_as_torchs_module_does():
+    # Every int8 projection, the tied output projection and a shortlist's rows included, is the lean Int8Linear, and
+    # it returns what torch's own dynamic quantized Linear returns for the same packed weights, to the bit.
+    from torch.ao.nn.quantized.dynamic import Linear as DynamicLinear
+
+    torch.manual_seed(0)
+    q = decoding_copy(Transformer(ModelConfig.preset("tiny", vocab_size=60)).eval(), "int8")
+    projections = [m for m in q.modules() if isinstance(m, DynamicLinear)]
+    projections += [q.output_projection.linear, q.output_projection.rows(torch.tensor([3, 7, 41])).linear]
+    assert projections and all(type(m).__name__ == "Int8Linear" for m in projections)
+    x = torch.randn(5, 32)
+    for m in projections[:3] + projections[-2:]:
+        with torch.no_grad():
+            assert torch.equal(m(x), DynamicLinear.forward(m, x))
+
+
 @pytest.mark.parametrize("precision, prepack", [("fp32", True), ("fp32", False), ("bf16", True), ("bf16", False),
                                              ("int8", None)])
 def test_output_rows_are_the_output_projection_of_those_pieces(precision, prepack):

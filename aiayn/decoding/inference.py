@@ -258,6 +258,7 @@ class _Int8TiedProjection:
             linear.in_features, linear.out_features = d, v
             linear.qconfig = per_channel_dynamic_qconfig
             self.linear = DynamicLinear.from_float(linear)
+        _lean_int8(self.linear)
 
     def __call__(self, hidden: Tensor) -> Tensor:
         return self.linear(hidden)
@@ -265,6 +266,37 @@ class _Int8TiedProjection:
     def rows(self, ids: Tensor) -> _Int8TiedProjection:
         """The projection of the pieces `ids` alone: one scale per row, so their int8 rows are the full matrix's."""
         return _Int8TiedProjection(self.weight.index_select(0, ids))
+
+
+def _int8_linear_class():
+    """torch.ao's dynamic quantized Linear whose forward calls its operator's one overload directly: the same call
+    as torch's forward (int8 weights, reduce_range), less its Python (~8 us a call, a decoder step's whole projection
+    at a few rows costs ~25); made on first use, so that importing this module imports no torch.ao."""
+    from torch.ao.nn.quantized.dynamic import Linear as DynamicLinear
+
+    op = torch.ops.quantized.linear_dynamic.default
+
+    class Int8Linear(DynamicLinear):
+        def forward(self, x: Tensor) -> Tensor:
+            return op(x, self._packed_params._packed_params, True)
+
+    return Int8Linear
+
+
+_INT8_LINEAR: list = []
+
+
+def _lean_int8(module: nn.Module) -> None:
+    """Make every int8 projection of `module` (torch's dynamic quantized Linear, of version 4 or later: what
+    quantize_dynamic makes) an Int8Linear (_int8_linear_class)."""
+    from torch.ao.nn.quantized.dynamic import Linear as DynamicLinear
+
+    if not _INT8_LINEAR:
+        _INT8_LINEAR.append(_int8_linear_class())
+    for m in module.modules():
+        if type(m) is DynamicLinear and m.version is not None and m.version >= 4 and \
+                m._packed_params.dtype == torch.qint8:
+            m.__class__ = _INT8_LINEAR[0]
 
 
 def _int8_copy(model: nn.Module, consume: bool = False) -> DecodingTransformer:
@@ -278,6 +310,7 @@ def _int8_copy(model: nn.Module, consume: bool = False) -> DecodingTransformer:
         warnings.simplefilter("ignore")
         q = quantize_dynamic(q, {nn.Linear: per_channel_dynamic_qconfig}, dtype=torch.qint8, inplace=True)
         projection = _Int8TiedProjection(q.embedding.weight)
+    _lean_int8(q)
     q = _mark(q, "int8", prepacked=False)
     q.output_projection = projection
     return q
