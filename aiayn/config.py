@@ -179,8 +179,9 @@ PRESETS: dict[str, dict[str, Any]] = {
     "student-6-1-tiny": _base(vocab_size=8000, n_enc_layers=6, n_dec_layers=1, d_model=128, d_ff=512, n_heads=4,
                               d_k=32, d_v=32),
 }
-# `aiayn distill`'s student when none is named: not a preset but the teacher itself cut to all its encoder layers and
-# its first decoder layer, then fine-tuned (aiayn.training.shrink); measured better than these presets (docs/distill.md).
+# `aiayn distill`'s student when none is named: not a preset but the teacher itself cut to all its encoder layers
+# and its first decoder layer, then fine-tuned (aiayn.training.shrink); measured better than these presets
+# (docs/distill.md).
 DEFAULT_STUDENT = "teacher-all-1"
 
 

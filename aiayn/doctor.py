@@ -89,6 +89,12 @@ def _decoding_gemms() -> dict[str, str] | str:
         return str(e)
 
 
+def _gemms_text(gemms: dict[str, str] | str) -> str:
+    if isinstance(gemms, str):
+        return gemms
+    return f"fp32 {gemms['fp32']}, int8 {gemms['int8']} (AIAYN_FP32_GEMM, AIAYN_INT8_ENGINE choose)"
+
+
 def _torch() -> dict[str, Any]:
     cuda = torch.version.cuda
     return {"version": torch.__version__, "build": f"CUDA {cuda}" if cuda else "CPU-only",
@@ -165,8 +171,7 @@ def format_report(r: dict[str, Any]) -> str:
         ("--device auto", r["device_auto"]),
         ("--dtype auto", r["dtype_auto"]),
         ("--threads 0", f"{r['threads_0']} ({r['threads_0_why']})"),
-        ("decoding GEMMs", r["decoding_gemms"] if isinstance(r["decoding_gemms"], str) else
-         f"fp32 {r['decoding_gemms']['fp32']}, int8 {r['decoding_gemms']['int8']} (AIAYN_FP32_GEMM, AIAYN_INT8_ENGINE)"),
+        ("decoding GEMMs", _gemms_text(r["decoding_gemms"])),
         ("torch", f"{t['version']} ({t['build']}); oneDNN {'yes' if t['onednn'] else 'no'}, "
                   f"MKL {'yes' if t['mkl'] else 'no'}"),
         ("gpus", f"{len(r['gpus'])}: {gpus}" if r["gpus"] else "none"),

@@ -63,9 +63,9 @@ def register(sub) -> None:
     p.add_argument("--student", default=DEFAULT_STUDENT, metavar="PRESET",
                    help="teacher-E-D: the teacher itself cut to E encoder and D decoder layers (a number, or all of "
                         "the teacher's), starting from its weights (shrink and fine-tune; --set may then change only "
-                        f"dropout and label_smoothing); or a student trained from random weights: {', '.join(students)} "
-                        f"(a deep encoder, a shallow decoder) or any other preset (default {DEFAULT_STUDENT}: all the "
-                        "teacher's encoder layers and its first decoder layer)")
+                        "dropout and label_smoothing); or a student trained from random weights: "
+                        f"{', '.join(students)} (a deep encoder, a shallow decoder) or any other preset "
+                        f"(default {DEFAULT_STUDENT}: all the teacher's encoder layers and its first decoder layer)")
     p.add_argument("--set", action="append", metavar="FIELD=VALUE",
                    help="override a field of the student's preset, e.g. dropout=0.0 (repeatable)")
     p.add_argument("--minutes", type=positive_float, default=12.0,

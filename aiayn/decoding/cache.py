@@ -59,8 +59,8 @@ class LayerCache:
             return attention.attention(q.to(held), k, v, mask, is_causal, decoding).to(q.dtype)
         if self.cross_k is None:  # laid out once: otherwise every step's matmul copies them again
             k, v = attention.keys_values(source)
-            self.cross_k, self.cross_v = keys_for(k.to(held), use_matmul_attention(q.to(held), decoding)), v.to(
-                held).contiguous()
+            self.cross_k = keys_for(k.to(held), use_matmul_attention(q.to(held), decoding))
+            self.cross_v = v.to(held).contiguous()
         heads = by_sentence(attention.attention, q.to(held), self.cross_k, self.cross_v, mask, is_causal, decoding)
         return heads.to(q.dtype)
 

@@ -88,7 +88,8 @@ def _copy(model: nn.Module, tensors: str, linear: str = "kept") -> nn.Module:
 def decoding_copy(model: Transformer, precision: str = "fp32", prepack: bool | None = None,
                   consume: bool = False) -> DecodingTransformer:
     """The model to decode with, in eval mode, its weights in `precision` (PRECISIONS). prepack (fp32 and bf16 on CPU;
-    None: bf16 wherever oneDNN runs it, fp32 where runtime.fp32_gemm picks oneDNN's GEMM over MKL's): every projection, the tied output projection included, becomes a PrepackedLinear.
+    None: bf16 wherever oneDNN runs it, fp32 where runtime.fp32_gemm picks oneDNN's GEMM over MKL's): every
+    projection, the tied output projection included, becomes a PrepackedLinear.
     A DecodingTransformer already in that format is returned as it is. The model passed in is left as it was (fp32
     not prepacked shares its tensors), unless `consume` (its caller needs it no more): then the copy takes over its
     tensors where they fit and frees each projection's weight as soon as it is converted, so that the process never

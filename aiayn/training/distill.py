@@ -82,7 +82,8 @@ class Recipe:
             raise UsageError("give the teacher: --teacher RUN (repeat it for an ensemble)")
         if self.student not in PRESETS and shrink.parse_spec(self.student) is None:
             raise UsageError(f"unknown student preset {self.student!r}; choose one of: {', '.join(STUDENT_PRESETS)}, "
-                             f"{shrink.SPEC} (the teacher cut to E encoder and D decoder layers, each a number or all), or any preset: "
+                             f"{shrink.SPEC} (the teacher cut to E encoder and D decoder layers, each a number or "
+                             "all), or any preset: "
                              f"{', '.join(p for p in PRESETS if p not in STUDENT_PRESETS)}")
         if self.shard_size < 1 or self.batch_size < 1 or self.max_steps < 0 or self.int8_lines < 0:
             raise UsageError("--shard-size and --batch-size must be >= 1, --max-steps and --int8-lines >= 0")

@@ -7,8 +7,9 @@ Both engines are loaded once (`prepack=True`: oneDNN's packed weights; `prepack=
 weights, F.linear); each round translates the whole file with one, then the other, in process (CPU seconds of
 translate_nbest, `time.process_time`), so the machine's drift hits both alike. Then the first line alone, a few
 times each: CPU milliseconds per translation, every decoder step at a few rows (one sentence's beams), where a
-step's fixed cost shows. Prints each side's minimum and median, MKL's over oneDNN's (< 1: MKL's is faster), and how many output lines
-are the same. Search: beam 4, |Y|^0.6 (power), patience 1, batch 64, as benchmarks/e2e/realtext.py. Not a test.
+step's fixed cost shows. Prints each side's minimum and median, MKL's over oneDNN's (< 1: MKL's is faster), and
+how many output lines are the same. Search: beam 4, |Y|^0.6 (power), patience 1, batch 64, as
+benchmarks/e2e/realtext.py. Not a test.
 """
 
 from __future__ import annotations
