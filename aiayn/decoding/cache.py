@@ -18,8 +18,6 @@ from dataclasses import dataclass, field
 import torch
 from torch import Tensor
 
-from aiayn.fast import use_matmul_attention
-
 
 @dataclass
 class LayerCache:
@@ -57,10 +55,9 @@ class LayerCache:
             k, v = self.append(k.to(held), v.to(held))  # (N, h, t+n, dk), (N, h, t+n, dv)
             mask, is_causal = _last_positions(q, k, mask, is_causal)
             return attention.attention(q.to(held), k, v, mask, is_causal, decoding).to(q.dtype)
-        if self.cross_k is None:  # laid out once: otherwise every step's matmul copies them again
+        if self.cross_k is None:  # made contiguous once: otherwise every step's matmul copies them again
             k, v = attention.keys_values(source)
-            self.cross_k = keys_for(k.to(held), use_matmul_attention(q.to(held), decoding))
-            self.cross_v = v.to(held).contiguous()
+            self.cross_k, self.cross_v = k.to(held).contiguous(), v.to(held).contiguous()
         heads = by_sentence(attention.attention, q.to(held), self.cross_k, self.cross_v, mask, is_causal, decoding)
         return heads.to(q.dtype)
 
@@ -110,17 +107,9 @@ class LayerCache:
             self.keys = _rows_into(self.keys, rows, self.length, spares)
             self.values = _rows_into(self.values, rows, self.length, spares)
             self.rows = rows.numel()
-        if sentences is not None and self.cross_k is not None:  # the keys keep their layout (keys_for)
-            self.cross_k = self.cross_k.transpose(-2, -1).index_select(0, sentences).transpose(-2, -1)
+        if sentences is not None and self.cross_k is not None:
+            self.cross_k = self.cross_k.index_select(0, sentences)
             self.cross_v = self.cross_v.index_select(0, sentences)
-
-
-def keys_for(k: Tensor, matmul: bool) -> Tensor:
-    """Cross-attention keys k (B, h, S, dk) laid out for the kernel that attends over them at every step: where eq. 1
-    runs as two matmuls (`matmul`: aiayn.fast.use_matmul_attention), the transpose of a contiguous (B, h, dk, S), so
-    that Q K^T multiplies contiguous matrices (2.7x faster for 4 beams x 4 heads x 64 sentences on one CPU core, the
-    same products to the bit); elsewhere contiguous (torch's fused kernels read each key's dk values together)."""
-    return k.transpose(-2, -1).contiguous().transpose(-2, -1) if matmul else k.contiguous()
 
 
 def held_dtype(q: Tensor, decoding: bool) -> torch.dtype:
