@@ -152,8 +152,8 @@ FP32_GEMMS = ("mkl", "onednn")  # the GEMMs fp32 decoding's projections can run 
 def fp32_gemm() -> str:
     """The GEMM fp32 decoding runs its projections on, on a CPU: MKL's sgemm on the plain weights (F.linear) on an
     Intel CPU where torch has MKL, oneDNN's on weights packed once (aiayn.decoding.inference.PrepackedLinear)
-    elsewhere. On an Intel Xeon with AVX-512 MKL's decoded the quickstart's test verses in 0.97x the CPU seconds
-    (0.93-0.95x under AVX2 alone; one verse alone 0.83x), the same translations: oneDNN's packed GEMM costs 25-45 us
+    elsewhere. On an Intel Xeon with AVX-512 MKL's decoded the quickstart's test verses in 0.95-0.96x the CPU seconds
+    (0.96-0.97x under AVX2 alone; one verse alone 0.81-0.82x), the same translations: oneDNN's packed GEMM costs 25-45 us
     a call at a decoder step's few rows where MKL's takes 6-12; on an AMD EPYC oneDNN's packed weights decoded 1.25x
     faster than MKL's plain ones (docs/speed-design.md). AIAYN_FP32_GEMM=mkl|onednn chooses."""
     asked = os.environ.get("AIAYN_FP32_GEMM", "").strip().lower()
