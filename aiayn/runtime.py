@@ -126,6 +126,15 @@ def native_bf16(device: torch.device) -> bool:
     return "avx512_bf16" in flags or "amx_bf16" in flags
 
 
+def users_choice(variable: str, choices: tuple[str, ...]) -> str | None:
+    """The choice the environment variable `variable` makes among `choices` (any case, spaces ignored), None where it
+    is unset or empty; another value is a UsageError naming the choices."""
+    asked = os.environ.get(variable, "").strip().lower()
+    if asked and asked not in choices:
+        raise UsageError(f"{variable} must be one of {', '.join(choices)}, not {asked!r}")
+    return asked or None
+
+
 INT8_ENGINES = ("fbgemm", "onednn")  # torch's quantized engines int8 decoding can pack its weights for
 
 
@@ -134,10 +143,8 @@ def int8_engine() -> str:
     (AVX512-VNNI or AMX-INT8, and oneDNN is not capped below them by ONEDNN_MAX_CPU_ISA), fbgemm's elsewhere (an
     AVX2 CPU, where oneDNN's int8 GEMM is the slower one). Both quantize each row of activations to 8 bits on the fly
     and give the same products to rounding; speeds: docs/speed.md. AIAYN_INT8_ENGINE=fbgemm|onednn chooses."""
-    asked = os.environ.get("AIAYN_INT8_ENGINE", "").strip().lower()
+    asked = users_choice("AIAYN_INT8_ENGINE", INT8_ENGINES)
     if asked:
-        if asked not in INT8_ENGINES:
-            raise UsageError(f"AIAYN_INT8_ENGINE must be one of {', '.join(INT8_ENGINES)}, not {asked!r}")
         return asked
     capped = os.environ.get("ONEDNN_MAX_CPU_ISA", "").upper()
     if capped and capped != "ALL" and "VNNI" not in capped and "AMX" not in capped:
@@ -153,15 +160,11 @@ def fp32_gemm() -> str:
     """The GEMM fp32 decoding runs its projections on, on a CPU: MKL's sgemm on the plain weights (F.linear) on an
     Intel CPU where torch has MKL, oneDNN's on weights packed once (aiayn.decoding.inference.PrepackedLinear)
     elsewhere. On an Intel Xeon with AVX-512 MKL's decoded the quickstart's test verses in 0.95-0.96x the CPU seconds
-    (0.96-0.97x under AVX2 alone; one verse alone 0.81-0.82x), the same translations: oneDNN's packed GEMM costs 25-45 us
-    a call at a decoder step's few rows where MKL's takes 6-12; on an AMD EPYC oneDNN's packed weights decoded 1.25x
-    faster than MKL's plain ones (docs/speed-design.md). AIAYN_FP32_GEMM=mkl|onednn chooses."""
-    asked = os.environ.get("AIAYN_FP32_GEMM", "").strip().lower()
-    if asked:
-        if asked not in FP32_GEMMS:
-            raise UsageError(f"AIAYN_FP32_GEMM must be one of {', '.join(FP32_GEMMS)}, not {asked!r}")
-        return asked
-    return "mkl" if cpu_vendor() == "GenuineIntel" and torch.backends.mkl.is_available() else "onednn"
+    (0.96-0.97x under AVX2 alone; one verse alone 0.81-0.82x), the same translations: oneDNN's packed GEMM costs
+    25-45 us a call at a decoder step's few rows where MKL's takes 6-12; on an AMD EPYC oneDNN's packed weights decoded
+    1.25x faster than MKL's plain ones (docs/speed-design.md). AIAYN_FP32_GEMM=mkl|onednn chooses."""
+    intel_mkl = cpu_vendor() == "GenuineIntel" and torch.backends.mkl.is_available()
+    return users_choice("AIAYN_FP32_GEMM", FP32_GEMMS) or ("mkl" if intel_mkl else "onednn")
 
 
 @contextlib.contextmanager
