@@ -269,7 +269,8 @@ class _Int8TiedProjection:
         return _Int8TiedProjection(self.weight.index_select(0, ids))
 
 
-def _int8_linear_class():
+@functools.cache
+def _int8_linear_class() -> type[nn.Module]:
     """torch.ao's dynamic quantized Linear whose forward calls its operator's one overload directly: the same call
     as torch's forward (int8 weights, reduce_range), less its Python (~10 us a call, where a decoder step's whole
     projection at a few rows costs ~25); made on first use, so that importing this module imports no torch.ao."""
@@ -285,20 +286,15 @@ def _int8_linear_class():
     return Int8Linear
 
 
-_INT8_LINEAR: list = []
-
-
 def _lean_int8(module: nn.Module) -> None:
     """Make every int8 projection of `module` (torch's dynamic quantized Linear, of version 4 or later: what
     quantize_dynamic makes) an Int8Linear (_int8_linear_class)."""
     from torch.ao.nn.quantized.dynamic import Linear as DynamicLinear
 
-    if not _INT8_LINEAR:
-        _INT8_LINEAR.append(_int8_linear_class())
     for m in module.modules():
         if type(m) is DynamicLinear and m.version is not None and m.version >= 4 and \
                 m._packed_params.dtype == torch.qint8:
-            m.__class__ = _INT8_LINEAR[0]
+            m.__class__ = _int8_linear_class()
 
 
 def _int8_copy(model: nn.Module, consume: bool = False) -> DecodingTransformer:
