@@ -167,6 +167,32 @@ def test_int8_projections_call_torchs_operator_as_torchs_module_does():
             assert torch.equal(m(x), DynamicLinear.forward(m, x))
 
 
+def test_int8_projections_skip_the_search_for_torch_function_overrides():
+    # torch looks for __torch_function__ on every argument of an operator called from Python; on the packed weights (a
+    # TorchScript object) that lookup raises and catches a C++ exception at every call. The lean Int8Linear calls the
+    # operator with that machinery off: a torch function mode sees torch's own module's call, not the lean one's.
+    from torch.ao.nn.quantized.dynamic import Linear as DynamicLinear
+    from torch.overrides import TorchFunctionMode
+
+    class Seen(TorchFunctionMode):
+        def __init__(self):
+            super().__init__()
+            self.names = []
+
+        def __torch_function__(self, func, types, args=(), kwargs=None):
+            self.names.append(str(func))
+            return func(*args, **(kwargs or {}))
+
+    q = decoding_copy(Transformer(ModelConfig.preset("tiny", vocab_size=60)).eval(), "int8")
+    lean, x = q.output_projection.linear, torch.randn(2, 32)
+    with torch.no_grad(), Seen() as torchs, torch.no_grad():
+        expected = DynamicLinear.forward(lean, x)
+    with torch.no_grad(), Seen() as ours:
+        got = lean(x)
+    assert any("linear_dynamic" in name for name in torchs.names)
+    assert not any("linear_dynamic" in name for name in ours.names) and torch.equal(got, expected)
+
+
 @pytest.mark.parametrize("precision, prepack", [("fp32", True), ("fp32", False), ("bf16", True), ("bf16", False),
                                              ("int8", None)])
 def test_output_rows_are_the_output_projection_of_those_pieces(precision, prepack):

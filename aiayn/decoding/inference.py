@@ -272,16 +272,20 @@ class _Int8TiedProjection:
 @functools.cache
 def _int8_linear_class() -> type[nn.Module]:
     """torch.ao's dynamic quantized Linear whose forward calls its operator's one overload directly: the same call
-    as torch's forward (int8 weights, reduce_range), less its Python (~10 us a call, where a decoder step's whole
-    projection at a few rows costs ~25); made on first use, so that importing this module imports no torch.ao."""
+    as torch's forward (int8 weights, reduce_range), less its Python (~10 us a call) and less the search for a
+    `__torch_function__` on its arguments, which on the packed weights (a TorchScript object) raises and catches a
+    C++ exception at every call (~10 us more; a 256 x 256 projection of one row then costs 16 us on oneDNN's int8
+    GEMM instead of 27); made on first use, so that importing this module imports no torch.ao."""
     from torch.ao.nn.quantized.dynamic import Linear as DynamicLinear
 
     overload = torch.ops.quantized.linear_dynamic.default
     op = getattr(overload, "_op", overload)  # its C++ function: no check for tracing's fake objects (~2.5 us)
+    plain = torch._C.DisableTorchFunction  # no tensor subclass or torch function mode takes part in this call
 
     class Int8Linear(DynamicLinear):
         def forward(self, x: Tensor) -> Tensor:
-            return op(x, self._packed_params._packed_params, True)
+            with plain():
+                return op(x, self._packed_params._packed_params, True)
 
     return Int8Linear
 
