@@ -81,10 +81,11 @@ def _threads() -> tuple[int, str]:
 
 
 def _decoding_gemms() -> dict[str, str] | str:
-    """The GEMMs CPU decoding runs its projections on here (runtime.fp32_gemm, runtime.int8_engine), or what is wrong
-    with the AIAYN_FP32_GEMM / AIAYN_INT8_ENGINE the user set."""
+    """The GEMMs CPU decoding runs its projections on here (runtime.fp32_gemm, runtime.int8_engine, and for the
+    decoder's int8 projections runtime.int8_step_engine), or what is wrong with the AIAYN_FP32_GEMM / AIAYN_INT8_ENGINE
+    the user set."""
     try:
-        return {"fp32": runtime.fp32_gemm(), "int8": runtime.int8_engine()}
+        return {"fp32": runtime.fp32_gemm(), "int8": runtime.int8_engine(), "int8_decoder": runtime.int8_step_engine()}
     except UsageError as e:
         return str(e)
 
@@ -92,7 +93,9 @@ def _decoding_gemms() -> dict[str, str] | str:
 def _gemms_text(gemms: dict[str, str] | str) -> str:
     if isinstance(gemms, str):
         return gemms
-    return f"fp32 {gemms['fp32']}, int8 {gemms['int8']} (AIAYN_FP32_GEMM, AIAYN_INT8_ENGINE choose)"
+    int8, decoder = gemms["int8"], gemms["int8_decoder"]
+    both = int8 if decoder == int8 else f"{int8}, the decoder's {decoder}"
+    return f"fp32 {gemms['fp32']}; int8 {both} (AIAYN_FP32_GEMM, AIAYN_INT8_ENGINE choose)"
 
 
 def _torch() -> dict[str, Any]:

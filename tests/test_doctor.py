@@ -118,3 +118,11 @@ def test_each_gpu_says_what_auto_trains_in(monkeypatch):
     monkeypatch.setattr(runtime, "native_bf16", lambda device: device.index == 0)
     gpus = doctor._gpus()
     assert [(g["bf16"], g["dtype_auto"]) for g in gpus] == [(True, "bf16"), (False, "fp16")]
+
+
+def test_doctor_names_the_decoders_int8_engine_where_it_differs():
+    mixed = doctor._gemms_text({"fp32": "mkl", "int8": "onednn", "int8_decoder": "fbgemm"})
+    assert "int8 onednn, the decoder's fbgemm" in mixed
+    same = doctor._gemms_text({"fp32": "onednn", "int8": "fbgemm", "int8_decoder": "fbgemm"})
+    assert "int8 fbgemm (" in same and "decoder" not in same
+    assert set(doctor.report(bench=False)["decoding_gemms"]) == {"fp32", "int8", "int8_decoder"}

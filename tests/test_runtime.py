@@ -236,19 +236,49 @@ def test_int8_packing_packs_for_an_engine_and_restores_the_setting(engine):
     torch.testing.assert_close(q(x), linear(x), rtol=0.05, atol=0.05)  # int8 products, to quantization error
 
 
-def test_int8_decoding_packs_every_projection_with_the_chosen_engine(monkeypatch):
-    import contextlib
+def test_int8_decoding_packs_the_decoders_projections_for_the_step_engine(monkeypatch):
+    # The decoder's projections are packed for int8_step_engine (fbgemm here), the encoder's and the tied output
+    # projection for int8_engine (oneDNN): each returns, to the bit, what its own int8 weights packed for that engine
+    # return, and the other engine rounds some of those products differently (so the check can tell them apart).
+    from torch.ao.nn.quantized.dynamic import Linear as DynamicLinear
 
-    packed = []
+    if not {"fbgemm", "onednn"} <= set(torch.backends.quantized.supported_engines):
+        pytest.skip("torch lacks one of the two int8 engines here")
+    monkeypatch.setattr(inference, "int8_step_engine", lambda: "fbgemm")
+    monkeypatch.setattr(runtime, "int8_engine", lambda: "onednn")
+    torch.manual_seed(0)
+    q = inference.decoding_copy(tiny_model(64), "int8")
+    x = torch.randn(7, q.cfg.d_model) * 3
 
-    @contextlib.contextmanager
-    def spy(engine=None):
-        packed.append(engine)
-        yield
+    def packed_for(engine: str, m: nn.Module) -> torch.Tensor:
+        with runtime.int8_packing(engine):
+            params = torch.ops.quantized.linear_prepack(*m._packed_params._weight_bias())
+        return torch.ops.quantized.linear_dynamic(x, params, True)
 
-    monkeypatch.setattr(inference, "int8_packing", spy)
-    inference.decoding_copy(tiny_model(64), "int8")
-    assert len(packed) == 2  # the layers' projections, then the tied output projection
+    layers = {"decoder": q.decoder.layers[0].self_attn.w_q, "encoder": q.encoder.layers[0].self_attn.w_q,
+              "output": q.output_projection.linear}
+    assert all(isinstance(m, DynamicLinear) for m in layers.values())
+    for part, m in layers.items():
+        engine, other = ("fbgemm", "onednn") if part == "decoder" else ("onednn", "fbgemm")
+        with torch.no_grad():
+            assert torch.equal(m(x), packed_for(engine, m)), part
+            assert not torch.equal(m(x), packed_for(other, m)), part
+
+
+def test_int8_step_engine_is_fbgemm_beside_onednn_without_amx(monkeypatch):
+    monkeypatch.delenv("AIAYN_INT8_ENGINE", raising=False)
+    monkeypatch.setattr(runtime, "int8_engine", lambda: "onednn")
+    fbgemm = "fbgemm" in torch.backends.quantized.supported_engines
+    monkeypatch.setattr(runtime, "cpu_flags", lambda: {"avx2", "avx512f", "avx512_vnni"})
+    assert runtime.int8_step_engine() == ("fbgemm" if fbgemm else "onednn")
+    monkeypatch.setattr(runtime, "cpu_flags", lambda: {"avx2", "avx512_vnni", "amx_int8"})  # AMX: oneDNN's
+    assert runtime.int8_step_engine() == "onednn"
+    monkeypatch.setattr(runtime, "cpu_flags", lambda: {"avx2", "avx512_vnni"})
+    monkeypatch.setenv("AIAYN_INT8_ENGINE", "onednn")  # the user's choice holds for the decoder too
+    assert runtime.int8_step_engine() == "onednn"
+    monkeypatch.setattr(runtime, "int8_engine", lambda: "fbgemm")
+    monkeypatch.delenv("AIAYN_INT8_ENGINE")
+    assert runtime.int8_step_engine() == "fbgemm"
 
 
 def test_fp32_gemm_follows_the_cpu_vendor_and_the_users_choice(monkeypatch):

@@ -32,7 +32,7 @@ from aiayn.allocator import release_freed_memory
 from aiayn.config import PRECISIONS
 from aiayn.errors import UsageError
 from aiayn.model import Transformer
-from aiayn.runtime import configure_process, fp32_gemm, int8_packing, warn_if_bf16_slow
+from aiayn.runtime import configure_process, fp32_gemm, int8_packing, int8_step_engine, warn_if_bf16_slow
 
 _DTYPE = {"fp32": torch.float32, "bf16": torch.bfloat16}
 
@@ -236,7 +236,8 @@ def _prepacked_copy(model: nn.Module, precision: str, consume: bool = False) -> 
 
 
 # ---------------------------------------------------------------------------------------------------------
-# int8 (CPU): dynamic quantization, the int8 GEMM of oneDNN (VNNI, AMX) or fbgemm (runtime.int8_engine).
+# int8 (CPU): dynamic quantization, the int8 GEMM of oneDNN (VNNI, AMX) or fbgemm (runtime.int8_engine; the
+# decoder's projections: runtime.int8_step_engine).
 
 
 class _Int8TiedProjection:
@@ -308,10 +309,14 @@ def _int8_copy(model: nn.Module, consume: bool = False) -> DecodingTransformer:
     if next(model.parameters()).device.type != "cpu":
         raise UsageError("int8 decoding runs on CPU (oneDNN's or fbgemm's int8 GEMM); use --precision bf16 on GPUs")
     q = (model if consume else copy.deepcopy(model)).float().eval()
-    with warnings.catch_warnings(), int8_packing():  # torch.ao.quantization announces its move to torchao
+    projections = {nn.Linear: per_channel_dynamic_qconfig}
+    with warnings.catch_warnings():  # torch.ao.quantization announces its move to torchao
         warnings.simplefilter("ignore")
-        q = quantize_dynamic(q, {nn.Linear: per_channel_dynamic_qconfig}, dtype=torch.qint8, inplace=True)
-        projection = _Int8TiedProjection(q.embedding.weight)
+        with int8_packing(int8_step_engine()):  # the decoder's: a step's few rows at a time
+            quantize_dynamic(q.decoder, projections, dtype=torch.qint8, inplace=True)
+        with int8_packing():  # the encoder's and the rest (what the decoder's made is no nn.Linear any more)
+            q = quantize_dynamic(q, projections, dtype=torch.qint8, inplace=True)
+            projection = _Int8TiedProjection(q.embedding.weight)
     _lean_int8(q)
     q = _mark(q, "int8", prepacked=False)
     q.output_projection = projection
