@@ -1,44 +1,58 @@
-"""int8 decoding's projections packed for fbgemm against oneDNN (aiayn.runtime.int8_engine), at decoding shapes.
+"""int8 decoding's projections packed for fbgemm against oneDNN (aiayn.runtime.int8_engine, int8_step_engine), at
+decoding shapes and on real text.
 
     python -m benchmarks.ab.int8_engine --threads 1
-    python -m benchmarks.ab.int8_engine --run runs/quickstart/run --src runs/quickstart/data/test.src.txt  # + real text
+    python -m benchmarks.ab.int8_engine --run runs/quickstart/run --src runs/quickstart/data/test.src.txt \
+        --ref runs/quickstart/data/test.tgt.txt  # + real text
 
-Each shape is one decoding step's projection: rows = sentences x beams, (d_model -> d_model), (d_model -> d_ff),
-(d_ff -> d_model) and the tied output projection (d_model -> vocabulary); a dynamically quantized nn.Linear
-(per-channel int8 weights, activations quantized per call, as `aiayn translate --precision int8`) is packed once under
-each engine and timed interleaved (benchmarks.timing.compare), the fp32 and bf16 nn.Linear beside them. With --run,
-the same model's int8 translation of --src in process under each engine (AIAYN_INT8_ENGINE), interleaved, and the
-lines they share. Run it under the five AVX2 variables (docs/speed-peers.md) for the AVX2 case: oneDNN is then capped
-too.
+Each shape is one decoding step's projection: rows = sentences x beams (1: one sentence's greedy step), (d_model ->
+d_model), (d_model -> d_ff), (d_ff -> d_model) and the tied output projection (d_model -> vocabulary); a dynamically
+quantized nn.Linear (per-channel int8 weights, activations quantized per call, as `aiayn translate --precision int8`)
+is packed once under each engine and called as aiayn decodes with it (inference._int8_linear_class), timed
+interleaved (benchmarks.timing.compare), beside torch's own module's call on oneDNN's packing and the fp32 and bf16
+nn.Linear. With --run, the same model's int8 translation of --src in process (beam 4) with every projection on
+fbgemm's, every one on oneDNN's (AIAYN_INT8_ENGINE), and aiayn's default for this CPU (`aiayn doctor`: oneDNN's with
+the decoder's on fbgemm's where the CPU has VNNI but no AMX), interleaved, the lines each shares with the default,
+and with --ref their BLEU. Run it under the five AVX2 variables (docs/speed-peers.md) for the AVX2 case: oneDNN is
+then capped too.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import subprocess
 import sys
 import warnings
 from functools import partial
+from pathlib import Path
 
+import sacrebleu
 import torch
 from torch import nn
 
 from benchmarks.timing import compare, table
 
-SHAPES = [(256, 256, 256), (256, 256, 1024), (256, 1024, 256), (256, 256, 8000), (64, 512, 2048), (256, 512, 32000)]
+SHAPES = [(1, 256, 256), (1, 256, 8000), (64, 256, 256), (64, 256, 1024), (64, 1024, 256), (64, 256, 8000),
+          (256, 256, 256), (256, 256, 1024), (256, 1024, 256), (256, 256, 8000), (64, 512, 2048), (256, 512, 32000),
+          (2048, 256, 256), (2048, 256, 1024)]
 
 
-def packed_linear(linear: nn.Linear, engine: str) -> nn.Module:
+def packed_linear(linear: nn.Linear, engine: str, lean: bool = True) -> nn.Module:
     from torch.ao.nn.quantized.dynamic import Linear as DynamicLinear
     from torch.ao.quantization import per_channel_dynamic_qconfig
 
+    from aiayn.decoding.inference import _lean_int8
     from aiayn.runtime import int8_packing
 
     linear.qconfig = per_channel_dynamic_qconfig
     with warnings.catch_warnings(), int8_packing(engine):
         warnings.simplefilter("ignore")
-        return DynamicLinear.from_float(linear)
+        q = DynamicLinear.from_float(linear)
+    if lean:
+        _lean_int8(q)  # aiayn's call of the operator (no module Python, no search for __torch_function__)
+    return q
 
 
 def shapes(repeats: int) -> None:
@@ -52,30 +66,42 @@ def shapes(repeats: int) -> None:
         for e in ("fbgemm", "onednn"):
             if e in torch.backends.quantized.supported_engines:
                 fns[f"int8 {e}"] = partial(packed_linear(linear, e), x)
+        if "onednn" in torch.backends.quantized.supported_engines:
+            fns["int8 onednn, torch's module"] = partial(packed_linear(linear, "onednn", lean=False), x)
         with torch.no_grad():
             ts = compare(fns, repeats=repeats, warmup=3, number=5)
         us = {name: t.median * 1e6 for name, t in ts.items()}
-        rows.append([f"{m} x {k} -> {n}", *(f"{us[v]:,.0f}" for v in fns),
+        rows.append([f"{m} x {k} -> {n}", *(f"{us[v]:,.1f}" for v in fns),
                      f"{us['int8 fbgemm'] / us['int8 onednn']:.2f}x" if "int8 onednn" in us else ""])
     print(table(["rows x in -> out", *fns, "oneDNN / fbgemm (speed)"], rows))
 
 
-def real_text(run: str, src: str, rounds: int, threads: int) -> None:
-    seconds: dict[str, list[float]] = {"fbgemm": [], "onednn": []}
+VARIANTS = {"default": None, "onednn": "onednn", "fbgemm": "fbgemm"}  # AIAYN_INT8_ENGINE of each (None: unset)
+
+
+def real_text(run: str, src: str, ref: str | None, rounds: int, threads: int) -> None:
+    seconds: dict[str, list[float]] = {v: [] for v in VARIANTS}
     for r in range(rounds):
-        for engine in seconds:
-            out = f"/tmp/int8-{engine}.txt"
-            env = {**os.environ, "AIAYN_INT8_ENGINE": engine, "OMP_NUM_THREADS": str(threads)}
+        for variant, engine in VARIANTS.items():
+            env = {**os.environ, "OMP_NUM_THREADS": str(threads)}
+            env.pop("AIAYN_INT8_ENGINE", None)
+            if engine:
+                env["AIAYN_INT8_ENGINE"] = engine
             cell = subprocess.run([sys.executable, "-m", "benchmarks.e2e.realtext", "inprocess", "--run", run, "--src",
-                                   src, "--output", out, "--precision", "int8", "--beam-patience", "1"],
-                                  env=env, capture_output=True, text=True, check=True).stdout.splitlines()[-1]
-            seconds[engine].append(__import__("json").loads(cell)["translate_s"])
-            print(f"round {r} {engine}: {seconds[engine][-1]:.2f} s", flush=True)
-    a, b = (open(f"/tmp/int8-{e}.txt", encoding="utf-8").read().splitlines() for e in seconds)
-    best = {e: min(s) for e, s in seconds.items()}
-    print(f"\nreal text, int8, {threads} thread(s), in process, best of {rounds}: fbgemm {best['fbgemm']:.2f} s, "
-          f"oneDNN {best['onednn']:.2f} s ({best['fbgemm'] / best['onednn']:.2f}x); "
-          f"{sum(x == y for x, y in zip(a, b))} of {len(a)} lines the same")
+                                   src, "--output", f"/tmp/int8-{variant}.txt", "--precision", "int8",
+                                   "--beam-patience", "1"], env=env, capture_output=True, text=True,
+                                  check=True).stdout.splitlines()[-1]
+            seconds[variant].append(json.loads(cell)["translate_cpu_s"])
+            print(f"round {r} {variant}: {seconds[variant][-1]:.2f} CPU s", flush=True)
+    lines = {v: Path(f"/tmp/int8-{v}.txt").read_text(encoding="utf-8").splitlines() for v in VARIANTS}
+    refs = Path(ref).read_text(encoding="utf-8").splitlines() if ref else None
+    best = {v: min(s) for v, s in seconds.items()}
+    print(f"\nreal text, int8, beam 4, {threads} thread(s), in process, CPU seconds, best of {rounds}:")
+    for v in VARIANTS:
+        same = sum(a == b for a, b in zip(lines[v], lines["default"]))
+        bleu = f", BLEU {sacrebleu.corpus_bleu(lines[v], [refs]).score:.2f}" if refs else ""
+        print(f"  {v:8s} {best[v]:.2f} s ({best[v] / best['default']:.3f}x the default's){bleu}; "
+              f"{same} of {len(lines[v])} lines as the default's")
 
 
 def main() -> None:
@@ -84,14 +110,18 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=15)
     ap.add_argument("--run", help="a run directory: also time its int8 translation of --src under each engine")
     ap.add_argument("--src", help="source text, one sentence per line (with --run)")
+    ap.add_argument("--ref", help="references of --src: BLEU of each engine's translation (with --run)")
     ap.add_argument("--rounds", type=int, default=2)
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
+    from aiayn.runtime import int8_engine, int8_step_engine
+
     print(f"torch {torch.__version__}, {args.threads} thread(s), ONEDNN_MAX_CPU_ISA="
-          f"{os.environ.get('ONEDNN_MAX_CPU_ISA', '(unset)')}; microseconds a call, median\n")
+          f"{os.environ.get('ONEDNN_MAX_CPU_ISA', '(unset)')}; aiayn's default here: int8 {int8_engine()}, the "
+          f"decoder's {int8_step_engine()}; microseconds a call, median\n")
     shapes(args.repeats)
     if args.run:
-        real_text(args.run, args.src, args.rounds, args.threads)
+        real_text(args.run, args.src, args.ref, args.rounds, args.threads)
 
 
 if __name__ == "__main__":
