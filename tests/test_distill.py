@@ -240,35 +240,39 @@ def test_student_presets_are_deep_encoders_and_shallow_decoders():
     assert np.all([ModelConfig.preset(n).d_model < ModelConfig.preset("base").d_model for n in shapes])
 
 
-def test_a_student_cut_from_its_teacher(setup, tmp_path, capsys):
+def test_a_student_cut_from_its_teacher(setup, copy_data, tmp_path, capsys):
     """--student teacher-E-D: the teacher's model with E+D layers, starting from the teacher's own layers (the run's
     parent is the cut, which holds them), then fine-tuned on the distilled data."""
     import torch
 
     from aiayn.config import ModelConfig
 
-    data, teacher = setup
+    data, _ = setup
+    teacher = labelled_run(tiny_model(120, seed=3, eos_bias=6.0, n_dec_layers=3), copy_data, tmp_path / "teacher",
+                           ("en", "de"))  # 2 + 3 layers: the default student keeps 2 + 2
     out = tmp_path / "student"
     base = ["distill", "--teacher", str(teacher), "--data", str(data), "--out", str(out), "--max-steps", "2",
             "--max-tokens", "200", "--shard-size", "20", "--threads", "1", "--int8-lines", "0", "--no-progress"]
     assert "teacher's encoder has 2 layers" in _error(capsys, 2, [*base, "--student", "teacher-3-1"])
+    assert "not 4 (at most --student teacher-all-3)" in _error(capsys, 2, [*base, "--student", "teacher-all-4"])
     assert "may change only dropout" in _error(capsys, 2, [*base, "--student", "teacher-1-1", "--set", "d_model=64"])
     assert "teacher-E-D" in _error(capsys, 2, [*base, "--student", "teacher-1"])
     assert not out.exists()
-    assert main([*base, "--set", "dropout=0.2"]) == 0  # the default student: teacher-all-1 (the teacher's 1 + 1 here)
+    assert main([*base, "--set", "dropout=0.2"]) == 0  # the default student: teacher-all-2
     teacher_path = rundir.inference_checkpoint(teacher)
     teacher_cfg = ckpt.read_header(teacher_path)[1]
     cfg = RunDir(out).config
-    assert teacher_cfg.n_dec_layers > 1
-    assert ModelConfig.from_dict(cfg["model"]) == teacher_cfg.replace(n_dec_layers=1, dropout=0.2)
+    assert teacher_cfg.n_dec_layers == 3
+    assert ModelConfig.from_dict(cfg["model"]) == teacher_cfg.replace(n_dec_layers=2, dropout=0.2)
     init = out / "distill" / "init" / "student.safetensors"
     assert cfg["parent"]["sha256"] == sha256_file(init)
     cut, theirs = ckpt.load_weights(init)[0], ckpt.load_weights(teacher_path)[0]
-    assert len(cut) < len(theirs) and all(torch.equal(cut[k], theirs[k]) for k in cut)  # every encoder layer, decoder 0
+    kept = {k.replace("decoder.layers.1.", "decoder.layers.2."): v for k, v in cut.items()}  # decoder 0 and 2 of 3
+    assert len(cut) < len(theirs) and all(torch.equal(v, theirs[k]) for k, v in kept.items())  # every encoder layer
     trained = ckpt.load_weights(out / rundir.AVERAGED)[0]
     assert trained.keys() == cut.keys() and not all(torch.equal(trained[k], cut[k]) for k in cut)
     recipe = json.loads((out / "distill" / "recipe.json").read_text())
-    assert recipe["student"]["preset"] == "teacher-all-1" and recipe["stages"]["student"]["steps"] == 2
+    assert recipe["student"]["preset"] == "teacher-all-2" and recipe["stages"]["student"]["steps"] == 2
 
 
 def _teacher_targets(teachers, data):

@@ -65,7 +65,7 @@ def register(sub) -> None:
                         "the teacher's), starting from its weights (shrink and fine-tune; --set may then change only "
                         "dropout and label_smoothing); or a student trained from random weights: "
                         f"{', '.join(students)} (a deep encoder, a shallow decoder) or any other preset "
-                        f"(default {DEFAULT_STUDENT}: all the teacher's encoder layers and its first decoder layer)")
+                        f"(default {DEFAULT_STUDENT}: all the teacher's encoder layers and two of its decoder layers)")
     p.add_argument("--set", action="append", metavar="FIELD=VALUE",
                    help="override a field of the student's preset, e.g. dropout=0.0 (repeatable)")
     p.add_argument("--minutes", type=positive_float, default=12.0,

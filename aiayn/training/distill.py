@@ -8,7 +8,7 @@
       2. data       the shards, merged in input order, become a prepared-data folder OUT/distill/data: the same
                     sources, the teacher's translations as targets (pairs it left empty dropped), the dev and test
                     splits and the vocabulary (the teacher's: an OPUS-MT teacher's two) copied unchanged
-      3. student    the teacher cut to fewer layers ("teacher-E-D", by default teacher-all-1: aiayn.training.shrink)
+      3. student    the teacher cut to fewer layers ("teacher-E-D", by default teacher-all-2: aiayn.training.shrink)
                     and fine-tuned on it, or a student preset (config.py: student-6-1, ...) trained on it from random
                     weights, into OUT, a run like any other;
                     its last checkpoint (the end of the annealed schedule) becomes OUT/averaged.safetensors, what
