@@ -156,11 +156,11 @@ def int8_engine() -> str:
 def int8_step_engine() -> str:
     """The quantized engine for the decoder's own projections, which run a step's few rows at a time (the encoder's
     and the output projection's stay on int8_engine()'s): fbgemm's where int8_engine() picks oneDNN's on a CPU
-    without AMX-INT8. There torch's oneDNN int8 path costs ~16 us a call at one row and ~52 at 64 (a 256 x 256
-    projection; fbgemm's: 5 and 29), where the encoder's thousands of rows and the output projection's wide matrix run
-    faster on oneDNN's; on the Xeon with AVX512-VNNI a Multi30k model's greedy search took 0.80x the CPU seconds,
-    beam 4 0.95x, its BLEU within 0.13 (the two engines round some products differently: docs/speed.md). With AMX
-    (unmeasured here) oneDNN's everywhere; AIAYN_INT8_ENGINE, when set, chooses for both."""
+    without AMX-INT8. There torch's oneDNN int8 path costs ~20 us a call at one row where fbgemm's costs ~10 (a
+    256 x 256 projection; benchmarks/ab/int8_engine.py), where the encoder's thousands of rows and the output
+    projection's wide matrix run faster on oneDNN's. On the Xeon with AVX512-VNNI a Multi30k model's greedy search
+    took 0.81x the CPU seconds, beam 4 0.93x, its BLEU within 0.13 (the two engines round some products differently:
+    docs/speed.md). With AMX (unmeasured here) oneDNN's everywhere; AIAYN_INT8_ENGINE, when set, chooses for both."""
     engine = int8_engine()
     if users_choice("AIAYN_INT8_ENGINE", INT8_ENGINES) or engine != "onednn" or "amx_int8" in cpu_flags():
         return engine

@@ -275,8 +275,9 @@ def _int8_linear_class() -> type[nn.Module]:
     """torch.ao's dynamic quantized Linear whose forward calls its operator's one overload directly: the same call
     as torch's forward (int8 weights, reduce_range), less its Python (~10 us a call) and less the search for a
     `__torch_function__` on its arguments, which on the packed weights (a TorchScript object) raises and catches a
-    C++ exception at every call (~10 us more; a 256 x 256 projection of one row then costs 16 us on oneDNN's int8
-    GEMM instead of 27); made on first use, so that importing this module imports no torch.ao."""
+    C++ exception at every call (~10 us more: a 256 x 256 projection of one row costs ~20 us on oneDNN's int8 GEMM
+    through this call, ~39 through torch's module; benchmarks/ab/int8_engine.py); made on first use, so that importing
+    this module imports no torch.ao."""
     from torch.ao.nn.quantized.dynamic import Linear as DynamicLinear
 
     overload = torch.ops.quantized.linear_dynamic.default

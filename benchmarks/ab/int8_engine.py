@@ -10,8 +10,8 @@ d_model), (d_model -> d_ff), (d_ff -> d_model) and the tied output projection (d
 quantized nn.Linear (per-channel int8 weights, activations quantized per call, as `aiayn translate --precision int8`)
 is packed once under each engine and called as aiayn decodes with it (inference._int8_linear_class), timed
 interleaved (benchmarks.timing.compare), beside torch's own module's call on oneDNN's packing and the fp32 and bf16
-nn.Linear. With --run, the same model's int8 translation of --src in process (beam 4) with every projection on
-fbgemm's, every one on oneDNN's (AIAYN_INT8_ENGINE), and aiayn's default for this CPU (`aiayn doctor`: oneDNN's with
+nn.Linear. With --run, the same model's int8 translation of --src in process (--beam, default 4) with every projection
+on fbgemm's, every one on oneDNN's (AIAYN_INT8_ENGINE), and aiayn's default for this CPU (`aiayn doctor`: oneDNN's with
 the decoder's on fbgemm's where the CPU has VNNI but no AMX), interleaved, the lines each shares with the default,
 and with --ref their BLEU. Run it under the five AVX2 variables (docs/speed-peers.md) for the AVX2 case: oneDNN is
 then capped too.
@@ -79,7 +79,7 @@ def shapes(repeats: int) -> None:
 VARIANTS = {"default": None, "onednn": "onednn", "fbgemm": "fbgemm"}  # AIAYN_INT8_ENGINE of each (None: unset)
 
 
-def real_text(run: str, src: str, ref: str | None, rounds: int, threads: int) -> None:
+def real_text(run: str, src: str, ref: str | None, rounds: int, threads: int, beam: int) -> None:
     seconds: dict[str, list[float]] = {v: [] for v in VARIANTS}
     for r in range(rounds):
         for variant, engine in VARIANTS.items():
@@ -89,14 +89,14 @@ def real_text(run: str, src: str, ref: str | None, rounds: int, threads: int) ->
                 env["AIAYN_INT8_ENGINE"] = engine
             cell = subprocess.run([sys.executable, "-m", "benchmarks.e2e.realtext", "inprocess", "--run", run, "--src",
                                    src, "--output", f"/tmp/int8-{variant}.txt", "--precision", "int8",
-                                   "--beam-patience", "1"], env=env, capture_output=True, text=True,
-                                  check=True).stdout.splitlines()[-1]
+                                   "--beam-patience", "1", "--beam", str(beam)],
+                                  env=env, capture_output=True, text=True, check=True).stdout.splitlines()[-1]
             seconds[variant].append(json.loads(cell)["translate_cpu_s"])
             print(f"round {r} {variant}: {seconds[variant][-1]:.2f} CPU s", flush=True)
     lines = {v: Path(f"/tmp/int8-{v}.txt").read_text(encoding="utf-8").splitlines() for v in VARIANTS}
     refs = Path(ref).read_text(encoding="utf-8").splitlines() if ref else None
     best = {v: min(s) for v, s in seconds.items()}
-    print(f"\nreal text, int8, beam 4, {threads} thread(s), in process, CPU seconds, best of {rounds}:")
+    print(f"\nreal text, int8, beam {beam}, {threads} thread(s), in process, CPU seconds, best of {rounds}:")
     for v in VARIANTS:
         same = sum(a == b for a, b in zip(lines[v], lines["default"]))
         bleu = f", BLEU {sacrebleu.corpus_bleu(lines[v], [refs]).score:.2f}" if refs else ""
@@ -112,6 +112,7 @@ def main() -> None:
     ap.add_argument("--src", help="source text, one sentence per line (with --run)")
     ap.add_argument("--ref", help="references of --src: BLEU of each engine's translation (with --run)")
     ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--beam", type=int, default=4, help="beam size of the real-text translation (1: greedy)")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     from aiayn.runtime import int8_engine, int8_step_engine
@@ -121,7 +122,7 @@ def main() -> None:
           f"decoder's {int8_step_engine()}; microseconds a call, median\n")
     shapes(args.repeats)
     if args.run:
-        real_text(args.run, args.src, args.ref, args.rounds, args.threads)
+        real_text(args.run, args.src, args.ref, args.rounds, args.threads, args.beam)
 
 
 if __name__ == "__main__":

@@ -86,7 +86,7 @@ def inprocess(args: argparse.Namespace) -> None:
     from aiayn.decoding.search import PAPER_SEARCH
 
     start = time.perf_counter()
-    search = dataclasses.replace(PAPER_SEARCH, lp="power", beam_patience=args.beam_patience)
+    search = dataclasses.replace(PAPER_SEARCH, beam=args.beam, lp="power", beam_patience=args.beam_patience)
     translator = open_engine(args.run, EngineOptions(engine="aiayn", search=search, precision=args.precision,
                                                     device="cpu", batch_size=args.batch_size))
     lines = Path(args.src).read_text(encoding="utf-8").splitlines()
@@ -112,6 +112,7 @@ def main() -> None:
     one.add_argument("--precision", default="fp32")
     one.add_argument("--batch-size", type=int, default=64)
     one.add_argument("--beam-patience", type=float, default=1.0)
+    one.add_argument("--beam", type=int, default=4, help="beam size (1: greedy)")
     one.add_argument("--profile", action="store_true", help="translate again under torch.profiler, print its table")
     ap.add_argument("--run", help="aiayn run directory (or checkpoint)")
     ap.add_argument("--src", help="source text, one sentence per line")
