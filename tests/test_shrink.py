@@ -35,6 +35,14 @@ def test_all_keeps_every_layer_of_that_stack():
     assert shrunk_config(teacher, 1, None, {}) == teacher.replace(n_enc_layers=1)
 
 
+def test_a_cut_too_deep_names_the_deepest_one():
+    teacher = tiny_model(50, seed=1, n_enc_layers=3, n_dec_layers=1).cfg
+    with pytest.raises(UsageError, match=r"decoder has 1 layer: .* not 2 \(at most --student teacher-all-1\)"):
+        shrunk_config(teacher, None, 2, {})
+    with pytest.raises(UsageError, match=r"encoder has 3 layers: .* not 4 \(at most --student teacher-3-all\)"):
+        shrunk_config(teacher, 4, 1, {})
+
+
 def test_the_student_holds_the_teachers_layers():
     teacher = tiny_model(50, seed=1, n_enc_layers=3, n_dec_layers=3)
     student_cfg = shrunk_config(teacher.cfg, 2, 1, {"dropout": 0.2})

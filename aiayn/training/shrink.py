@@ -58,7 +58,8 @@ def shrunk_config(teacher: ModelConfig, n_enc: int | None, n_dec: int | None, ov
     for side, n, k in (("encoder", teacher.n_enc_layers, n_enc), ("decoder", teacher.n_dec_layers, n_dec)):
         if not 1 <= k <= n:
             most = f"teacher-all-{n}" if side == "decoder" else f"teacher-{n}-all"
-            raise UsageError(f"the teacher's {side} has {n} layers: a {SPEC} student keeps 1..{n} of them, not {k} "
+            layers = "1 layer" if n == 1 else f"{n} layers"
+            raise UsageError(f"the teacher's {side} has {layers}: a {SPEC} student keeps 1..{n} of them, not {k} "
                              f"(at most --student {most})")
     return teacher.replace(n_enc_layers=n_enc, n_dec_layers=n_dec, **overrides)
 
