@@ -471,3 +471,6 @@ def test_ct2_word_alignments_are_aiayns(model, vocab, ct2_dirs, lines):
     assert agree >= len(same) * 0.9, (agree, len(same))
     assert theirs[-1][0].alignment == []
     assert CT2Translator(ct2_dirs["tiny"], search=greedy).translate_nbest(lines[:1])[0][0].alignment is None
+    flags = [n % 2 == 1 for n in range(len(lines) + 1)]  # one flag a line: those lines' links alone, the same ones
+    some = CT2Translator(ct2_dirs["tiny"], search=greedy).translate_nbest(lines + [""], alignments=flags)
+    assert [h[0].alignment for h in some] == [t[0].alignment if f else None for t, f in zip(theirs, flags)]

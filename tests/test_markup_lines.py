@@ -5,13 +5,14 @@ import pytest
 from helpers import save_run, tiny_model
 
 from aiayn.cli import main
+from aiayn.config import EOS_ID
 from aiayn.data import Vocab
 from aiayn.decoding.glossary import Glossary
 from aiayn.decoding.lines import Translation
 from aiayn.decoding.search import SearchConfig
 from aiayn.decoding.translator import Translator
 from aiayn.errors import UsageError, UserError
-from aiayn.markup.lines import carry_nbests, sentence_spans, term_spans, translate_lines
+from aiayn.markup.lines import carry_nbests, needs_alignment, sentence_spans, term_spans, translate_lines
 
 KING = "And the king spoke to the people."
 # the quickstart model's plain translation of KING and its alignment (aiayn translate --print-alignment)
@@ -167,6 +168,41 @@ def test_a_real_engine_keeps_numbers_and_places_terms(tiny):
     out = translate_lines(engine, lines + ["2020", f"{lines[1]} 12345 €"], {word: "ZZTERM"})
     assert out[1:4] == [h[0].text for h in plain[1:4]] and out[4] == "2020" and "12345 €" in out[5]
     assert out[0].count("ZZTERM") == 1 and len(out[0].split()) <= len(plain[0][0].text.split()) + 1
+
+
+def test_only_the_lines_with_spans_ask_for_alignments(tiny):
+    """needs_alignment flags the sentences with a span (not those without letters, kept as they are); an engine given
+    one flag a line aligns those lines alone, each as `alignments=True` would; flags that miss lines are an error."""
+    model, vocab, lines = tiny
+    engine = Translator(model, vocab, SearchConfig(beam=2, max_len_b=8))
+    sentences = [lines[0], f"{lines[1]} 12 €", "2020", "", lines[2]]
+    flags = needs_alignment(sentences)
+    assert flags == [False, True, False, False, False]
+    assert needs_alignment(sentences, Glossary.of({lines[0].split()[0]: "X"}))[0]
+    every = engine.translate_nbest(sentences, alignments=True)
+    some = engine.translate_nbest(sentences, alignments=flags)
+    assert [h[0].alignment for h in some] == [None, every[1][0].alignment, None, None, None]
+    assert every[1][0].alignment and [h[0].text for h in some] == [h[0].text for h in every]
+    with pytest.raises(UsageError, match="2 flags for 5 lines"):
+        engine.translate_nbest(sentences, alignments=[True, False])
+
+
+def test_the_cli_aligns_only_the_lines_that_carry_spans(tiny, copy_data, tmp_path, monkeypatch, capsys):
+    model, vocab, lines = tiny
+    run = save_run(model, copy_data / "vocab.model", tmp_path / "run")
+    (tmp_path / "in.txt").write_text("\n".join([lines[0], f"{lines[1]} 15 €", lines[2]]) + "\n")
+    aligned = []
+    real = Translator.align_ids
+
+    def spy(self, sources, targets):
+        aligned.extend(sources)
+        return real(self, sources, targets)
+
+    monkeypatch.setattr(Translator, "align_ids", spy)
+    assert main(["translate", "--checkpoint", str(run), "--input", str(tmp_path / "in.txt"), "--max-len-b", "8",
+                 "--no-progress"]) == 0
+    assert "15 €" in capsys.readouterr().out.splitlines()[1]
+    assert aligned == [vocab.encode(f"{lines[1]} 15 €") + [EOS_ID]]
 
 
 def test_cli_glossary_and_numbers(tiny, copy_data, tmp_path, capsys):

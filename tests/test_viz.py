@@ -201,16 +201,41 @@ def test_align_drops_eos_uses_the_layer_and_averages_heads(monkeypatch, model):
     decoy = torch.zeros_like(cross)
     decoy[..., 4] = 1.0
 
-    def scripted(m, s, t):
+    def scripted(module, m, s, t):  # the forward, stopped at `module`: what it would have recorded
         assert s.tolist() == [src] and t.tolist() == [[BOS_ID, *tgt]]
-        return None, {"cross": [decoy, cross]}
+        module.attention.weights = [decoy, cross][alignment.attention_modules(m)["cross"].index(module)]
 
-    monkeypatch.setattr(alignment, "record", scripted)
+    monkeypatch.setattr(alignment, "_forward_until", scripted)
     assert alignment.align(model, vocab, [src, None], [tgt, []], layer=1) == [PAIRS, []]
     assert alignment.align(model, vocab, [src], [tgt]) == [PAIRS]  # by default the top layer
     assert alignment.align(model, vocab, [src], [tgt], layer=0) == [[(3, 0), (3, 1), (3, 2), (3, 3)]]  # the decoy
     with pytest.raises(UsageError, match="numbered 0..1"):
         alignment.align(model, vocab, [src], [tgt], layer=2)
+
+
+def test_align_links_what_record_computes_and_stops_at_its_layer(model, vocab):
+    """align's forward stops after the chosen layer's cross-attention (the layers above it and the output projection
+    do not run) and links the same weights as a whole recorded forward; the model's mode is left as it was."""
+    src, tgt_in = batch(vocab)
+    sources = [[i for i in row if i != PAD_ID] for row in src.tolist()]
+    targets = [[i for i in row[1:] if i != PAD_ID] for row in tgt_in.tolist()]
+    _, weights = record(model, src, tgt_in)
+    calls = []
+    hooks = [model.decoder.layers[-1].ffn.register_forward_hook(lambda *_: calls.append("ffn")),
+             model.decoder.layers[0].ffn.register_forward_hook(lambda *_: calls.append("ffn 0"))]
+    model.train()
+    try:
+        for layer in (0, 1):
+            cross = weights["cross"][layer].mean(dim=1)
+            expected = [alignment.word_links(cross[b, : len(t), : len(s) - 1], [vocab.piece(i) for i in s[:-1]],
+                                             [vocab.piece(i) for i in t]) for b, (s, t) in enumerate(zip(sources,
+                                                                                                         targets))]
+            assert alignment.align(model, vocab, sources, targets, layer=layer) == expected
+        assert model.training and calls == ["ffn 0"]  # layer 1's align ran layer 0's feed-forward, no other
+    finally:
+        model.eval()
+        for hook in hooks:
+            hook.remove()
 
 
 # ---------------------------------------------------------------------------------------------------------

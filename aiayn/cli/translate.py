@@ -60,7 +60,8 @@ def translate_command(args: argparse.Namespace) -> int:
                 if problem:
                     raise UsageError(problem)
             parts, part_prefixes, layouts = split_lines(lines, prefixes) if split else (lines, prefixes, None)
-            ask = args.print_alignment or (len(args.checkpoint) == 1 and needs_alignment(parts, glossary))
+            # the lines with spans to carry ask for their alignments (--print-alignment: every line)
+            ask = args.print_alignment or (needs_alignment(parts, glossary) if len(args.checkpoint) == 1 else False)
             nbests = engine.translate_nbest(parts, progress, part_prefixes, sentences, None, ask)
             if not args.print_alignment:  # numbers, symbols, terms carried (docs/decoding.md)
                 nbests = carry_nbests(parts, nbests, glossary, lexicon=term_translations(engine, parts, glossary))

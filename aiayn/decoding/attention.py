@@ -1,8 +1,9 @@
 """The attention weights a model computes, kept: `recording(model)` gives every MultiHeadAttention an
 AttentionRecorder as its `attention` (eq. 1 as two matmuls, the softmax weights kept) and restores them after;
 `record` runs ONE teacher-forced forward (model.encode + model.decode on the whole target) so that each recorder
-holds its weights (B, h, n, m); `align` turns the cross-attention of one decoder layer into word links
-(aiayn.decoding.alignment's recipe): what aiayn's engine gives with `alignments=True`, and what aiayn.viz draws.
+holds its weights (B, h, n, m); `align` runs that forward only up to one decoder layer's cross-attention and turns
+its weights into word links (aiayn.decoding.alignment's recipe): what aiayn's engine gives with `alignments=True`.
+aiayn.viz draws what `record` keeps.
 """
 
 from __future__ import annotations
@@ -56,19 +57,45 @@ def recording(model: nn.Module) -> Iterator[dict[str, list[MultiHeadAttention]]]
             m.attention = before
 
 
+@contextmanager
+def _evaluating(model: nn.Module) -> Iterator[None]:
+    """The model in eval mode (no dropout) inside the block, in its own mode after."""
+    was_training = model.training
+    if was_training:
+        model.eval()
+    try:
+        yield
+    finally:
+        if was_training:
+            model.train()
+
+
 def record(model: nn.Module, src: Tensor, tgt_in: Tensor) -> tuple[Tensor, dict[str, list[Tensor]]]:
     """One teacher-forced forward: src (B, S) and tgt_in (B, T) (BOS first), both padded with PAD_ID ->
     (logits (B, T, V), {kind: [fp32 weights (B, h, n, m) per layer]}). Runs in eval mode (no dropout)."""
-    was_training = model.training
-    model.eval()
-    try:
-        with recording(model) as modules, torch.no_grad():
-            logits = model.decode(tgt_in, model.encode(src), src.eq(PAD_ID))
-            weights = {kind: [m.attention.weights.float() for m in ms] for kind, ms in modules.items()}
-    finally:
-        model.train(was_training)
+    with _evaluating(model), recording(model) as modules, torch.no_grad():
+        logits = model.decode(tgt_in, model.encode(src), src.eq(PAD_ID))
+        weights = {kind: [m.attention.weights.float() for m in ms] for kind, ms in modules.items()}
     return logits, weights
 
+
+class _Recorded(Exception):
+    """Raised by a forward hook once the weights wanted are recorded: nothing computed after them is needed."""
+
+
+def _forward_until(module: nn.Module, model: nn.Module, *inputs: Tensor) -> None:
+    """model(*inputs), stopped as soon as `module` has run (the layers above it, that layer's feed-forward and the
+    output projection, the widest product of all, are not computed)."""
+    def stop(_module, _inputs, _output):
+        raise _Recorded
+
+    hook = module.register_forward_hook(stop)
+    try:
+        model(*inputs)
+    except _Recorded:
+        pass
+    finally:
+        hook.remove()
 
 
 def align(model: nn.Module, vocab, sources: Sequence[list[int] | None], targets: Sequence[list[int]],
@@ -83,16 +110,18 @@ def align(model: nn.Module, vocab, sources: Sequence[list[int] | None], targets:
     device = next(model.parameters()).device
     out: list[list[tuple[int, int]]] = [[] for _ in sources]
     todo = sorted((n for n, s in enumerate(sources) if s is not None and targets[n]), key=lambda n: len(sources[n]))
-    for start in range(0, len(todo), batch_size):
-        rows = todo[start: start + batch_size]
-        srcs, tgts = [sources[n] for n in rows], [targets[n] for n in rows]
-        src = padded(srcs, device)
-        tgt_in = padded([[BOS_ID, *t] for t in tgts], device)
-        _, weights = record(model, src, tgt_in)
-        cross = weights["cross"][layer].mean(dim=1).cpu()  # (B, T, S): heads averaged
-        for b, (n, s, t) in enumerate(zip(rows, srcs, tgts)):
-            src_pieces = [vocab.piece(i) for i in s if i != EOS_ID]  # Translator.encode puts EOS last only
-            out[n] = word_links(cross[b, : len(t), : len(src_pieces)], src_pieces, [vocab.piece(i) for i in t])
+    with _evaluating(model), recording(model) as modules, torch.no_grad():
+        cross = modules["cross"][layer]  # what `record` computes, up to this layer's cross-attention
+        for start in range(0, len(todo), batch_size):
+            rows = todo[start: start + batch_size]
+            srcs, tgts = [sources[n] for n in rows], [targets[n] for n in rows]
+            src = padded(srcs, device)
+            tgt_in = padded([[BOS_ID, *t] for t in tgts], device)
+            _forward_until(cross, model, src, tgt_in)  # the teacher-forced forward, as `record`
+            weights = cross.attention.weights.float().mean(dim=1).cpu()  # (B, T, S): heads averaged
+            for b, (n, s, t) in enumerate(zip(rows, srcs, tgts)):
+                src_pieces = [vocab.piece(i) for i in s if i != EOS_ID]  # Translator.encode puts EOS last only
+                out[n] = word_links(weights[b, : len(t), : len(src_pieces)], src_pieces, [vocab.piece(i) for i in t])
     return out
 
 

@@ -28,6 +28,7 @@ from aiayn.data.vocab import MODEL_FILE, Vocab
 from aiayn.decoding import aligner as word_aligner
 from aiayn.decoding.alignment import word_links
 from aiayn.decoding.batches import Limits, limit_batches, own_limits, word_cap
+from aiayn.decoding.engine import aligned_lines
 from aiayn.decoding.lines import Translation, encode_prefixes, encode_sources
 from aiayn.errors import UsageError, UserError
 
@@ -116,7 +117,8 @@ class CT2Translator:
         self.shortlist = None  # aiayn's shortlist: none here (use_vmap is CTranslate2's own)
 
     def translate_nbest(self, lines: Sequence[str], progress: bool = False, prefixes: Sequence[str] | None = None,
-                        first_line: int = 0, glossary=None, alignments: bool = False) -> list[list[Translation]]:
+                        first_line: int = 0, glossary=None, alignments: bool | Sequence[bool] = False
+                        ) -> list[list[Translation]]:
         """Up to search.nbest translations per line, best first; a blank line gives one empty translation.
 
         search.lp must be "power" (DECODING_NOTES: what maps how). Inputs longer than max_input_len tokens (EOS
@@ -124,13 +126,15 @@ class CT2Translator:
         prefixes: per line, the text its translations start with (CTranslate2's target_prefix; "" or None: none).
         alignments: each Translation's `alignment`, from CTranslate2's attention (return_attention: the top decoder
         layer's, its heads averaged as the export asks) by aiayn.decoding.alignment's recipe. progress and first_line
-        change nothing here (no bar; CTranslate2 does not sample); a glossary is an error."""
+        change nothing here (no bar; CTranslate2 does not sample); a glossary is an error. A flag per line: those
+        lines' alignments alone (aiayn.decoding.engine.aligned_lines)."""
         self.glossary_terms(lines, glossary)
         vocab = self.vocab
         sources = encode_sources(vocab, lines, self.max_input_len)  # ids + EOS; None = blank
         prefix_ids = encode_prefixes(vocab, [p or "" for p in prefixes or [""] * len(sources)])
-        hyps = self._search(sources, prefix_ids, self.search, self.batch_size, self.patience, alignments)
-        return [[Translation(vocab.decode(ids), score, ids, (), self._links(sources[n], ids, attn) if alignments
+        wanted = aligned_lines(alignments, len(lines))
+        hyps = self._search(sources, prefix_ids, self.search, self.batch_size, self.patience, any(wanted))
+        return [[Translation(vocab.decode(ids), score, ids, (), self._links(sources[n], ids, attn) if wanted[n]
                              else None) for ids, score, attn in hs] for n, hs in enumerate(hyps)]
 
     def translate(self, lines: Sequence[str], search: SearchConfig | None = None, progress: bool = False,

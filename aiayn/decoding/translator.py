@@ -17,6 +17,7 @@ from aiayn.decoding import aligner as word_aligner
 from aiayn.decoding import inference
 from aiayn.decoding.attention import align, padded
 from aiayn.decoding.batches import Limits, length_sorted, word_cap
+from aiayn.decoding.engine import aligned_lines
 from aiayn.decoding.ensemble import Ensemble, check_same_vocabulary
 from aiayn.decoding.glossary import Glossary, Term, constrained_beam_search, encode_terms
 from aiayn.decoding.lines import Translation, encode_prefixes, encode_sources, warn
@@ -206,21 +207,24 @@ class Translator:
         return None if glossary is None else encode_terms(self.vocab, Glossary.of(glossary), lines)
 
     def translate_nbest(self, lines: Sequence[str], progress: bool = False, prefixes: Sequence[str] | None = None,
-                        first_line: int = 0, glossary=None, alignments: bool = False) -> list[list[Translation]]:
+                        first_line: int = 0, glossary=None, alignments: bool | Sequence[bool] = False
+                        ) -> list[list[Translation]]:
         """Up to search.nbest translations per line, best first; prefixes: per line, the text its translations start
         with ("" or None: no prefix). first_line: the input line number (from 0) of lines[0], when `lines` is one
         buffer of a longer input: sampling seeds each line by its number in the whole input. glossary: terms each
         translation must hold (glossary_terms; aiayn.decoding.glossary). alignments: each Translation's
         `alignment`, its word links from the lexical `aligner` where there is one (aiayn.decoding.aligner), else from
-        the cross-attention of `alignment_layer` (aiayn.decoding.attention.align)."""
+        the cross-attention of `alignment_layer` (aiayn.decoding.attention.align); a flag per line: those lines'
+        alone (aiayn.decoding.engine.aligned_lines)."""
         prefix_ids = None if prefixes is None else encode_prefixes(self.vocab, [p or "" for p in prefixes])
         numbers = range(first_line, first_line + len(lines))
         sources = self.encode(lines)
         hyps = self.search_ids(sources, progress, prefixes=prefix_ids, line_numbers=numbers,
                                terms=self.glossary_terms(lines, glossary))
         nbests = [[translation_of(self.vocab, h) for h in hs] for hs in hyps]
-        if alignments:
-            rows = [(n, k) for n, hs in enumerate(hyps) for k in range(len(hs))]  # every hypothesis, one list
+        wanted = aligned_lines(alignments, len(lines))
+        if any(wanted):
+            rows = [(n, k) for n, hs in enumerate(hyps) if wanted[n] for k in range(len(hs))]  # one list
             links = self.align_ids([sources[n] for n, _ in rows], [hyps[n][k].tokens for n, k in rows])
             for (n, k), pairs in zip(rows, links):
                 nbests[n][k] = nbests[n][k]._replace(alignment=pairs)

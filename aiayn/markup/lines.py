@@ -232,9 +232,11 @@ def carry_nbests(sentences: Sequence[str], nbests: Sequence[Sequence], glossary:
     return out
 
 
-def needs_alignment(sentences: Sequence[str], glossary: Glossary | None = None) -> bool:
-    """Whether any sentence has a span to carry (so the engine should be asked for alignments)."""
-    return any(sentence_spans(s, glossary) for s in sentences if s.strip())
+def needs_alignment(sentences: Sequence[str], glossary: Glossary | None = None) -> list[bool]:
+    """Per sentence, whether it has a span to carry into its translation (so the engine should be asked for its
+    alignment: an engine's translate_nbest takes these flags as `alignments`). A sentence without letters is kept as
+    it is, untranslated: it needs none."""
+    return [bool(s.strip()) and has_letters(s) and bool(sentence_spans(s, glossary)) for s in sentences]
 
 
 Translate = Callable[[list[str]], list[tuple[str, "list[tuple[int, int]] | None"]]]
@@ -251,7 +253,7 @@ def translate_lines(engine, lines: Sequence[str], glossary: Glossary | dict | Se
     todo = [n for n, line in enumerate(lines) if line.strip() and has_letters(line)]
     sentences = [lines[n] for n in todo]
     if callable(getattr(engine, "translate_nbest", None)):
-        ask = aligned and needs_alignment(sentences, glossary)
+        ask = needs_alignment(sentences, glossary) if aligned else False
         found = [hs[0] for hs in engine.translate_nbest(sentences, alignments=ask)] if sentences else []
         pairs = [(h.text, h.alignment) for h in found]
     else:
