@@ -507,3 +507,31 @@ def test_sampled_sentence_same_alone_and_in_any_batch(tiny):
     n = int(src[2].ne(PAD_ID).sum())
     _same([batch[2]], sample_search(model, src[2:3, :n], search, lines=lines[2:3]))
     assert len({tuple(h.tokens) for hs in batch for h in hs}) > src.size(0)  # the samples do differ
+
+
+def test_a_sentence_that_ends_leaves_its_place_to_the_last_one():
+    """going_on keeps the sentences not done, each that ends replaced by the last going on (the others stay where they
+    are), so a beam reorder after it moves the rows of those last sentences alone: with 4 beams of 5 sentences and
+    the second ending, the fifth's 4 rows move, where closing the gap moved the 12 rows of the three after it."""
+    from aiayn.decoding.cache import entries_to_copy
+    from aiayn.decoding.search import going_on
+
+    done = torch.tensor([False, True, False, False, True, False])
+    assert going_on(done).tolist() == [0, 5, 2, 3]
+    assert going_on(torch.tensor([False, False, True])).tolist() == [0, 1]
+    assert going_on(torch.tensor([True, False, False])).tolist() == [2, 1]
+    assert going_on(torch.zeros(3, dtype=torch.bool)).tolist() == [0, 1, 2]
+    k, length = 4, 6
+    shared = torch.full((5 * k, 5 * k), 0, dtype=torch.int32)
+    for s in range(5):
+        shared[s * k:(s + 1) * k, s * k:(s + 1) * k] = 2  # beams of a sentence share their first two positions
+    shared.fill_diagonal_(length)
+    ended = torch.tensor([False, True, False, False, False])
+
+    def moved(sentences):  # the (position, row) entries a reorder that keeps every beam's own parent copies
+        rows = (sentences[:, None] * k + torch.arange(k)).reshape(-1)
+        found = entries_to_copy(rows, shared, length, 5 * k)
+        return length * rows.numel() if found is None else found[0].numel()
+
+    assert moved(going_on(ended)) == k * length
+    assert moved((~ended).nonzero().squeeze(1)) == length * 4 * k  # more than half: copied whole

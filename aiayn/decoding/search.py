@@ -257,6 +257,18 @@ def _allowed(constraint: Constraint | None, sent: Tensor, tokens: Tensor, V: int
     return allowed
 
 
+def going_on(done: Tensor) -> Tensor:
+    """The batch's rows (sentences) that are not `done` (N,), in the order they keep: each one that ends leaves its
+    place to the last of those that go on, so the decoder's cache moves the rows of those alone (closing the gaps
+    instead would move every row after the first one to end). Not all done."""
+    m = int((~done).sum())
+    keep = torch.arange(m, device=done.device)
+    holes = done[:m].nonzero().squeeze(1)
+    if holes.numel():
+        keep[holes] = (~done[m:]).nonzero().squeeze(1) + m
+    return keep
+
+
 def _argmax(lprobs: Tensor, sent: Tensor, sample: Tensor) -> Tensor:
     return row_topk(lprobs, 1)[1].squeeze(1)
 
@@ -325,9 +337,9 @@ def _row_search(model, src: Tensor, search: SearchConfig, max_len: int | None, c
             lp = length_penalty(float(t + 1), alpha, lp_kind)
             for i, words, pos in zip(sent[rows].tolist(), tokens[rows, 1:-1].tolist(), logps[rows].tolist()):
                 out[i].append(Hypothesis(words, sum(pos) / lp, pos))
-            keep = (~done).nonzero().squeeze(1)
-            if keep.numel() == 0:
+            if bool(done.all()):
                 break
+            keep = going_on(done)
             cache.reorder(keep, keep)  # one row per sentence
             sent, sample, tokens, logps = sent[keep], sample[keep], tokens[keep], logps[keep]
             memory, src_pad = memory.index_select(0, keep), src_pad.index_select(0, keep)
@@ -403,7 +415,7 @@ def beam_search(model, src: Tensor, search: SearchConfig = PAPER_SEARCH, max_len
             break
         keep = None
         if done.any():  # drop finished sentences from the batch
-            keep = (~done).nonzero().squeeze(1)
+            keep = going_on(done)
             alive_scores, alive_tokens, alive_rows = alive_scores[keep], alive_tokens[keep], alive_rows[keep]
             alive_logps = alive_logps[keep]
             sent = sent[keep]
