@@ -81,6 +81,24 @@ def test_the_batchers_alignments_are_the_engines(setup, copy_data, tmp_path, eng
     assert [[(h.text, h.alignment) for h in hs] for hs in plain] == [[(h.text, None) for h in hs] for hs in offline[3:]]
 
 
+def test_a_request_aligns_only_its_texts_that_hold_spans(setup, monkeypatch):
+    """submit(..., alignments=[flags]): the flagged texts' links, as alignments=True gives them, the others' None;
+    through the API, a request whose one text holds a number aligns that text alone."""
+    translator, lines = setup
+    chosen = Translator(translator.model, translator.vocab, SearchConfig(beam=4, max_len_b=10, nbest=2, lp="power"))
+    flags = [True, False, True]
+    offline = chosen.translate_nbest(lines[:6], alignments=True)
+    asked, _ = _aligned(Batcher(chosen), lines[:6], flags)
+    assert [[h.alignment for h in hs] for hs in asked] == \
+        [[h.alignment if f else None for h in hs] for hs, f in zip(offline[:3], flags)]
+    aligned, real = [], Translator.align_ids
+    monkeypatch.setattr(Translator, "align_ids", lambda self, s, t: aligned.extend(s) or real(self, s, t))
+    texts = [lines[0], f"{lines[1]} 2020", lines[2]]
+    answer, = call(app_of(translator), [("POST", "/translate", {"q": texts})])
+    assert "2020" in answer.json()["translatedText"][1]
+    assert aligned == translator.encode(texts[1:2])
+
+
 def test_numbers_and_symbols_come_back_exactly(setup):
     """A number, a price, a year, a symbol, an emoji: the characters as sent (the copy task's vocabulary has no digit
     and no symbol: the plain model writes an invented word for each); in a sentence, the sentence's translation with

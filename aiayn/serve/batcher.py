@@ -39,6 +39,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TypeVar
 
+from aiayn.decoding.engine import aligned_lines
 from aiayn.decoding.lines import Translation, encode_prefixes
 from aiayn.decoding.translator import Translator
 
@@ -97,7 +98,7 @@ class _Job:
     future: asyncio.Future
     call: Callable[[], object] | None = None
     prefixes: list[list[int]] | None = None  # target prefix ids per text ([]: none)
-    alignments: bool = False  # each translation's word links, computed for this job alone
+    alignments: list[bool] = field(default_factory=list)  # per text, its translations' word links (this job's alone)
     arrived: float = field(default_factory=time.perf_counter)
 
     @property
@@ -135,14 +136,15 @@ class Batcher:
 
     async def submit(self, texts: Sequence[str], nbest: int = 1, options: dict | None = None,
                      prefixes: Sequence[str] | None = None, full_vocabulary: bool = False,
-                     alignments: bool = False) -> list[list[Translation]]:
+                     alignments: bool | Sequence[bool] = False) -> list[list[Translation]]:
         """Translate `texts` (up to `nbest` hypotheses each, best first) among whatever else is queued. options:
         SearchConfig fields that differ from the server's (sampling, top_k, ...; a bad one is a UsageError before
         queuing); prefixes: per text, the text its translations start with ("": none); full_vocabulary: without the
         server's shortlist; alignments: each Translation's `alignment` (hard word links, as the engine's
         translate_nbest(alignments=True) gives them: `word_alignments`), computed on the model thread for this
-        request's hypotheses only. Sampling seeds text i of the request by i, so a request's samples do not depend
-        on what it is batched with."""
+        request's hypotheses only (a flag per text: those texts' alone, the others' None). Sampling seeds text i of
+        the request by i, so a request's samples do not depend on what it is batched with."""
+        wanted = aligned_lines(alignments, len(texts))
         self._admit(len(texts))
         translator = self._translator(nbest, options, full_vocabulary)
         sources = translator.encode(texts)
@@ -151,7 +153,7 @@ class Batcher:
             prefix_ids = encode_prefixes(translator.vocab, prefixes)
             translator.check_prefixes(sources, prefix_ids)
         return await self._wait(_Job(sources, translator, self._loop().create_future(), prefixes=prefix_ids,
-                                     alignments=alignments))
+                                     alignments=wanted))
 
     async def run(self, fn: Callable[..., T], *args) -> T:
         """fn(*args) on the model's thread between two batches (for work that touches the model, e.g. recording
@@ -347,18 +349,17 @@ class Batcher:
 def _links_of(translator, batch: list[_Job], parts: list[list]) -> dict[int, list | Exception]:
     """The word links of the hypotheses of the batch's jobs that ask for them (k -> per text, per hypothesis),
     aligned together; where aligning fails, those jobs get the error and the others their translations."""
-    asking = [k for k, job in enumerate(batch) if job.alignments]
+    asking = [(k, n) for k, job in enumerate(batch) for n, wanted in enumerate(job.alignments) if wanted]
     if not asking:
         return {}
     try:
-        found = word_alignments(translator, [s for k in asking for s in batch[k].sources],
-                                [[h.tokens for h in hs] for k in asking for hs in parts[k]])
+        found = word_alignments(translator, [batch[k].sources[n] for k, n in asking],
+                                [[h.tokens for h in parts[k][n]] for k, n in asking])
     except Exception as e:
-        return dict.fromkeys(asking, e)
-    out, start = {}, 0
-    for k in asking:
-        out[k] = found[start: start + len(parts[k])]
-        start += len(parts[k])
+        return dict.fromkeys({k for k, _ in asking}, e)
+    out: dict[int, list | Exception] = {}
+    for (k, n), links in zip(asking, found):
+        out.setdefault(k, [[None] * len(hs) for hs in parts[k]])[n] = links
     return out
 
 

@@ -19,6 +19,7 @@ import asyncio
 from collections import defaultdict
 from collections.abc import Sequence
 
+from aiayn.decoding.engine import aligned_lines
 from aiayn.decoding.lines import Translation
 from aiayn.markup.engines import compose
 from aiayn.markup.lines import carry_nbests, drop_unknown, sentence_spans, term_spans
@@ -63,13 +64,16 @@ async def translate_along(models: Models, routes: list[list[LanguagePair] | None
 async def _carried(models: Models, route: list[LanguagePair], sentences: list[str], prefixes: list[str] | None,
                    nbest: int, options: dict, shortlist: bool | None, glossary) -> list[list[Translation]]:
     """The sentences through the route, numbers, symbols and glossary terms carried into the ones that hold them;
-    the others exactly as the models translate them. One submission for all of them (aligned where one holds a
-    span), so sampling seeds each sentence as it would without spans."""
+    the others exactly as the models translate them. One submission for all of them (the ones that hold a span
+    aligned), so sampling seeds each sentence as it would without spans."""
     spanned = [n for n, s in enumerate(sentences) if s.strip() and sentence_spans(s, glossary)]
     if not spanned:
         return await _legs(models, route, sentences, prefixes, nbest, options, shortlist)
     terms = sorted({span.key for n in spanned for span in term_spans(sentences[n], glossary)})
-    asked = [_legs(models, route, sentences, prefixes, nbest, options, shortlist, True)]
+    flags = [False] * len(sentences)
+    for n in spanned:
+        flags[n] = True
+    asked = [_legs(models, route, sentences, prefixes, nbest, options, shortlist, flags)]
     if terms:  # each term's own translation, with the server's search: how a translation spells it
         asked.append(_legs(models, route, terms, None, 1, {}, shortlist))
     found = await asyncio.gather(*asked)
@@ -82,17 +86,18 @@ async def _carried(models: Models, route: list[LanguagePair], sentences: list[st
 
 
 async def _legs(models: Models, route: list[LanguagePair], sentences: Sequence[str], prefixes: list[str] | None,
-                nbest: int, options: dict, shortlist: bool | None, alignments: bool = False, drop: bool = False
-                ) -> list[list[Translation]]:
+                nbest: int, options: dict, shortlist: bool | None, alignments: bool | list[bool] = False,
+                drop: bool = False) -> list[list[Translation]]:
     """The sentences through every model of the route: the best of each leg is the next leg's source; alignments:
     each translation's word links from the route's source sentence (composed through the legs; a middle sentence
-    without the vocabulary's unknown mark, and, with `drop`, the translations too, as aiayn.markup.engines does)."""
+    without the vocabulary's unknown mark, and, with `drop`, the translations too, as aiayn.markup.engines does);
+    a flag per sentence: those sentences' links alone (the others' None)."""
     links = None
     for pair in route[:-1]:
         batcher = await models.batcher(pair)
         found = await batcher.submit(sentences, nbest=1, options=options, full_vocabulary=shortlist is False,
                                      alignments=alignments)
-        if alignments:
+        if any(aligned_lines(alignments, len(sentences))):
             found = [[_known(s, hs[0])] for s, hs in zip(sentences, found)]
             links = [hs[0].alignment for hs in found]
         sentences = [hs[0].text for hs in found]
@@ -102,7 +107,7 @@ async def _legs(models: Models, route: list[LanguagePair], sentences: Sequence[s
                             "leave the field out or send false")
     found = await batcher.submit(sentences, nbest=nbest, options=options, prefixes=prefixes,
                                  full_vocabulary=shortlist is False, alignments=alignments)
-    if not alignments:
+    if not any(aligned_lines(alignments, len(sentences))):
         return found
     if drop:
         found = [[_known(s, h) for h in hs] for s, hs in zip(sentences, found)]
