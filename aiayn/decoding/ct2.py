@@ -28,8 +28,7 @@ from aiayn.data.vocab import MODEL_FILE, Vocab
 from aiayn.decoding import aligner as word_aligner
 from aiayn.decoding.alignment import word_links
 from aiayn.decoding.batches import Limits, limit_batches, own_limits, word_cap
-from aiayn.decoding.engine import aligned_lines
-from aiayn.decoding.lines import Translation, encode_prefixes, encode_sources
+from aiayn.decoding.lines import Translation, aligned_lines, encode_prefixes, encode_sources
 from aiayn.errors import UsageError, UserError
 
 AIAYN_FILE = "aiayn.json"  # the aiayn config, beside CTranslate2's own config.json
@@ -127,7 +126,7 @@ class CT2Translator:
         alignments: each Translation's `alignment`, from CTranslate2's attention (return_attention: the top decoder
         layer's, its heads averaged as the export asks) by aiayn.decoding.alignment's recipe. progress and first_line
         change nothing here (no bar; CTranslate2 does not sample); a glossary is an error. A flag per line: those
-        lines' alignments alone (aiayn.decoding.engine.aligned_lines)."""
+        lines' alignments alone (aiayn.decoding.lines.aligned_lines)."""
         self.glossary_terms(lines, glossary)
         vocab = self.vocab
         sources = encode_sources(vocab, lines, self.max_input_len)  # ids + EOS; None = blank

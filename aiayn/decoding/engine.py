@@ -72,7 +72,7 @@ class Engine(Protocol):
         """Up to search.nbest translations per line, best first (a blank line: one empty translation); prefixes: the
         text each line's translations start with; first_line: lines[0]'s number in the whole input (sampling's
         seeds); glossary: terms the translations must hold; alignments: fill each Translation's `alignment` (per line:
-        a flag each, see `aligned_lines`; the others' stay None)."""
+        a flag each, see aiayn.decoding.lines.aligned_lines; the others' stay None)."""
 
     def translate(self, lines: Sequence[str], *, progress: bool = False) -> list[str]:
         """The best translation of each line (progress: a keyword in every engine)."""
@@ -91,17 +91,6 @@ class Engine(Protocol):
 
     def weight_bytes(self) -> int:
         """The bytes its weights take in memory, about."""
-
-
-def aligned_lines(alignments: bool | Sequence[bool], n: int) -> list[bool]:
-    """Which of n lines translate_nbest's `alignments` asks word links for: True or False, every line; else one flag a
-    line (a file where one line in a hundred holds a number aligns that line, not the hundred)."""
-    if isinstance(alignments, bool):
-        return [alignments] * n
-    flags = [bool(a) for a in alignments]
-    if len(flags) != n:
-        raise UsageError(f"alignments: {len(flags)} flags for {n} lines; give one a line (or True / False)")
-    return flags
 
 
 def engine_name(path: str | Path | Sequence[str | Path], engine: str | None = None) -> str:

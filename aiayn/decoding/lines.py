@@ -8,6 +8,7 @@ without it).
     encode_prefixes  target prefixes -> word ids (no EOS); a piece outside the vocabulary is an error
     Translation      one hypothesis: text, score, ids, token log-probs
     score_columns    the columns `--print-scores` appends to an output line (SCORE_KINDS)
+    aligned_lines    which lines an engine's translate_nbest(alignments=...) aligns: every one, none, or a flag each
 
 Rules for awkward input (docs/decoding.md):
     * an empty (or all-blank) line gives an empty line, without running the model;
@@ -160,3 +161,14 @@ def score_columns(hyp: Translation, kind: str) -> str:
     """The columns translate --print-scores appends to an output line: TAB sentence score (the length-normalised one
     the search ranked by), and with kind "tokens" also TAB its token_scores."""
     return f"\t{hyp.score:.4f}" + (f"\t{token_scores(hyp)}" if kind == "tokens" else "")
+
+
+def aligned_lines(alignments: bool | Sequence[bool], n: int) -> list[bool]:
+    """Which of n lines translate_nbest's `alignments` asks word links for: True or False, every line; else one flag a
+    line (a file where one line in a hundred holds a number aligns that line, not the hundred)."""
+    if isinstance(alignments, bool):
+        return [alignments] * n
+    flags = [bool(a) for a in alignments]
+    if len(flags) != n:
+        raise UsageError(f"alignments: {len(flags)} flags for {n} lines; give one a line (or True / False)")
+    return flags

@@ -17,10 +17,9 @@ from aiayn.decoding import aligner as word_aligner
 from aiayn.decoding import inference
 from aiayn.decoding.attention import align, padded
 from aiayn.decoding.batches import Limits, length_sorted, word_cap
-from aiayn.decoding.engine import aligned_lines
 from aiayn.decoding.ensemble import Ensemble, check_same_vocabulary
 from aiayn.decoding.glossary import Glossary, Term, constrained_beam_search, encode_terms
-from aiayn.decoding.lines import Translation, encode_prefixes, encode_sources, warn
+from aiayn.decoding.lines import Translation, aligned_lines, encode_prefixes, encode_sources, warn
 from aiayn.decoding.search import (
     PAPER_SEARCH,
     Constraint,
@@ -215,7 +214,7 @@ class Translator:
         translation must hold (glossary_terms; aiayn.decoding.glossary). alignments: each Translation's
         `alignment`, its word links from the lexical `aligner` where there is one (aiayn.decoding.aligner), else from
         the cross-attention of `alignment_layer` (aiayn.decoding.attention.align); a flag per line: those lines'
-        alone (aiayn.decoding.engine.aligned_lines)."""
+        alone (aiayn.decoding.lines.aligned_lines)."""
         prefix_ids = None if prefixes is None else encode_prefixes(self.vocab, [p or "" for p in prefixes])
         numbers = range(first_line, first_line + len(lines))
         sources = self.encode(lines)

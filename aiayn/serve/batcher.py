@@ -39,8 +39,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TypeVar
 
-from aiayn.decoding.engine import aligned_lines
-from aiayn.decoding.lines import Translation, encode_prefixes
+from aiayn.decoding.lines import Translation, aligned_lines, encode_prefixes
 from aiayn.decoding.translator import Translator
 
 T = TypeVar("T")

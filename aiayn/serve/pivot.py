@@ -19,8 +19,7 @@ import asyncio
 from collections import defaultdict
 from collections.abc import Sequence
 
-from aiayn.decoding.engine import aligned_lines
-from aiayn.decoding.lines import Translation
+from aiayn.decoding.lines import Translation, aligned_lines
 from aiayn.markup.engines import compose
 from aiayn.markup.lines import carry_nbests, drop_unknown, sentence_spans, term_spans
 from aiayn.serve.bodies import ApiError
