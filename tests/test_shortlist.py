@@ -12,7 +12,7 @@ from aiayn.cli import main
 from aiayn.config import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 from aiayn.data import Vocab, prepare
 from aiayn.decoding.search import SearchConfig
-from aiayn.decoding.shortlist import Shortlist, build, build_from_prepared, coverage, load, vmap_lines
+from aiayn.decoding.shortlist import Shortlist, Shortlisted, build, build_from_prepared, coverage, load, vmap_lines
 from aiayn.decoding.translator import Translator, padded
 from aiayn.errors import CheckpointError, DataError, UsageError
 
@@ -146,6 +146,50 @@ def test_no_output_piece_lies_outside_its_batch_allowed_pieces(setup, copy_data,
     t = Translator(model, vocab, SEARCHES[0], precision, batch_size=64, shortlist=shortlist)
     union = set(shortlist.allowed(padded([s for s in t.encode(lines)])).tolist())
     assert all(set(h.tokens) <= union for hs in t.search_ids(t.encode(lines)) for h in hs)
+
+
+class WholeVocabulary(torch.nn.Module):
+    """A shortlisted model seen through its `decode` alone: logits over the whole vocabulary, -inf outside the
+    shortlist (how the searches ran it before they ranked its pieces alone)."""
+
+    def __init__(self, shortlisted):
+        super().__init__()
+        self.inner, self.cfg = shortlisted, shortlisted.cfg
+
+    def encode(self, src):
+        return self.inner.encode(src)
+
+    def new_cache(self):
+        return self.inner.new_cache()
+
+    def decode(self, *args, **kw):
+        return self.inner.decode(*args, **kw)
+
+
+def test_the_search_ranks_the_shortlists_pieces_alone_as_the_whole_vocabulary_would(setup, copy_data, monkeypatch):
+    """Every search over the shortlist's columns (V', what decode_pieces gives) finds what it finds over the whole
+    vocabulary with -inf outside them: the same pieces, the same scores up to the log-softmax's rounding; prefixes and
+    n-gram bans (masks over the vocabulary) cut to those columns. The wide logits are never made. (fp32: in int8 a
+    tie broken otherwise changes the batch's rows, and so every row's activation scale; the other precisions are
+    held to the shortlist by the test below.)"""
+    model, vocab, lines = setup
+    shortlist = build_from_prepared(copy_data, per_source=3, frequent=2)
+    prefixes = ["", "ALPHA", "", "BRAVO CHARLIE"] * 3
+    for search in SEARCHES:
+        t = Translator(model, vocab, search, "fp32", batch_size=5, shortlist=shortlist)
+        sources, prefix_ids = t.encode(lines), [vocab_ids(vocab, p) for p in prefixes]
+        with monkeypatch.context() as m:
+            m.setattr(Shortlist, "restrict", lambda self, *args, real=Shortlist.restrict: WholeVocabulary(
+                real(self, *args)))
+            before = t.search_ids(sources, prefixes=prefix_ids)
+        with monkeypatch.context() as m:
+            m.setattr(Shortlisted, "decode", lambda *a, **k: pytest.fail("the search made the wide logits"))
+            after = t.search_ids(sources, prefixes=prefix_ids)
+        assert [[h.tokens for h in hs] for hs in after] == [[h.tokens for h in hs] for hs in before]
+        for hs, gs in zip(after, before):
+            for h, g in zip(hs, gs):
+                assert h.score == pytest.approx(g.score, abs=1e-5)
+                assert h.positional_scores == pytest.approx(g.positional_scores, abs=1e-5)
 
 
 def test_prefix_pieces_outside_the_shortlist_are_still_forced(setup, copy_data):

@@ -119,9 +119,22 @@ def constrain(lprobs: Tensor, t: int | Tensor, min_len: int, row_limit: Tensor, 
     return lprobs
 
 
-def _step_logits(model, tokens: Tensor, memory: Tensor, src_pad: Tensor, cache) -> Tensor:
-    """Logits of the next token given the newest one: (N, t+1) -> (N, V), in the model's dtype."""
-    return model.decode(tokens[:, -1:], memory, src_pad, cache=cache)[:, -1]
+def _step_logits(model, tokens: Tensor, memory: Tensor, src_pad: Tensor, cache, pieces: Tensor | None = None) -> Tensor:
+    """Logits of the next token given the newest one: (N, t+1) -> (N, V), in the model's dtype; with a shortlist's
+    `pieces` (V',), those pieces' alone, (N, V')."""
+    decode = model.decode if pieces is None else model.decode_pieces
+    return decode(tokens[:, -1:], memory, src_pad, cache=cache)[:, -1]
+
+
+def shortlist_pieces(model) -> Tensor | None:
+    """The pieces (V',) a shortlisted model (aiayn.decoding.shortlist.Shortlisted) gives logits for: the search ranks
+    those columns alone, then maps them to piece ids (the specials keep theirs). None: no shortlist, or an ensemble."""
+    return model.ids if hasattr(model, "decode_pieces") else None
+
+
+def _columns(allowed: Tensor | None, pieces: Tensor | None) -> Tensor | None:
+    """A (N, V) mask of what each row may take, cut to the shortlist's pieces' columns (N, V')."""
+    return allowed if allowed is None or pieces is None else allowed.index_select(1, pieces)
 
 
 def _log_probs(logits: Tensor) -> Tensor:
@@ -258,14 +271,11 @@ def _allowed(constraint: Constraint | None, sent: Tensor, tokens: Tensor, V: int
 
 
 def going_on(done: Tensor) -> Tensor:
-    """The batch's rows (sentences) that are not `done` (N,), in the order they keep: each one that ends leaves its
-    place to the last of those that go on, so the decoder's cache moves the rows of those alone (closing the gaps
-    instead would move every row after the first one to end). Not all done."""
+    """The batch's rows not `done` (N,), in their new order: each that ends leaves its place to the last going on, so
+    the cache moves those rows alone (closing the gaps would move every row after the first to end). Not all done."""
     m = int((~done).sum())
     keep = torch.arange(m, device=done.device)
-    holes = done[:m].nonzero().squeeze(1)
-    if holes.numel():
-        keep[holes] = (~done[m:]).nonzero().squeeze(1) + m
+    keep[done[:m].nonzero().squeeze(1)] = (~done[m:]).nonzero().squeeze(1) + m
     return keep
 
 
@@ -321,13 +331,16 @@ def _row_search(model, src: Tensor, search: SearchConfig, max_len: int | None, c
     tokens = torch.full((B * n, 1), BOS_ID, dtype=torch.long, device=dev)  # (N, t+1)
     logps = torch.zeros(B * n, 0, device=dev)  # (N, t) log-prob of each chosen token
     out: list[list[Hypothesis]] = [[] for _ in range(B)]
+    pieces = shortlist_pieces(model)
     for t in range(int(limit.max()) + 1):
         row_limit = limit[sent]
-        lprobs = _log_probs(_step_logits(model, tokens, memory, src_pad, cache))  # (N, V)
-        allowed = _allowed(constraint, sent, tokens, lprobs.size(1), search.no_repeat_ngram_size, prefix)
+        lprobs = _log_probs(_step_logits(model, tokens, memory, src_pad, cache, pieces))  # (N, V) or (N, V')
+        V = lprobs.size(1) if pieces is None else model.cfg.vocab_size
+        allowed = _columns(_allowed(constraint, sent, tokens, V, search.no_repeat_ngram_size, prefix), pieces)
         constrain(lprobs, t, min_len, row_limit, t >= int(row_limit.min()), allowed)
         nxt = pick(lprobs, sent, sample)  # (N,)
         logp = lprobs.gather(1, nxt[:, None]).squeeze(1)  # (N,)
+        nxt = nxt if pieces is None else pieces[nxt]
         tokens = torch.cat([tokens, nxt[:, None]], dim=1)
         logps = torch.cat([logps, logp[:, None]], dim=1)
 
@@ -376,6 +389,7 @@ def beam_search(model, src: Tensor, search: SearchConfig = PAPER_SEARCH, max_len
     cache = model.new_cache()
 
     finished = _Finished(B, nbest, W, dev)
+    pieces = shortlist_pieces(model) if lexical is None else None  # a shortlist: its columns alone are ranked
 
     # Live state. The first step runs one row per sentence (all beams would be identical), then k.
     sent = torch.arange(B, device=dev)  # (bsz,) original index of each active sentence
@@ -386,15 +400,17 @@ def beam_search(model, src: Tensor, search: SearchConfig = PAPER_SEARCH, max_len
     for t in range(W):
         bsz = sent.numel()
         row_limit = limit[sent].repeat_interleave(kk)  # (N,)
-        logits = _step_logits(model, tokens, memory, src_pad, cache)  # (N, V)
-        V = logits.size(1)
+        logits = _step_logits(model, tokens, memory, src_pad, cache, pieces)  # (N, V) or (N, V')
+        V = logits.size(1) if pieces is None else model.cfg.vocab_size
         allowed = _allowed(constraint, sent.repeat_interleave(kk), tokens, V, search.no_repeat_ngram_size, prefix)
         if lexical is not None:
             allowed = lexical.restrict(allowed, sent, kk, tokens, t, V)
+        allowed = _columns(allowed, pieces)
 
         # fairseq's step: top 2k of (running score + next log-prob) over kk*V.
         lprobs = constrain(_log_probs(logits), t, min_len, row_limit, t >= int(row_limit.min()), allowed)
         cand_scores, cand_beams, cand_tokens = top_candidates(lprobs, scores, bsz, 2 * k)  # (bsz, 2k)
+        cand_tokens = cand_tokens if pieces is None else pieces[cand_tokens]  # columns -> piece ids
         cand_rows = cand_beams + (torch.arange(bsz, device=dev) * kk)[:, None]  # rows of the prefixes
         cand_eos = cand_tokens.eq(EOS_ID) & cand_scores.gt(NEG_INF)  # (bsz, 2k)
 

@@ -18,10 +18,13 @@ than p(t | s) = c(s, t) / c(s), which ranks the frequent target pieces first for
 kept anyway: the `frequent` most frequent target pieces (by token count) are always allowed. Specials are not
 counted.
 
-The search is unchanged: a Shortlisted model's logits are (N, V) with -inf outside the allowed pieces, so the
-log-softmax normalizes over the shortlist (as Marian and CTranslate2 do) and beam, greedy, sampling, prefixes, n-gram
-bans and constraints work as they are. PAD and BOS are projected too and banned by the search as ever, so a
-shortlist that holds every piece decodes exactly as the full vocabulary.
+The searches rank the allowed pieces alone: a Shortlisted model's `decode_pieces` gives logits (N, V') for them, the
+log-softmax normalizes over the shortlist (as Marian and CTranslate2 do), and what a search picks, column j, is piece
+ids[j] (aiayn.decoding.search.shortlist_pieces); masks over the vocabulary (prefixes, n-gram bans, constraints) are
+cut to those columns. Its `decode` gives the same logits as (N, V), -inf outside them, for any other caller (an
+ensemble of shortlisted models, the glossary's constrained search). PAD and BOS are projected too and banned by the
+search as ever, and the specials keep their columns, so a shortlist that holds every piece decodes exactly as the
+full vocabulary.
 """
 
 from __future__ import annotations
@@ -236,6 +239,8 @@ class Shortlisted(nn.Module):
 
     def __init__(self, model: nn.Module, ids: Tensor):
         super().__init__()
+        if ids[: len(SPECIALS)].tolist() != sorted(SPECIALS):
+            raise ValueError("a shortlist's pieces are sorted and hold the specials: they keep their columns")
         self.model, self.cfg, self.ids = model, model.cfg, ids
         self.project = model.output_rows(ids)
 
@@ -245,9 +250,13 @@ class Shortlisted(nn.Module):
     def new_cache(self):
         return self.model.new_cache()
 
+    def decode_pieces(self, tgt_in: Tensor, memory: Tensor, src_pad: Tensor | None, cache=None) -> Tensor:
+        """Logits (N, T, V') of the allowed pieces `ids` alone (column j: piece ids[j]): what the searches rank."""
+        return self.project(self.model.decode_hidden(tgt_in, memory, src_pad, cache))
+
     def decode(self, tgt_in: Tensor, memory: Tensor, src_pad: Tensor | None, cache=None) -> Tensor:
         """Logits (N, T, V): the allowed pieces' as the model computes them, -inf elsewhere."""
-        sub = self.project(self.model.decode_hidden(tgt_in, memory, src_pad, cache))  # (N, T, V')
+        sub = self.decode_pieces(tgt_in, memory, src_pad, cache)  # (N, T, V')
         logits = sub.new_full((*sub.shape[:-1], self.cfg.vocab_size), float("-inf"))
         return logits.index_copy_(-1, self.ids, sub)
 
