@@ -152,19 +152,23 @@ def test_int8_copy_follows_the_model():
 
 
 def test_int8_projections_call_torchs_operator_as_torchs_module_does():
-    # Every int8 projection, the tied output projection and a shortlist's rows included, is the lean Int8Linear, and
-    # it returns what torch's own dynamic quantized Linear returns for the same packed weights, to the bit.
+    # Every int8 projection, the tied output projection included, is the lean Int8Linear, and it (and a shortlist's
+    # rows) returns what torch's own dynamic quantized Linear returns for the same packed weights, to the bit.
     from torch.ao.nn.quantized.dynamic import Linear as DynamicLinear
 
     torch.manual_seed(0)
     q = decoding_copy(Transformer(ModelConfig.preset("tiny", vocab_size=60)).eval(), "int8")
-    projections = [m for m in q.modules() if isinstance(m, DynamicLinear)]
-    projections += [q.output_projection.linear, q.output_projection.rows(torch.tensor([3, 7, 41])).linear]
+    projections = [m for m in q.modules() if isinstance(m, DynamicLinear)] + [q.output_projection.linear]
     assert projections and all(type(m).__name__ == "Int8Linear" for m in projections)
     x = torch.randn(5, 32)
-    for m in projections[:3] + projections[-2:]:
+    for m in projections[:3] + projections[-1:]:
         with torch.no_grad():
             assert torch.equal(m(x), DynamicLinear.forward(m, x))
+    rows = q.output_projection.rows(torch.tensor([3, 7, 41]))  # a shortlist's: its packed rows, called alike
+    torch_module = DynamicLinear(32, 3, dtype=torch.qint8)
+    torch_module._packed_params._packed_params = rows.packed
+    with torch.no_grad():
+        assert torch.equal(rows(x), DynamicLinear.forward(torch_module, x))
 
 
 def test_int8_projections_skip_the_search_for_torch_function_overrides():
@@ -207,6 +211,18 @@ def test_output_rows_are_the_output_projection_of_those_pieces(precision, prepac
     tol = dict(rtol=1e-2, atol=1e-2) if precision == "bf16" else dict(rtol=1e-5, atol=1e-5)
     with torch.no_grad():
         torch.testing.assert_close(q.output_rows(ids)(hidden), q.output_logits(hidden)[..., ids], **tol)
+
+
+def test_int8_rows_are_taken_from_the_full_matrix_as_quantizing_them_anew_would():
+    """int8 output_rows select the full matrix's int8 rows and scales (quantized once), bit for bit the projection
+    of those fp32 rows quantized anew (per-row scales), in any order of calls."""
+    torch.manual_seed(0)
+    q = decoding_copy(Transformer(ModelConfig.preset("tiny", vocab_size=60)).eval(), "int8")
+    hidden = torch.randn(2, 3, 32)
+    for ids in (torch.tensor([0, 3, 7, 8, 41, 59]), torch.arange(60), torch.tensor([1, 2])):
+        anew = inference._Int8TiedProjection(q.embedding.weight.index_select(0, ids))
+        with torch.no_grad():
+            assert torch.equal(q.output_rows(ids)(hidden), anew(hidden))
 
 
 def test_precision_is_checked():
