@@ -88,7 +88,8 @@ def inprocess(args: argparse.Namespace) -> None:
     start = time.perf_counter()
     search = dataclasses.replace(PAPER_SEARCH, beam=args.beam, lp="power", beam_patience=args.beam_patience)
     translator = open_engine(args.run, EngineOptions(engine="aiayn", search=search, precision=args.precision,
-                                                    device="cpu", batch_size=args.batch_size))
+                                                    device="cpu", batch_size=args.batch_size,
+                                                    shortlist=args.shortlist or None))
     lines = Path(args.src).read_text(encoding="utf-8").splitlines()
     loaded, cpu = time.perf_counter(), time.process_time()
     texts = [hyps[0].text for hyps in translator.translate_nbest(lines)]
@@ -114,6 +115,7 @@ def main() -> None:
     one.add_argument("--beam-patience", type=float, default=1.0)
     one.add_argument("--beam", type=int, default=4, help="beam size (1: greedy)")
     one.add_argument("--profile", action="store_true", help="translate again under torch.profiler, print its table")
+    one.add_argument("--shortlist", action="store_true", help="decode with the run's lexical shortlist")
     ap.add_argument("--run", help="aiayn run directory (or checkpoint)")
     ap.add_argument("--src", help="source text, one sentence per line")
     ap.add_argument("--ref", help="reference translations, aligned")
