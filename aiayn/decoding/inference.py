@@ -266,42 +266,25 @@ class _Int8TiedProjection:
         return self.linear(hidden)
 
     def rows(self, ids: Tensor) -> _Int8Rows:
-        """The projection of the pieces `ids` alone (_Int8Rows): the same bits as this projection's columns `ids`."""
-        return _Int8Rows(self, ids)
-
-    def packed_rows(self, ids: Tensor):
-        """The int8 rows `ids` packed for int8_engine()'s GEMM: one scale per row, so their values and scales are the
-        full matrix's, taken from it (unpacked once, on the first call: ~10 ms for 3,400 x 256 rows, where quantizing
-        them anew took 22)."""
+        """The projection of the pieces `ids` alone: one scale per row, so their int8 rows and scales are the full
+        matrix's, taken from it (quantized once, on the first call) and packed (a shortlist's batch: ~10 ms for
+        3,400 x 256 where quantizing those rows anew took 22)."""
         if self._int8 is None:
             q, _ = self.linear._packed_params._weight_bias()  # (V, D) qint8, a scale per row
             self._int8 = (q.int_repr(), q.q_per_channel_scales(), q.q_per_channel_zero_points())
         values, scales, zeros = (t.index_select(0, ids) for t in self._int8)
-        with int8_packing():
-            return torch.ops.quantized.linear_prepack(torch._make_per_channel_quantized_tensor(values, scales, zeros,
-                                                                                                0), None)
+        return _Int8Rows(torch._make_per_channel_quantized_tensor(values, scales, zeros, 0))
 
 
 class _Int8Rows:
-    """hidden -> logits of the pieces `ids` alone from a tied int8 projection `full` (a shortlist's batch): its wide
-    product's columns `ids` until the rows it has projected would, over the columns left out, have cost about as
-    much as packing the rows `ids` (PACK_ROWS rows of the wide product per packed row), then those rows packed and
-    multiplied alone, as Int8Linear calls its operator. A rent-or-buy rule: a batch of few steps or few rows (greedy
-    search, one sentence) never pays for packing, one of many does, and neither pays more than about twice the
-    better choice. The same bits either way: int8 products sum exactly, and each column is scaled alone."""
+    """hidden -> logits with int8 rows `q` (V', D) of a tied projection, packed for int8_engine()'s GEMM and called
+    as Int8Linear calls its operator (_int8_linear_class)."""
 
-    PACK_ROWS = 2000  # measured on one Xeon core (oneDNN): packing 4,290 x 256 rows 11.8 ms, their product 4.7 ps/MAC
-
-    def __init__(self, full: _Int8TiedProjection, ids: Tensor):
-        self.full, self.ids, self.packed = full, ids, None
-        self.left_out, self.projected = full.weight.size(0) - ids.numel(), 0
+    def __init__(self, q: Tensor):
+        with int8_packing():
+            self.packed = torch.ops.quantized.linear_prepack(q, None)
 
     def __call__(self, hidden: Tensor) -> Tensor:
-        if self.packed is None:
-            self.projected += hidden.numel() // hidden.size(-1)
-            if self.projected * self.left_out < self.PACK_ROWS * self.ids.numel():
-                return self.full(hidden).index_select(-1, self.ids)
-            self.packed = self.full.packed_rows(self.ids)
         with torch._C.DisableTorchFunction():
             return _int8_op()(hidden, self.packed, True)
 
