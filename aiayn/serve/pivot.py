@@ -69,7 +69,7 @@ async def _carried(models: Models, route: list[LanguagePair], sentences: list[st
     if not spanned:
         return await _legs(models, route, sentences, prefixes, nbest, options, shortlist)
     terms = sorted({span.key for n in spanned for span in term_spans(sentences[n], glossary)})
-    flags = [False] * len(sentences)
+    flags = [False] * len(sentences)  # those sentences' alignments alone
     for n in spanned:
         flags[n] = True
     asked = [_legs(models, route, sentences, prefixes, nbest, options, shortlist, flags)]
@@ -91,12 +91,12 @@ async def _legs(models: Models, route: list[LanguagePair], sentences: Sequence[s
     each translation's word links from the route's source sentence (composed through the legs; a middle sentence
     without the vocabulary's unknown mark, and, with `drop`, the translations too, as aiayn.markup.engines does);
     a flag per sentence: those sentences' links alone (the others' None)."""
-    links = None
+    links, aligned = None, any(aligned_lines(alignments, len(sentences)))
     for pair in route[:-1]:
         batcher = await models.batcher(pair)
         found = await batcher.submit(sentences, nbest=1, options=options, full_vocabulary=shortlist is False,
                                      alignments=alignments)
-        if any(aligned_lines(alignments, len(sentences))):
+        if aligned:
             found = [[_known(s, hs[0])] for s, hs in zip(sentences, found)]
             links = [hs[0].alignment for hs in found]
         sentences = [hs[0].text for hs in found]
@@ -106,7 +106,7 @@ async def _legs(models: Models, route: list[LanguagePair], sentences: Sequence[s
                             "leave the field out or send false")
     found = await batcher.submit(sentences, nbest=nbest, options=options, prefixes=prefixes,
                                  full_vocabulary=shortlist is False, alignments=alignments)
-    if not any(aligned_lines(alignments, len(sentences))):
+    if not aligned:
         return found
     if drop:
         found = [[_known(s, h) for h in hs] for s, hs in zip(sentences, found)]
