@@ -396,3 +396,28 @@ def test_soak_script_briefly():
     sent, lost, wrong = (int(x) for x in rows["all"])
     assert sent > 20 and lost == 0 and wrong == 0, out.stdout
     assert int(rows["bad"][0]) > 0 and "growth" in out.stdout
+
+
+def test_each_worker_keeps_freed_memory_unless_the_server_runs_with_low_memory(copy_data, tmp_path, monkeypatch):
+    """A spawned worker starts with glibc's defaults: `aiayn serve` hands each one its choice (keep freed memory for
+    reuse; not with --low-memory or AIAYN_LOW_MEMORY=1), and the worker applies it before loading its models."""
+    import multiprocessing
+
+    from aiayn.cli import build_parser
+    from aiayn.cli.serve import serve_config
+    from aiayn.serve import workers
+    from aiayn.serve.board import WorkerBoard
+
+    vocab = Vocab.load(copy_data / "vocab.model")
+    run = save_run(tiny_model(len(vocab), eos_bias=1.0), copy_data / "vocab.model", tmp_path / "run")
+    base = ["serve", "--checkpoint", str(run)]
+    monkeypatch.delenv("AIAYN_LOW_MEMORY", raising=False)
+    spec = serve_config(build_parser().parse_args(base))
+    assert spec.keep_freed_memory
+    assert not serve_config(build_parser().parse_args(["--low-memory", *base])).keep_freed_memory
+    monkeypatch.setenv("AIAYN_LOW_MEMORY", "1")
+    assert not serve_config(build_parser().parse_args(base)).keep_freed_memory
+    applied = []
+    monkeypatch.setattr(workers, "configure_process", lambda **kw: applied.append(kw))
+    workers.build_server(spec, WorkerBoard(multiprocessing.get_context("spawn"), 1), 0)
+    assert applied == [{"threads": spec.threads, "keep_freed_memory": True}]

@@ -12,10 +12,9 @@ from __future__ import annotations
 import argparse
 import gc
 import importlib
-import os
 import sys
 
-from aiayn.cli.common import Parser
+from aiayn.cli.common import Parser, low_memory
 from aiayn.errors import UserError
 
 # Modules that contribute subcommands, in the order `aiayn --help` lists them.
@@ -76,7 +75,7 @@ def main(argv: list[str] | None = None) -> int:
     if not getattr(args, "func", None):
         parser.print_help()
         return 2
-    keep = not (args.low_memory or os.environ.get("AIAYN_LOW_MEMORY") == "1")
+    keep = not low_memory(args)
     if getattr(args, "needs_torch", lambda _: True)(args):
         collecting = gc.isenabled()
         gc.disable()  # torch's import makes ~10^5 objects that live as long as the process: no collections meanwhile

@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import os
 from collections.abc import Callable
 from typing import Any
 
@@ -24,6 +25,12 @@ class Parser(argparse.ArgumentParser):
 
     def error(self, message: str):
         self.exit(2, f"error: {self.prog}: {message} (see {self.prog} --help)\n")
+
+
+def low_memory(args: argparse.Namespace) -> bool:
+    """Whether freed memory goes back to the OS (`aiayn --low-memory ...` or AIAYN_LOW_MEMORY=1) instead of being
+    kept for reuse, aiayn's default."""
+    return bool(getattr(args, "low_memory", False)) or os.environ.get("AIAYN_LOW_MEMORY") == "1"
 
 
 def number(kind: type, low: float | None = None, above: float | None = None, below: float | None = None

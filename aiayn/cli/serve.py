@@ -14,6 +14,7 @@ from aiayn.cli.common import (
     add_language_args,
     add_precision_arg,
     add_search_args,
+    low_memory,
     non_negative_float,
     non_negative_int,
     number,
@@ -111,7 +112,8 @@ def serve_config(args: argparse.Namespace):
             raise type(e)(f"the {pair.source}->{pair.target} model: {e}") from None
     return ServeConfig(catalog=catalog, batching=batching, limits=limits, max_models=args.max_models,
                        max_bytes=int(args.max_model_memory * 2**20), **access_options(args), host=args.host,
-                       port=args.port, threads=threads, log_level=args.log_level, read_timeout_s=args.read_timeout,
+                       port=args.port, threads=threads, keep_freed_memory=not low_memory(args),
+                       log_level=args.log_level, read_timeout_s=args.read_timeout,
                        max_connections=args.max_connections, admin_key=admin_key, files=files)
 
 

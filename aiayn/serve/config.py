@@ -31,6 +31,7 @@ class ServeConfig:
     host: str = "127.0.0.1"
     port: int = 8000
     threads: int = 0  # torch threads per worker; 0: torch's default (OMP_NUM_THREADS, else every core)
+    keep_freed_memory: bool = False  # each worker's glibc keeps freed memory (`aiayn serve`, unless --low-memory)
     log_level: str = "info"
     read_timeout_s: float = 10.0  # aiayn.serve.guard
     max_connections: int = 1000  # per worker; more get 503

@@ -61,7 +61,8 @@ def build_server(spec: ServeConfig, board: WorkerBoard, worker: int):
     from aiayn.serve.app import create_app
     from aiayn.serve.reload import Reloader
 
-    configure_process(threads=spec.threads)
+    # a spawned worker starts with glibc's defaults: it reuses freed memory as `aiayn serve` does unless --low-memory
+    configure_process(threads=spec.threads, keep_freed_memory=spec.keep_freed_memory)
     models = spec.models()
     models.preload()
     app = create_app(models, spec, Reloader(board, worker, spec.admin_key), buckets=board.buckets)

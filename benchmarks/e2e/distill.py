@@ -50,7 +50,9 @@ def inprocess(args: argparse.Namespace) -> None:
 
     from aiayn.config import PAPER_SEARCH
     from aiayn.decoding.engine import EngineOptions, open_engine
+    from aiayn.runtime import configure_process
 
+    configure_process(kernel_cache=True, keep_freed_memory=True)  # what `aiayn`'s main sets for every command
     start = time.perf_counter()
     search = dataclasses.replace(PAPER_SEARCH, beam=args.beam, lp="power", beam_patience=1.0)
     engine = open_engine(args.run, EngineOptions(engine="aiayn", search=search, precision=args.precision,

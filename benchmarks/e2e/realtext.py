@@ -11,7 +11,8 @@ test file, beam 4, |Y|^0.6 (`--lp power`: the penalty CTranslate2 has), batch 64
 CTranslate2's default patience 1, aiayn's `--beam-patience 1` (--beam-patience sets both):
 
     aiayn          `aiayn translate --precision P --lp power` as a user runs it: whole-process wall seconds and peak RSS
-    aiayn (in)     the same decoding in process (benchmarks/e2e/realtext.py inprocess): open_engine, then
+    aiayn (in)     the same decoding in process (benchmarks/e2e/realtext.py inprocess): the process settings `aiayn`
+                   applies (runtime.configure_process: freed memory kept, kernel caches bounded), open_engine, then
                    translate_nbest timed alone: sentences/s
     ct2            CTranslate2 called directly (benchmarks/e2e/ct2_direct.py, torch never imported): one translate_batch
                    over the file, max_batch_size 64; whole process and in process
@@ -84,7 +85,10 @@ def inprocess(args: argparse.Namespace) -> None:
 
     from aiayn.decoding.engine import EngineOptions, open_engine
     from aiayn.decoding.search import PAPER_SEARCH
+    from aiayn.runtime import configure_process
 
+    if not args.bare_process:
+        configure_process(kernel_cache=True, keep_freed_memory=True)  # what `aiayn`'s main sets for every command
     start = time.perf_counter()
     search = dataclasses.replace(PAPER_SEARCH, beam=args.beam, lp="power", beam_patience=args.beam_patience)
     translator = open_engine(args.run, EngineOptions(engine="aiayn", search=search, precision=args.precision,
@@ -116,6 +120,8 @@ def main() -> None:
     one.add_argument("--beam", type=int, default=4, help="beam size (1: greedy)")
     one.add_argument("--profile", action="store_true", help="translate again under torch.profiler, print its table")
     one.add_argument("--shortlist", action="store_true", help="decode with the run's lexical shortlist")
+    one.add_argument("--bare-process", action="store_true",
+                     help="keep a Python process's allocator and kernel-cache defaults (by default: what `aiayn` sets)")
     ap.add_argument("--run", help="aiayn run directory (or checkpoint)")
     ap.add_argument("--src", help="source text, one sentence per line")
     ap.add_argument("--ref", help="reference translations, aligned")

@@ -42,6 +42,7 @@ from aiayn.export.ct2 import export_ct2
 from aiayn.metrics import corpus_bleu
 from aiayn.model import Transformer
 from aiayn.rundir import inference_checkpoint, load_for_inference
+from aiayn.runtime import configure_process
 from benchmarks.timing import compare, table
 
 CT2_QUANTIZATION = {"fp32": None, "int8": "int8"}  # aiayn's decoding precision -> the CTranslate2 export's
@@ -204,7 +205,7 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--reps", type=int, default=3)
     args = ap.parse_args()
-    torch.set_num_threads(args.threads)
+    configure_process(kernel_cache=True, keep_freed_memory=True, threads=args.threads)  # as `aiayn`'s main does
     if args.random:
         args.n = args.n or 128
         speed_only(args)
