@@ -40,6 +40,27 @@ def test_order_kept_and_batch_invariant(setup):
     assert [h[0][0] for h in greedy] == [h[0][0] for h in greedy_small]
 
 
+def test_default_batch_is_larger_where_each_sentence_is_one_decoder_row(setup, monkeypatch):
+    """No batch size asked: 64 sentences a batch, 128 where the search runs one row a sentence (greedy search, one
+    sample); an asked size wins. The batches the Translator searches, observed."""
+    from aiayn.decoding import translator as module
+    from aiayn.decoding.translator import default_batch_size
+
+    assert default_batch_size(SearchConfig(beam=1)) == 128
+    assert default_batch_size(SearchConfig(beam=4)) == default_batch_size(SearchConfig(beam=4, nbest=4)) == 64
+    assert default_batch_size(SearchConfig(beam=1, sampling=True, nbest=1)) == 128
+    assert default_batch_size(SearchConfig(beam=1, sampling=True, nbest=3)) == 64
+    model, vocab, lines = setup
+    sizes = []
+    real = module.length_sorted
+    monkeypatch.setattr(module, "length_sorted", lambda src, size, **kw: sizes.append(size) or real(src, size, **kw))
+    lines = lines * 20  # 240 lines
+    for search, batch in [(SearchConfig(beam=1, max_len_b=2), None), (SearchConfig(beam=4, max_len_b=2), None),
+                          (SearchConfig(beam=1, max_len_b=2), 32)]:
+        Translator(model, vocab, search, batch_size=batch).translate_nbest(lines)
+    assert sizes == [128, 64, 32]
+
+
 def test_blank_and_overlong_lines(setup, capsys):
     model, vocab, lines = setup
     text = ["", lines[0], "   ", " ".join(lines[:6])]

@@ -113,7 +113,8 @@ def register(sub) -> None:
                                    "(.docx .pptx .odt .odp .epub .srt .md .html) is translated whole into --output "
                                    "in its own format (docs/documents.md)")
     p.add_argument("--output", help="output file (default: stdout); written whole or not at all")
-    p.add_argument("--batch-size", type=positive_int, default=64, help="sentences per batch (default 64)")
+    p.add_argument("--batch-size", type=positive_int, default=None,
+                   help="sentences per batch (default 64; 128 for greedy search on aiayn's engine)")
     p.add_argument("--buffer-size", type=positive_int, default=None,
                    help="translate, write and flush at most N lines at a time (default: a file at once; stdin as its "
                         "lines arrive, so a line written into a pipe is answered before the next; 1 = fairseq-"

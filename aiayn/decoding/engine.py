@@ -42,7 +42,7 @@ class EngineOptions:
     search: SearchConfig = PAPER_SEARCH
     precision: str = "fp32"
     device: str = "auto"
-    batch_size: int = 64
+    batch_size: int | None = None  # sentences a batch; None: 64 (aiayn: 128 for greedy search, default_batch_size)
     max_input_len: int | None = None
     shortlist: bool | str | Path | None = None
     search_impl: str = "auto"
@@ -136,7 +136,7 @@ def open_engine(path: str | Path | Sequence[str | Path], options: EngineOptions 
 
         return cls(paths[0], device=ct2_device(options.device), compute_type=cls.COMPUTE_TYPES[options.precision],
                    threads=options.threads, use_vmap=bool(options.shortlist), search=options.search,
-                   batch_size=options.batch_size, patience=options.patience, max_input_len=options.max_input_len,
+                   batch_size=options.batch_size or 64, patience=options.patience, max_input_len=options.max_input_len,
                    alignment=options.alignment)
     from aiayn.runtime import resolve_device
 

@@ -39,12 +39,25 @@ def translation_of(vocab, hyp: Hypothesis) -> Translation:
     return Translation(vocab.decode(hyp.tokens), hyp.score, hyp.tokens, hyp.positional_scores)
 
 
+BATCH = 64  # sentences a batch by default
+ONE_ROW_BATCH = 128  # ... where each sentence is one decoder row (greedy search, one sample)
+
+
+def default_batch_size(search: SearchConfig) -> int:
+    """Sentences a batch when none is asked for: 64, or 128 where the search runs one decoder row a sentence. A step of
+    aiayn's engine costs a fixed ~1 ms of operator calls on a CPU however few its rows, which a greedy batch of 64
+    shares over 64 rows where beam 4 has 256 (docs/decoding.md has the measurement)."""
+    rows = search.nbest if search.sampling else search.beam
+    return ONE_ROW_BATCH if rows == 1 else BATCH
+
+
 class Translator:
     """A model (decoded in `precision`: aiayn.decoding.inference), its vocabulary and how to search: text in, text out.
     What the CLI, the quickstart, the server, the attention views and the exporters share.
 
     aiayn's engine (aiayn.decoding.engine.Engine; open it with open_engine). Sentences are sorted by length and
-    searched in batches of `batch_size` (less padding; batches.length_sorted); answers come back in input order. `model`
+    searched in batches of `batch_size` (less padding; batches.length_sorted; None: `default_batch_size`); answers come
+    back in input order. `model`
     may be a list of models of one vocabulary: they are decoded as an ensemble (aiayn.decoding.ensemble). `shortlist`
     (aiayn.decoding.shortlist): each batch computes the output projection for its source pieces' target pieces only.
 
@@ -58,7 +71,7 @@ class Translator:
     SEARCH_IMPLS = SEARCH_IMPLS
 
     def __init__(self, model, vocab, search: SearchConfig = PAPER_SEARCH, precision: str = "fp32",
-                 device: str | torch.device = "cpu", batch_size: int = 64, max_input_len: int | None = None,
+                 device: str | torch.device = "cpu", batch_size: int | None = None, max_input_len: int | None = None,
                  prepack: bool | None = None, shortlist: Shortlist | None = None, search_impl: str = "auto",
                  alignment_layer: int | None = None, aligner: word_aligner.Aligner | None = None):
         self.alignment_layer = alignment_layer  # the decoder layer whose cross-attention aligns (None: the top one)
@@ -161,7 +174,7 @@ class Translator:
         (`glossary_terms`; aiayn.decoding.glossary)."""
         search, max_len = self.search, self.limits().words
         results: list[list[Hypothesis]] = [[Hypothesis([], 0.0, [])] for _ in sources]
-        batches = length_sorted(sources, self.batch_size, longest_first=True)
+        batches = length_sorted(sources, self.batch_size or default_batch_size(search), longest_first=True)
         if prefixes is not None:
             if len(prefixes) != len(sources):
                 raise UsageError(f"{len(prefixes)} prefixes for {len(sources)} sources; give one per source")

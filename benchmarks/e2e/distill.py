@@ -7,9 +7,9 @@ on), sentences/s whole process and in process, one-line start-up and peak memory
 
 Both runs are exported once with `aiayn export --to ct2` (float32 weights, and the student's shortlist as vmap.txt;
 int8 is CTranslate2's compute type at load). Every cell is a fresh process with --threads threads (OMP_NUM_THREADS,
-CTranslate2's intra_threads) on the whole test split, batch 64, |Y|^0.6 (`--lp power`: the penalty CTranslate2
-has), the same stopping rule on both engines (CTranslate2's default patience 1; aiayn's `--beam-patience 1`), whole
-lines (`--no-split-sentences`):
+CTranslate2's intra_threads) on the whole test split, batches of 64 (aiayn's engine greedy: its default, 128),
+|Y|^0.6 (`--lp power`: the penalty CTranslate2 has), the same stopping rule on both engines (CTranslate2's default
+patience 1; aiayn's `--beam-patience 1`), whole lines (`--no-split-sentences`):
 
     aiayn P              `aiayn translate --precision P` as a user runs it: whole-process wall and CPU seconds, peak RSS
     aiayn P (in)         the same decoding in process (this file's `inprocess`): open_engine, then translate_nbest
@@ -56,7 +56,7 @@ def inprocess(args: argparse.Namespace) -> None:
     start = time.perf_counter()
     search = dataclasses.replace(PAPER_SEARCH, beam=args.beam, lp="power", beam_patience=1.0)
     engine = open_engine(args.run, EngineOptions(engine="aiayn", search=search, precision=args.precision,
-                                                 device="cpu", batch_size=64))
+                                                 device="cpu"))  # aiayn's default batches, as `aiayn translate`
     lines = Path(args.src).read_text(encoding="utf-8").splitlines()
     loaded, cpu = time.perf_counter(), time.process_time()
     texts = [hyps[0].text for hyps in engine.translate_nbest(lines)]

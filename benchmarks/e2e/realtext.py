@@ -115,7 +115,7 @@ def main() -> None:
     one.add_argument("--src", required=True)
     one.add_argument("--output", required=True)
     one.add_argument("--precision", default="fp32")
-    one.add_argument("--batch-size", type=int, default=64)
+    one.add_argument("--batch-size", type=int, default=None, help="default: aiayn's (64; 128 for greedy search)")
     one.add_argument("--beam-patience", type=float, default=1.0)
     one.add_argument("--beam", type=int, default=4, help="beam size (1: greedy)")
     one.add_argument("--profile", action="store_true", help="translate again under torch.profiler, print its table")
