@@ -44,7 +44,7 @@ def test_default_batch_is_larger_where_each_sentence_is_one_decoder_row(setup, m
     """No batch size asked: 64 sentences a batch, 128 where the search runs one row a sentence (greedy search, one
     sample); an asked size wins. The batches the Translator searches, observed."""
     from aiayn.decoding import translator as module
-    from aiayn.decoding.translator import default_batch_size
+    from aiayn.decoding.batches import default_batch_size
 
     assert default_batch_size(SearchConfig(beam=1)) == 128
     assert default_batch_size(SearchConfig(beam=4)) == default_batch_size(SearchConfig(beam=4, nbest=4)) == 64

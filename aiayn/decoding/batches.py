@@ -1,5 +1,6 @@
 """What every engine shares below the text: how long a source and a translation may be (`Limits`, the word cap
-written once: `word_cap`) and the length-sorted batches both engines cut (`length_sorted`). No torch.
+written once: `word_cap`), the length-sorted batches both engines cut (`length_sorted`) and how many sentences a batch
+holds unless asked (`BATCH`, `default_batch_size`). No torch.
 """
 
 from __future__ import annotations
@@ -8,6 +9,18 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from aiayn.config import SearchConfig
+
+BATCH = 64  # sentences a batch by default (CTranslate2: always; aiayn's engine: beam search)
+ONE_ROW_BATCH = 128  # aiayn's engine where each sentence is one decoder row (greedy search, one sample)
+
+
+def default_batch_size(search: SearchConfig) -> int:
+    """Sentences a batch of aiayn's engine when none is asked for: BATCH, or ONE_ROW_BATCH where the search runs one
+    decoder row a sentence. A step costs a fixed ~1 ms of operator calls on a CPU however few its rows, which a greedy
+    batch of 64 shares over 64 rows where beam 4 has 256 (docs/decoding.md has the measurement; CTranslate2's step
+    costs little, and it is fastest at 64)."""
+    rows = search.nbest if search.sampling else search.beam
+    return ONE_ROW_BATCH if rows == 1 else BATCH
 
 
 @dataclass(frozen=True)

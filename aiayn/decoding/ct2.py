@@ -27,7 +27,7 @@ from aiayn.config import BOS_ID, EOS_ID, PAD_ID, UNK_ID, ModelConfig, SearchConf
 from aiayn.data.vocab import MODEL_FILE, Vocab
 from aiayn.decoding import aligner as word_aligner
 from aiayn.decoding.alignment import word_links
-from aiayn.decoding.batches import Limits, limit_batches, own_limits, word_cap
+from aiayn.decoding.batches import BATCH, Limits, limit_batches, own_limits, word_cap
 from aiayn.decoding.lines import Translation, aligned_lines, encode_prefixes, encode_sources
 from aiayn.errors import UsageError, UserError
 
@@ -75,7 +75,7 @@ class CT2Translator:
 
     def __init__(self, model_dir: Path | str, device: str = "cpu", compute_type: str = "default",
                  threads: int | None = None, use_vmap: bool = False, search: SearchConfig | None = None,
-                 batch_size: int = 64, patience: float | None = None, max_input_len: int | None = None,
+                 batch_size: int = BATCH, patience: float | None = None, max_input_len: int | None = None,
                  alignment: str = "auto"):
         import ctranslate2
 

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Protocol
 
 from aiayn.config import PAPER_SEARCH, SearchConfig
-from aiayn.decoding.batches import Limits
+from aiayn.decoding.batches import BATCH, Limits
 from aiayn.decoding.lines import Translation
 from aiayn.errors import UsageError
 
@@ -42,7 +42,7 @@ class EngineOptions:
     search: SearchConfig = PAPER_SEARCH
     precision: str = "fp32"
     device: str = "auto"
-    batch_size: int | None = None  # sentences a batch; None: 64 (aiayn: 128 for greedy search, default_batch_size)
+    batch_size: int | None = None  # sentences a batch; None: batches.BATCH (aiayn: batches.default_batch_size)
     max_input_len: int | None = None
     shortlist: bool | str | Path | None = None
     search_impl: str = "auto"
@@ -136,8 +136,8 @@ def open_engine(path: str | Path | Sequence[str | Path], options: EngineOptions 
 
         return cls(paths[0], device=ct2_device(options.device), compute_type=cls.COMPUTE_TYPES[options.precision],
                    threads=options.threads, use_vmap=bool(options.shortlist), search=options.search,
-                   batch_size=options.batch_size or 64, patience=options.patience, max_input_len=options.max_input_len,
-                   alignment=options.alignment)
+                   batch_size=options.batch_size or BATCH, patience=options.patience,
+                   max_input_len=options.max_input_len, alignment=options.alignment)
     from aiayn.runtime import resolve_device
 
     return cls.load(paths, options.search, options.precision, device=resolve_device(options.device),

@@ -16,7 +16,7 @@ from aiayn.config import SEARCH_IMPLS
 from aiayn.decoding import aligner as word_aligner
 from aiayn.decoding import inference
 from aiayn.decoding.attention import align, padded
-from aiayn.decoding.batches import Limits, length_sorted, word_cap
+from aiayn.decoding.batches import Limits, default_batch_size, length_sorted, word_cap
 from aiayn.decoding.ensemble import Ensemble, check_same_vocabulary
 from aiayn.decoding.glossary import Glossary, Term, constrained_beam_search, encode_terms
 from aiayn.decoding.lines import Translation, aligned_lines, encode_prefixes, encode_sources, warn
@@ -39,27 +39,15 @@ def translation_of(vocab, hyp: Hypothesis) -> Translation:
     return Translation(vocab.decode(hyp.tokens), hyp.score, hyp.tokens, hyp.positional_scores)
 
 
-BATCH = 64  # sentences a batch by default
-ONE_ROW_BATCH = 128  # ... where each sentence is one decoder row (greedy search, one sample)
-
-
-def default_batch_size(search: SearchConfig) -> int:
-    """Sentences a batch when none is asked for: 64, or 128 where the search runs one decoder row a sentence. A step of
-    aiayn's engine costs a fixed ~1 ms of operator calls on a CPU however few its rows, which a greedy batch of 64
-    shares over 64 rows where beam 4 has 256 (docs/decoding.md has the measurement)."""
-    rows = search.nbest if search.sampling else search.beam
-    return ONE_ROW_BATCH if rows == 1 else BATCH
-
-
 class Translator:
     """A model (decoded in `precision`: aiayn.decoding.inference), its vocabulary and how to search: text in, text out.
     What the CLI, the quickstart, the server, the attention views and the exporters share.
 
     aiayn's engine (aiayn.decoding.engine.Engine; open it with open_engine). Sentences are sorted by length and
-    searched in batches of `batch_size` (less padding; batches.length_sorted; None: `default_batch_size`); answers come
-    back in input order. `model`
-    may be a list of models of one vocabulary: they are decoded as an ensemble (aiayn.decoding.ensemble). `shortlist`
-    (aiayn.decoding.shortlist): each batch computes the output projection for its source pieces' target pieces only.
+    searched in batches of `batch_size` (less padding; batches.length_sorted; None: batches.default_batch_size);
+    answers come back in input order. `model` may be a list of models of one vocabulary: they are decoded as an
+    ensemble (aiayn.decoding.ensemble). `shortlist` (aiayn.decoding.shortlist): each batch computes the output
+    projection for its source pieces' target pieces only.
 
     search_impl: "eager" (aiayn.decoding.search: finished sentences leave the batch, each step's shapes new; the fastest
     on CPUs), "fixed" (aiayn.decoding.static_search: fixed-shape steps, replayed as CUDA graphs on a GPU; the same
