@@ -8,7 +8,7 @@ import torch
 from test_model import make_model, rand_tokens
 
 from aiayn.config import PAD_ID
-from aiayn.decoding.cache import entries_to_copy, held_dtype
+from aiayn.decoding.cache import entries_to_copy, held_dtype, keys_for_queries, sentences_of
 
 
 @pytest.mark.parametrize("grad,bf16", [(False, False), (True, False), (False, True)])
@@ -57,6 +57,38 @@ def test_self_attention_cache_layouts(grad, bf16):
         assert cache.layers[0].length == tgt.size(1) == cache.length
         assert cache.layers[0].keys.requires_grad == grad
         assert cache.layers[0].keys.dtype == cache.layers[0].cross_k.dtype == torch.float32
+        for layer in cache.layers:  # one query per sentence: cross-attention keys held as K (keys_for_queries)
+            assert layer.cross_k.is_contiguous()
+
+
+def test_cross_attention_keys_are_held_as_k_transposed_for_four_queries_or_more():
+    """keys_for_queries: on the CPU, for 4 or more queries per sentence, the keys as a view of K^T held contiguous,
+    the same values; for fewer, K contiguous; sentences_of picks sentences in either layout. Q K^T against them is
+    bit for bit the product against K itself. In a cache: beam 4's keys held as K^T through a reorder of
+    sentences, and its steps equal full decoding."""
+    k, q = torch.randn(3, 2, 5, 4), torch.randn(3, 2, 4, 4)
+    held = keys_for_queries(k, 4)
+    assert held.shape == k.shape and held.transpose(-2, -1).is_contiguous() and torch.equal(held, k)
+    assert torch.equal(q @ held.transpose(-2, -1), q @ k.transpose(-2, -1))
+    picked = sentences_of(held, torch.tensor([2, 0]))
+    assert picked.transpose(-2, -1).is_contiguous() and torch.equal(picked, k[[2, 0]])
+    plain = keys_for_queries(k.transpose(-2, -1).contiguous().transpose(-2, -1), 2)
+    assert plain.is_contiguous() and torch.equal(plain, k)
+    assert sentences_of(plain, torch.tensor([1])).is_contiguous()
+
+    model = make_model()
+    src, tgt = rand_tokens(2, 5, 41), rand_tokens(8, 6, 42)  # four beams of each of two sentences
+    memory, src_pad = model.encode(src), src.eq(PAD_ID)
+    cache = model.new_cache()
+    for t in range(tgt.size(1)):
+        if t == 3:  # the second sentence ends: its beams and keys leave
+            cache.reorder(torch.arange(4), torch.tensor([0]))
+            tgt, memory, src_pad = tgt[:4], memory[:1], src_pad[:1]
+        step = model.decode(tgt[:, t: t + 1], memory, src_pad, cache=cache)
+        assert all(c.cross_k.transpose(-2, -1).is_contiguous() and not c.cross_k.is_contiguous()
+                   for c in cache.layers)
+        full = model.decode(tgt[:, : t + 1], memory.repeat_interleave(4, 0), src_pad.repeat_interleave(4, 0))
+        torch.testing.assert_close(step[:, 0], full[:, -1], rtol=0, atol=1e-5)
 
 
 def test_bf16_attention_over_the_cache_runs_in_fp32_and_equals_bf16_attention():

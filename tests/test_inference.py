@@ -36,6 +36,26 @@ def test_decoding_copy_is_the_model_in_another_dtype():
     assert decoding_copy(low, "bf16", prepack=False) is low
 
 
+
+@pytest.mark.parametrize("precision,prepack", [("fp32", False), ("fp32", True), ("int8", None)])
+@pytest.mark.parametrize("activation", ["relu", "swish"])
+def test_decoding_copies_apply_relu_in_place_and_decode_as_the_model(precision, prepack, activation):
+    """A decoding copy's feed-forward layers put max(0, x) on W1's product in place (torch.relu_: no second
+    (rows, d_ff) tensor); swish (OPUS-MT's) is left as it is; the model passed in keeps its own; the copy's
+    feed-forward equals the model's (int8: its own int8 projections with the out-of-place relu)."""
+    torch.manual_seed(0)
+    model = Transformer(ModelConfig.preset("tiny", vocab_size=40, activation=activation)).eval()
+    q = decoding_copy(model, precision, prepack=prepack)
+    own = F.relu if activation == "relu" else F.silu
+    assert all(layer.ffn.activation is own for layer in model.encoder.layers)
+    ffns = [layer.ffn for layer in [*q.encoder.layers, *q.decoder.layers]]
+    assert all(f.activation is (torch.relu_ if activation == "relu" else F.silu) for f in ffns)
+    x = torch.randn(3, 5, model.cfg.d_model)
+    with torch.no_grad():
+        for f, ref in zip(ffns, [layer.ffn for layer in [*model.encoder.layers, *model.decoder.layers]]):
+            expected = f.w_2(own(f.w_1(x))) if precision == "int8" else ref(x)
+            torch.testing.assert_close(f(x), expected, rtol=0, atol=1e-5 if prepack else 0)
+
 def test_fp32_packs_its_weights_only_for_onednns_gemm(monkeypatch):
     # prepack=None (what `aiayn translate` passes): fp32 keeps the plain weights for MKL's GEMM, packs them for
     # oneDNN's (runtime.fp32_gemm, AIAYN_FP32_GEMM); bf16 packs them wherever oneDNN runs it, whatever fp32 uses.

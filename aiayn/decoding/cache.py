@@ -32,14 +32,15 @@ class LayerCache:
     - concatenated, (N, h, t, d): each step appends by torch.cat (a reorder copies the past, the append copies it
       again). Used for CPU bf16 (its matmuls are slower on strided views). Measurements: docs/speed-design.md.
     benchmarks/ab/self_attention_cache.py measures the layouts.
-    Cross-attention: computed once per source sentence and shared by all rows (beams) of it."""
+    Cross-attention: computed once per source sentence and shared by all rows (beams) of it; on the CPU, for beams of
+    4 or more, its keys are held as K^T (keys_for_queries)."""
 
     length: int = 0  # target positions held
     rows: int = 0  # decoder rows held (time-major: the buffer may have room for more, left by an in-place reorder)
     keys: Tensor | None = None  # self-attention: (T, N, h, dk) time-major, or (N, h, t, dk) concatenated
     values: Tensor | None = None  # (T, N, h, dv) or (N, h, t, dv)
     time_major: bool | None = None  # None: chosen at the first step as above
-    cross_k: Tensor | None = None  # (B, h, S, dk)
+    cross_k: Tensor | None = None  # (B, h, S, dk), or a view of K^T held contiguous (keys_for_queries)
     cross_v: Tensor | None = None  # (B, h, S, dv)
 
     def attend(self, attention, q: Tensor, source: Tensor, mask: Tensor | None, is_causal: bool) -> Tensor:
@@ -55,9 +56,10 @@ class LayerCache:
             k, v = self.append(k.to(held), v.to(held))  # (N, h, t+n, dk), (N, h, t+n, dv)
             mask, is_causal = _last_positions(q, k, mask, is_causal)
             return attention.attention(q.to(held), k, v, mask, is_causal, decoding).to(q.dtype)
-        if self.cross_k is None:  # made contiguous once: otherwise every step's matmul copies them again
+        if self.cross_k is None:  # laid out once: otherwise every step's matmul copies them again
             k, v = attention.keys_values(source)
-            self.cross_k, self.cross_v = k.to(held).contiguous(), v.to(held).contiguous()
+            queries = q.size(0) // k.size(0) * q.size(2)  # per sentence and head: beams x new positions
+            self.cross_k, self.cross_v = keys_for_queries(k.to(held), queries), v.to(held).contiguous()
         heads = by_sentence(attention.attention, q.to(held), self.cross_k, self.cross_v, mask, is_causal, decoding)
         return heads.to(q.dtype)
 
@@ -108,8 +110,28 @@ class LayerCache:
             self.values = _rows_into(self.values, rows, self.length, spares)
             self.rows = rows.numel()
         if sentences is not None and self.cross_k is not None:
-            self.cross_k = self.cross_k.index_select(0, sentences)
+            self.cross_k = sentences_of(self.cross_k, sentences)
             self.cross_v = self.cross_v.index_select(0, sentences)
+
+
+def keys_for_queries(k: Tensor, queries: int) -> Tensor:
+    """Cross-attention keys k (B, h, S, dk) laid out for the steps that multiply Q K^T with them, `queries` rows of Q
+    per sentence and head (beams x new positions): on the CPU, for 4 or more, a view of K^T held contiguous
+    (B, h, dk, S), since MKL's batched GEMM of a step's few queries per sentence against keys read transposed takes
+    1.5-2.5x as long at beam 4's shapes, with the same products (benchmarks/ab/cross_attention_keys.py; the decoded
+    lines stay bit for bit). For one or two queries (greedy search, beam 2) MKL multiplies with other kernels whose
+    sums differ in the last bits, and gains little: there, and off the CPU (torch's fused attention kernel reads K),
+    K contiguous."""
+    if k.device.type != "cpu" or queries < 4:
+        return k.contiguous()
+    return k.transpose(-2, -1).contiguous().transpose(-2, -1)
+
+
+def sentences_of(k: Tensor, sentences: Tensor) -> Tensor:
+    """k.index_select(0, sentences) for keys laid out by keys_for_queries, in the same layout: one copy."""
+    if k.is_contiguous():
+        return k.index_select(0, sentences)
+    return k.transpose(-2, -1).index_select(0, sentences).transpose(-2, -1)
 
 
 def held_dtype(q: Tensor, decoding: bool) -> torch.dtype:
@@ -214,7 +236,7 @@ class DecoderCache:
             shared = self.shared_positions(first.rows, rows.device)
             if rows.numel() <= first.rows:  # the same for every layer: found once
                 copies = entries_to_copy(rows, shared, self.length, first.keys.size(1))
-            self.shared = shared[rows][:, rows]  # new rows i, j share what their sources did
+            self.shared = shared.index_select(0, rows).index_select(1, rows)  # rows i, j share what their sources did
         for layer in self.layers:
             layer.reorder(rows, sentences, self.spares, copies)
 

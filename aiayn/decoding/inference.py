@@ -31,7 +31,7 @@ from aiayn import rundir
 from aiayn.allocator import release_freed_memory
 from aiayn.config import PRECISIONS
 from aiayn.errors import UsageError
-from aiayn.model import Transformer
+from aiayn.model import FeedForward, Transformer
 from aiayn.runtime import configure_process, fp32_gemm, int8_packing, int8_step_engine, warn_if_bf16_slow
 
 _DTYPE = {"fp32": torch.float32, "bf16": torch.bfloat16}
@@ -70,6 +70,9 @@ def _mark(q: nn.Module, precision: str, prepacked: bool) -> DecodingTransformer:
     """Make `q`, a copy of a Transformer that is the caller's own, the DecodingTransformer it now is."""
     q.__class__ = DecodingTransformer  # a subclass with no state of nn.Module's own: the copy becomes one as it is
     q.precision, q.prepacked = precision, prepacked
+    for m in q.modules():
+        if isinstance(m, FeedForward) and m.activation is F.relu:
+            m.activation = torch.relu_  # on W1's product, which nothing else holds: no second (rows, d_ff) tensor
     return q.eval()
 
 
