@@ -91,6 +91,29 @@ def test_cross_attention_keys_are_held_as_k_transposed_for_four_queries_or_more(
         torch.testing.assert_close(step[:, 0], full[:, -1], rtol=0, atol=1e-5)
 
 
+
+def test_sentences_leaving_a_batch_move_only_the_rows_that_take_their_places():
+    """sentences_of(x, keep) equals x.index_select(0, keep). For a keep as going_on gives it (sentences 1 and 3 of 5
+    end: 4 takes 1's place), only that row is copied, in place, and the result is a view of x's first rows (x's own
+    storage); for any other order, a copy, in x's layout (K^T views stay K^T); under autograd, a copy."""
+    from aiayn.decoding.search import going_on
+
+    x = torch.randn(5, 2, 3, 4)
+    keep = going_on(torch.tensor([False, True, False, True, False]))
+    assert keep.tolist() == [0, 4, 2]
+    expected = x.index_select(0, keep)
+    kept = sentences_of(x, keep)
+    assert torch.equal(kept, expected) and kept.data_ptr() == x.data_ptr()  # in place: a view of x
+    held = keys_for_queries(torch.randn(5, 2, 3, 4), 4)
+    order = torch.tensor([3, 1, 0])  # rows kept in no place of their own: a copy
+    picked = sentences_of(held, order)
+    assert torch.equal(picked, held.index_select(0, order)) and picked.transpose(-2, -1).is_contiguous()
+    assert picked.data_ptr() != held.data_ptr()
+    leaf = torch.randn(5, 3, requires_grad=True)
+    with torch.enable_grad():
+        grad_kept = sentences_of(leaf * 1, keep)
+    assert torch.equal(grad_kept, (leaf * 1).index_select(0, keep)) and grad_kept.requires_grad
+
 def test_bf16_attention_over_the_cache_runs_in_fp32_and_equals_bf16_attention():
     """A CPU bf16 decoder holds its cached keys/values in fp32 and attends over them with the fp32 path's matmuls, not
     torch's bf16 fused kernel; its steps equal those of the same bf16 model attending in bf16 (its fused kernel over

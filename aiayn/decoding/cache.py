@@ -111,7 +111,7 @@ class LayerCache:
             self.rows = rows.numel()
         if sentences is not None and self.cross_k is not None:
             self.cross_k = sentences_of(self.cross_k, sentences)
-            self.cross_v = self.cross_v.index_select(0, sentences)
+            self.cross_v = sentences_of(self.cross_v, sentences)
 
 
 def keys_for_queries(k: Tensor, queries: int) -> Tensor:
@@ -127,11 +127,20 @@ def keys_for_queries(k: Tensor, queries: int) -> Tensor:
     return k.transpose(-2, -1).contiguous().transpose(-2, -1)
 
 
-def sentences_of(k: Tensor, sentences: Tensor) -> Tensor:
-    """k.index_select(0, sentences) for keys laid out by keys_for_queries, in the same layout: one copy."""
-    if k.is_contiguous():
-        return k.index_select(0, sentences)
-    return k.transpose(-2, -1).index_select(0, sentences).transpose(-2, -1)
+def sentences_of(x: Tensor, keep: Tensor) -> Tensor:
+    """x.index_select(0, keep) in x's own layout (keys_for_queries), for tensors with a row per sentence that the
+    caller owns (x may change). Where `keep` is what a search's going_on gives (rows 0..m-1 kept in place but for some
+    that take the place of rows from m on), only the rows that move are copied, in place, and x's first m rows are
+    returned as a view: when one of 128 sentences ends, one row moves instead of all 127."""
+    m = keep.numel()
+    moved = (keep[:m] != torch.arange(m, device=keep.device)).nonzero().squeeze(1)
+    if not (torch.is_grad_enabled() and x.requires_grad) and bool((keep[moved] >= m).all()):
+        if moved.numel():
+            x.index_copy_(0, moved, x.index_select(0, keep[moved]))
+        return x[:m]
+    if x.is_contiguous():
+        return x.index_select(0, keep)
+    return x.transpose(-2, -1).index_select(0, keep).transpose(-2, -1)
 
 
 def held_dtype(q: Tensor, decoding: bool) -> torch.dtype:

@@ -40,6 +40,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from aiayn.config import BOS_ID, EOS_ID, PAD_ID, PAPER_SEARCH, SearchConfig
+from aiayn.decoding.cache import sentences_of
 from aiayn.decoding.sampling import Sampler
 from aiayn.errors import UsageError
 from aiayn.fast import row_topk
@@ -355,7 +356,7 @@ def _row_search(model, src: Tensor, search: SearchConfig, max_len: int | None, c
             keep = going_on(done)
             cache.reorder(keep, keep)  # one row per sentence
             sent, sample, tokens, logps = sent[keep], sample[keep], tokens[keep], logps[keep]
-            memory, src_pad = memory.index_select(0, keep), src_pad.index_select(0, keep)
+            memory, src_pad = sentences_of(memory, keep), sentences_of(src_pad, keep)
     return [sorted(hyps, key=lambda h: -h.score) for hyps in out]
 
 
@@ -435,7 +436,7 @@ def beam_search(model, src: Tensor, search: SearchConfig = PAPER_SEARCH, max_len
             alive_scores, alive_tokens, alive_rows = alive_scores[keep], alive_tokens[keep], alive_rows[keep]
             alive_logps = alive_logps[keep]
             sent = sent[keep]
-            memory, src_pad = memory.index_select(0, keep), src_pad.index_select(0, keep)
+            memory, src_pad = sentences_of(memory, keep), sentences_of(src_pad, keep)
 
         # The decoder runs k rows per sentence, sentence-major; memory, mask and the cross-attention cache stay
         # one per sentence (DecoderCache), so only the self-attention cache follows the beams.
