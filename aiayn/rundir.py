@@ -277,6 +277,7 @@ def load_for_inference(path: str | Path, device: str | torch.device = "cpu") -> 
     if len(vocab) != cfg.vocab_size:
         raise CheckpointError(f"vocabulary {vocab.model_path} has {len(vocab)} entries but the model of {path} "
                               f"expects {cfg.vocab_size}; it belongs to another run")
-    model = Transformer(cfg)
+    with ckpt.WeightsToCome():  # every tensor is the checkpoint's (check_shapes: the same names and shapes)
+        model = Transformer(cfg)
     model.load_state_dict(ckpt.load_weights(path)[0])
     return model.to(device).eval(), vocab, cfg

@@ -191,6 +191,46 @@ def test_int8_projections_call_torchs_operator_as_torchs_module_does():
         assert torch.equal(rows(x), DynamicLinear.forward(torch_module, x))
 
 
+
+@pytest.mark.parametrize("engine", ["fbgemm", "onednn"])
+def test_int8_projections_are_what_torchs_dynamic_quantization_makes_packed_once(engine, monkeypatch):
+    """Every int8 projection of a copy holds the int8 weights, scales and bias that torch.ao's DynamicLinear.from_float
+    (per_channel_dynamic_qconfig) makes of the model's projection, and gives its outputs to the bit; each weight is
+    packed once at its size (from_float packs an empty one first)."""
+    import warnings
+
+    from torch.ao.nn.quantized.dynamic import Linear as DynamicLinear
+    from torch.ao.nn.quantized.modules.linear import LinearPackedParams
+    from torch.ao.quantization import per_channel_dynamic_qconfig
+
+    from aiayn.runtime import int8_packing
+
+    if engine not in torch.backends.quantized.supported_engines:
+        pytest.skip(f"this torch build has no {engine}")
+    monkeypatch.setenv("AIAYN_INT8_ENGINE", engine)
+    torch.manual_seed(0)
+    model = Transformer(ModelConfig.preset("tiny", vocab_size=60)).eval()
+    packed = []
+    pack = LinearPackedParams.set_weight_bias
+    monkeypatch.setattr(LinearPackedParams, "set_weight_bias",
+                        lambda self, w, b: (packed.append(w.shape), pack(self, w, b))[1])
+    q = decoding_copy(model, "int8")
+    linears = [(name, m) for name, m in model.named_modules() if isinstance(m, nn.Linear)]
+    assert len([shape for shape in packed if shape.numel() > 1]) == len(linears) + 1  # + the tied output projection
+    for name, m in linears:
+        m.qconfig = per_channel_dynamic_qconfig
+        with int8_packing(engine), warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            ref = DynamicLinear.from_float(m)
+        mine = q.get_submodule(name)
+        (w, b), (rw, rb) = mine._weight_bias(), ref._weight_bias()
+        assert torch.equal(w.int_repr(), rw.int_repr())
+        assert torch.equal(w.q_per_channel_scales(), rw.q_per_channel_scales())
+        assert torch.equal(b, rb) and (mine.in_features, mine.out_features) == (m.in_features, m.out_features)
+        x = torch.randn(4, m.in_features)
+        with torch.no_grad():
+            assert torch.equal(mine(x), ref(x))
+
 def test_int8_projections_skip_the_search_for_torch_function_overrides():
     # torch looks for __torch_function__ on every argument of an operator called from Python; on the packed weights (a
     # TorchScript object) that lookup raises and catches a C++ exception at every call. The lean Int8Linear calls the

@@ -200,7 +200,9 @@ def test_restore_refuses_a_checkpoint_of_another_model_or_step(copy_data, tmp_pa
 def test_load_for_inference_reads_the_run_translate_picks(copy_data, tmp_path):
     model = tiny_model(120, seed=3)
     run = save_run(model, copy_data / "vocab.model", tmp_path / "run", step=7)
+    random = torch.get_rng_state()
     loaded, vocab, cfg = rundir.load_for_inference(run)
+    assert torch.equal(torch.get_rng_state(), random)  # no random initialization before the weights are read
     assert cfg == model.cfg and len(vocab) == 120 and not loaded.training
     assert all(torch.equal(v, model.state_dict()[k]) for k, v in loaded.state_dict().items())
     other = save_run(tiny_model(40), copy_data / "vocab.model", tmp_path / "other")  # a 40-piece model, 120 pieces

@@ -248,22 +248,9 @@ class _Int8TiedProjection:
     takes some of the int8 rows)."""
 
     def __init__(self, weight: Tensor):
-        from torch.ao.nn.quantized.dynamic import Linear as DynamicLinear
-        from torch.ao.quantization import per_channel_dynamic_qconfig
-
         self.weight, self._int8 = weight, None
-        v, d = weight.shape
-        # The weight is put in, never initialized (nn.utils.skip_init's meta device would import ~1 s of torch.fx);
-        # torch says that initializing an empty layer does nothing, and torch.ao.quantization announces its move to
-        # torchao: neither is the user's business
-        with warnings.catch_warnings(), int8_packing():
-            warnings.simplefilter("ignore")
-            linear = nn.Linear(0, 0, bias=False)
-            linear.weight = nn.Parameter(weight.detach().float(), requires_grad=False)
-            linear.in_features, linear.out_features = d, v
-            linear.qconfig = per_channel_dynamic_qconfig
-            self.linear = DynamicLinear.from_float(linear)
-        _lean_int8(self.linear)
+        with int8_packing():
+            self.linear = _int8_linear(weight, None)
 
     def __call__(self, hidden: Tensor) -> Tensor:
         return self.linear(hidden)
@@ -321,33 +308,40 @@ def _int8_op():
     return getattr(overload, "_op", overload)
 
 
-def _lean_int8(module: nn.Module) -> None:
-    """Make every int8 projection of `module` (torch's dynamic quantized Linear, of version 4 or later: what
-    quantize_dynamic makes) an Int8Linear (_int8_linear_class)."""
-    from torch.ao.nn.quantized.dynamic import Linear as DynamicLinear
+def _int8_linear(weight: Tensor, bias: Tensor | None) -> nn.Module:
+    """An Int8Linear (_int8_linear_class) of the projection x W^T + b, as torch.ao's dynamic quantization makes it
+    (DynamicLinear.from_float with per_channel_dynamic_qconfig: the weight observed and quantized to int8 per output
+    channel, packed for the current quantized engine), to the bit. from_float first makes its module at full size,
+    packing an empty weight of that size before the real one (half of a model's conversion time); this one is made
+    at 1 x 1, then given the real weight. torch.ao.quantization announces its move to torchao: not the user's
+    business."""
+    from torch.ao.nn.quantized.modules.utils import _quantize_weight
+    from torch.ao.quantization import per_channel_dynamic_qconfig
 
-    for m in module.modules():
-        if type(m) is DynamicLinear and m.version is not None and m.version >= 4 and \
-                m._packed_params.dtype == torch.qint8:
-            m.__class__ = _int8_linear_class()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        observer = per_channel_dynamic_qconfig.weight()
+        observer(weight.detach())
+        q = _int8_linear_class()(1, 1, dtype=torch.qint8)
+    q.in_features, q.out_features = weight.size(1), weight.size(0)
+    q.set_weight_bias(_quantize_weight(weight.detach().float(), observer), None if bias is None else bias.detach())
+    return q
 
 
 def _int8_copy(model: nn.Module, consume: bool = False) -> DecodingTransformer:
     """consume: `model` itself is quantized (its fp32 projections freed as they are replaced), not a copy."""
-    from torch.ao.quantization import per_channel_dynamic_qconfig, quantize_dynamic
-
     if next(model.parameters()).device.type != "cpu":
         raise UsageError("int8 decoding runs on CPU (oneDNN's or fbgemm's int8 GEMM); use --precision bf16 on GPUs")
     q = (model if consume else copy.deepcopy(model)).float().eval()
-    projections = {nn.Linear: per_channel_dynamic_qconfig}
-    with warnings.catch_warnings():  # torch.ao.quantization announces its move to torchao
-        warnings.simplefilter("ignore")
-        with int8_packing(int8_step_engine()):  # the decoder's: a step's few rows at a time
-            quantize_dynamic(q.decoder, projections, dtype=torch.qint8, inplace=True)
-        with int8_packing():  # the encoder's and the rest (what the decoder's made is no nn.Linear any more)
-            q = quantize_dynamic(q, projections, dtype=torch.qint8, inplace=True)
-            projection = _Int8TiedProjection(q.embedding.weight)
-    _lean_int8(q)
+    decoder = {id(m) for m in q.decoder.modules()}
+    for name, m in [(name, m) for name, m in q.named_modules() if isinstance(m, nn.Linear)]:
+        parent, _, attr = name.rpartition(".")
+        # the decoder's own projections run a step's few rows at a time: their engine (int8_step_engine)
+        with int8_packing(int8_step_engine() if id(m) in decoder else None):
+            setattr(q.get_submodule(parent) if parent else q, attr, _int8_linear(m.weight, m.bias))
+        if consume:
+            m.weight = m.bias = None
+    projection = _Int8TiedProjection(q.embedding.weight)
     q = _mark(q, "int8", prepacked=False)
     q.output_projection = projection
     return q

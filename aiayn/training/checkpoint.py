@@ -65,12 +65,15 @@ def read_header(path: Path) -> tuple[dict[str, str], ModelConfig, dict[str, list
     return meta, cfg, shapes
 
 
-class _ShapesOnly(TorchFunctionMode):
-    """Modules built for their shapes alone: the random initialization is skipped (on the meta device torch's
-    normal_ and uniform_ load torch.compile's machinery, a second of every `aiayn translate`'s start)."""
+class WeightsToCome(TorchFunctionMode):
+    """Modules built for their shapes alone, or for weights loaded next: the random initialization is skipped (on the
+    meta device torch's normal_ and uniform_ load torch.compile's machinery, a second of every `aiayn translate`'s
+    start; elsewhere it would be thrown away: ~50 ms of a small model's load)."""
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
-        if getattr(func, "__name__", None) in ("normal_", "uniform_"):  # torch.nn.init's (tensor, ...) or the method
+        # torch.nn.init's (tensor, ...): xavier_uniform_ and the like call uniform_ where no mode sees it; the methods
+        if getattr(func, "__module__", None) == "torch.nn.init" or getattr(func, "__name__", None) in (
+                "normal_", "uniform_"):
             return args[0] if args else kwargs["tensor"]
         return func(*args, **(kwargs or {}))
 
@@ -80,7 +83,7 @@ def check_shapes(path: Path, cfg: ModelConfig, shapes: dict[str, list[int]]) -> 
     meta device: no memory is allocated)."""
     from aiayn.model import Transformer
 
-    with torch.device("meta"), _ShapesOnly():
+    with torch.device("meta"), WeightsToCome():
         expected = {k: list(v.shape) for k, v in Transformer(cfg).state_dict().items()}
     missing, unexpected = sorted(set(expected) - set(shapes)), sorted(set(shapes) - set(expected))
     wrong = [f"{k} is {shapes[k]}, the config needs {expected[k]}" for k in sorted(expected.keys() & shapes.keys())
