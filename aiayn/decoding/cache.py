@@ -58,8 +58,8 @@ class LayerCache:
             return attention.attention(q.to(held), k, v, mask, is_causal, decoding).to(q.dtype)
         if self.cross_k is None:  # laid out once: otherwise every step's matmul copies them again
             k, v = attention.keys_values(source)
-            queries = q.size(0) // k.size(0) * q.size(2)  # per sentence and head: beams x new positions
-            self.cross_k, self.cross_v = keys_for_queries(k.to(held), queries), v.to(held).contiguous()
+            beams = q.size(0) // k.size(0)  # decoder rows per sentence: a step's queries per sentence and head
+            self.cross_k, self.cross_v = keys_for_queries(k.to(held), beams), v.to(held).contiguous()
         heads = by_sentence(attention.attention, q.to(held), self.cross_k, self.cross_v, mask, is_causal, decoding)
         return heads.to(q.dtype)
 
@@ -116,10 +116,10 @@ class LayerCache:
 
 def keys_for_queries(k: Tensor, queries: int) -> Tensor:
     """Cross-attention keys k (B, h, S, dk) laid out for the steps that multiply Q K^T with them, `queries` rows of Q
-    per sentence and head (beams x new positions): on the CPU, for 4 or more, a view of K^T held contiguous
-    (B, h, dk, S), since MKL's batched GEMM of a step's few queries per sentence against keys read transposed takes
-    1.5-2.5x as long at beam 4's shapes, with the same products (benchmarks/ab/cross_attention_keys.py; the decoded
-    lines stay bit for bit). For one or two queries (greedy search, beam 2) MKL multiplies with other kernels whose
+    per sentence and head at a step (its beams: a search steps one position at a time, and the layout is chosen at
+    its first step): on the CPU, for 4 or more, a view of K^T held contiguous (B, h, dk, S), since MKL's batched GEMM
+    of a step's few queries per sentence against keys read transposed takes 1.5-2.5x as long at beam 4's shapes,
+    with the same products (benchmarks/ab/cross_attention_keys.py; the decoded lines stay bit for bit). For one or two queries (greedy search, beam 2) MKL multiplies with other kernels whose
     sums differ in the last bits, and gains little: there, and off the CPU (torch's fused attention kernel reads K),
     K contiguous."""
     if k.device.type != "cpu" or queries < 4:
