@@ -133,7 +133,7 @@ def sentences_of(x: Tensor, keep: Tensor) -> Tensor:
     that take the place of rows from m on), only the rows that move are copied, in place, and x's first m rows are
     returned as a view: when one of 128 sentences ends, one row moves instead of all 127."""
     m = keep.numel()
-    moved = (keep[:m] != torch.arange(m, device=keep.device)).nonzero().squeeze(1)
+    moved = (keep != torch.arange(m, device=keep.device)).nonzero().squeeze(1)
     if not (torch.is_grad_enabled() and x.requires_grad) and bool((keep[moved] >= m).all()):
         if moved.numel():
             x.index_copy_(0, moved, x.index_select(0, keep[moved]))
