@@ -205,6 +205,8 @@ class SearchConfig:
     top_p: float = 1.0  # sampling: from the nucleus only, the fewest most probable tokens of mass >= p
     temperature: float = 1.0  # sampling: softmax(log-probs / T); 0 = the argmax (greedy search)
     seed: int = 0  # sampling: input line i draws from a generator seeded by (seed, i)
+    scores: bool = True  # False: greedy search takes the argmax of the logits, no log-softmax, and returns no
+    # scores (NaN; the same words), as CTranslate2 unless asked; beam search and sampling rank by log-probs: scored
 
     def __post_init__(self) -> None:
         if self.beam < 1:

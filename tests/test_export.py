@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import re
 import subprocess
 import sys
@@ -279,6 +280,8 @@ def test_ct2_search_gives_aiayn_tokens(which, model, row_b, ct2_dirs, src, lines
     greedy = SearchConfig(beam=1, **POWER)  # argmax: identical whatever is masked when
     ct2 = CT2Translator(folder)
     assert [t.tokens for t, in ct2.using(greedy).translate_nbest(lines)] == best_tokens(m, src, greedy)
+    unscored = [t for t, in ct2.using(dataclasses.replace(greedy, scores=False)).translate_nbest(lines)]
+    assert [t.tokens for t in unscored] == best_tokens(m, src, greedy) and all(math.isnan(t.score) for t in unscored)
 
     # Beam: the same masking rule on both sides (min_len 0: no EOS mask), and a patience that lets CTranslate2
     # search as long as aiayn does.

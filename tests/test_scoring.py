@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import math
 import os
 import select
 import subprocess
@@ -107,6 +108,28 @@ def test_print_scores(setup, copy_data, tmp_path, capsys, monkeypatch):
     assert first[0] == "0" and len(first) == 4 and len(first[3].split()) >= 1
     assert main([*flags, "--buffer-size", "0"]) == 2
     assert "--buffer-size: must be an integer >= 1, got 0" in capsys.readouterr().err
+
+
+def test_greedy_translate_computes_log_probs_only_for_printed_scores(setup, copy_data, tmp_path, capsys, monkeypatch):
+    """translate --beam 1 without --print-scores takes each step's argmax of the logits, no log-softmax (what
+    CTranslate2 does unless asked for scores): the same lines as with --print-scores, which computes them."""
+    import aiayn.decoding.search as search
+    from aiayn.cli import main
+
+    _, _, src, _ = setup
+    run = _run(copy_data, tmp_path, setup)
+    (tmp_path / "s").write_text("\n".join(src) + "\n")
+    flags = ["translate", "--checkpoint", str(run), "--input", str(tmp_path / "s"), "--no-progress", "--max-len-b",
+             "10", "--beam", "1"]
+    calls = []
+    log_probs = search._log_probs
+    monkeypatch.setattr(search, "_log_probs", lambda logits: calls.append(1) or log_probs(logits))
+    assert main(flags) == 0
+    plain = capsys.readouterr().out.splitlines()
+    assert not calls
+    assert main([*flags, "--print-scores"]) == 0
+    scored = [line.split("\t") for line in capsys.readouterr().out.splitlines()]
+    assert calls and [text for text, _ in scored] == plain and all(math.isfinite(float(s)) for _, s in scored)
 
 
 def test_buffer_size_keeps_order_and_numbering(setup, copy_data, tmp_path, capsys):

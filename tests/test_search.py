@@ -497,6 +497,26 @@ def test_temperature_zero_equals_greedy(tiny):
         _same(sampled, greedy)
 
 
+def test_unscored_greedy_search_ranks_the_logits_without_their_log_softmax(tiny, monkeypatch):
+    """scores=False: each step's argmax of the constrained logits (min length, n-gram blocking, the word limit), no
+    log-softmax computed: the scored search's words, score NaN, no positional scores. Sampling ranks its samples by
+    log-probs: scored all the same."""
+    import aiayn.decoding.search as search
+
+    model, src = tiny
+    log_probs = search._log_probs
+    for extra in ({}, {"no_repeat_ngram_size": 2, "min_len": 3, "max_len_a": 0.0, "max_len_b": 4}):
+        scored = greedy_search(model, src, **{"max_len_b": 8, **extra})
+        monkeypatch.setattr(search, "_log_probs", lambda logits: pytest.fail("log-softmax computed"))
+        unscored = greedy_search(model, src, scores=False, **{"max_len_b": 8, **extra})
+        monkeypatch.setattr(search, "_log_probs", log_probs)
+        assert [[h.tokens for h in hs] for hs in unscored] == [[h.tokens for h in hs] for hs in scored]
+        assert all(math.isnan(h.score) and h.positional_scores == [] for hs in unscored for h in hs)
+        assert all(math.isfinite(h.score) for hs in scored for h in hs)
+    samples = sample_search(model, src, SearchConfig(sampling=True, nbest=2, max_len_b=6, scores=False))
+    assert all(math.isfinite(h.score) and h.positional_scores for hs in samples for h in hs)
+
+
 def test_sampled_sentence_same_alone_and_in_any_batch(tiny):
     model, src = tiny
     search = SearchConfig(sampling=True, nbest=3, top_k=20, max_len_b=8, seed=5)

@@ -27,6 +27,8 @@ from aiayn.files import atomic_text_output, check_output_path, line_buffers, rea
 
 def translate_command(args: argparse.Namespace) -> int:
     search = search_config(args)
+    if args.print_scores is None and search.nbest == 1:  # greedy search then skips the log-softmax (same words)
+        search = replace(search, scores=False)
     if args.alignment_layer is not None and not args.print_alignment:
         raise UsageError("--alignment-layer needs --print-alignment")
     if args.alignment_layer is not None and args.alignment == "lexical":
@@ -122,7 +124,8 @@ def register(sub) -> None:
     p.add_argument("--print-scores", nargs="?", const="sentence", choices=SCORE_KINDS, default=None,
                    help="append TAB the sentence score (sum of token log-probs / length penalty: what the search "
                         "ranked by); 'tokens': also TAB each token's log-prob, EOS last (with --nbest > 1: ' ||| "
-                        "token log-probs' after the Moses score); docs/decoding.md")
+                        "token log-probs' after the Moses score); without it greedy search (--beam 1) ranks the "
+                        "logits and computes no log-probs (the same words, sooner); docs/decoding.md")
     p.add_argument("--max-input-len", type=number(int, low=2), default=None,
                    help="longer inputs (subword tokens + EOS) are cut, with a warning (default: the model's "
                         "max_positions)")

@@ -119,9 +119,9 @@ def keys_for_queries(k: Tensor, queries: int) -> Tensor:
     per sentence and head at a step (its beams: a search steps one position at a time, and the layout is chosen at
     its first step): on the CPU, for 4 or more, a view of K^T held contiguous (B, h, dk, S), since MKL's batched GEMM
     of a step's few queries per sentence against keys read transposed takes 1.5-2.5x as long at beam 4's shapes,
-    with the same products (benchmarks/ab/cross_attention_keys.py; the decoded lines stay bit for bit). For one or two queries (greedy search, beam 2) MKL multiplies with other kernels whose
-    sums differ in the last bits, and gains little: there, and off the CPU (torch's fused attention kernel reads K),
-    K contiguous."""
+    with the same products (benchmarks/ab/cross_attention_keys.py; the decoded lines stay bit for bit). For one or
+    two queries (greedy search, beam 2) MKL multiplies with other kernels whose sums differ in the last bits, and
+    gains little: there, and off the CPU (torch's fused attention kernel reads K), K contiguous."""
     if k.device.type != "cpu" or queries < 4:
         return k.contiguous()
     return k.transpose(-2, -1).contiguous().transpose(-2, -1)

@@ -14,6 +14,7 @@ every exported folder).
 from __future__ import annotations
 
 import json
+import math
 import os
 import sys
 import tempfile
@@ -286,7 +287,8 @@ class CT2Translator:
         patience = patience or search.beam_patience or 1.0
         options = dict(no_repeat_ngram_size=search.no_repeat_ngram_size, beam_size=search.beam, patience=patience,
                        num_hypotheses=search.nbest, length_penalty=search.alpha, min_decoding_length=search.min_len,
-                       max_input_length=0, return_scores=True, use_vmap=self.use_vmap, return_attention=attention)
+                       max_input_length=0, return_scores=search.scores or search.beam > 1, use_vmap=self.use_vmap,
+                       return_attention=attention)
         if self.package is None:  # aiayn's exports: PAD and BOS never generated (DECODING_NOTES)
             options["suppress_sequences"] = [[vocab.piece(PAD_ID)], [vocab.piece(BOS_ID)]]
         else:  # as argostranslate decodes a package: nothing suppressed, an unknown piece becomes a source piece
@@ -303,8 +305,9 @@ class CT2Translator:
                 **options)
             for i, res in zip(idx, out):
                 rows = res.attention if attention else [None] * len(res.hypotheses)
+                scores = res.scores or [math.nan] * len(res.hypotheses)  # none asked: greedy's words alone
                 results[i] = [([vocab.piece_id(p) for p in h[len(lead):]], s, a and a[len(lead):]) for h, s, a in
-                              zip(res.hypotheses, res.scores, rows)]
+                              zip(res.hypotheses, scores, rows)]
 
         # One call per batch of length-sorted sentences, at the batch's largest limit: few, full batches, as
         # CTranslate2 runs fastest. A sentence whose output reached its own, smaller limit is decoded again alone at

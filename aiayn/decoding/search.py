@@ -31,6 +31,8 @@ t the step (= words generated so far by every live hypothesis).
 
 from __future__ import annotations
 
+import itertools
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
@@ -295,7 +297,9 @@ def greedy_search(model, src: Tensor, search: SearchConfig = SearchConfig(beam=1
     """Take the most probable token at every step. src (B, S) padded with PAD_ID -> per sentence a
     one-element list of Hypothesis (search.alpha/lp only set how its score is normalized; beam is ignored).
     max_len: a hard cap on words (e.g. a learned position table's size). prefixes: per sentence, the words its
-    output starts with. lines: each sentence's input line (from 0), named in errors (default 0..B-1)."""
+    output starts with. lines: each sentence's input line (from 0), named in errors (default 0..B-1). With
+    search.scores False, the argmax of each step's logits is taken without their log-softmax (the same words; the
+    Hypothesis has score NaN and no positional_scores)."""
     return _row_search(model, src, search, max_len, constraint, prefixes, lines, 1, _argmax)
 
 
@@ -333,24 +337,28 @@ def _row_search(model, src: Tensor, search: SearchConfig, max_len: int | None, c
     logps = torch.zeros(B * n, 0, device=dev)  # (N, t) log-prob of each chosen token
     out: list[list[Hypothesis]] = [[] for _ in range(B)]
     pieces = shortlist_pieces(model)
+    scored = search.scores or pick is not _argmax  # the argmax of the logits is the argmax of their log-softmax
     for t in range(int(limit.max()) + 1):
         row_limit = limit[sent]
-        lprobs = _log_probs(_step_logits(model, tokens, memory, src_pad, cache, pieces))  # (N, V) or (N, V')
+        logits = _step_logits(model, tokens, memory, src_pad, cache, pieces)  # (N, V) or (N, V')
+        lprobs = _log_probs(logits) if scored else logits.float()  # unscored: constrained and ranked as they are
         V = lprobs.size(1) if pieces is None else model.cfg.vocab_size
         allowed = _columns(_allowed(constraint, sent, tokens, V, search.no_repeat_ngram_size, prefix), pieces)
         constrain(lprobs, t, min_len, row_limit, t >= int(row_limit.min()), allowed)
         nxt = pick(lprobs, sent, sample)  # (N,)
-        logp = lprobs.gather(1, nxt[:, None]).squeeze(1)  # (N,)
+        if scored:
+            logp = lprobs.gather(1, nxt[:, None]).squeeze(1)  # (N,)
+            logps = torch.cat([logps, logp[:, None]], dim=1)
         nxt = nxt if pieces is None else pieces[nxt]
         tokens = torch.cat([tokens, nxt[:, None]], dim=1)
-        logps = torch.cat([logps, logp[:, None]], dim=1)
 
         done = nxt.eq(EOS_ID) | row_limit.le(t)  # (N,)
         if done.any():
             rows = done.nonzero().squeeze(1)
             lp = length_penalty(float(t + 1), alpha, lp_kind)
-            for i, words, pos in zip(sent[rows].tolist(), tokens[rows, 1:-1].tolist(), logps[rows].tolist()):
-                out[i].append(Hypothesis(words, sum(pos) / lp, pos))
+            for i, words, pos in zip(sent[rows].tolist(), tokens[rows, 1:-1].tolist(),
+                                     logps[rows].tolist() if scored else itertools.repeat([])):
+                out[i].append(Hypothesis(words, sum(pos) / lp if scored else math.nan, pos))
             if bool(done.all()):
                 break
             keep = going_on(done)

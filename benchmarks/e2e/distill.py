@@ -54,7 +54,8 @@ def inprocess(args: argparse.Namespace) -> None:
 
     configure_process(kernel_cache=True, keep_freed_memory=True)  # what `aiayn`'s main sets for every command
     start = time.perf_counter()
-    search = dataclasses.replace(PAPER_SEARCH, beam=args.beam, lp="power", beam_patience=1.0)
+    # no scores asked, as `aiayn translate` without --print-scores (and CTranslate2 without return_scores)
+    search = dataclasses.replace(PAPER_SEARCH, beam=args.beam, lp="power", beam_patience=1.0, scores=False)
     engine = open_engine(args.run, EngineOptions(engine="aiayn", search=search, precision=args.precision,
                                                  device="cpu"))  # aiayn's default batches, as `aiayn translate`
     lines = Path(args.src).read_text(encoding="utf-8").splitlines()

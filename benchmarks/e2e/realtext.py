@@ -90,7 +90,8 @@ def inprocess(args: argparse.Namespace) -> None:
     if not args.bare_process:
         configure_process(kernel_cache=True, keep_freed_memory=True)  # what `aiayn`'s main sets for every command
     start = time.perf_counter()
-    search = dataclasses.replace(PAPER_SEARCH, beam=args.beam, lp="power", beam_patience=args.beam_patience)
+    search = dataclasses.replace(PAPER_SEARCH, beam=args.beam, lp="power", beam_patience=args.beam_patience,
+                                 scores=False)  # none asked, as `aiayn translate` without --print-scores
     translator = open_engine(args.run, EngineOptions(engine="aiayn", search=search, precision=args.precision,
                                                     device="cpu", batch_size=args.batch_size,
                                                     shortlist=args.shortlist or None))
