@@ -206,7 +206,8 @@ class SearchConfig:
     temperature: float = 1.0  # sampling: softmax(log-probs / T); 0 = the argmax (greedy search)
     seed: int = 0  # sampling: input line i draws from a generator seeded by (seed, i)
     scores: bool = True  # False: greedy search takes the argmax of the logits, no log-softmax, and returns no
-    # scores (NaN; the same words), as CTranslate2 unless asked; beam search and sampling rank by log-probs: scored
+    # scores (NaN; the same words), as CTranslate2 unless asked; beam search, sampling and the fixed-shape search
+    # (search_impl "fixed") score all the same
 
     def __post_init__(self) -> None:
         if self.beam < 1:
