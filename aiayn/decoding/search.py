@@ -31,8 +31,6 @@ t the step (= words generated so far by every live hypothesis).
 
 from __future__ import annotations
 
-import itertools
-import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
@@ -297,9 +295,8 @@ def greedy_search(model, src: Tensor, search: SearchConfig = SearchConfig(beam=1
     """Take the most probable token at every step. src (B, S) padded with PAD_ID -> per sentence a
     one-element list of Hypothesis (search.alpha/lp only set how its score is normalized; beam is ignored).
     max_len: a hard cap on words (e.g. a learned position table's size). prefixes: per sentence, the words its
-    output starts with. lines: each sentence's input line (from 0), named in errors (default 0..B-1). With
-    search.scores False, the argmax of each step's logits is taken without their log-softmax (the same words; the
-    Hypothesis has score NaN and no positional_scores)."""
+    output starts with. lines: each sentence's input line (from 0), named in errors (default 0..B-1). search.scores
+    False: each step's argmax of the logits, no log-softmax (the same words; score NaN, no positional_scores)."""
     return _row_search(model, src, search, max_len, constraint, prefixes, lines, 1, _argmax)
 
 
@@ -337,18 +334,15 @@ def _row_search(model, src: Tensor, search: SearchConfig, max_len: int | None, c
     logps = torch.zeros(B * n, 0, device=dev)  # (N, t) log-prob of each chosen token
     out: list[list[Hypothesis]] = [[] for _ in range(B)]
     pieces = shortlist_pieces(model)
-    scored = search.scores or pick is not _argmax  # the argmax of the logits is the argmax of their log-softmax
+    scored = search.scores or pick is not _argmax  # else the logits ranked as they are: the same argmax
     for t in range(int(limit.max()) + 1):
         row_limit = limit[sent]
-        logits = _step_logits(model, tokens, memory, src_pad, cache, pieces)  # (N, V) or (N, V')
-        lprobs = _log_probs(logits) if scored else logits.float()  # unscored: constrained and ranked as they are
+        lprobs = (_log_probs if scored else Tensor.float)(_step_logits(model, tokens, memory, src_pad, cache, pieces))
         V = lprobs.size(1) if pieces is None else model.cfg.vocab_size
         allowed = _columns(_allowed(constraint, sent, tokens, V, search.no_repeat_ngram_size, prefix), pieces)
         constrain(lprobs, t, min_len, row_limit, t >= int(row_limit.min()), allowed)
         nxt = pick(lprobs, sent, sample)  # (N,)
-        if scored:
-            logp = lprobs.gather(1, nxt[:, None]).squeeze(1)  # (N,)
-            logps = torch.cat([logps, logp[:, None]], dim=1)
+        logps = torch.cat([logps, lprobs.gather(1, nxt[:, None])], dim=1) if scored else logps  # (N, t+1) or (N, 0)
         nxt = nxt if pieces is None else pieces[nxt]
         tokens = torch.cat([tokens, nxt[:, None]], dim=1)
 
@@ -356,9 +350,8 @@ def _row_search(model, src: Tensor, search: SearchConfig, max_len: int | None, c
         if done.any():
             rows = done.nonzero().squeeze(1)
             lp = length_penalty(float(t + 1), alpha, lp_kind)
-            for i, words, pos in zip(sent[rows].tolist(), tokens[rows, 1:-1].tolist(),
-                                     logps[rows].tolist() if scored else itertools.repeat([])):
-                out[i].append(Hypothesis(words, sum(pos) / lp if scored else math.nan, pos))
+            for i, words, pos in zip(sent[rows].tolist(), tokens[rows, 1:-1].tolist(), logps[rows].tolist()):
+                out[i].append(Hypothesis(words, sum(pos) / lp if scored else float("nan"), pos))
             if bool(done.all()):
                 break
             keep = going_on(done)
@@ -384,10 +377,9 @@ def beam_search(model, src: Tensor, search: SearchConfig = PAPER_SEARCH, max_len
     """Beam search. src (B, S) padded with PAD_ID -> per sentence up to `search.nbest` Hypothesis, best first.
     prefixes, lines: as greedy_search's. lexical: terms the output must hold (aiayn.decoding.glossary).
 
-    A sentence stops when its nbest-th finished score is at least the best score any live hypothesis
-    could still reach (its log-prob can only fall, its lp is at most lp at the word limit), or at its
-    word limit. max_len: a hard cap on words (e.g. a learned position table's size).
-    """
+    A sentence stops when its nbest-th finished score is at least the best score any live hypothesis could still
+    reach (its log-prob can only fall, its lp is at most lp at the word limit), or at its word limit. max_len: a hard
+    cap on words (e.g. a learned position table's size)."""
     nbest, min_len = search.nbest, search.min_len
     B, dev, k = src.size(0), src.device, search.beam
     src_pad = src.eq(PAD_ID)  # (B, S)
