@@ -377,3 +377,69 @@ def test_int8_tied_projection_warns_nothing():
         projection = _Int8TiedProjection(torch.randn(10, 4))
         rows = projection.rows(torch.tensor([1, 3]))
     assert rows(torch.randn(2, 4)).shape == (2, 2)
+
+
+def _sources(n_sentences: int = 6, vocab: int = 40, seed: int = 1) -> torch.Tensor:
+    """(B, S) source ids of several lengths, each ending with EOS, padded with PAD."""
+    from aiayn.config import EOS_ID, PAD_ID
+
+    g = torch.Generator().manual_seed(seed)
+    lens = [7, 3, 9, 5, 1, 6][:n_sentences]
+    src = torch.full((len(lens), max(lens)), PAD_ID)
+    for i, n in enumerate(lens):
+        src[i, : n - 1] = torch.randint(4, vocab, (n - 1,), generator=g)
+        src[i, n - 1] = EOS_ID
+    return src
+
+
+@pytest.mark.parametrize("precision,prepack", [("fp32", False), ("fp32", True), ("int8", None)])
+@pytest.mark.parametrize("norm_first,activation", [(False, "relu"), (True, "swish")])
+def test_a_step_written_out_decodes_as_the_modules_do(precision, prepack, norm_first, activation, monkeypatch):
+    """aiayn.decoding.step: greedy, beam and n-best search of a decoding copy (post- and pre-norm, ReLU and swish,
+    fp32 plain or packed, int8) give the same words, scores and token log-probs to the bit with every step after the
+    first written out as through the decoder's modules; the written-out step is taken at every later step."""
+    from aiayn.decoding import step
+    from aiayn.decoding.search import SearchConfig, beam_search, greedy_search
+
+    if prepack:
+        skip_unless_prepacking_works(torch.float32)
+    model = tiny_model(40, eos_bias=3.0, norm_first=norm_first, activation=activation)
+    q, src = decoding_copy(model, precision, prepack=prepack), _sources()
+    searches = [(greedy_search, SearchConfig(beam=1, max_len_b=8)), (beam_search, SearchConfig(beam=3, max_len_b=8)),
+                (beam_search, SearchConfig(beam=4, nbest=3, max_len_b=8, beam_patience=1.0))]
+    taken, takes = [], step.takes
+    monkeypatch.setattr(step, "takes", lambda *args: taken.append(takes(*args)) or taken[-1])
+    with torch.no_grad():
+        written_out = [search(q, src, config) for search, config in searches]
+        assert taken.count(False) == len(searches) and taken.count(True) > 10 * len(searches)  # all but first steps
+        monkeypatch.setattr(step, "takes", lambda *args: False)
+        through_modules = [search(q, src, config) for search, config in searches]
+    for a, b in zip(written_out, through_modules):
+        assert [[(h.tokens, h.score, h.positional_scores) for h in s] for s in a] == [
+            [(h.tokens, h.score, h.positional_scores) for h in s] for s in b]
+    assert len({len(s[0].tokens) for s in written_out[1]}) > 1  # lengths vary: sentences left the batch
+
+
+def test_a_step_is_written_out_only_where_it_is_the_modules_own():
+    """step.takes: not for bf16 (its attention runs over fp32 copies of its keys), a recorder of the attention weights
+    (aiayn.decoding.attention.recording), several new positions, an unprimed cache, training mode."""
+    from aiayn.config import PAD_ID
+    from aiayn.decoding import step
+    from aiayn.decoding.attention import recording
+
+    model = tiny_model(40)
+    src, tgt = _sources(3), torch.full((3, 1), 2)
+    for precision, primed in (("fp32", True), ("int8", True), ("bf16", False)):
+        q = decoding_copy(model, precision, prepack=False)
+        cache = q.new_cache()
+        with torch.no_grad():
+            memory = q.encode(src)
+            assert not step.takes(q, tgt, cache)  # nothing cached yet: the modules run the first step
+            q.decode(tgt, memory, src.eq(PAD_ID), cache)
+            assert step.takes(q, tgt, cache) is primed
+            assert not step.takes(q, tgt.repeat(1, 2), cache)
+            if primed:
+                with recording(q):
+                    assert not step.takes(q, tgt, cache)
+                assert not step.takes(q.train(), tgt, cache)
+                q.eval()

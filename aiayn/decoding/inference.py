@@ -30,6 +30,7 @@ from torch import Tensor, nn
 from aiayn import rundir
 from aiayn.allocator import release_freed_memory
 from aiayn.config import PRECISIONS
+from aiayn.decoding import step
 from aiayn.errors import UsageError
 from aiayn.model import FeedForward, Transformer
 from aiayn.runtime import configure_process, fp32_gemm, int8_packing, int8_step_engine, warn_if_bf16_slow
@@ -51,6 +52,13 @@ class DecodingTransformer(Transformer):
     precision: str = "fp32"
     prepacked: bool = False
     output_projection: Callable[[Tensor], Tensor] | None = None
+
+    def decode_hidden(self, tgt_in: Tensor, memory: Tensor, src_pad: Tensor | None, cache=None) -> Tensor:
+        """Transformer.decode_hidden; a step of one new position over a primed cache written out without module
+        calls where it can be (aiayn.decoding.step: the same bits)."""
+        if step.takes(self, tgt_in, cache):
+            return step.step(self, tgt_in, src_pad, cache)
+        return super().decode_hidden(tgt_in, memory, src_pad, cache)
 
     def output_logits(self, hidden: Tensor) -> Tensor:
         if self.output_projection is not None:
