@@ -56,7 +56,7 @@ FLOORS = [
     ["data.folder", "data.vocab", "data.batching", "model", "runtime", "decoding.search", "metrics.significance",
      "decoding.lines", "decoding.batches"],
     ["data.prepare", "data.corpora", "training.losses", "doctor", "decoding.static_search", "decoding.glossary",
-     "decoding.attention", "decoding.aligner"],
+     "decoding.attention", "decoding.aligner", "decoding.step"],
     ["data", "decoding.ct2"],
     ["training.checkpoint", "metrics.perplexity"],
     ["metrics", "rundir", "training.shrink"],

@@ -10,6 +10,7 @@ Reading guide (engine.py first, then the rest from the bottom up):
     alignment.py      word alignments from attention: subword attention -> word links (the recipe, once; no torch)
     attention.py      aiayn's attention weights recorded (one teacher-forced forward) and aligned
     cache.py          the decoder's incremental state (keys/values per layer, beam reorders)
+    step.py           one step over a primed cache, the decoder layers' operators written out (no module calls)
     sampling.py       sampling's draws (temperature, top-k, top-p)
     ensemble.py       several models of one vocabulary as one model for the searches
     search.py         greedy, beam and sampling search on the KV cache; the Constraint hook

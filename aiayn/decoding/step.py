@@ -2,8 +2,8 @@
 position once its cache is primed, with the same operators on the same weights in the same order as its modules
 (model.py: MultiHeadAttention, eq. 1 as two matmuls, FeedForward, the sublayer connections; cache.py: LayerCache,
 by_sentence), so the same bits, without the ~50 nn.Module calls a step and their wrappers: on a CPU, Python and
-torch's dispatch are the part of a step that CTranslate2 does not spend (docs/speed-design.md), and this takes
-0.92-0.97x the CPU seconds of greedy and beam search (benchmarks/ab/decoder_step.py).
+torch's dispatch are the part of a step that CTranslate2 does not spend (what this is worth: docs/speed-design.md,
+benchmarks/ab/decoder_step.py).
 
     takes(model, tgt_in, cache)          whether `step` computes this call: fp32 or int8 on a CPU, one new position,
                                          a primed time-major cache, attention as model.attention computes it (no
