@@ -392,17 +392,19 @@ def _sources(n_sentences: int = 6, vocab: int = 40, seed: int = 1) -> torch.Tens
     return src
 
 
-@pytest.mark.parametrize("precision,prepack", [("fp32", False), ("fp32", True), ("int8", None)])
+@pytest.mark.parametrize("precision,prepack", [("fp32", False), ("fp32", True), ("int8", None), ("bf16", False),
+                                              ("bf16", True)])
 @pytest.mark.parametrize("norm_first,activation", [(False, "relu"), (True, "swish")])
 def test_a_step_written_out_decodes_as_the_modules_do(precision, prepack, norm_first, activation, monkeypatch):
     """aiayn.decoding.step: greedy, beam and n-best search of a decoding copy (post- and pre-norm, ReLU and swish,
-    fp32 plain or packed, int8) give the same words, scores and token log-probs to the bit with every step after the
-    first written out as through the decoder's modules; the written-out step is taken at every later step."""
+    fp32 and bf16 plain or packed, int8) give the same words, scores and token log-probs to the bit with every step
+    after the first written out as through the decoder's modules; the written-out step is taken at every later
+    step."""
     from aiayn.decoding import step
     from aiayn.decoding.search import SearchConfig, beam_search, greedy_search
 
     if prepack:
-        skip_unless_prepacking_works(torch.float32)
+        skip_unless_prepacking_works(torch.bfloat16 if precision == "bf16" else torch.float32)
     model = tiny_model(40, eos_bias=3.0, norm_first=norm_first, activation=activation)
     q, src = decoding_copy(model, precision, prepack=prepack), _sources()
     searches = [(greedy_search, SearchConfig(beam=1, max_len_b=8)), (beam_search, SearchConfig(beam=3, max_len_b=8)),
@@ -421,25 +423,26 @@ def test_a_step_written_out_decodes_as_the_modules_do(precision, prepack, norm_f
 
 
 def test_a_step_is_written_out_only_where_it_is_the_modules_own():
-    """step.takes: not for bf16 (its attention runs over fp32 copies of its keys), a recorder of the attention weights
-    (aiayn.decoding.attention.recording), several new positions, an unprimed cache, training mode."""
+    """step.takes: not for a recorder of the attention weights (aiayn.decoding.attention.recording), several new
+    positions, an unprimed cache, training mode, autocast; for fp32, bf16 and int8 copies otherwise."""
     from aiayn.config import PAD_ID
     from aiayn.decoding import step
     from aiayn.decoding.attention import recording
 
     model = tiny_model(40)
     src, tgt = _sources(3), torch.full((3, 1), 2)
-    for precision, primed in (("fp32", True), ("int8", True), ("bf16", False)):
+    for precision in ("fp32", "int8", "bf16"):
         q = decoding_copy(model, precision, prepack=False)
         cache = q.new_cache()
         with torch.no_grad():
             memory = q.encode(src)
             assert not step.takes(q, tgt, cache)  # nothing cached yet: the modules run the first step
             q.decode(tgt, memory, src.eq(PAD_ID), cache)
-            assert step.takes(q, tgt, cache) is primed
+            assert step.takes(q, tgt, cache)
             assert not step.takes(q, tgt.repeat(1, 2), cache)
-            if primed:
-                with recording(q):
-                    assert not step.takes(q, tgt, cache)
-                assert not step.takes(q.train(), tgt, cache)
-                q.eval()
+            with recording(q):
+                assert not step.takes(q, tgt, cache)
+            with torch.autocast("cpu", dtype=torch.bfloat16):
+                assert not step.takes(q, tgt, cache)
+            assert not step.takes(q.train(), tgt, cache)
+            q.eval()

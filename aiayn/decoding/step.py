@@ -5,9 +5,9 @@ by_sentence), so the same bits, without the ~50 nn.Module calls a step and their
 torch's dispatch are the part of a step that CTranslate2 does not spend (what this is worth: docs/speed-design.md,
 benchmarks/ab/decoder_step.py).
 
-    takes(model, tgt_in, cache)          whether `step` computes this call: fp32 or int8 on a CPU, one new position,
-                                         a primed time-major cache, attention as model.attention computes it (no
-                                         recorder installed), eval mode, no autocast; else the modules run it
+    takes(model, tgt_in, cache)          whether `step` computes this call: on a CPU (fp32, bf16, int8), one new
+                                         position, a primed time-major cache, attention as model.attention computes
+                                         it (no recorder installed), eval mode, no autocast; else the modules run it
     step(model, tgt_in, src_pad, cache)  the decoder's hidden states (N, 1, D) for the new position tgt_in (N, 1)
 """
 
@@ -18,15 +18,15 @@ import math
 import torch
 from torch import Tensor
 
-from aiayn.decoding.cache import DecoderCache, LayerCache
+from aiayn.decoding.cache import DecoderCache, LayerCache, held_dtype
 from aiayn.model import attention
 
 
 def takes(model, tgt_in: Tensor, cache) -> bool:
     if not isinstance(cache, DecoderCache) or not cache.layers or tgt_in.size(1) != 1 or tgt_in.device.type != "cpu":
         return False
-    if model.training or model.precision not in ("fp32", "int8") or torch.is_autocast_enabled("cpu"):
-        return False  # bf16 attends over fp32 copies of its keys (cache.held_dtype): not written out here
+    if model.training or torch.is_autocast_enabled("cpu"):
+        return False
     return all(c.time_major and c.cross_k is not None and layer.self_attn.attention is attention
                and layer.cross_attn.attention is attention for layer, c in zip(model.decoder.layers, cache.layers))
 
@@ -53,8 +53,9 @@ def _self_attention(attn, c: LayerCache, x: Tensor) -> Tensor:
     q = attn.w_q.forward(x).view(n, 1, h, attn.d_k).transpose(1, 2)  # (N, h, 1, dk)
     k = attn.w_k.forward(x).view(n, 1, h, attn.d_k).transpose(1, 2)
     v = attn.w_v.forward(x).view(n, 1, h, attn.d_v).transpose(1, 2)
-    k, v = c.append(k, v)  # (N, h, t+1, d): every position so far; a new one sees them all
-    return _heads_out(attn, _attend(q, k, v, None), n)
+    held = held_dtype(q, True)  # bf16 attends over fp32 copies of its keys and values
+    k, v = c.append(k.to(held), v.to(held))  # (N, h, t+1, d): every position so far; a new one sees them all
+    return _heads_out(attn, _attend(q.to(held), k, v, None).to(q.dtype), n)
 
 
 def _cross_attention(attn, c: LayerCache, x: Tensor, masked: Tensor | None) -> Tensor:
@@ -64,7 +65,7 @@ def _cross_attention(attn, c: LayerCache, x: Tensor, masked: Tensor | None) -> T
     g = n // b  # decoder rows (beams) per source sentence, which attend to its keys together (cache.by_sentence)
     if g > 1:
         q = q.view(b, g, h, 1, dk).transpose(1, 2).reshape(b, h, g, dk)
-    heads = _attend(q, c.cross_k, c.cross_v, masked)
+    heads = _attend(q.to(c.cross_k.dtype), c.cross_k, c.cross_v, masked).to(q.dtype)
     if g > 1:
         heads = heads.view(b, h, g, 1, -1).transpose(1, 2).reshape(n, h, 1, -1)
     return _heads_out(attn, heads, n)

@@ -30,7 +30,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--run", required=True)
     ap.add_argument("--src", required=True)
-    ap.add_argument("--precision", default="fp32", choices=["fp32", "int8"])
+    ap.add_argument("--precision", default="fp32", choices=["fp32", "bf16", "int8"])
     ap.add_argument("--beam", type=int, default=4)
     ap.add_argument("--rounds", type=int, default=4)
     ap.add_argument("--threads", type=int, default=1)
