@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import statistics
 import time
 from pathlib import Path
 
@@ -24,6 +23,7 @@ from aiayn.decoding import step
 from aiayn.decoding.engine import EngineOptions, open_engine
 from aiayn.decoding.search import PAPER_SEARCH
 from aiayn.runtime import configure_process
+from benchmarks.ab import print_interleaved
 
 
 def main() -> None:
@@ -53,14 +53,9 @@ def main() -> None:
             seconds[name].append(time.process_time() - cpu)
             outputs[name] = [(hyps[0].tokens, repr(hyps[0].score)) for hyps in nbests]
     step.takes = sides["written out"]
-    (fast, slow), (a, b) = seconds.values(), outputs.values()
     print(f"{args.run}: {len(lines)} lines, {args.precision}, beam {args.beam}, {args.threads} thread(s), "
-          f"{args.rounds} rounds; CPU seconds of translate_nbest")
-    for name, s in seconds.items():
-        print(f"  {name:12s} min {min(s):.3f}  median {statistics.median(s):.3f}")
-    print(f"  written out / modules: {min(fast) / min(slow):.3f}x by the minimum, "
-          f"{statistics.median(fast) / statistics.median(slow):.3f}x by the median; "
-          f"{sum(x == y for x, y in zip(a, b))} of {len(a)} lines the same, words and score")
+          f"{args.rounds} rounds; CPU seconds of translate_nbest; a line: its words and score")
+    print_interleaved(seconds, outputs)
 
 
 if __name__ == "__main__":

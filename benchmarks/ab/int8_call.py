@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import statistics
 import time
 from pathlib import Path
 
@@ -25,6 +24,7 @@ import torch
 from aiayn.decoding.engine import EngineOptions, open_engine
 from aiayn.decoding.inference import _int8_linear_class
 from aiayn.decoding.search import PAPER_SEARCH
+from benchmarks.ab import print_interleaved
 
 
 def forwards() -> dict[str, object]:
@@ -61,13 +61,9 @@ def main() -> None:
             outputs[name] = [hyps[0].text for hyps in engine.translate_nbest(lines)]
             seconds[name].append(time.process_time() - cpu)
     cls.forward = sides["dispatch off (aiayn)"]
-    (off, on), (a, b) = seconds.values(), outputs.values()
     print(f"{args.run}: {len(lines)} lines, int8, beam {args.beam}, {args.threads} thread(s), {args.rounds} rounds; "
           f"CPU seconds of translate_nbest")
-    for name, s in seconds.items():
-        print(f"  {name:22s} min {min(s):.3f}  median {statistics.median(s):.3f}")
-    print(f"  off / on: {min(off) / min(on):.3f}x by the minimum, {statistics.median(off) / statistics.median(on):.3f}x"
-          f" by the median; {sum(x == y for x, y in zip(a, b))} of {len(a)} lines the same")
+    print_interleaved(seconds, outputs)
 
 
 if __name__ == "__main__":
