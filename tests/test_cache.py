@@ -8,7 +8,7 @@ import torch
 from test_model import make_model, rand_tokens
 
 from aiayn.config import PAD_ID
-from aiayn.decoding.cache import entries_to_copy, held_dtype, keys_for_queries, sentences_of
+from aiayn.decoding.cache import entries_to_copy, held_dtype, keys_for_queries, sentence_moves, sentences_of
 
 
 @pytest.mark.parametrize("grad,bf16", [(False, False), (True, False), (False, True)])
@@ -95,7 +95,8 @@ def test_cross_attention_keys_are_held_as_k_transposed_for_four_queries_or_more(
 def test_sentences_leaving_a_batch_move_only_the_rows_that_take_their_places():
     """sentences_of(x, keep) equals x.index_select(0, keep). For a keep as going_on gives it (sentences 1 and 3 of 5
     end: 4 takes 1's place), only that row is copied, in place, and the result is a view of x's first rows (x's own
-    storage); for any other order, a copy, in x's layout (K^T views stay K^T); under autograd, a copy."""
+    storage); for any other order, a copy, in x's layout (K^T views stay K^T); under autograd, a copy. What moves
+    (sentence_moves), found once, gives every tensor of the reorder the same rows."""
     from aiayn.decoding.search import going_on
 
     x = torch.randn(5, 2, 3, 4)
@@ -113,6 +114,14 @@ def test_sentences_leaving_a_batch_move_only_the_rows_that_take_their_places():
     with torch.enable_grad():
         grad_kept = sentences_of(leaf * 1, keep)
     assert torch.equal(grad_kept, (leaf * 1).index_select(0, keep)) and grad_kept.requires_grad
+    # what moves, found once (sentence_moves), serves every tensor of a reorder alike, in either layout
+    moves, others = sentence_moves(keep), [torch.randn(5, 7), keys_for_queries(torch.randn(5, 2, 3, 4), 4)]
+    assert moves.moved.tolist() == [1] and moves.sources.tolist() == [4] and moves.in_place
+    for other in [x.clone()] + others:
+        expected = other.index_select(0, keep)
+        assert torch.equal(sentences_of(other, moves), expected)
+    assert not sentence_moves(order).in_place
+    assert torch.equal(sentences_of(held, sentence_moves(order)), held.index_select(0, order))
 
 def test_bf16_attention_over_the_cache_runs_in_fp32_and_equals_bf16_attention():
     """A CPU bf16 decoder holds its cached keys/values in fp32 and attends over them with the fp32 path's matmuls, not

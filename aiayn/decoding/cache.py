@@ -5,6 +5,7 @@ step t needs from steps < t, so that a step costs one position's work instead of
                    `attend` runs a step of that layer's MultiHeadAttention on them
     DecoderCache   every layer's, and the position reached; `reorder` follows beam search's choices
     by_sentence    cross-attention of g decoder rows (beams) per source sentence against its keys kept once
+    sentences_of   a tensor's rows of the sentences a search keeps (sentence_moves: what they move, found once)
     FixedLayerCache  one layer's keys/values in buffers of fixed shape, for the fixed-shape search
                    (aiayn.decoding.static_search): the same `attend`, with the step a device tensor
 
@@ -90,12 +91,13 @@ class LayerCache:
         keys, values = self.keys[: self.length, : self.rows], self.values[: self.length, : self.rows]
         return keys.permute(1, 2, 0, 3), values.permute(1, 2, 0, 3)
 
-    def reorder(self, rows: Tensor, sentences: Tensor | None = None, spares: dict | None = None,
+    def reorder(self, rows: Tensor, sentences: Tensor | SentenceMoves | None = None, spares: dict | None = None,
                 copies: tuple[Tensor, Tensor] | None = None) -> None:
-        """Keep rows `rows` (and source sentences `sentences`). spares: the free time-major buffers a reorder copies
-        into (`_rows_into`), shared by the layers. copies: the (position, row) entries to copy, as flat indices into
-        the time-major past (position * the buffer's rows + row), destinations and sources (entries_to_copy): only
-        those are copied, in place (the rows kept come first; the buffer keeps its room for the rows left)."""
+        """Keep rows `rows` (and source sentences `sentences`, or their sentence_moves). spares: the free time-major
+        buffers a reorder copies into (`_rows_into`), shared by the layers. copies: the (position, row) entries to
+        copy, as flat indices into the time-major past (position * the buffer's rows + row), destinations and sources
+        (entries_to_copy): only those are copied, in place (the rows kept come first; the buffer keeps its room for
+        the rows left)."""
         if self.keys is not None and not self.time_major:
             self.keys, self.values = self.keys.index_select(0, rows), self.values.index_select(0, rows)
         elif self.keys is not None and copies is not None:
@@ -127,20 +129,39 @@ def keys_for_queries(k: Tensor, queries: int) -> Tensor:
     return k.transpose(-2, -1).contiguous().transpose(-2, -1)
 
 
-def sentences_of(x: Tensor, keep: Tensor) -> Tensor:
+@dataclass(frozen=True)
+class SentenceMoves:
+    """A reorder's sentences to keep (B',), and what `sentences_of` needs to know of them, found once for every
+    tensor the reorder moves (a search's memory, mask and each layer's cross-attention keys and values): the rows
+    whose sentence changes, the rows they take theirs from, and whether each of those lies from B' on."""
+
+    keep: Tensor
+    moved: Tensor
+    sources: Tensor
+    in_place: bool
+
+
+def sentence_moves(keep: Tensor) -> SentenceMoves:
+    m = keep.numel()
+    moved = (keep != torch.arange(m, device=keep.device)).nonzero().squeeze(1)
+    sources = keep[moved]
+    return SentenceMoves(keep, moved, sources, bool((sources >= m).all()))
+
+
+def sentences_of(x: Tensor, keep: Tensor | SentenceMoves) -> Tensor:
     """x.index_select(0, keep) in x's own layout (keys_for_queries), for tensors with a row per sentence that the
     caller owns (x may change). Where `keep` is what a search's going_on gives (rows 0..m-1 kept in place but for some
     that take the place of rows from m on), only the rows that move are copied, in place, and x's first m rows are
-    returned as a view: when one of 128 sentences ends, one row moves instead of all 127."""
-    m = keep.numel()
-    moved = (keep != torch.arange(m, device=keep.device)).nonzero().squeeze(1)
-    if not (torch.is_grad_enabled() and x.requires_grad) and bool((keep[moved] >= m).all()):
-        if moved.numel():
-            x.index_copy_(0, moved, x.index_select(0, keep[moved]))
-        return x[:m]
+    returned as a view: when one of 128 sentences ends, one row moves instead of all 127. keep: the rows, or their
+    sentence_moves (what is the same for every tensor of a reorder, found once)."""
+    moves = keep if isinstance(keep, SentenceMoves) else sentence_moves(keep)
+    if not (torch.is_grad_enabled() and x.requires_grad) and moves.in_place:
+        if moves.moved.numel():
+            x.index_copy_(0, moves.moved, x.index_select(0, moves.sources))
+        return x[: moves.keep.numel()]
     if x.is_contiguous():
-        return x.index_select(0, keep)
-    return x.transpose(-2, -1).index_select(0, keep).transpose(-2, -1)
+        return x.index_select(0, moves.keep)
+    return x.transpose(-2, -1).index_select(0, moves.keep).transpose(-2, -1)
 
 
 def held_dtype(q: Tensor, decoding: bool) -> torch.dtype:
@@ -236,9 +257,9 @@ class DecoderCache:
     spares: dict = field(default_factory=dict)  # a free time-major buffer per kind, for reorders (_rows_into)
     shared: Tensor | None = None  # (N, N) int32: leading positions rows i and j hold as copies of the same keys/values
 
-    def reorder(self, rows: Tensor, sentences: Tensor | None = None) -> None:
+    def reorder(self, rows: Tensor, sentences: Tensor | SentenceMoves | None = None) -> None:
         """Keep decoder rows `rows` (LongTensor (N',)), in that order; and source sentences `sentences`
-        (LongTensor (B',)) when the set of sentences changes (None: the same sentences as before)."""
+        (LongTensor (B',), or its sentence_moves) when the set of sentences changes (None: the same sentences)."""
         first = self.layers[0] if self.layers else None
         copies = None
         if first is not None and first.keys is not None and first.time_major and not first.keys.requires_grad:

@@ -21,6 +21,7 @@ from collections.abc import Sequence
 import torch
 from torch import Tensor, nn
 
+from aiayn.decoding.cache import SentenceMoves
 from aiayn.errors import UsageError
 
 
@@ -30,7 +31,7 @@ class EnsembleCache:
     def __init__(self, caches: list) -> None:
         self.caches = caches
 
-    def reorder(self, rows: Tensor, sentences: Tensor | None = None) -> None:
+    def reorder(self, rows: Tensor, sentences: Tensor | SentenceMoves | None = None) -> None:
         for cache in self.caches:
             cache.reorder(rows, sentences)
 

@@ -40,7 +40,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from aiayn.config import BOS_ID, EOS_ID, PAD_ID, PAPER_SEARCH, SearchConfig
-from aiayn.decoding.cache import sentences_of
+from aiayn.decoding.cache import sentence_moves, sentences_of
 from aiayn.decoding.sampling import Sampler
 from aiayn.errors import UsageError
 from aiayn.fast import row_topk
@@ -355,9 +355,9 @@ def _row_search(model, src: Tensor, search: SearchConfig, max_len: int | None, c
             if bool(done.all()):
                 break
             keep = going_on(done)
-            cache.reorder(keep, keep)  # one row per sentence
+            cache.reorder(keep, moves := sentence_moves(keep))  # one row per sentence
             sent, sample, tokens, logps = sent[keep], sample[keep], tokens[keep], logps[keep]
-            memory, src_pad = sentences_of(memory, keep), sentences_of(src_pad, keep)
+            memory, src_pad = sentences_of(memory, moves), sentences_of(src_pad, moves)
     return [sorted(hyps, key=lambda h: -h.score) for hyps in out]
 
 
@@ -435,7 +435,7 @@ def beam_search(model, src: Tensor, search: SearchConfig = PAPER_SEARCH, max_len
             keep = going_on(done)
             alive_scores, alive_tokens, alive_rows = alive_scores[keep], alive_tokens[keep], alive_rows[keep]
             alive_logps = alive_logps[keep]
-            sent = sent[keep]
+            sent, keep = sent[keep], sentence_moves(keep)  # what moves, found once for every tensor moved
             memory, src_pad = sentences_of(memory, keep), sentences_of(src_pad, keep)
 
         # The decoder runs k rows per sentence, sentence-major; memory, mask and the cross-attention cache stay
