@@ -40,19 +40,20 @@ SHAPES = [(1, 256, 256), (1, 256, 8000), (64, 256, 256), (64, 256, 1024), (64, 1
 
 
 def packed_linear(linear: nn.Linear, engine: str, lean: bool = True) -> nn.Module:
+    """linear as int8 decoding makes it, packed for `engine`: aiayn's Int8Linear (its operator called directly), or
+    with lean=False torch.ao's own dynamic quantized module."""
     from torch.ao.nn.quantized.dynamic import Linear as DynamicLinear
     from torch.ao.quantization import per_channel_dynamic_qconfig
 
-    from aiayn.decoding.inference import _lean_int8
+    from aiayn.decoding.inference import _int8_linear
     from aiayn.runtime import int8_packing
 
-    linear.qconfig = per_channel_dynamic_qconfig
     with warnings.catch_warnings(), int8_packing(engine):
         warnings.simplefilter("ignore")
-        q = DynamicLinear.from_float(linear)
-    if lean:
-        _lean_int8(q)  # aiayn's call of the operator (no module Python, no search for __torch_function__)
-    return q
+        if lean:
+            return _int8_linear(linear.weight, linear.bias)
+        linear.qconfig = per_channel_dynamic_qconfig
+        return DynamicLinear.from_float(linear)
 
 
 def shapes(repeats: int) -> None:
