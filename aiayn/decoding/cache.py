@@ -142,6 +142,7 @@ class SentenceMoves:
 
 
 def sentence_moves(keep: Tensor) -> SentenceMoves:
+    """The SentenceMoves of keeping sentences `keep` (B',), rows into the tensors held now."""
     m = keep.numel()
     moved = (keep != torch.arange(m, device=keep.device)).nonzero().squeeze(1)
     sources = keep[moved]

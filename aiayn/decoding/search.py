@@ -430,18 +430,18 @@ def beam_search(model, src: Tensor, search: SearchConfig = PAPER_SEARCH, max_len
         done = search_over(nth_finished, alive_scores[:, 0], n_finished, limit[sent], t, search)  # (bsz,)
         if bool(done.all()):
             break
-        keep = None
+        moves = None
         if done.any():  # drop finished sentences from the batch
             keep = going_on(done)
             alive_scores, alive_tokens, alive_rows = alive_scores[keep], alive_tokens[keep], alive_rows[keep]
-            alive_logps = alive_logps[keep]
-            sent, keep = sent[keep], sentence_moves(keep)  # what moves, found once for every tensor moved
-            memory, src_pad = sentences_of(memory, keep), sentences_of(src_pad, keep)
+            alive_logps, sent = alive_logps[keep], sent[keep]
+            moves = sentence_moves(keep)  # what moves, found once for every tensor moved
+            memory, src_pad = sentences_of(memory, moves), sentences_of(src_pad, moves)
 
         # The decoder runs k rows per sentence, sentence-major; memory, mask and the cross-attention cache stay
         # one per sentence (DecoderCache), so only the self-attention cache follows the beams.
         index = alive_rows.reshape(-1)  # (bsz' * k,) row of each new hypothesis's prefix
-        cache.reorder(index, keep)
+        cache.reorder(index, moves)
         tokens = torch.cat([tokens.index_select(0, index), alive_tokens.reshape(-1, 1)], dim=1)
         scores = alive_scores.reshape(-1)
         logps = torch.cat([logps.index_select(0, index), alive_logps.reshape(-1, 1)], dim=1)
