@@ -276,3 +276,65 @@ def test_cli_splits_lines_into_sentences(setup, copy_data, tmp_path, capsys):
     got = capsys.readouterr().out.splitlines()
     assert [line.split(" ||| ")[0] for line in got] == ["0", "0", "1", "1"]
     assert got[0].split(" ||| ")[1] == f"{a} {b}"
+
+
+def test_parallel_batches_search_side_by_side_with_the_same_translations(setup, copy_data, tmp_path, capsys,
+                                                                          monkeypatch):
+    """On a CPU with two threads the eager search runs two batches at once (the default), each in a thread of its own
+    on one torch thread, torch's count as it was afterwards: the hypotheses of one batch at a time on one thread
+    (bit for bit; two threads may sum a product in another order), for beam, n-best, sampling and prefixes. A barrier
+    that two batches must reach together proves them side by side."""
+    import threading
+
+    import torch
+
+    from aiayn.decoding import translator as module
+
+    model, vocab, lines = setup
+    lines = lines * 3  # 36 lines: 8 batches of 5
+    real = module.search_function
+    seen, meet = [], threading.Barrier(2, timeout=20)
+
+    def together(search):  # the search of each batch
+        def run(*args, **kwargs):
+            if len(seen) < 2:
+                seen.append((threading.current_thread().name, torch.get_num_threads()))
+                meet.wait()  # broken (an error) unless a second batch runs meanwhile
+            return real(search)(*args, **kwargs)
+        return run
+
+    before = torch.get_num_threads()
+    try:
+        for search, prefixes in [(SearchConfig(beam=4, max_len_b=10), None),
+                                 (SearchConfig(beam=3, nbest=2, max_len_b=10, lp="power"), ["a"] * len(lines)),
+                                 (SearchConfig(sampling=True, nbest=2, top_k=5, max_len_b=10, seed=3), None)]:
+            torch.set_num_threads(1)
+            one = Translator(model, vocab, search, batch_size=5, parallel_batches=1).translate_nbest(lines,
+                                                                                                   prefixes=prefixes)
+            torch.set_num_threads(2)
+            seen.clear()
+            meet.reset()
+            monkeypatch.setattr(module, "search_function", together)
+            two = Translator(model, vocab, search, batch_size=5).translate_nbest(lines, prefixes=prefixes)
+            monkeypatch.setattr(module, "search_function", real)
+            assert two == one
+            assert len({name for name, _ in seen}) == 2 and all(name.startswith("aiayn-batch") for name, _ in seen)
+            assert {n for _, n in seen} == {1} and torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(before)
+
+    with pytest.raises(UsageError, match="parallel batches must be at least 1"):
+        Translator(model, vocab, parallel_batches=0)
+    with pytest.raises(UsageError, match="one batch at a time: leave it out"):
+        Translator(model, vocab, search_impl="fixed", parallel_batches=2)
+    run = save_run(model, copy_data / "vocab.model", tmp_path / "run")
+    (tmp_path / "in.txt").write_text("\n".join(lines) + "\n")
+    base = ["translate", "--checkpoint", str(run), "--input", str(tmp_path / "in.txt"), "--max-len-b", "10",
+            "--batch-size", "5", "--no-progress"]
+    assert main([*base, "--parallel-batches", "1"]) == 0
+    one_out = capsys.readouterr().out
+    assert main([*base, "--parallel-batches", "2"]) == 0 and capsys.readouterr().out == one_out
+    assert main([*base, "--engine", "ct2", "--parallel-batches", "2"]) == 2
+    assert "--parallel-batches sets how aiayn's own search runs: it needs --engine aiayn" in capsys.readouterr().err
+    assert main([*base, "--parallel-batches", "0"]) == 2
+    assert "--parallel-batches" in capsys.readouterr().err

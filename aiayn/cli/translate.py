@@ -80,7 +80,8 @@ def engine_options(args: argparse.Namespace, search, prefixes: bool = False) -> 
     """What `aiayn translate`'s flags ask of an engine (aiayn.decoding.engine.open_engine)."""
     return EngineOptions(engine=args.engine, search=search, precision=args.precision, device=args.device,
                          batch_size=args.batch_size, max_input_len=args.max_input_len, shortlist=args.shortlist,
-                         search_impl=args.search_impl, alignments=args.print_alignment,
+                         search_impl=args.search_impl, parallel_batches=args.parallel_batches,
+                         alignments=args.print_alignment,
                          alignment_layer=args.alignment_layer, alignment=args.alignment, prefixes=prefixes,
                          token_scores=args.print_scores == "tokens")
 
@@ -164,6 +165,10 @@ def register(sub) -> None:
                         "(fixed-shape steps, replayed as CUDA graphs on a GPU; the same translations) or auto "
                         "(default: fixed on a GPU, eager on a CPU); fixed covers greedy, beam and n-best search, other "
                         "options run eager (said once); docs/decoding.md")
+    p.add_argument("--parallel-batches", type=positive_int, default=None, metavar="N",
+                   help="on a CPU, search N batches at once, each in a thread of its own on 1/N of torch's threads "
+                        "(default 2, at most the threads; 1: one batch at a time on every thread); each batch "
+                        "translated as on its own threads alone; aiayn's engine, eager search; docs/decoding.md")
     add_device_arg(p)
     add_progress_arg(p)
     p.set_defaults(func=translate_command, needs_torch=lambda args: args.engine != "ct2")

@@ -170,6 +170,8 @@ class CT2Translator:
             return "aiayn score (forced decoding) reads aiayn's model: give a run directory or a checkpoint file"
         if options.search_impl != "auto":
             return "--search-impl chooses how aiayn's own search runs: it needs --engine aiayn"
+        if options.parallel_batches not in (None, 1):
+            return "--parallel-batches sets how aiayn's own search runs: it needs --engine aiayn"
         if options.token_scores:
             return "--print-scores tokens needs --engine aiayn (CTranslate2 gives sentence scores only)"
         if options.glossary:

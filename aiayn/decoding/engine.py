@@ -49,6 +49,7 @@ class EngineOptions:
     prepack: bool | None = None
     threads: int | None = None
     patience: float | None = None
+    parallel_batches: int | None = None
     alignments: bool = False
     alignment_layer: int | None = None
     alignment: str = "auto"  # "auto" (the run's lexical aligner if it has one, else attention), "attention", "lexical"
@@ -143,4 +144,5 @@ def open_engine(path: str | Path | Sequence[str | Path], options: EngineOptions 
     return cls.load(paths, options.search, options.precision, device=resolve_device(options.device),
                     prepack=options.prepack, shortlist=options.shortlist, batch_size=options.batch_size,
                     max_input_len=options.max_input_len, search_impl=options.search_impl,
-                    alignment_layer=options.alignment_layer, alignment=options.alignment)
+                    alignment_layer=options.alignment_layer, alignment=options.alignment,
+                    parallel_batches=options.parallel_batches)

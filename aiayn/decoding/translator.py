@@ -6,7 +6,8 @@ input order. The text side (lines, sentences, prefixes, the rules for awkward in
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from functools import partial
 from pathlib import Path
 
@@ -45,7 +46,8 @@ class Translator:
 
     aiayn's engine (aiayn.decoding.engine.Engine; open it with open_engine). Sentences are sorted by length and
     searched in batches of `batch_size` (less padding; batches.length_sorted; None: batches.default_batch_size);
-    answers come back in input order. `model` may be a list of models of one vocabulary: they are decoded as an
+    answers come back in input order. On a CPU the eager search runs `parallel_batches` batches at once (None:
+    PARALLEL_BATCHES), each in a thread of its own on its share of torch's threads (`_parallel`). `model` may be a list of models of one vocabulary: they are decoded as an
     ensemble (aiayn.decoding.ensemble). `shortlist` (aiayn.decoding.shortlist): each batch computes the output
     projection for its source pieces' target pieces only.
 
@@ -61,7 +63,8 @@ class Translator:
     def __init__(self, model, vocab, search: SearchConfig = PAPER_SEARCH, precision: str = "fp32",
                  device: str | torch.device = "cpu", batch_size: int | None = None, max_input_len: int | None = None,
                  prepack: bool | None = None, shortlist: Shortlist | None = None, search_impl: str = "auto",
-                 alignment_layer: int | None = None, aligner: word_aligner.Aligner | None = None):
+                 alignment_layer: int | None = None, aligner: word_aligner.Aligner | None = None,
+                 parallel_batches: int | None = None):
         self.alignment_layer = alignment_layer  # the decoder layer whose cross-attention aligns (None: the top one)
         self.aligner = aligner  # a lexical aligner aligns instead of the cross-attention (aiayn.decoding.aligner)
         self.vocab, self.search, self.device = vocab, search, torch.device(device)
@@ -82,6 +85,12 @@ class Translator:
         self.fixed_asked = search_impl == "fixed" or (search_impl == "auto" and self.device.type == "cuda")
         self.fixed_shape = self._fixed_shape_decoder() if self.fixed_asked else None
         self._fell_back = False  # the eager fallback has been announced
+        if parallel_batches is not None and parallel_batches < 1:
+            raise UsageError(f"parallel batches must be at least 1, not {parallel_batches}")
+        if (parallel_batches or 1) > 1 and (self.device.type != "cpu" or self.fixed_asked):
+            raise UsageError("--parallel-batches decodes batches side by side on CPU threads with the eager search; "
+                             "a GPU or --search-impl fixed decodes one batch at a time: leave it out")
+        self.parallel_batches = parallel_batches
 
     def _fixed_shape_decoder(self) -> StaticDecoder | None:
         """The fixed-shape decoder for this model (None for an ensemble), sized for the longest output the search
@@ -170,8 +179,9 @@ class Translator:
             if blank is not None:
                 raise UsageError(f"input line {blank} is blank but has a target prefix; give a source")
         bar = Progress("translate", sum(map(len, batches)), "sentences", enabled=progress)
-        with torch.inference_mode():
-            for idx in batches:
+
+        def search_batch(idx: list[int]) -> list[list[Hypothesis]]:
+            with torch.inference_mode():  # per thread
                 src = padded([sources[i] for i in idx])
                 on_lines = None
                 if constraint is not None:  # the constraint sees input line numbers, not batch rows
@@ -182,12 +192,22 @@ class Translator:
                                                                                           batch_prefixes)
                 batch_terms = [terms[i] for i in idx] if terms and any(terms[i] for i in idx) else None
                 decode = self._decode_function(on_lines, batch_prefixes, batch_terms)
-                hyps = decode(model, src, search, max_len, on_lines, prefixes=batch_prefixes, lines=lines)
-                for i, h in zip(idx, hyps):  # empty only if the model gave EOS probability 0 at the limit
-                    results[i] = h or [Hypothesis([], float("-inf"), [])]
-                bar.update(len(idx))
+                return decode(model, src, search, max_len, on_lines, prefixes=batch_prefixes, lines=lines)
+
+        for idx, hyps in zip(batches, in_parallel(search_batch, batches, self._parallel(len(batches)))):
+            for i, h in zip(idx, hyps):  # empty only if the model gave EOS probability 0 at the limit
+                results[i] = h or [Hypothesis([], float("-inf"), [])]
+            bar.update(len(idx))
         bar.close()
         return results
+
+    def _parallel(self, n_batches: int) -> int:
+        """How many of `n_batches` batches search at once: parallel_batches (None: PARALLEL_BATCHES) on a CPU with
+        the eager search, at most torch's threads; 1 on a GPU or with the fixed-shape search, whose buffers are
+        the decoder's."""
+        if self.device.type != "cpu" or self.fixed_asked:
+            return 1
+        return max(1, min(self.parallel_batches or PARALLEL_BATCHES, torch.get_num_threads(), n_batches))
 
     def check_prefixes(self, sources: Sequence[list[int] | None], prefixes: Sequence[list[int]]) -> None:
         """A UsageError naming the first line whose prefix is longer than its translation may be (before searching:
@@ -242,6 +262,32 @@ class Translator:
     def translate(self, lines: Sequence[str], progress: bool = False, glossary=None) -> list[str]:
         """The best translation of each line (glossary: as translate_nbest's)."""
         return [hs[0].text for hs in self.translate_nbest(lines, progress, glossary=glossary)]
+
+
+PARALLEL_BATCHES = 2  # batches a CPU searches at once by default (docs/decoding.md "Batches side by side")
+
+
+def in_parallel(work: Callable[[list[int]], list], batches: list[list[int]], n: int) -> Iterator[list]:
+    """work(batch) for each batch, in order; n > 1: n batches at a time, each in a thread of its own on
+    1/n of torch's threads (their count as it was afterwards). A step's operator calls and its Python are serial
+    within a batch; a batch beside it fills its gaps, where one batch on every thread leaves all but one idle
+    between its products. torch's operators release the GIL while they compute."""
+    if n == 1:
+        yield from map(work, batches)
+        return
+    threads = torch.get_num_threads()
+    each = max(1, threads // n)
+
+    def run(batch: list[int]) -> list:
+        torch.set_num_threads(each)  # this thread's own OpenMP team (and MKL's count, process-wide)
+        return work(batch)
+
+    pool = ThreadPoolExecutor(n, thread_name_prefix="aiayn-batch")
+    try:
+        yield from pool.map(run, batches)
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)  # an error: the batches not started are dropped
+        torch.set_num_threads(threads)
 
 
 def _on_lines(constraint: Constraint, lines: torch.Tensor, sent: torch.Tensor, prefix: torch.Tensor) -> torch.Tensor:

@@ -16,6 +16,8 @@ CTranslate2's default patience 1, aiayn's `--beam-patience 1` (--beam-patience s
                    translate_nbest timed alone: sentences/s
     ct2            CTranslate2 called directly (benchmarks/e2e/ct2_direct.py, torch never imported): one translate_batch
                    over the file, max_batch_size 64; whole process and in process
+    ct2, inter     at two threads or more, CTranslate2 as its documentation advises for throughput: inter_threads =
+                   the thread count (batches side by side, one thread each), as aiayn's default (`--parallel-batches`)
     aiayn --engine ct2   `aiayn translate --engine ct2` on the same folder: whole process
     ..., one line  (--startup) each whole-process command on the file's first line alone: what a user waits for
     aiayn (in), paper's rule   in process with aiayn's default stopping rule (`--beam-patience 0`: stop when no live
@@ -39,6 +41,7 @@ import argparse
 import compileall
 import importlib.util
 import json
+import math
 import os
 import statistics
 import subprocess
@@ -94,7 +97,8 @@ def inprocess(args: argparse.Namespace) -> None:
                                  scores=False)  # none asked, as `aiayn translate` without --print-scores
     translator = open_engine(args.run, EngineOptions(engine="aiayn", search=search, precision=args.precision,
                                                     device="cpu", batch_size=args.batch_size,
-                                                    shortlist=args.shortlist or None))
+                                                    shortlist=args.shortlist or None,
+                                                    parallel_batches=args.parallel_batches))
     lines = Path(args.src).read_text(encoding="utf-8").splitlines()
     loaded, cpu = time.perf_counter(), time.process_time()
     texts = [hyps[0].text for hyps in translator.translate_nbest(lines)]
@@ -119,6 +123,7 @@ def main() -> None:
     one.add_argument("--batch-size", type=int, default=None, help="default: aiayn's (64; 128 for greedy search)")
     one.add_argument("--beam-patience", type=float, default=1.0)
     one.add_argument("--beam", type=int, default=4, help="beam size (1: greedy)")
+    one.add_argument("--parallel-batches", type=int, default=None, help="default: aiayn's (2, at most the threads)")
     one.add_argument("--profile", action="store_true", help="translate again under torch.profiler, print its table")
     one.add_argument("--shortlist", action="store_true", help="decode with the run's lexical shortlist")
     one.add_argument("--bare-process", action="store_true",
@@ -167,6 +172,8 @@ def main() -> None:
             cells.append((threads, precision, "aiayn (in), paper's rule", [*inprocess_cell, "--beam-patience", "0",
                           "--output", str(out / "out" / f"aiayn-paper-{name}.txt")]))
             cells.append((threads, precision, "ct2", whole["ct2"]))
+            if threads > 1:  # CTranslate2's batches side by side, as aiayn's are
+                cells.append((threads, precision, "ct2, inter", [*whole["ct2"], str(threads)]))
             if engine:
                 cells.append((threads, precision, "aiayn --engine ct2", whole["aiayn --engine ct2"]))
             if args.startup:  # the same commands on one line: what a user waits for before anything is translated
@@ -280,6 +287,24 @@ def report(raw: Path, out: Path, ref: Path, rounds: int, command: str = "") -> s
                                             f"**{full:.2f}**" if full == full else "",
                                             " / ".join(f"{x:.2f}" if x == x else "-" for x in cpu)]) + " |")
         text += "\nOne line (the first of the file), whole process:\n\n" + "\n".join(table) + "\n"
+    inter = [k for k in keys if not math.isnan(med("ct2, inter", k[1], k[0], "wall_s"))]
+    if inter:  # CTranslate2's batches side by side (inter_threads), beside aiayn's default
+        head = ["threads", "aiayn", "CTranslate2", "CT2 inter_threads process s", "process: CT2 inter / aiayn",
+                "CT2 inter sent/s (in process)", "in process: aiayn / CT2 inter", "CPU s, in process: CT2 inter",
+                "in process CPU: CT2 inter / aiayn"]
+        table = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+        for threads, precision in inter:
+            c_p, a_p = med("ct2, inter", precision, threads, "wall_s"), med("aiayn", precision, threads, "wall_s")
+            n = med("aiayn (in)", precision, threads, "sentences")
+            a_in = n / med("aiayn (in)", precision, threads, "translate_s")
+            c_in = n / med("ct2, inter", precision, threads, "translate_s")
+            c_icpu = med("ct2, inter", precision, threads, "translate_cpu_s")
+            a_icpu = med("aiayn (in)", precision, threads, "translate_cpu_s")
+            table.append("| " + " | ".join([str(threads), precision, CT2_TYPE[precision], f"{c_p:.2f}",
+                                            f"**{c_p / a_p:.2f}**", f"{c_in:.1f}", f"**{a_in / c_in:.2f}**",
+                                            f"{c_icpu:.2f}", f"**{c_icpu / a_icpu:.2f}**"]) + " |")
+        text += ("\nCTranslate2 with inter_threads = the threads (one each), whole process and in process:\n\n"
+                 + "\n".join(table) + "\n")
     (out / "table.md").write_text(text)
     return text
 
