@@ -47,9 +47,10 @@ class Translator:
     aiayn's engine (aiayn.decoding.engine.Engine; open it with open_engine). Sentences are sorted by length and
     searched in batches of `batch_size` (less padding; batches.length_sorted; None: batches.default_batch_size);
     answers come back in input order. On a CPU the eager search runs `parallel_batches` batches at once (None:
-    PARALLEL_BATCHES), each in a thread of its own on its share of torch's threads (`_parallel`). `model` may be a list of models of one vocabulary: they are decoded as an
-    ensemble (aiayn.decoding.ensemble). `shortlist` (aiayn.decoding.shortlist): each batch computes the output
-    projection for its source pieces' target pieces only.
+    PARALLEL_BATCHES), each in a thread of its own on its share of torch's threads (`_parallel`, `in_parallel`).
+    `model` may be a list of models of one vocabulary: they are decoded as an ensemble (aiayn.decoding.ensemble).
+    `shortlist` (aiayn.decoding.shortlist): each batch computes the output projection for its source pieces' target
+    pieces only.
 
     search_impl: "eager" (aiayn.decoding.search: finished sentences leave the batch, each step's shapes new; the fastest
     on CPUs), "fixed" (aiayn.decoding.static_search: fixed-shape steps, replayed as CUDA graphs on a GPU; the same
