@@ -1,0 +1,70 @@
+"""Batches side by side (`aiayn translate --parallel-batches 2`, the default on a CPU with two threads or more)
+against one batch at a time on all of the threads, interleaved in one process on real text.
+
+    python -m benchmarks.ab.parallel_batches --run RUN --src test.src.txt [--precision fp32] [--threads 2] [--rounds 3]
+
+Two engines of one model are loaded, one per side; each round translates the whole file on each, wall seconds of
+translate_nbest (each side's threads compute at once, so wall time is what a user waits for), and prints both sides'
+CPU seconds too. The outputs (words and score of each line's best) are compared with a translation on one thread: a
+batch side by side runs on its share of the threads, one thread each here. Search: beam 4, |Y|^0.6 (power),
+patience 1, aiayn's default batches, no scores asked (as `aiayn translate`). Not a test.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import statistics
+import time
+from pathlib import Path
+
+import torch
+
+from aiayn.decoding.engine import EngineOptions, open_engine
+from aiayn.decoding.search import PAPER_SEARCH
+from aiayn.runtime import configure_process
+from benchmarks.ab import print_interleaved
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--run", required=True)
+    ap.add_argument("--src", required=True)
+    ap.add_argument("--precision", default="fp32", choices=["fp32", "bf16", "int8"])
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--threads", type=int, default=2)
+    args = ap.parse_args()
+    configure_process(kernel_cache=True, keep_freed_memory=True)  # what `aiayn`'s main sets for every command
+    search = dataclasses.replace(PAPER_SEARCH, beam=4, lp="power", beam_patience=1.0, scores=False)
+    sides = {f"{args.threads} batches side by side": args.threads, f"one batch on {args.threads} threads": 1}
+    engines = {name: open_engine(args.run, EngineOptions(engine="aiayn", search=search, precision=args.precision,
+                                                         device="cpu", parallel_batches=n))
+               for name, n in sides.items()}
+    lines = Path(args.src).read_text(encoding="utf-8").splitlines()
+
+    def best(engine) -> list:
+        return [(hyps[0].tokens, repr(hyps[0].score)) for hyps in engine.translate_nbest(lines)]
+
+    torch.set_num_threads(1)
+    one_thread = best(next(iter(engines.values())))  # also the warm-up
+    torch.set_num_threads(args.threads)
+    wall: dict[str, list[float]] = {name: [] for name in sides}
+    cpu: dict[str, list[float]] = {name: [] for name in sides}
+    outputs: dict[str, list] = {}
+    for _ in range(args.rounds):
+        for name, engine in engines.items():
+            start, clock = time.perf_counter(), time.process_time()
+            outputs[name] = best(engine)
+            wall[name].append(time.perf_counter() - start)
+            cpu[name].append(time.process_time() - clock)
+    print(f"{args.run}: {len(lines)} lines, {args.precision}, beam 4, {args.threads} threads, {args.rounds} rounds; "
+          "wall seconds of translate_nbest; a line: its words and score")
+    print_interleaved(wall, outputs)
+    for name in sides:
+        same = sum(a == b for a, b in zip(outputs[name], one_thread))
+        print(f"  {name}: CPU seconds min {min(cpu[name]):.3f} median {statistics.median(cpu[name]):.3f}; "
+              f"{same} of {len(lines)} lines those of one thread")
+
+
+if __name__ == "__main__":
+    main()
