@@ -368,6 +368,22 @@ def test_ct2_batches_are_full_and_each_sentence_keeps_its_own_limit(ct2_dirs, sr
     assert any(len(h[0].tokens) == limits[i] for i, h in enumerate(together))
 
 
+def test_ct2_batches_side_by_side_on_a_cpu(ct2_dirs, lines):
+    """parallel_batches is CTranslate2's inter_threads, at most the threads, each batch on its share of them: two
+    batches at once by default on two threads (one thread each), the translations of one thread; on one thread, one.
+    Below one, or more than one on a GPU: an error, before the model loads."""
+    search = SearchConfig(beam=2, **POWER)
+    two = CT2Translator(ct2_dirs["tiny"], threads=2, search=search, batch_size=3)
+    alone = CT2Translator(ct2_dirs["tiny"], threads=1, search=search, batch_size=3)
+    assert two.translator.num_translators == 2 and alone.translator.num_translators == 1
+    assert CT2Translator(ct2_dirs["tiny"], threads=2, parallel_batches=1).translator.num_translators == 1
+    assert two.translate_nbest(lines) == alone.translate_nbest(lines)
+    with pytest.raises(UsageError, match="parallel batches must be at least 1"):
+        CT2Translator(ct2_dirs["tiny"], parallel_batches=0)
+    with pytest.raises(UsageError, match="a GPU decodes one batch at a time"):
+        CT2Translator(ct2_dirs["tiny"], device="cuda", parallel_batches=2)
+
+
 @pytest.mark.parametrize("quantization", QUANTIZATIONS)
 def test_ct2_quantizations(quantization, model, vocab, lines, ct2_dirs, tmp_path):
     folder = export_ct2(model, vocab, tmp_path / quantization, quantization)

@@ -168,7 +168,8 @@ def register(sub) -> None:
     p.add_argument("--parallel-batches", type=positive_int, default=None, metavar="N",
                    help="on a CPU, search N batches at once, each in a thread of its own on 1/N of torch's threads "
                         "(default 2, at most the threads; 1: one batch at a time on every thread); each batch "
-                        "translated as on its own threads alone; aiayn's engine, eager search; docs/decoding.md")
+                        "translated as on its own threads alone; aiayn's eager search, or CTranslate2's "
+                        "inter_threads; docs/decoding.md")
     add_device_arg(p)
     add_progress_arg(p)
     p.set_defaults(func=translate_command, needs_torch=lambda args: args.engine != "ct2")

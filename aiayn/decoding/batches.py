@@ -1,6 +1,7 @@
 """What every engine shares below the text: how long a source and a translation may be (`Limits`, the word cap
 written once: `word_cap`), the length-sorted batches both engines cut (`length_sorted`) and how many sentences a batch
-holds unless asked (`BATCH`, `default_batch_size`). No torch.
+holds unless asked (`BATCH`, `default_batch_size`), and how many batches a CPU searches at once (`side_by_side`). No
+torch.
 """
 
 from __future__ import annotations
@@ -9,9 +10,19 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from aiayn.config import SearchConfig
+from aiayn.errors import UsageError
 
 BATCH = 64  # sentences a batch by default (CTranslate2: always; aiayn's engine: beam search)
 ONE_ROW_BATCH = 128  # aiayn's engine where each sentence is one decoder row (greedy search, one sample)
+PARALLEL_BATCHES = 2  # batches a CPU searches at once by default, at most its threads (docs/decoding.md)
+
+
+def side_by_side(asked: int | None, threads: int) -> int:
+    """How many batches a CPU of `threads` threads searches at once when `asked` (None: PARALLEL_BATCHES); each gets
+    threads // that many. A UsageError for fewer than one."""
+    if asked is not None and asked < 1:
+        raise UsageError(f"parallel batches must be at least 1, not {asked}")
+    return max(1, min(asked or PARALLEL_BATCHES, threads))
 
 
 def default_batch_size(search: SearchConfig) -> int:

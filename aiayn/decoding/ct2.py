@@ -28,7 +28,7 @@ from aiayn.config import BOS_ID, EOS_ID, PAD_ID, UNK_ID, ModelConfig, SearchConf
 from aiayn.data.vocab import MODEL_FILE, Vocab
 from aiayn.decoding import aligner as word_aligner
 from aiayn.decoding.alignment import word_links
-from aiayn.decoding.batches import BATCH, Limits, limit_batches, own_limits, word_cap
+from aiayn.decoding.batches import BATCH, Limits, limit_batches, own_limits, side_by_side, word_cap
 from aiayn.decoding.lines import Translation, aligned_lines, encode_prefixes, encode_sources
 from aiayn.errors import UsageError, UserError
 
@@ -67,6 +67,8 @@ class CT2Translator:
     batches requests for it as for an aiayn model (aiayn.serve.batcher).
 
     threads: CPU threads (default_threads; CTranslate2's own default of 4 stalls on a busy 2-core machine).
+    parallel_batches: on a CPU, batches decoded at once (CTranslate2's inter_threads; None: batches.side_by_side's
+    default, at most the threads), each on threads // that many (its intra_threads), as aiayn's engine does.
     compute_type: CTranslate2's ("default" = as exported; "int8", ...; COMPUTE_TYPES maps aiayn's decoding precisions
     to it). use_vmap: decode with the folder's vocabulary map (the run's shortlist, VMAP_FILE), as CTranslate2's
     option of that name. search, batch_size, patience, max_input_len: what it decodes with (patience: CTranslate2's
@@ -77,8 +79,15 @@ class CT2Translator:
     def __init__(self, model_dir: Path | str, device: str = "cpu", compute_type: str = "default",
                  threads: int | None = None, use_vmap: bool = False, search: SearchConfig | None = None,
                  batch_size: int = BATCH, patience: float | None = None, max_input_len: int | None = None,
-                 alignment: str = "auto"):
+                 alignment: str = "auto", parallel_batches: int | None = None):
         import ctranslate2
+
+        threads = threads or default_threads()
+        side = side_by_side(parallel_batches, threads)
+        if device != "cpu" and (parallel_batches or 1) > 1:
+            raise UsageError("--parallel-batches decodes batches side by side on CPU threads; a GPU decodes one "
+                             "batch at a time: leave it out")
+        side = side if device == "cpu" else 1
 
         model_dir = Path(model_dir)
         self.package = None  # an Argos Translate package's folder (unzipped here if given as a .argosmodel file)
@@ -109,7 +118,7 @@ class CT2Translator:
             raise UsageError(f"CTranslate2 cannot compute in {compute_type} on this {device} (it can in "
                              f"{', '.join(sorted(supported))}): choose another --precision, or --engine aiayn")
         self.translator = ctranslate2.Translator(str(model_dir), device=device, compute_type=compute_type,
-                                                 intra_threads=threads or default_threads())
+                                                 intra_threads=max(1, threads // side), inter_threads=side)
         self.device = device
         self.precision = next((p for p, c in self.COMPUTE_TYPES.items() if c == compute_type), compute_type)
         self.search, self.batch_size, self.patience = search or SearchConfig(lp="power"), batch_size, patience
@@ -170,8 +179,6 @@ class CT2Translator:
             return "aiayn score (forced decoding) reads aiayn's model: give a run directory or a checkpoint file"
         if options.search_impl != "auto":
             return "--search-impl chooses how aiayn's own search runs: it needs --engine aiayn"
-        if options.parallel_batches not in (None, 1):
-            return "--parallel-batches sets how aiayn's own search runs: it needs --engine aiayn"
         if options.token_scores:
             return "--print-scores tokens needs --engine aiayn (CTranslate2 gives sentence scores only)"
         if options.glossary:
@@ -298,14 +305,16 @@ class CT2Translator:
 
         lead = [self.target_token] if self.target_token else []  # a multilingual package's target-language token
 
-        def decode(limit: int, idx: list[int]) -> None:
+        def submit(limit: int, idx: list[int]) -> tuple[list[int], list]:
             target_prefix = [lead + [vocab.piece(t) for t in prefix_ids[i]] for i in idx] if any(prefix_ids) or \
                 lead else None
-            out = self.translator.translate_batch(
+            return idx, self.translator.translate_batch(  # asynchronous: inter_threads batches decode at once
                 [[vocab.piece(t) for t in sources[i][:-1]] for i in idx],  # CTranslate2 appends the EOS itself
                 target_prefix=target_prefix, max_decoding_length=limit + len(lead), max_batch_size=len(idx),
-                **options)
-            for i, res in zip(idx, out):
+                asynchronous=True, **options)
+
+        def collect(idx: list[int], out: list) -> None:
+            for i, res in zip(idx, (pending.result() for pending in out)):
                 rows = res.attention if attention else [None] * len(res.hypotheses)
                 scores = res.scores or [math.nan] * len(res.hypotheses)  # none asked: greedy's words alone
                 results[i] = [([vocab.piece_id(p) for p in h[len(lead):]], s, a and a[len(lead):]) for h, s, a in
@@ -314,13 +323,14 @@ class CT2Translator:
         # One call per batch of length-sorted sentences, at the batch's largest limit: few, full batches, as
         # CTranslate2 runs fastest. A sentence whose output reached its own, smaller limit is decoded again alone at
         # that limit, so every output is the one its own limit gives.
-        batch_limit = {}
-        for limit, idx in limit_batches(sources, search, cap, batch_size):
-            decode(limit, idx)
-            batch_limit.update(dict.fromkeys(idx, limit))
-        for i, limit in limits.items():
-            if batch_limit[i] > limit and any(len(ids) >= limit for ids, *_ in results[i]):
-                decode(limit, [i])
+        batches = limit_batches(sources, search, cap, batch_size)
+        for idx, out in [submit(limit, idx) for limit, idx in batches]:
+            collect(idx, out)
+        batch_limit = {i: limit for limit, idx in batches for i in idx}
+        again = [submit(limit, [i]) for i, limit in limits.items()
+                 if batch_limit[i] > limit and any(len(ids) >= limit for ids, *_ in results[i])]
+        for idx, out in again:
+            collect(idx, out)
         return results
 
 

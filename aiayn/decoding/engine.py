@@ -138,7 +138,8 @@ def open_engine(path: str | Path | Sequence[str | Path], options: EngineOptions 
         return cls(paths[0], device=ct2_device(options.device), compute_type=cls.COMPUTE_TYPES[options.precision],
                    threads=options.threads, use_vmap=bool(options.shortlist), search=options.search,
                    batch_size=options.batch_size or BATCH, patience=options.patience,
-                   max_input_len=options.max_input_len, alignment=options.alignment)
+                   max_input_len=options.max_input_len, alignment=options.alignment,
+                   parallel_batches=options.parallel_batches)
     from aiayn.runtime import resolve_device
 
     return cls.load(paths, options.search, options.precision, device=resolve_device(options.device),

@@ -17,7 +17,7 @@ from aiayn.config import SEARCH_IMPLS
 from aiayn.decoding import aligner as word_aligner
 from aiayn.decoding import inference
 from aiayn.decoding.attention import align, padded
-from aiayn.decoding.batches import Limits, default_batch_size, length_sorted, word_cap
+from aiayn.decoding.batches import Limits, default_batch_size, length_sorted, side_by_side, word_cap
 from aiayn.decoding.ensemble import Ensemble, check_same_vocabulary
 from aiayn.decoding.glossary import Glossary, Term, constrained_beam_search, encode_terms
 from aiayn.decoding.lines import Translation, aligned_lines, encode_prefixes, encode_sources, warn
@@ -47,7 +47,7 @@ class Translator:
     aiayn's engine (aiayn.decoding.engine.Engine; open it with open_engine). Sentences are sorted by length and
     searched in batches of `batch_size` (less padding; batches.length_sorted; None: batches.default_batch_size);
     answers come back in input order. On a CPU the eager search runs `parallel_batches` batches at once (None:
-    PARALLEL_BATCHES), each in a thread of its own on its share of torch's threads (`_parallel`, `in_parallel`).
+    batches.PARALLEL_BATCHES), each in a thread of its own on its share of torch's threads (`_parallel`, `in_parallel`).
     `model` may be a list of models of one vocabulary: they are decoded as an ensemble (aiayn.decoding.ensemble).
     `shortlist` (aiayn.decoding.shortlist): each batch computes the output projection for its source pieces' target
     pieces only.
@@ -86,8 +86,7 @@ class Translator:
         self.fixed_asked = search_impl == "fixed" or (search_impl == "auto" and self.device.type == "cuda")
         self.fixed_shape = self._fixed_shape_decoder() if self.fixed_asked else None
         self._fell_back = False  # the eager fallback has been announced
-        if parallel_batches is not None and parallel_batches < 1:
-            raise UsageError(f"parallel batches must be at least 1, not {parallel_batches}")
+        side_by_side(parallel_batches, 1)  # checked now
         if (parallel_batches or 1) > 1 and (self.device.type != "cpu" or self.fixed_asked):
             raise UsageError("--parallel-batches decodes batches side by side on CPU threads with the eager search; "
                              "a GPU or --search-impl fixed decodes one batch at a time: leave it out")
@@ -203,12 +202,11 @@ class Translator:
         return results
 
     def _parallel(self, n_batches: int) -> int:
-        """How many of `n_batches` batches search at once: parallel_batches (None: PARALLEL_BATCHES) on a CPU with
-        the eager search, at most torch's threads; 1 on a GPU or with the fixed-shape search, whose buffers are
-        the decoder's."""
+        """How many of `n_batches` batches search at once: batches.side_by_side's on a CPU with the eager search (at
+        most torch's threads); 1 on a GPU or with the fixed-shape search, whose buffers are the decoder's."""
         if self.device.type != "cpu" or self.fixed_asked:
             return 1
-        return max(1, min(self.parallel_batches or PARALLEL_BATCHES, torch.get_num_threads(), n_batches))
+        return min(side_by_side(self.parallel_batches, torch.get_num_threads()), n_batches)
 
     def check_prefixes(self, sources: Sequence[list[int] | None], prefixes: Sequence[list[int]]) -> None:
         """A UsageError naming the first line whose prefix is longer than its translation may be (before searching:
@@ -263,9 +261,6 @@ class Translator:
     def translate(self, lines: Sequence[str], progress: bool = False, glossary=None) -> list[str]:
         """The best translation of each line (glossary: as translate_nbest's)."""
         return [hs[0].text for hs in self.translate_nbest(lines, progress, glossary=glossary)]
-
-
-PARALLEL_BATCHES = 2  # batches a CPU searches at once by default (docs/decoding.md "Batches side by side")
 
 
 def in_parallel(work: Callable[[list[int]], list], batches: list[list[int]], n: int) -> Iterator[list]:
