@@ -6,8 +6,9 @@ import pytest
 from helpers import save_run, tiny_model
 
 from aiayn.cli import main
-from aiayn.config import EOS_ID
+from aiayn.config import EOS_ID, PAD_ID
 from aiayn.data import Vocab
+from aiayn.decoding.attention import padded
 from aiayn.decoding.lines import encode_sources
 from aiayn.decoding.search import SearchConfig
 from aiayn.decoding.translator import Translator
@@ -336,3 +337,40 @@ def test_parallel_batches_search_side_by_side_with_the_same_translations(setup, 
     assert main([*base, "--parallel-batches", "2"]) == 0 and capsys.readouterr().out == one_out
     assert main([*base, "--parallel-batches", "0"]) == 2
     assert "--parallel-batches" in capsys.readouterr().err
+
+
+def test_batches_side_by_side_stop_together(setup):
+    """When the caller of in_parallel stops (an error in one batch, Ctrl-C), the batch still searching beside it ends
+    at its next step instead of running to its end: a search's model raises at its next decoder call once `stop` is
+    set (_Stoppable), and otherwise answers as the model does (the shortlist's decode_pieces only where it has one)."""
+    import threading
+    import time
+
+    from aiayn.decoding import translator as module
+
+    started, seen = threading.Event(), []
+
+    def work(batch, stop):
+        if batch == [0]:
+            assert started.wait(10)
+            raise ValueError("batch 0 fails")
+        started.set()
+        deadline = time.monotonic() + 20
+        while not stop.is_set() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        seen.append(stop.is_set())
+        return []
+
+    clock = time.monotonic()
+    with pytest.raises(ValueError, match="batch 0 fails"):
+        list(module.in_parallel(work, [[0], [1]], 2))
+    assert seen == [True] and time.monotonic() - clock < 10
+    model, vocab, lines = setup
+    stop = threading.Event()
+    stoppable = module._Stoppable(model, stop)
+    assert stoppable.cfg is model.cfg and not hasattr(stoppable, "decode_pieces")
+    src = padded(encode_sources(vocab, lines[:2], 64))
+    assert stoppable.encode(src).equal(model.encode(src))
+    stop.set()
+    with pytest.raises(module._Stopped):
+        stoppable.decode(src[:, :1], model.encode(src), src.eq(PAD_ID))

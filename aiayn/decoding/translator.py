@@ -6,6 +6,7 @@ input order. The text side (lines, sentences, prefixes, the rules for awkward in
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from functools import partial
@@ -180,7 +181,7 @@ class Translator:
                 raise UsageError(f"input line {blank} is blank but has a target prefix; give a source")
         bar = Progress("translate", sum(map(len, batches)), "sentences", enabled=progress)
 
-        def search_batch(idx: list[int]) -> list[list[Hypothesis]]:
+        def search_batch(idx: list[int], stop: threading.Event | None) -> list[list[Hypothesis]]:
             with torch.inference_mode():  # per thread
                 src = padded([sources[i] for i in idx])
                 on_lines = None
@@ -192,6 +193,7 @@ class Translator:
                                                                                           batch_prefixes)
                 batch_terms = [terms[i] for i in idx] if terms and any(terms[i] for i in idx) else None
                 decode = self._decode_function(on_lines, batch_prefixes, batch_terms)
+                model = model if stop is None else _Stoppable(model, stop)
                 return decode(model, src, search, max_len, on_lines, prefixes=batch_prefixes, lines=lines)
 
         for idx, hyps in zip(batches, in_parallel(search_batch, batches, self._parallel(len(batches)))):
@@ -263,27 +265,54 @@ class Translator:
         return [hs[0].text for hs in self.translate_nbest(lines, progress, glossary=glossary)]
 
 
-def in_parallel(work: Callable[[list[int]], list], batches: list[list[int]], n: int) -> Iterator[list]:
-    """work(batch) for each batch, in order; n > 1: n batches at a time, each in a thread of its own on
+def in_parallel(work: Callable[[list[int], threading.Event | None], list], batches: list[list[int]], n: int
+                ) -> Iterator[list]:
+    """work(batch, stop) for each batch, in order; n > 1: n batches at a time, each in a thread of its own on
     1/n of torch's threads (their count as it was afterwards). A step's operator calls and its Python are serial
     within a batch; a batch beside it fills its gaps, where one batch on every thread leaves all but one idle
-    between its products. torch's operators release the GIL while they compute."""
+    between its products. torch's operators release the GIL while they compute. `stop` (None when n is 1) is set
+    when the caller stops early (an error, Ctrl-C): the batches still searching end at their next step
+    (_Stoppable), and those not started never start."""
     if n == 1:
-        yield from map(work, batches)
+        yield from (work(batch, None) for batch in batches)
         return
-    threads = torch.get_num_threads()
+    threads, stop = torch.get_num_threads(), threading.Event()
     each = max(1, threads // n)
 
     def run(batch: list[int]) -> list:
         torch.set_num_threads(each)  # this thread's own OpenMP team (and MKL's count, process-wide)
-        return work(batch)
+        return work(batch, stop)
 
     pool = ThreadPoolExecutor(n, thread_name_prefix="aiayn-batch")
     try:
         yield from pool.map(run, batches)
     finally:
-        pool.shutdown(wait=True, cancel_futures=True)  # an error: the batches not started are dropped
+        stop.set()
+        pool.shutdown(wait=True, cancel_futures=True)
         torch.set_num_threads(threads)
+
+
+class _Stopped(Exception):
+    """A batch's search ended early because the caller of in_parallel stopped."""
+
+
+class _Stoppable:
+    """A model as a search sees it, whose every decoder call first checks `stop` (set: _Stopped); all else is the
+    model's own."""
+
+    def __init__(self, model, stop: threading.Event):
+        self._model, self._stop = model, stop
+
+    def __getattr__(self, name: str):
+        found = getattr(self._model, name)
+        if name not in ("decode", "decode_pieces"):
+            return found
+
+        def checked(*args, **kwargs):
+            if self._stop.is_set():
+                raise _Stopped
+            return found(*args, **kwargs)
+        return checked
 
 
 def _on_lines(constraint: Constraint, lines: torch.Tensor, sent: torch.Tensor, prefix: torch.Tensor) -> torch.Tensor:
