@@ -404,6 +404,13 @@ def configure_process(*, kernel_cache: bool = False, keep_freed_memory: bool = F
     return changed
 
 
+def set_threads_here(count: int) -> None:
+    """torch's CPU threads for the work of the calling thread (its own OpenMP team; MKL's and torch's count are the
+    process's): what each of a translation's batches side by side takes in its thread, and what the caller restores
+    after (aiayn.decoding.translator.in_parallel). How many threads, nothing else: not a configure_process setting."""
+    torch.set_num_threads(count)
+
+
 class StopOnSignal:
     """Turns SIGINT/SIGTERM into a request to stop after the current update (so a checkpoint can be written)."""
 

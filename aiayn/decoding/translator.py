@@ -34,6 +34,7 @@ from aiayn.decoding.shortlist import load as load_shortlist
 from aiayn.decoding.static_search import StaticDecoder
 from aiayn.errors import UsageError
 from aiayn.progress import Progress
+from aiayn.runtime import set_threads_here
 
 
 def translation_of(vocab, hyp: Hypothesis) -> Translation:
@@ -280,7 +281,7 @@ def in_parallel(work: Callable[[list[int], threading.Event | None], list], batch
     each = max(1, threads // n)
 
     def run(batch: list[int]) -> list:
-        torch.set_num_threads(each)  # this thread's own OpenMP team (and MKL's count, process-wide)
+        set_threads_here(each)
         return work(batch, stop)
 
     pool = ThreadPoolExecutor(n, thread_name_prefix="aiayn-batch")
@@ -289,7 +290,7 @@ def in_parallel(work: Callable[[list[int], threading.Event | None], list], batch
     finally:
         stop.set()
         pool.shutdown(wait=True, cancel_futures=True)
-        torch.set_num_threads(threads)
+        set_threads_here(threads)
 
 
 class _Stopped(Exception):
