@@ -46,6 +46,7 @@ def report(bench: bool = True) -> dict[str, Any]:
         "threads_0": threads,
         "threads_0_why": threads_why,
         "decoding_gemms": _decoding_gemms(),
+        "translate_batches": _translate_batches(),
         "torch": _torch(),
         "gpus": _gpus(),
         "extras": {name: _extra(name) for name in OPTIONAL},
@@ -69,6 +70,16 @@ def _isa() -> dict[str, bool | None]:
     """Each instruction set of ISA: present or not; None (unknown) where the CPU flags cannot be read (not Linux)."""
     flags = runtime.cpu_flags()
     return {name: (flag in flags) if flags else None for flag, name in ISA.items()}
+
+
+def _translate_batches() -> dict[str, int]:
+    """How `aiayn translate` searches on this CPU with torch's threads as they are here (its default
+    --parallel-batches: aiayn.decoding.batches.side_by_side): batches side by side, and threads each."""
+    from aiayn.decoding.batches import side_by_side
+
+    threads = torch.get_num_threads()
+    side = side_by_side(None, threads)
+    return {"threads": threads, "side_by_side": side, "threads_each": max(1, threads // side)}
 
 
 def _threads() -> tuple[int, str]:
@@ -175,6 +186,8 @@ def format_report(r: dict[str, Any]) -> str:
         ("--dtype auto", r["dtype_auto"]),
         ("--threads 0", f"{r['threads_0']} ({r['threads_0_why']})"),
         ("decoding GEMMs", _gemms_text(r["decoding_gemms"])),
+        ("translate (CPU)", "{side_by_side} batch(es) side by side, {threads_each} thread(s) each, of torch's "
+                            "{threads} (--parallel-batches)".format(**r["translate_batches"])),
         ("torch", f"{t['version']} ({t['build']}); oneDNN {'yes' if t['onednn'] else 'no'}, "
                   f"MKL {'yes' if t['mkl'] else 'no'}"),
         ("gpus", f"{len(r['gpus'])}: {gpus}" if r["gpus"] else "none"),

@@ -13,7 +13,7 @@ from aiayn.cli import main
 from aiayn.extras import OPTIONAL
 
 KEYS = {"aiayn", "python", "platform", "cpu", "bf16_native_cpu", "device_auto", "dtype_auto", "threads_0",
-        "threads_0_why", "decoding_gemms", "torch", "gpus", "extras", "matmul", "verdict"}
+        "threads_0_why", "decoding_gemms", "translate_batches", "torch", "gpus", "extras", "matmul", "verdict"}
 
 
 @pytest.fixture(autouse=True)
@@ -38,6 +38,22 @@ def test_json_has_every_key_and_no_bench_times_nothing(monkeypatch, capsys):
     assert r["torch"]["build"] == (f"CUDA {torch.version.cuda}" if torch.version.cuda else "CPU-only")
     assert set(r["extras"]) == set(OPTIONAL) == {"viz", "serve", "export", "tensorboard", "datasets"}
     assert r["gpus"] == [] or torch.cuda.is_available()
+
+
+def test_doctor_says_how_translate_splits_its_threads_into_batches(capsys):
+    """Two batches side by side, one thread each, where torch has two threads; one batch on one; half each on more."""
+    before = torch.get_num_threads()
+    try:
+        for threads, side, each in [(1, 1, 1), (2, 2, 1), (4, 2, 2)]:
+            torch.set_num_threads(threads)
+            assert main(["doctor", "--json", "--no-bench"]) == 0
+            got = json.loads(capsys.readouterr().out)["translate_batches"]
+            assert got == {"threads": threads, "side_by_side": side, "threads_each": each}
+        torch.set_num_threads(2)
+        assert main(["doctor", "--no-bench"]) == 0
+        assert "2 batch(es) side by side, 1 thread(s) each, of torch's 2" in capsys.readouterr().out
+    finally:
+        torch.set_num_threads(before)
 
 
 def test_the_pip_lines_name_real_extras_that_bring_the_modules():
