@@ -1,13 +1,14 @@
 """Batches side by side (`aiayn translate --parallel-batches 2`, the default on a CPU with two threads or more)
 against one batch at a time on all of the threads, interleaved in one process on real text.
 
-    python -m benchmarks.ab.parallel_batches --run RUN --src test.src.txt [--precision fp32] [--threads 2] [--rounds 3]
+    python -m benchmarks.ab.parallel_batches --run RUN --src test.src.txt [--precision fp32] [--beam 4] [--threads 2] \
+        [--rounds 3]
 
 Two engines of one model are loaded, one per side; each round translates the whole file on each, wall seconds of
 translate_nbest (each side's threads compute at once, so wall time is what a user waits for), and prints both sides'
 CPU seconds too. The outputs (words and score of each line's best) are compared with a translation on one thread: a
-batch side by side runs on its share of the threads, one thread each here. Search: beam 4, |Y|^0.6 (power),
-patience 1, aiayn's default batches, no scores asked (as `aiayn translate`). Not a test.
+batch side by side runs on its share of the threads, one thread each here. Search: beam 4 (--beam; 1: greedy),
+|Y|^0.6 (power), patience 1, aiayn's default batches, no scores asked (as `aiayn translate`). Not a test.
 """
 
 from __future__ import annotations
@@ -31,11 +32,12 @@ def main() -> None:
     ap.add_argument("--run", required=True)
     ap.add_argument("--src", required=True)
     ap.add_argument("--precision", default="fp32", choices=["fp32", "bf16", "int8"])
+    ap.add_argument("--beam", type=int, default=4)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--threads", type=int, default=2)
     args = ap.parse_args()
     configure_process(kernel_cache=True, keep_freed_memory=True)  # what `aiayn`'s main sets for every command
-    search = dataclasses.replace(PAPER_SEARCH, beam=4, lp="power", beam_patience=1.0, scores=False)
+    search = dataclasses.replace(PAPER_SEARCH, beam=args.beam, lp="power", beam_patience=1.0, scores=False)
     sides = {f"{args.threads} batches side by side": args.threads, f"one batch on {args.threads} threads": 1}
     engines = {name: open_engine(args.run, EngineOptions(engine="aiayn", search=search, precision=args.precision,
                                                          device="cpu", parallel_batches=n))
@@ -57,8 +59,8 @@ def main() -> None:
             outputs[name] = best(engine)
             wall[name].append(time.perf_counter() - start)
             cpu[name].append(time.process_time() - clock)
-    print(f"{args.run}: {len(lines)} lines, {args.precision}, beam 4, {args.threads} threads, {args.rounds} rounds; "
-          "wall seconds of translate_nbest; a line: its words and score")
+    print(f"{args.run}: {len(lines)} lines, {args.precision}, beam {args.beam}, {args.threads} threads, "
+          f"{args.rounds} rounds; wall seconds of translate_nbest; a line: its words and score")
     print_interleaved(wall, outputs)
     for name in sides:
         same = sum(a == b for a, b in zip(outputs[name], one_thread))
