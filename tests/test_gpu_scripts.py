@@ -242,9 +242,9 @@ def test_gpu_userpath_part_cpu_smoke(copy_data, tmp_path):
 
 
 def test_realtext_benchmark_smoke(copy_data, tmp_path):
-    """benchmarks/e2e/realtext.py end to end on a tiny run and 4 lines, one round: every cell (aiayn translate, in
-    process with both stopping rules, CTranslate2 direct, aiayn --engine ct2) runs and the table has its row; a second
-    call resumes (runs nothing again) and reports the same."""
+    """benchmarks/e2e/realtext.py end to end on a tiny run and 4 lines, one round, one and two threads: every cell
+    (aiayn translate, in process with both stopping rules, CTranslate2 direct, at two threads also with inter_threads,
+    aiayn --engine ct2) runs and the tables have their rows; a second call resumes (runs nothing again)."""
     pytest.importorskip("ctranslate2")
     from helpers import save_run, tiny_model
 
@@ -256,14 +256,17 @@ def test_realtext_benchmark_smoke(copy_data, tmp_path):
         lines = (copy_data / f"test.{'src' if name == 'src' else 'tgt'}.txt").read_text().splitlines()[:4]
         (tmp_path / f"{name}.txt").write_text("\n".join(lines) + "\n")
     cmd = [sys.executable, "-m", "benchmarks.e2e.realtext", "--run", str(run), "--src", str(tmp_path / "src.txt"),
-           "--ref", str(tmp_path / "ref.txt"), "--threads", "1", "--precisions", "fp32", "--rounds", "1",
+           "--ref", str(tmp_path / "ref.txt"), "--threads", "1", "2", "--precisions", "fp32", "--rounds", "1",
            "--engine-ct2", "--out", str(tmp_path / "out")]
     first = subprocess.run(cmd, cwd=REPO, check=True, capture_output=True, text=True, timeout=300).stdout
     cells = records(tmp_path / "out" / "cells.jsonl")
-    assert {c["system"] for c in cells} == {"aiayn", "aiayn (in)", "aiayn (in), paper's rule", "ct2",
-                                            "aiayn --engine ct2"}
+    systems = {"aiayn", "aiayn (in)", "aiayn (in), paper's rule", "ct2", "aiayn --engine ct2"}
+    assert {c["system"] for c in cells if c["threads"] == 1} == systems
+    assert {c["system"] for c in cells if c["threads"] == 2} == systems | {"ct2, inter"}
     assert all(c["wall_s"] > 0 and c["peak_mb"] > 0 for c in cells)
     row = next(line for line in first.splitlines() if line.startswith("| 1 | fp32 | float32 |"))
     assert "4 / 4" in row  # aiayn's lines against its own fp32 output
+    inter = first[first.index("CTranslate2 with inter_threads"):]
+    assert inter.count("| 2 | fp32 | float32 |") == 1 and "| 1 |" not in inter
     again = subprocess.run(cmd, cwd=REPO, check=True, capture_output=True, text=True, timeout=300)
     assert len(records(tmp_path / "out" / "cells.jsonl")) == len(cells) and "round 0" not in again.stderr

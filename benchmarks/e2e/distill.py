@@ -16,6 +16,8 @@ patience 1; aiayn's `--beam-patience 1`), whole lines (`--no-split-sentences`):
                          timed alone
     ct2 int8             CTranslate2 called directly (benchmarks/e2e/ct2_direct.py, no torch): whole process and in
                          process (translate_batch timed alone)
+    ct2 int8 inter_threads   at two threads or more, the same with inter_threads = the threads (its batches side by
+                         side, one thread each: its throughput setting, as aiayn's default --parallel-batches)
     aiayn --engine ct2   `aiayn translate --engine ct2 --precision int8` on the exported folder: whole process
     ... --shortlist      (a run with a shortlist: the student) aiayn int8 and `--engine ct2` with `--shortlist`
     ..., one line        each whole-process command on the test split's first line alone: start-up
@@ -72,9 +74,10 @@ def whole(system: str, run: str, ct2: Path, src: str, out: Path, beam: int, thre
     "aiayn --engine ct2", "aiayn --engine ct2 --shortlist") on `src`, writing `out`."""
     search = ["--beam", str(beam), "--lp", "power", "--beam-patience", "1", "--no-split-sentences", "--no-progress"]
     shortlist = ["--shortlist"] if system.endswith("--shortlist") else []
-    if system == "ct2 int8":
+    if system.startswith("ct2 int8"):
+        inter = [str(threads)] if system.endswith("inter_threads") else []
         return [sys.executable, str(HERE / "ct2_direct.py"), str(ct2), src, str(out), str(threads), "int8",
-                str(beam), "0.6", "64", "1"]
+                str(beam), "0.6", "64", "1", *inter]
     if system.startswith("aiayn --engine ct2"):
         return ["aiayn", "translate", "--engine", "ct2", "--checkpoint", str(ct2), "--input", src, "--output",
                 str(out), "--precision", "int8", *search, *shortlist]
@@ -97,6 +100,7 @@ def cells(args: argparse.Namespace, out: Path, exported: dict[str, Path]) -> lis
     for model in MODELS:
         run, ct2 = runs[model], exported[model]
         systems = [f"aiayn {p}" for p in args.precisions] + ["ct2 int8", "aiayn --engine ct2"]
+        systems += ["ct2 int8 inter_threads"] * (args.threads > 1)
         if (Path(run) / "shortlist.safetensors").is_file():
             systems += ["aiayn int8 --shortlist", "aiayn --engine ct2 --shortlist"]
         for beam in args.beams:
