@@ -1,5 +1,6 @@
 """A/B micro-benchmarks: one lever each, its variants interleaved."""
 
+import argparse
 import statistics
 
 
@@ -14,3 +15,20 @@ def print_interleaved(seconds: dict[str, list[float]], outputs: dict[str, list])
     print(f"  {first} / {second}: {min(one) / min(other):.3f}x by the minimum, "
           f"{statistics.median(one) / statistics.median(other):.3f}x by the median; "
           f"{sum(x == y for x, y in zip(a, b))} of {len(a)} lines the same")
+
+
+def real_text_options(doc: str, rounds: int, threads: int) -> argparse.Namespace:
+    """The options of an interleaved A/B of decoding on real text, parsed: --run, --src, --precision, --beam,
+    --rounds, --threads (the defaults given); the process then set as `aiayn`'s main sets it for every command."""
+    from aiayn.runtime import configure_process
+
+    ap = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--run", required=True)
+    ap.add_argument("--src", required=True)
+    ap.add_argument("--precision", default="fp32", choices=["fp32", "bf16", "int8"])
+    ap.add_argument("--beam", type=int, default=4)
+    ap.add_argument("--rounds", type=int, default=rounds)
+    ap.add_argument("--threads", type=int, default=threads)
+    args = ap.parse_args()
+    configure_process(kernel_cache=True, keep_freed_memory=True)
+    return args

@@ -12,7 +12,6 @@ aiayn's default batches, no scores asked for greedy search (as `aiayn translate`
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import time
 from pathlib import Path
@@ -22,20 +21,11 @@ import torch
 from aiayn.decoding import step
 from aiayn.decoding.engine import EngineOptions, open_engine
 from aiayn.decoding.search import PAPER_SEARCH
-from aiayn.runtime import configure_process
-from benchmarks.ab import print_interleaved
+from benchmarks.ab import print_interleaved, real_text_options
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--run", required=True)
-    ap.add_argument("--src", required=True)
-    ap.add_argument("--precision", default="fp32", choices=["fp32", "bf16", "int8"])
-    ap.add_argument("--beam", type=int, default=4)
-    ap.add_argument("--rounds", type=int, default=4)
-    ap.add_argument("--threads", type=int, default=1)
-    args = ap.parse_args()
-    configure_process(kernel_cache=True, keep_freed_memory=True)  # what `aiayn`'s main sets for every command
+    args = real_text_options(__doc__, rounds=4, threads=1)
     torch.set_num_threads(args.threads)
     search = dataclasses.replace(PAPER_SEARCH, beam=args.beam, lp="power", beam_patience=1.0, scores=False)
     engine = open_engine(args.run, EngineOptions(engine="aiayn", search=search, precision=args.precision,
