@@ -380,7 +380,7 @@ def test_ct2_batches_side_by_side_on_a_cpu(ct2_dirs, lines):
     assert two.translate_nbest(lines) == alone.translate_nbest(lines)
     with pytest.raises(UsageError, match="parallel batches must be at least 1"):
         CT2Translator(ct2_dirs["tiny"], parallel_batches=0)
-    with pytest.raises(UsageError, match="a GPU decodes one batch at a time"):
+    with pytest.raises(UsageError, match="a GPU .* decodes one batch at a time"):
         CT2Translator(ct2_dirs["tiny"], device="cuda", parallel_batches=2)
 
 

@@ -17,11 +17,17 @@ ONE_ROW_BATCH = 128  # aiayn's engine where each sentence is one decoder row (gr
 PARALLEL_BATCHES = 2  # batches a CPU searches at once by default, at most its threads (docs/decoding.md)
 
 
-def side_by_side(asked: int | None, threads: int) -> int:
-    """How many batches a CPU of `threads` threads searches at once when `asked` (None: PARALLEL_BATCHES); each gets
-    threads // that many. A UsageError for fewer than one."""
+def side_by_side(asked: int | None, threads: int, cpu: bool = True) -> int:
+    """How many batches an engine of `threads` CPU threads searches at once when `asked` (None: PARALLEL_BATCHES);
+    each gets threads // that many. cpu False (a GPU, aiayn's fixed-shape search): one. A UsageError for fewer than
+    one, or for more than one where cpu is False (what `--parallel-batches` says for both engines)."""
     if asked is not None and asked < 1:
         raise UsageError(f"parallel batches must be at least 1, not {asked}")
+    if not cpu:
+        if (asked or 1) > 1:
+            raise UsageError("--parallel-batches searches batches side by side on CPU threads; a GPU (and aiayn's "
+                             "--search-impl fixed) decodes one batch at a time: leave it out")
+        return 1
     return max(1, min(asked or PARALLEL_BATCHES, threads))
 
 

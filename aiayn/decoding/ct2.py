@@ -83,11 +83,7 @@ class CT2Translator:
         import ctranslate2
 
         threads = threads or default_threads()
-        side = side_by_side(parallel_batches, threads)
-        if device != "cpu" and (parallel_batches or 1) > 1:
-            raise UsageError("--parallel-batches decodes batches side by side on CPU threads; a GPU decodes one "
-                             "batch at a time: leave it out")
-        side = side if device == "cpu" else 1
+        side = side_by_side(parallel_batches, threads, cpu=device == "cpu")
 
         model_dir = Path(model_dir)
         self.package = None  # an Argos Translate package's folder (unzipped here if given as a .argosmodel file)

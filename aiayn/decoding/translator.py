@@ -88,11 +88,8 @@ class Translator:
         self.fixed_asked = search_impl == "fixed" or (search_impl == "auto" and self.device.type == "cuda")
         self.fixed_shape = self._fixed_shape_decoder() if self.fixed_asked else None
         self._fell_back = False  # the eager fallback has been announced
-        side_by_side(parallel_batches, 1)  # checked now
-        if (parallel_batches or 1) > 1 and (self.device.type != "cpu" or self.fixed_asked):
-            raise UsageError("--parallel-batches decodes batches side by side on CPU threads with the eager search; "
-                             "a GPU or --search-impl fixed decodes one batch at a time: leave it out")
         self.parallel_batches = parallel_batches
+        self._parallel(1)  # checked now
 
     def _fixed_shape_decoder(self) -> StaticDecoder | None:
         """The fixed-shape decoder for this model (None for an ensemble), sized for the longest output the search
@@ -207,9 +204,8 @@ class Translator:
     def _parallel(self, n_batches: int) -> int:
         """How many of `n_batches` batches search at once: batches.side_by_side's on a CPU with the eager search (at
         most torch's threads); 1 on a GPU or with the fixed-shape search, whose buffers are the decoder's."""
-        if self.device.type != "cpu" or self.fixed_asked:
-            return 1
-        return min(side_by_side(self.parallel_batches, torch.get_num_threads()), n_batches)
+        cpu = self.device.type == "cpu" and not self.fixed_asked
+        return min(side_by_side(self.parallel_batches, torch.get_num_threads(), cpu), n_batches)
 
     def check_prefixes(self, sources: Sequence[list[int] | None], prefixes: Sequence[list[int]]) -> None:
         """A UsageError naming the first line whose prefix is longer than its translation may be (before searching:
