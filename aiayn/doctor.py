@@ -1,5 +1,6 @@
 """What this machine will use and why (`aiayn doctor`): the CPU and its instruction sets, whether bf16 is native,
-what `--dtype auto` and `--threads 0` pick, the torch build, GPUs, the optional extras installed, and a measured
+what `--dtype auto` and `--threads 0` pick, whether a decoding step's attention runs aiayn's compiled kernel
+(aiayn.native: built here at first use), the torch build, GPUs, the optional extras installed, and a measured
 matmul rate per dtype. `report()` returns a plain dict (the CLI prints it, or dumps it with --json); the decisions
 themselves are aiayn.runtime's, called here, not repeated."""
 
@@ -12,7 +13,7 @@ from typing import Any
 
 import torch
 
-from aiayn import runtime
+from aiayn import native, runtime
 from aiayn.errors import UsageError
 from aiayn.extras import OPTIONAL, installed, pip_line
 
@@ -47,6 +48,7 @@ def report(bench: bool = True) -> dict[str, Any]:
         "threads_0_why": threads_why,
         "decoding_gemms": _decoding_gemms(),
         "translate_batches": _translate_batches(),
+        "decoding_attention": native.status(),
         "torch": _torch(),
         "gpus": _gpus(),
         "extras": {name: _extra(name) for name in OPTIONAL},
@@ -188,6 +190,7 @@ def format_report(r: dict[str, Any]) -> str:
         ("decoding GEMMs", _gemms_text(r["decoding_gemms"])),
         ("translate (CPU)", "{side_by_side} batch(es) side by side, {threads_each} thread(s) each, of torch's "
                             "{threads} (--parallel-batches)".format(**r["translate_batches"])),
+        ("attention kernel", r["decoding_attention"]),
         ("torch", f"{t['version']} ({t['build']}); oneDNN {'yes' if t['onednn'] else 'no'}, "
                   f"MKL {'yes' if t['mkl'] else 'no'}"),
         ("gpus", f"{len(r['gpus'])}: {gpus}" if r["gpus"] else "none"),

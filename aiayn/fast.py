@@ -18,7 +18,12 @@ claim against the code). Why each was kept, with its measurements: docs/speed-de
                                                                               process
     bound_kernel_cache     oneDNN's and ideep's 1,024-entry   yes             nothing computed: fewer compiled
                            per-shape caches                                   kernels kept
+    native                 model.scaled_dot_product_          to rounding     eq. 1 for a decoding step's one query
+                           attention at a step written out                    per row, compiled from C (aiayn.native):
+                           (decoding.step; CPU, fp32)                         the order of the sums; exp a polynomial
+                                                                              within 2 ulp
 
+aiayn.native is compiled at first use where the machine has a C compiler; without one, torch's attention runs.
 The fused label-smoothed loss is a fast path too; it lives in aiayn/training/losses.py beside its reference formula. The
 decoding precisions (bf16, int8; prepacked weights) live in aiayn/decoding/inference.py, beside the model they equal.
 The two process-wide settings (keep_freed_memory, bound_kernel_cache) are applied by aiayn.runtime.configure_process
@@ -33,6 +38,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from aiayn import native  # noqa: F401 (the table's row; aiayn.decoding.step calls it)
 from aiayn.allocator import keep_freed_memory  # noqa: F401 (the table's row; runtime applies it from here)
 
 NEG_INF = float("-inf")

@@ -13,7 +13,8 @@ from aiayn.cli import main
 from aiayn.extras import OPTIONAL
 
 KEYS = {"aiayn", "python", "platform", "cpu", "bf16_native_cpu", "device_auto", "dtype_auto", "threads_0",
-        "threads_0_why", "decoding_gemms", "translate_batches", "torch", "gpus", "extras", "matmul", "verdict"}
+        "threads_0_why", "decoding_gemms", "translate_batches", "decoding_attention", "torch", "gpus", "extras",
+        "matmul", "verdict"}
 
 
 @pytest.fixture(autouse=True)

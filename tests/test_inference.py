@@ -399,7 +399,8 @@ def test_a_step_written_out_decodes_as_the_modules_do(precision, prepack, norm_f
     """aiayn.decoding.step: greedy, beam and n-best search of a decoding copy (post- and pre-norm, ReLU and swish,
     fp32 and bf16 plain or packed, int8) give the same words, scores and token log-probs to the bit with every step
     after the first written out as through the decoder's modules; the written-out step is taken at every later
-    step."""
+    step. Its attention as the modules', torch's (aiayn.native's kernels: tests/test_native.py)."""
+    from aiayn import native
     from aiayn.decoding import step
     from aiayn.decoding.search import SearchConfig, beam_search, greedy_search
 
@@ -411,6 +412,7 @@ def test_a_step_written_out_decodes_as_the_modules_do(precision, prepack, norm_f
                 (beam_search, SearchConfig(beam=4, nbest=3, max_len_b=8, beam_patience=1.0))]
     taken, takes = [], step.takes
     monkeypatch.setattr(step, "takes", lambda *args: taken.append(takes(*args)) or taken[-1])
+    monkeypatch.setitem(native._state, "enabled", False)
     with torch.no_grad():
         written_out = [search(q, src, config) for search, config in searches]
         assert taken.count(False) == len(searches) and taken.count(True) > 10 * len(searches)  # all but first steps

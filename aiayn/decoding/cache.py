@@ -19,6 +19,8 @@ from dataclasses import dataclass, field
 import torch
 from torch import Tensor
 
+from aiayn import native
+
 
 @dataclass
 class LayerCache:
@@ -123,8 +125,9 @@ def keys_for_queries(k: Tensor, queries: int) -> Tensor:
     of a step's few queries per sentence against keys read transposed takes 1.5-2.5x as long at beam 4's shapes,
     with the same products (benchmarks/ab/cross_attention_keys.py; the decoded lines stay bit for bit). For one or
     two queries (greedy search, beam 2) MKL multiplies with other kernels whose sums differ in the last bits, and
-    gains little: there, and off the CPU (torch's fused attention kernel reads K), K contiguous."""
-    if k.device.type != "cpu" or queries < 4:
+    gains little: there, off the CPU (torch's fused attention kernel reads K), and where aiayn.native's kernel
+    runs the steps (it reads K), K contiguous."""
+    if k.device.type != "cpu" or queries < 4 or (k.dtype == torch.float32 and native.available()):
         return k.contiguous()
     return k.transpose(-2, -1).contiguous().transpose(-2, -1)
 

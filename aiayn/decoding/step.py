@@ -3,7 +3,9 @@ position once its cache is primed, with the same operators on the same weights i
 (model.py: MultiHeadAttention, FeedForward, the sublayer connections; eq. 1 is model.attention itself and the
 cross-attention LayerCache.attend itself), so the same bits, without the ~50 nn.Module calls a step and their
 wrappers: on a CPU, Python and torch's dispatch are the part of a step that CTranslate2 does not spend (what this is
-worth: docs/speed-design.md, benchmarks/ab/decoder_step.py).
+worth: docs/speed-design.md, benchmarks/ab/decoder_step.py). Where aiayn.native's compiled kernels are built and
+enabled, eq. 1 runs there instead (fp32 attention: fp32, int8, and bf16's fp32 attention), equal to rounding; with
+them off (aiayn.native.set_enabled(False)), the modules' bits.
 
     takes(model, tgt_in, cache)          whether `step` computes this call: on a CPU (fp32, bf16, int8), one new
                                          position, a primed time-major cache, attention as model.attention computes
@@ -16,6 +18,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from aiayn import native
 from aiayn.decoding.cache import DecoderCache, LayerCache, held_dtype
 from aiayn.model import attention
 
@@ -48,17 +51,24 @@ def step(model, tgt_in: Tensor, src_pad: Tensor | None, cache: DecoderCache) -> 
 
 def _self_attention(attn, c: LayerCache, x: Tensor) -> Tensor:
     n, h = x.size(0), attn.h
-    q = attn.w_q.forward(x).view(n, 1, h, attn.d_k).transpose(1, 2)  # (N, h, 1, dk)
-    k = attn.w_k.forward(x).view(n, 1, h, attn.d_k).transpose(1, 2)
+    q = attn.w_q.forward(x)  # (N, 1, h*dk)
+    k = attn.w_k.forward(x).view(n, 1, h, attn.d_k).transpose(1, 2)  # (N, h, 1, dk)
     v = attn.w_v.forward(x).view(n, 1, h, attn.d_v).transpose(1, 2)
     held = held_dtype(q, True)  # bf16 attends over fp32 copies of its keys and values
     k, v = c.append(k.to(held), v.to(held))  # (N, h, t+1, d): every position so far; a new one sees them all
+    if held == torch.float32 and native.available():  # the buffers themselves, not the views (N, h, t+1, d)
+        heads = native.self_attention(q.to(held), c.keys, c.values, n, c.length)  # (N, 1, h*dv)
+        return attn.w_o.forward(heads.to(q.dtype))
+    q = q.view(n, 1, h, attn.d_k).transpose(1, 2)  # (N, h, 1, dk)
     return _heads_out(attn, attention(q.to(held), k, v, None, False, True).to(q.dtype), n)
 
 
 def _cross_attention(attn, c: LayerCache, x: Tensor, mask: Tensor | None) -> Tensor:
     n = x.size(0)
-    q = attn.w_q.forward(x).view(n, 1, attn.h, attn.d_k).transpose(1, 2)  # (N, h, 1, dk)
+    q = attn.w_q.forward(x)  # (N, 1, h*dk)
+    if c.cross_k.dtype == torch.float32 and c.cross_k.is_contiguous() and native.available():
+        return attn.w_o.forward(native.cross_attention(q.float(), c.cross_k, c.cross_v, mask).to(q.dtype))
+    q = q.view(n, 1, attn.h, attn.d_k).transpose(1, 2)  # (N, h, 1, dk)
     return _heads_out(attn, c.attend(attn, q, None, mask, False), n)  # over the keys computed at the first step
 
 

@@ -17,9 +17,10 @@ def print_interleaved(seconds: dict[str, list[float]], outputs: dict[str, list])
           f"{sum(x == y for x, y in zip(a, b))} of {len(a)} lines the same")
 
 
-def real_text_options(doc: str, rounds: int, threads: int) -> argparse.Namespace:
+def real_text_options(doc: str, rounds: int, threads: int, more=None) -> argparse.Namespace:
     """The options of an interleaved A/B of decoding on real text, parsed: --run, --src, --precision, --beam,
-    --rounds, --threads (the defaults given); the process then set as `aiayn`'s main sets it for every command."""
+    --rounds, --threads (the defaults given), and those more(parser) adds; the process then set as `aiayn`'s main
+    sets it for every command."""
     from aiayn.runtime import configure_process
 
     ap = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -29,6 +30,8 @@ def real_text_options(doc: str, rounds: int, threads: int) -> argparse.Namespace
     ap.add_argument("--beam", type=int, default=4)
     ap.add_argument("--rounds", type=int, default=rounds)
     ap.add_argument("--threads", type=int, default=threads)
+    if more is not None:
+        more(ap)
     args = ap.parse_args()
     configure_process(kernel_cache=True, keep_freed_memory=True)
     return args

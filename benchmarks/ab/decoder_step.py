@@ -6,7 +6,8 @@ in one process on real text.
 One engine is loaded; each round translates the whole file with the written-out step, then through the modules
 (aiayn.decoding.step.takes answering False), CPU seconds of translate_nbest (`time.process_time`), so the machine's
 drift hits both alike. Prints each side's minimum and median, written out over modules (< 1: written out is faster),
-and whether the words and scores of every line are the same to the bit. Search: |Y|^0.6 (power), patience 1,
+and whether the words and scores of every line are the same to the bit (both sides with torch's attention:
+aiayn.native's kernels off; benchmarks/ab/native_attention.py measures those). Search: |Y|^0.6 (power), patience 1,
 aiayn's default batches, no scores asked for greedy search (as `aiayn translate`). Not a test.
 """
 
@@ -18,6 +19,7 @@ from pathlib import Path
 
 import torch
 
+from aiayn import native
 from aiayn.decoding import step
 from aiayn.decoding.engine import EngineOptions, open_engine
 from aiayn.decoding.search import PAPER_SEARCH
@@ -27,6 +29,7 @@ from benchmarks.ab import print_interleaved, real_text_options
 def main() -> None:
     args = real_text_options(__doc__, rounds=4, threads=1)
     torch.set_num_threads(args.threads)
+    native.set_enabled(False)  # both sides' attention torch's, so that the lines can be the same to the bit
     search = dataclasses.replace(PAPER_SEARCH, beam=args.beam, lp="power", beam_patience=1.0, scores=False)
     engine = open_engine(args.run, EngineOptions(engine="aiayn", search=search, precision=args.precision,
                                                  device="cpu"))

@@ -1,0 +1,161 @@
+"""Eq. 1 for a decoding step on the CPU, compiled: one query per decoder row and head over the cached keys and values
+(aiayn/native.c). torch runs each row's one-query products as separate matrix-vector calls, a generic kernel on some
+CPUs; these two functions run a step's attention in one call each. Equal to model.scaled_dot_product_attention to
+rounding (tests/test_native.py); what they are worth: docs/speed-design.md.
+
+    self_attention(q, keys, values, rows, length)   over a time-major self-attention cache (aiayn.decoding.cache)
+    cross_attention(q, keys, values, mask)          over the keys/values of each row's source sentence
+    available()                                     whether the kernels are built and in use; status() says why not
+    set_enabled(on)                                 use them or not (an A/B's other side); AIAYN_NATIVE=0 starts off
+
+The library is compiled at first use by the system's C compiler (CC, else cc) with -march=native, into
+$AIAYN_CACHE_DIR (default ~/.cache/aiayn)/native/<key>/, the key naming the source, the compiler command and the CPU's
+features, so a machine builds it once and a changed source or another CPU builds anew. Without a compiler, or where
+it fails, decoding runs torch's attention as before and `aiayn doctor` says why.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import os
+import platform
+import shutil
+import subprocess
+import tempfile
+import threading
+from pathlib import Path
+
+import torch
+from torch import Tensor
+
+SOURCE = Path(__file__).with_name("native.c")
+FLAGS = ("-O3", "-march=native", "-fopenmp-simd", "-shared", "-fPIC")
+
+_lock = threading.Lock()
+_state: dict = {"enabled": os.environ.get("AIAYN_NATIVE", "1") != "0", "library": None, "why": None}
+
+
+def available() -> bool:
+    """Whether a decoding step's attention runs here: enabled, and the library built (built now if not yet)."""
+    return _state["enabled"] and _library() is not None
+
+
+def status() -> str:
+    """One line: where the library is, or why attention runs torch's kernels instead."""
+    if not _state["enabled"]:
+        return "torch's matmuls (aiayn's kernels off: AIAYN_NATIVE=0 or set_enabled(False))"
+    library = _library()
+    if library is None:
+        return f"torch's matmuls (aiayn's kernels off: {_state['why']})"
+    return f"aiayn's kernels, compiled here: {library._name}"
+
+
+def set_enabled(on: bool) -> bool:
+    """Use the kernels (where built) or torch's attention; returns the previous choice."""
+    before, _state["enabled"] = _state["enabled"], bool(on)
+    return before
+
+
+def self_attention(q: Tensor, keys: Tensor, values: Tensor, rows: int, length: int) -> Tensor:
+    """Eq. 1 for one query per row over a time-major cache: q (rows, 1, h*d_k) fp32; keys (T, room, h,
+    d_k) and values (T, room, h, d_v), contiguous buffers whose first `length` positions and first `rows` rows are
+    held (room >= rows) -> heads (rows, 1, h*d_v), Concat(head_1..head_h) for each row."""
+    q = _checked_inputs(q, keys, values)
+    heads, d_k, d_v = keys.size(2), keys.size(3), values.size(3)
+    out = q.new_empty(rows, 1, heads * d_v)
+    status = _library().self_attention(q.data_ptr(), keys.data_ptr(), keys.stride(0), values.data_ptr(),
+                                       values.stride(0), out.data_ptr(), rows * heads, length, d_k, d_v, d_k ** 0.5)
+    return _checked(status, out)
+
+
+def cross_attention(q: Tensor, keys: Tensor, values: Tensor, mask: Tensor | None) -> Tensor:
+    """Eq. 1 for one query per row over its source sentence's keys: q (B*g, 1, h*d_k) fp32, g rows per
+    sentence, sentence-major; keys (B, h, S, d_k) and values (B, h, S, d_v) contiguous; mask broadcastable to
+    (B, 1, 1, S), True where a row may attend, or None -> heads (B*g, 1, h*d_v)."""
+    q = _checked_inputs(q, keys, values)
+    sentences, heads, length, d_k = keys.shape
+    d_v, rows = values.size(3), q.size(0)
+    if mask is not None:
+        mask = mask.reshape(-1, length).expand(sentences, length).contiguous()
+    out = q.new_empty(rows, 1, heads * d_v)
+    status = _library().cross_attention(q.data_ptr(), keys.data_ptr(), values.data_ptr(),
+                                        None if mask is None else mask.data_ptr(), out.data_ptr(), sentences,
+                                        rows // sentences, heads, length, d_k, d_v, d_k ** 0.5)
+    return _checked(status, out)
+
+
+def _checked_inputs(q: Tensor, keys: Tensor, values: Tensor) -> Tensor:
+    """q, contiguous; the keys and values must be contiguous already (the caches hold them so)."""
+    if not all(t.dtype == torch.float32 and t.device.type == "cpu" for t in (q, keys, values)) or not (
+            keys.is_contiguous() and values.is_contiguous()):
+        raise ValueError("aiayn.native's attention takes fp32 CPU tensors, its keys and values contiguous")
+    return q.contiguous()
+
+
+def _checked(status: int, out: Tensor) -> Tensor:
+    if status != 0:
+        raise MemoryError("aiayn.native's attention could not allocate its scores")
+    return out
+
+
+def _library():
+    """The loaded library, built first if this machine has none yet; None (and _state['why']) if it cannot be."""
+    if _state["library"] is None and _state["why"] is None:
+        with _lock:
+            if _state["library"] is None and _state["why"] is None:
+                try:
+                    _state["library"] = _typed(ctypes.CDLL(str(_build())))
+                except (OSError, RuntimeError, subprocess.SubprocessError) as e:
+                    _state["why"] = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+    return _state["library"]
+
+
+def _build() -> Path:
+    """The compiled library's path: the cached one, else compiled now (into a temporary name, then renamed, so that
+    processes building at once each get a whole file)."""
+    compiler = os.environ.get("CC") or "cc"
+    if shutil.which(compiler) is None:
+        raise RuntimeError(f"no C compiler: {compiler!r} not found (install gcc, or set CC)")
+    source = SOURCE.read_bytes()
+    key = hashlib.sha256(b"\0".join([source, compiler.encode(), " ".join(FLAGS).encode(),
+                                     platform.machine().encode(), _cpu_features()])).hexdigest()[:16]
+    root = Path(os.environ.get("AIAYN_CACHE_DIR") or Path.home() / ".cache" / "aiayn")
+    target = root / "native" / key / "libaiayn_native.so"
+    if target.is_file():
+        return target
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise RuntimeError(f"cannot write the kernel cache {target.parent}: {e.strerror}") from e
+    fd, tmp = tempfile.mkstemp(dir=target.parent, suffix=".so")
+    os.close(fd)
+    try:
+        for flags in (FLAGS, tuple(f for f in FLAGS if f != "-march=native")):  # some compilers know no -march
+            done = subprocess.run([compiler, *flags, "-o", tmp, str(SOURCE), "-lm"], capture_output=True, text=True,
+                                  timeout=120)
+            if done.returncode == 0:
+                os.replace(tmp, target)
+                return target
+        raise RuntimeError(f"{compiler} could not compile {SOURCE.name}: {(done.stderr or done.stdout).strip()}")
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+
+
+def _cpu_features() -> bytes:
+    """The CPU's feature flags (Linux: /proc/cpuinfo's first flags line), so that -march=native code built on one CPU
+    is not loaded on another sharing the cache; elsewhere the processor's name."""
+    try:
+        with open("/proc/cpuinfo", "rb") as f:
+            return next((line for line in f if line.startswith((b"flags", b"Features"))), b"")
+    except OSError:
+        return platform.processor().encode()
+
+
+def _typed(library):
+    i, f, p, n = ctypes.c_int, ctypes.c_float, ctypes.c_void_p, ctypes.c_long
+    library.self_attention.argtypes = [p, p, n, p, n, p, i, i, i, i, f]
+    library.cross_attention.argtypes = [p, p, p, p, p, i, i, i, i, i, i, f]
+    library.self_attention.restype = library.cross_attention.restype = i
+    return library

@@ -1,0 +1,131 @@
+"""aiayn.native: a decoding step's attention compiled from C equals eq. 1 (model.scaled_dot_product_attention) to
+rounding over the caches' own layouts, searches with it find the same words, it is built once per machine and CPU,
+and without a compiler decoding runs torch's attention and `aiayn doctor` says why."""
+
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+from helpers import tiny_model
+
+from aiayn import native
+from aiayn.decoding.cache import by_sentence, keys_for_queries
+from aiayn.decoding.inference import decoding_copy
+from aiayn.model import scaled_dot_product_attention
+
+needs_kernels = pytest.mark.skipif(not native.available(), reason=f"aiayn.native: {native.status()}")
+
+
+def _reference(q, k, v, mask=None, is_causal=False, decoding=True):
+    return scaled_dot_product_attention(q, k, v, mask, is_causal)[0]
+
+
+@needs_kernels
+@pytest.mark.parametrize("length", [1, 3, 17, 40])
+def test_self_attention_over_a_time_major_cache_is_eq_1(length):
+    """Rows fewer than the buffer's room (a reorder leaves room), d_k != d_v, scores spread over ~100 (exp's whole
+    range): each row's heads equal eq. 1 over its own positions."""
+    torch.manual_seed(length)
+    rows, room, heads, d_k, d_v = 5, 7, 3, 8, 12
+    keys, values = torch.randn(length + 4, room, heads, d_k), torch.randn(length + 4, room, heads, d_v)
+    q = torch.randn(rows, 1, heads * d_k) * 6
+    got = native.self_attention(q, keys, values, rows, length)  # (rows, 1, h*d_v)
+    k, v = (x[:length, :rows].permute(1, 2, 0, 3) for x in (keys, values))  # (rows, h, t, d)
+    want = _reference(q.view(rows, 1, heads, d_k).transpose(1, 2), k, v).transpose(1, 2).reshape(rows, 1, -1)
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6)
+    assert not torch.equal(got, native.self_attention(q, keys, values, rows, length + 1))  # the length is read
+
+
+@needs_kernels
+@pytest.mark.parametrize("group", [1, 3])
+@pytest.mark.parametrize("masked", [False, True])
+def test_cross_attention_of_each_sentences_rows_is_eq_1(group, masked):
+    """g rows per sentence against that sentence's keys; padded positions get no weight."""
+    torch.manual_seed(group)
+    sentences, heads, length, d_k, d_v = 4, 2, 9, 8, 12
+    keys, values = torch.randn(sentences, heads, length, d_k), torch.randn(sentences, heads, length, d_v)
+    mask = None
+    if masked:
+        mask = torch.ones(sentences, 1, 1, length, dtype=torch.bool)
+        mask[1, ..., 5:] = False
+        mask[3, ..., 1:] = False  # one position left
+    q = torch.randn(sentences * group, 1, heads * d_k) * 3
+    got = native.cross_attention(q, keys, values, mask)
+    want = by_sentence(_reference, q.view(-1, 1, heads, d_k).transpose(1, 2), keys, values, mask, False, True)
+    torch.testing.assert_close(got, want.transpose(1, 2).reshape(sentences * group, 1, -1), rtol=1e-5, atol=1e-6)
+    if masked:  # what a padded position holds changes nothing
+        values[3, :, 1:] = 1e3
+        torch.testing.assert_close(native.cross_attention(q, keys, values, mask), got)
+
+
+def test_inputs_it_cannot_take_are_refused():
+    keys = torch.randn(4, 2, 3, 8)
+    with pytest.raises(ValueError, match="fp32 CPU tensors"):
+        native.self_attention(torch.randn(2, 1, 24).bfloat16(), keys, keys, 2, 3)
+    with pytest.raises(ValueError, match="contiguous"):
+        native.self_attention(torch.randn(2, 1, 24), keys.transpose(0, 1), keys, 2, 3)
+
+
+@needs_kernels
+@pytest.mark.parametrize("precision", ["fp32", "bf16"])
+def test_searches_find_the_same_words_with_the_kernels(precision, monkeypatch):
+    """Greedy and beam search (sentences leaving the batch) take the kernels at every written-out step, self- and
+    cross-attention, and find what torch's attention finds, scores to rounding."""
+    from aiayn.decoding.search import SearchConfig, beam_search, greedy_search
+
+    model = tiny_model(40, eos_bias=3.0)
+    q = decoding_copy(model, precision, prepack=False)
+    src = torch.randint(4, 40, (6, 9))
+    src[2, 5:] = 0  # padding: the cross-attention mask
+    calls = {"self": 0, "cross": 0}
+    for name in calls:
+        kernel = getattr(native, f"{name}_attention")
+        monkeypatch.setattr(native, f"{name}_attention",
+                            lambda *a, name=name, kernel=kernel: calls.__setitem__(name, calls[name] + 1) or kernel(*a))
+    searches = [(greedy_search, SearchConfig(beam=1, max_len_b=8)), (beam_search, SearchConfig(beam=4, max_len_b=8))]
+    with torch.no_grad():
+        kernels = [search(q, src, config) for search, config in searches]
+        assert calls["self"] > 10 and calls["cross"] == calls["self"]
+        before = native.set_enabled(False)
+        try:
+            matmuls = [search(q, src, config) for search, config in searches]
+        finally:
+            native.set_enabled(before)
+    for a, b in zip(kernels, matmuls):
+        assert [[h.tokens for h in s] for s in a] == [[h.tokens for h in s] for s in b]
+        for x, y in zip(a, b):
+            assert x[0].score == pytest.approx(y[0].score, rel=1e-5, abs=1e-5)
+
+
+def test_built_once_per_machine_and_without_a_compiler_torch_runs_it(tmp_path, monkeypatch):
+    """A cache directory of its own: compiled on first use, the same file found after (no compiler asked again);
+    no compiler, or one that fails: unavailable, status says why, beam search's cross-attention keys are held as
+    torch's matmul wants them (K^T), and a search still runs."""
+    from aiayn.decoding.search import SearchConfig, greedy_search
+
+    monkeypatch.setenv("AIAYN_CACHE_DIR", str(tmp_path))
+    built = native._build()
+    assert built.is_file() and built.is_relative_to(tmp_path / "native")
+    monkeypatch.setattr(native.subprocess, "run", lambda *a, **k: pytest.fail("compiled again"))
+    assert native._build() == built
+    monkeypatch.undo()
+    model = decoding_copy(tiny_model(40, eos_bias=3.0), "fp32", prepack=False)
+    for compiler, why in (("/no/such/cc", "no C compiler: '/no/such/cc' not found"), ("false", "could not compile")):
+        monkeypatch.setenv("AIAYN_CACHE_DIR", str(tmp_path / compiler.strip("/").replace("/", "-")))
+        monkeypatch.setenv("CC", compiler)
+        monkeypatch.setattr(native, "_state", {"enabled": True, "library": None, "why": None})
+        assert not native.available()
+        assert why in native.status() and native.status().startswith("torch's matmuls")
+        assert not keys_for_queries(torch.randn(2, 4, 9, 8), 4).is_contiguous()  # K^T, read transposed
+        with torch.no_grad():
+            assert greedy_search(model, torch.randint(4, 40, (3, 6)), SearchConfig(beam=1, max_len_b=4))
+
+
+def test_aiayn_native_0_starts_it_off_and_doctor_says_so():
+    env = {**os.environ, "AIAYN_NATIVE": "0"}
+    code = ("from aiayn import native, doctor; print(native.available()); "
+            "print(doctor.report(bench=False)['decoding_attention'])")
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True).stdout
+    assert out.splitlines() == ["False", "torch's matmuls (aiayn's kernels off: AIAYN_NATIVE=0 or set_enabled(False))"]
