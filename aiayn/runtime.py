@@ -171,14 +171,24 @@ FP32_GEMMS = ("mkl", "onednn")  # the GEMMs fp32 decoding's projections can run 
 
 
 def fp32_gemm() -> str:
-    """The GEMM fp32 decoding runs its projections on, on a CPU: MKL's sgemm on the plain weights (F.linear) on an
-    Intel CPU where torch has MKL, oneDNN's on weights packed once (aiayn.decoding.inference.PrepackedLinear)
-    elsewhere. On an Intel Xeon with AVX-512 MKL's decoded the quickstart's test verses in 0.95-0.96x the CPU seconds
-    (0.96-0.97x under AVX2 alone; one verse alone 0.81-0.82x), the same translations: oneDNN's packed GEMM costs
-    25-45 us a call at a decoder step's few rows where MKL's takes 6-12; on an AMD EPYC oneDNN's packed weights decoded
-    1.25x faster than MKL's plain ones (docs/speed-design.md). AIAYN_FP32_GEMM=mkl|onednn chooses."""
-    intel_mkl = cpu_vendor() == "GenuineIntel" and torch.backends.mkl.is_available()
-    return users_choice("AIAYN_FP32_GEMM", FP32_GEMMS) or ("mkl" if intel_mkl else "onednn")
+    """The GEMM fp32 decoding runs its layers' projections on, on a CPU: MKL's sgemm on the plain weights (F.linear)
+    where torch has MKL and the CPU is Intel's or has no AVX-512, oneDNN's on weights packed once
+    (aiayn.decoding.inference.PrepackedLinear) elsewhere: an AMD CPU with AVX-512, where oneDNN's kernels use it and
+    MKL's do not. Where both run AVX2 alone (or MKL's own kernels for Intel), MKL's costs less a call at a decoder
+    step's few rows and decoded the same translations faster (docs/speed-design.md). AIAYN_FP32_GEMM=mkl|onednn
+    chooses for every projection."""
+    mkl = torch.backends.mkl.is_available() and (cpu_vendor() == "GenuineIntel" or "avx512f" not in cpu_flags())
+    return users_choice("AIAYN_FP32_GEMM", FP32_GEMMS) or ("mkl" if mkl else "onednn")
+
+
+def fp32_output_gemm() -> str:
+    """The GEMM of fp32 decoding's tied output projection (as wide as the vocabulary), on a CPU: fp32_gemm()'s, but
+    oneDNN's on weights packed once on a CPU not Intel's whatever its layers run on, since at a step's few rows
+    MKL's sgemm there reads a plain weight that wide more slowly than oneDNN's packed one (docs/speed-design.md).
+    AIAYN_FP32_GEMM, when set, chooses for it too."""
+    if users_choice("AIAYN_FP32_GEMM", FP32_GEMMS) or cpu_vendor() == "GenuineIntel":
+        return fp32_gemm()
+    return "onednn"
 
 
 @contextlib.contextmanager

@@ -59,12 +59,28 @@ def test_decoding_copies_apply_relu_in_place_and_decode_as_the_model(precision, 
 def test_fp32_packs_its_weights_only_for_onednns_gemm(monkeypatch):
     # prepack=None (what `aiayn translate` passes): fp32 keeps the plain weights for MKL's GEMM, packs them for
     # oneDNN's (runtime.fp32_gemm, AIAYN_FP32_GEMM); bf16 packs them wherever oneDNN runs it, whatever fp32 uses.
-    from aiayn.decoding.inference import _prepacking_works
+    from aiayn import runtime
+    from aiayn.decoding.inference import PrepackedLinear, _prepacking_works
 
     model = Transformer(ModelConfig.preset("tiny", vocab_size=40)).eval()
     monkeypatch.setenv("AIAYN_FP32_GEMM", "mkl")
     plain = decoding_copy(model)
     assert not plain.prepacked and any(isinstance(m, nn.Linear) for m in plain.modules())
+    assert plain.output_projection is None
+    monkeypatch.delenv("AIAYN_FP32_GEMM")  # an AMD CPU with AVX2 alone: the layers on MKL's, the output oneDNN's
+    monkeypatch.setattr(runtime, "cpu_vendor", lambda: "AuthenticAMD")
+    monkeypatch.setattr(runtime, "cpu_flags", lambda: {"avx2"})
+    if torch.backends.mkl.is_available() and _prepacking_works(torch.float32):
+        mixed = decoding_copy(model)
+        assert not mixed.prepacked and not any(isinstance(m, PrepackedLinear) for m in mixed.modules())
+        assert isinstance(mixed.output_projection.linear, PrepackedLinear)
+        hidden = torch.randn(3, 5, model.cfg.d_model)
+        torch.testing.assert_close(mixed.output_logits(hidden), plain.output_logits(hidden), rtol=1e-5, atol=1e-5)
+        doubled = 2 * plain.output_logits(hidden)  # (a load below writes into the tensors plain shares too)
+        mixed.load_state_dict({k: v * 2 if k == "embedding.weight" else v for k, v in model.state_dict().items()})
+        torch.testing.assert_close(mixed.output_logits(hidden), doubled, rtol=1e-5, atol=1e-4)  # packed again
+        assert decoding_copy(model, prepack=False).output_projection is None  # asked for none: none
+    monkeypatch.setenv("AIAYN_FP32_GEMM", "mkl")
     assert decoding_copy(model, "bf16").prepacked == _prepacking_works(torch.bfloat16)
     monkeypatch.setenv("AIAYN_FP32_GEMM", "onednn")
     assert decoding_copy(model).prepacked == _prepacking_works(torch.float32)

@@ -285,14 +285,22 @@ def test_int8_step_engine_is_fbgemm_beside_onednn_without_amx(monkeypatch):
     assert runtime.int8_step_engine() == "fbgemm"
 
 
-def test_fp32_gemm_follows_the_cpu_vendor_and_the_users_choice(monkeypatch):
+def test_fp32_gemm_follows_the_cpu_vendor_its_avx512_and_the_users_choice(monkeypatch):
+    """MKL's GEMM on an Intel CPU, and on an AMD one with AVX2 alone; oneDNN's packed weights on an AMD CPU with
+    AVX-512 (MKL's kernels do not use it there). The tied output projection packed for oneDNN on every CPU not
+    Intel's; the user's choice for all."""
     monkeypatch.delenv("AIAYN_FP32_GEMM", raising=False)
+    mkl = "mkl" if torch.backends.mkl.is_available() else "onednn"
     monkeypatch.setattr(runtime, "cpu_vendor", lambda: "GenuineIntel")
-    assert runtime.fp32_gemm() == ("mkl" if torch.backends.mkl.is_available() else "onednn")
-    monkeypatch.setattr(runtime, "cpu_vendor", lambda: "AuthenticAMD")  # MKL's slower kernels there: oneDNN's
-    assert runtime.fp32_gemm() == "onednn"
-    monkeypatch.setenv("AIAYN_FP32_GEMM", " MKL ")  # the user's choice wins, any case
-    assert runtime.fp32_gemm() == "mkl"
+    for flags in ({"avx2"}, {"avx2", "avx512f"}):
+        monkeypatch.setattr(runtime, "cpu_flags", lambda flags=flags: flags)
+        assert runtime.fp32_gemm() == runtime.fp32_output_gemm() == mkl
+    monkeypatch.setattr(runtime, "cpu_vendor", lambda: "AuthenticAMD")
+    assert runtime.fp32_gemm() == "onednn" and runtime.fp32_output_gemm() == "onednn"  # a Zen 4 or 5
+    monkeypatch.setattr(runtime, "cpu_flags", lambda: {"avx2"})  # a Zen 3
+    assert runtime.fp32_gemm() == mkl and runtime.fp32_output_gemm() == "onednn"
+    monkeypatch.setenv("AIAYN_FP32_GEMM", " MKL ")  # the user's choice wins, any case, for every projection
+    assert runtime.fp32_gemm() == runtime.fp32_output_gemm() == "mkl"
     monkeypatch.setenv("AIAYN_FP32_GEMM", "fbgemm")
     with pytest.raises(UsageError, match="AIAYN_FP32_GEMM must be one of mkl, onednn, not 'fbgemm'"):
         runtime.fp32_gemm()

@@ -33,7 +33,14 @@ from aiayn.config import PRECISIONS
 from aiayn.decoding import step
 from aiayn.errors import UsageError
 from aiayn.model import FeedForward, Transformer
-from aiayn.runtime import configure_process, fp32_gemm, int8_packing, int8_step_engine, warn_if_bf16_slow
+from aiayn.runtime import (
+    configure_process,
+    fp32_gemm,
+    fp32_output_gemm,
+    int8_packing,
+    int8_step_engine,
+    warn_if_bf16_slow,
+)
 
 _DTYPE = {"fp32": torch.float32, "bf16": torch.bfloat16}
 
@@ -46,8 +53,9 @@ def check_precision(precision: str) -> str:
 
 class DecodingTransformer(Transformer):
     """A Transformer as decoding runs it: its weights converted once to `precision` (fp32, bf16, int8), its projections
-    `prepacked` for oneDNN or not, and its tied output projection replaced by an equal one in the same format
-    (`output_projection`, a plain callable: it owns no state of its own, so the state dict is the model's)."""
+    `prepacked` for oneDNN or not, and its tied output projection replaced by an equal one in the same format, or
+    packed alone (`output_projection`, a plain callable: it owns no state of its own, so the state dict is the
+    model's; decoding_copy says where)."""
 
     precision: str = "fp32"
     prepacked: bool = False
@@ -100,7 +108,8 @@ def decoding_copy(model: Transformer, precision: str = "fp32", prepack: bool | N
                   consume: bool = False) -> DecodingTransformer:
     """The model to decode with, in eval mode, its weights in `precision` (PRECISIONS). prepack (fp32 and bf16 on CPU;
     None: bf16 wherever oneDNN runs it, fp32 where runtime.fp32_gemm picks oneDNN's GEMM over MKL's): every
-    projection, the tied output projection included, becomes a PrepackedLinear.
+    projection, the tied output projection included, becomes a PrepackedLinear. fp32 left to choose (None) and not
+    packed still packs its tied output projection where runtime.fp32_output_gemm picks oneDNN's for it; False: none.
     A DecodingTransformer already in that format is returned as it is. The model passed in is left as it was (fp32
     not prepacked shares its tensors), unless `consume` (its caller needs it no more): then the copy takes over its
     tensors where they fit and frees each projection's weight as soon as it is converted, so that the process never
@@ -112,7 +121,7 @@ def decoding_copy(model: Transformer, precision: str = "fp32", prepack: bool | N
 
 
 def _decoding_copy(model: Transformer, precision: str, prepack: bool | None, consume: bool) -> DecodingTransformer:
-    first = next(model.parameters())
+    first, auto = next(model.parameters()), prepack is None
     if precision != "int8" and prepack is None:  # fp32 on MKL's GEMM: the plain weights (runtime.fp32_gemm)
         prepack = (first.device.type == "cpu" and (precision != "fp32" or fp32_gemm() == "onednn")
                    and _prepacking_works(_DTYPE[precision]))
@@ -126,9 +135,12 @@ def _decoding_copy(model: Transformer, precision: str, prepack: bool | None, con
     target = _DTYPE[precision]
     if prepack:
         return _prepacked_copy(model, precision, consume)
-    if first.dtype == target or consume:
-        return _mark(_copy(model, "shared").to(target), precision, prepacked=False)
-    return _mark(_copy(model, "copied").to(target), precision, prepacked=False)
+    q = _mark(_copy(model, "shared" if first.dtype == target or consume else "copied").to(target), precision,
+              prepacked=False)
+    if auto and precision == "fp32" and first.device.type == "cpu" and fp32_output_gemm() == "onednn" and (
+            _prepacking_works(torch.float32)):
+        _pack_output_projection(q)  # the layers on MKL's GEMM, the vocabulary-wide projection on oneDNN's
+    return q
 
 
 def load(path: str | Path, precision: str = "fp32", device: str | torch.device = "cpu",
@@ -241,9 +253,14 @@ def _prepacked_copy(model: nn.Module, precision: str, consume: bool = False) -> 
         setattr(q.get_submodule(parent) if parent else q, attr, PrepackedLinear(m.weight.to(target), bias))
         if consume:
             m.weight = m.bias = None
+    _pack_output_projection(q)
+    return q
+
+
+def _pack_output_projection(q: DecodingTransformer) -> None:
+    """q's tied output projection on a packed copy of its embedding matrix, packed again after a load_state_dict."""
     q.output_projection = _PrepackedTiedProjection(q.embedding)
     q.register_load_state_dict_post_hook(lambda module, _: module.output_projection.pack())
-    return q
 
 
 # ---------------------------------------------------------------------------------------------------------

@@ -1,14 +1,16 @@
-"""fp32 decoding's projections on MKL's GEMM with the plain weights against oneDNN's on weights packed once
-(aiayn.runtime.fp32_gemm chooses between them per CPU), interleaved in one process on real text.
+"""fp32 decoding's projections on MKL's GEMM with the plain weights against oneDNN's on weights packed once, and
+what aiayn does by default on this CPU (aiayn.runtime.fp32_gemm for the layers, fp32_output_gemm for the tied
+output projection: on an AMD CPU with AVX2 alone, the layers on MKL's and the output projection on oneDNN's),
+interleaved in one process on real text.
 
     python -m benchmarks.ab.fp32_gemm --run RUN --src test.src.txt [--rounds 6] [--threads 1] [--beam 4]
 
-Both engines are loaded once (`prepack=True`: oneDNN's packed weights; `prepack=False`: MKL's sgemm on the plain
-weights, F.linear); each round translates the whole file with one, then the other, in process (CPU seconds of
-translate_nbest, `time.process_time`), so the machine's drift hits both alike. Then the first line alone, a few
-times each: CPU milliseconds per translation, every decoder step at a few rows (one sentence's beams), where a
-step's fixed cost shows. Prints each side's minimum and median, MKL's over oneDNN's (< 1: MKL's is faster), and
-how many output lines are the same. Search: beam 4, |Y|^0.6 (power), patience 1, batch 64, as
+The engines are loaded once (`prepack=True`: oneDNN's packed weights; `prepack=False`: MKL's sgemm on the plain
+weights, F.linear; `prepack=None`: the default); each round translates the whole file with each in turn, in
+process (CPU seconds of translate_nbest, `time.process_time`), so the machine's drift hits all alike. Then the first
+line alone, a few times each: CPU milliseconds per translation, every decoder step at a few rows (one sentence's
+beams), where a step's fixed cost shows. Prints each side's minimum and median, each over oneDNN's (< 1: faster),
+and how many output lines are the same. Search: beam 4, |Y|^0.6 (power), patience 1, batch 64, as
 benchmarks/e2e/realtext.py. Not a test.
 """
 
@@ -24,8 +26,9 @@ import torch
 
 from aiayn.decoding.engine import EngineOptions, open_engine
 from aiayn.decoding.search import PAPER_SEARCH
+from aiayn.runtime import configure_process, fp32_gemm, fp32_output_gemm
 
-SIDES = {"onednn packed": True, "mkl plain": False}  # name -> Translator's prepack=
+SIDES = {"onednn packed": True, "mkl plain": False, "default": None}  # name -> Translator's prepack=
 
 
 def one_line_ms(engine, line: str, repeats: int) -> float:
@@ -47,6 +50,7 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--beam", type=int, default=4)
     args = ap.parse_args()
+    configure_process(kernel_cache=True, keep_freed_memory=True)  # as `aiayn`'s main sets it for every command
     torch.set_num_threads(args.threads)
     search = dataclasses.replace(PAPER_SEARCH, beam=args.beam, lp="power", beam_patience=1)
     lines = Path(args.src).read_text(encoding="utf-8").splitlines()
@@ -63,17 +67,19 @@ def main() -> None:
             texts[name] = [hyps[0].text for hyps in engine.translate_nbest(lines)]
             seconds[name].append(time.process_time() - cpu)
     per_step = {name: one_line_ms(engine, lines[0], repeats=5) for name, engine in engines.items()}
-    base, other = list(SIDES)
-    print(f"{torch.__version__}, {args.threads} thread(s), {len(lines)} lines, beam {args.beam}, {args.rounds} rounds")
+    base = next(iter(SIDES))
+    print(f"{torch.__version__}, {args.threads} thread(s), {len(lines)} lines, beam {args.beam}, {args.rounds} rounds; "
+          f"default: the layers {fp32_gemm()}, the output projection {fp32_output_gemm()}")
     print("| side | CPU s min | CPU s median | CPU ms, first line alone | lines = onednn packed |")
     print("|---|---|---|---|---|")
     for name in engines:
         same = sum(a == b for a, b in zip(texts[name], texts[base]))
         print(f"| {name} | {min(seconds[name]):.3f} | {statistics.median(seconds[name]):.3f} | {per_step[name]:.3f} "
               f"| {same} / {len(lines)} |")
-    print(f"mkl plain / onednn packed: CPU s min {min(seconds[other]) / min(seconds[base]):.3f}, median "
-          f"{statistics.median(seconds[other]) / statistics.median(seconds[base]):.3f}, first line alone "
-          f"{per_step[other] / per_step[base]:.3f}")
+    for other in list(SIDES)[1:]:
+        print(f"{other} / {base}: CPU s min {min(seconds[other]) / min(seconds[base]):.3f}, median "
+              f"{statistics.median(seconds[other]) / statistics.median(seconds[base]):.3f}, first line alone "
+              f"{per_step[other] / per_step[base]:.3f}")
 
 
 if __name__ == "__main__":
