@@ -94,12 +94,12 @@ def _threads() -> tuple[int, str]:
 
 
 def _decoding_gemms() -> dict[str, str] | str:
-    """The GEMMs CPU decoding runs its projections on here (runtime.fp32_gemm, for the tied output projection
-    runtime.fp32_output_gemm, runtime.int8_engine, and for the decoder's int8 projections runtime.int8_step_engine),
+    """The GEMMs CPU decoding runs its projections on here (runtime.fp32_gemm, for small weights and the largest,
+    runtime.int8_engine, and for the decoder's int8 projections runtime.int8_step_engine),
     or what is wrong with the AIAYN_FP32_GEMM / AIAYN_INT8_ENGINE the user set."""
     try:
-        return {"fp32": runtime.fp32_gemm(), "fp32_output": runtime.fp32_output_gemm(), "int8": runtime.int8_engine(),
-                "int8_decoder": runtime.int8_step_engine()}
+        return {"fp32": runtime.fp32_gemm(), "fp32_large": runtime.fp32_gemm(runtime.FP32_MKL_LARGEST + 1),
+                "int8": runtime.int8_engine(), "int8_decoder": runtime.int8_step_engine()}
     except UsageError as e:
         return str(e)
 
@@ -109,8 +109,8 @@ def _gemms_text(gemms: dict[str, str] | str) -> str:
         return gemms
     int8, decoder = gemms["int8"], gemms["int8_decoder"]
     both = int8 if decoder == int8 else f"{int8}, the decoder's {decoder}"
-    fp32 = gemms["fp32"] if gemms["fp32_output"] == gemms["fp32"] else (
-        f"{gemms['fp32']}, the output projection {gemms['fp32_output']}")
+    fp32 = gemms["fp32"] if gemms["fp32_large"] == gemms["fp32"] else (
+        f"{gemms['fp32']} (weights over {runtime.FP32_MKL_LARGEST:,} numbers: {gemms['fp32_large']})")
     return f"fp32 {fp32}; int8 {both} (AIAYN_FP32_GEMM, AIAYN_INT8_ENGINE choose)"
 
 

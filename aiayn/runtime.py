@@ -170,25 +170,25 @@ def int8_step_engine() -> str:
 FP32_GEMMS = ("mkl", "onednn")  # the GEMMs fp32 decoding's projections can run on, on a CPU
 
 
-def fp32_gemm() -> str:
-    """The GEMM fp32 decoding runs its layers' projections on, on a CPU: MKL's sgemm on the plain weights (F.linear)
-    where torch has MKL and the CPU is Intel's or has no AVX-512, oneDNN's on weights packed once
-    (aiayn.decoding.inference.PrepackedLinear) elsewhere: an AMD CPU with AVX-512, where oneDNN's kernels use it and
-    MKL's do not. Where both run AVX2 alone (or MKL's own kernels for Intel), MKL's costs less a call at a decoder
-    step's few rows and decoded the same translations faster (docs/speed-design.md). AIAYN_FP32_GEMM=mkl|onednn
-    chooses for every projection."""
-    mkl = torch.backends.mkl.is_available() and (cpu_vendor() == "GenuineIntel" or "avx512f" not in cpu_flags())
-    return users_choice("AIAYN_FP32_GEMM", FP32_GEMMS) or ("mkl" if mkl else "onednn")
+FP32_MKL_LARGEST = 512 * 512  # weight elements: on a CPU with AVX2 alone, larger weights run on oneDNN's packed GEMM
 
 
-def fp32_output_gemm() -> str:
-    """The GEMM of fp32 decoding's tied output projection (as wide as the vocabulary), on a CPU: fp32_gemm()'s, but
-    oneDNN's on weights packed once on a CPU not Intel's whatever its layers run on, since at a step's few rows
-    MKL's sgemm there reads a plain weight that wide more slowly than oneDNN's packed one (docs/speed-design.md).
-    AIAYN_FP32_GEMM, when set, chooses for it too."""
-    if users_choice("AIAYN_FP32_GEMM", FP32_GEMMS) or cpu_vendor() == "GenuineIntel":
-        return fp32_gemm()
-    return "onednn"
+def fp32_gemm(elements: int = 0) -> str:
+    """The GEMM fp32 decoding runs a projection on, on a CPU, for a weight of `elements` numbers: MKL's sgemm on the
+    plain weight (F.linear) or oneDNN's on a weight packed once (aiayn.decoding.inference.PrepackedLinear). MKL's on
+    an Intel CPU where torch has MKL; oneDNN's on an AMD CPU with AVX-512 (oneDNN's kernels use it, MKL's do not
+    there) and wherever torch lacks MKL; on a CPU with AVX2 alone, MKL's for weights of up to FP32_MKL_LARGEST
+    numbers (its call costs less at a decoder step's few rows) and oneDNN's packed weights above (at a few rows it
+    reads those faster: a base model's feed-forward, a vocabulary-wide output projection). Measurements:
+    docs/speed-design.md. AIAYN_FP32_GEMM=mkl|onednn chooses for every projection."""
+    chosen = users_choice("AIAYN_FP32_GEMM", FP32_GEMMS)
+    if chosen or not torch.backends.mkl.is_available():
+        return chosen or "onednn"
+    if cpu_vendor() == "GenuineIntel":
+        return "mkl"
+    if "avx512f" in cpu_flags():
+        return "onednn"
+    return "mkl" if elements <= FP32_MKL_LARGEST else "onednn"
 
 
 @contextlib.contextmanager

@@ -138,8 +138,8 @@ def test_each_gpu_says_what_auto_trains_in(monkeypatch):
 
 
 def test_doctor_names_the_decoders_int8_engine_where_it_differs():
-    mixed = doctor._gemms_text({"fp32": "mkl", "fp32_output": "onednn", "int8": "onednn", "int8_decoder": "fbgemm"})
-    assert "fp32 mkl, the output projection onednn; int8 onednn, the decoder's fbgemm" in mixed
-    same = doctor._gemms_text({"fp32": "onednn", "fp32_output": "onednn", "int8": "fbgemm", "int8_decoder": "fbgemm"})
-    assert "fp32 onednn; int8 fbgemm (" in same and "decoder" not in same and "output" not in same
-    assert set(doctor.report(bench=False)["decoding_gemms"]) == {"fp32", "fp32_output", "int8", "int8_decoder"}
+    mixed = doctor._gemms_text({"fp32": "mkl", "fp32_large": "onednn", "int8": "onednn", "int8_decoder": "fbgemm"})
+    assert "fp32 mkl (weights over 262,144 numbers: onednn); int8 onednn, the decoder's fbgemm" in mixed
+    same = doctor._gemms_text({"fp32": "onednn", "fp32_large": "onednn", "int8": "fbgemm", "int8_decoder": "fbgemm"})
+    assert "fp32 onednn; int8 fbgemm (" in same and "decoder" not in same and "weights" not in same
+    assert set(doctor.report(bench=False)["decoding_gemms"]) == {"fp32", "fp32_large", "int8", "int8_decoder"}

@@ -67,14 +67,20 @@ def test_fp32_packs_its_weights_only_for_onednns_gemm(monkeypatch):
     plain = decoding_copy(model)
     assert not plain.prepacked and any(isinstance(m, nn.Linear) for m in plain.modules())
     assert plain.output_projection is None
-    monkeypatch.delenv("AIAYN_FP32_GEMM")  # an AMD CPU with AVX2 alone: the layers on MKL's, the output oneDNN's
+    monkeypatch.delenv("AIAYN_FP32_GEMM")  # an AMD CPU with AVX2 alone: small weights on MKL's, large on oneDNN's
     monkeypatch.setattr(runtime, "cpu_vendor", lambda: "AuthenticAMD")
     monkeypatch.setattr(runtime, "cpu_flags", lambda: {"avx2"})
+    monkeypatch.setattr(runtime, "FP32_MKL_LARGEST", 32 * 32)  # tiny: attention 32 x 32 (MKL's), W1 32 x 64, 40 x 32
     if torch.backends.mkl.is_available() and _prepacking_works(torch.float32):
         mixed = decoding_copy(model)
-        assert not mixed.prepacked and not any(isinstance(m, PrepackedLinear) for m in mixed.modules())
-        assert isinstance(mixed.output_projection.linear, PrepackedLinear)
+        assert not mixed.prepacked and isinstance(mixed.output_projection.linear, PrepackedLinear)
+        for layer in [*mixed.encoder.layers, *mixed.decoder.layers]:
+            assert type(layer.ffn.w_1) is PrepackedLinear and type(layer.ffn.w_2) is PrepackedLinear
+            assert type(layer.self_attn.w_q) is nn.Linear and type(layer.self_attn.w_o) is nn.Linear
         hidden = torch.randn(3, 5, model.cfg.d_model)
+        with torch.no_grad():  # the same layers, the feed-forward's packed
+            torch.testing.assert_close(mixed.decoder(hidden, hidden, None, None),
+                                       plain.decoder(hidden, hidden, None, None), rtol=1e-5, atol=1e-5)
         torch.testing.assert_close(mixed.output_logits(hidden), plain.output_logits(hidden), rtol=1e-5, atol=1e-5)
         doubled = 2 * plain.output_logits(hidden)  # (a load below writes into the tensors plain shares too)
         mixed.load_state_dict({k: v * 2 if k == "embedding.weight" else v for k, v in model.state_dict().items()})

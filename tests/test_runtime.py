@@ -285,22 +285,23 @@ def test_int8_step_engine_is_fbgemm_beside_onednn_without_amx(monkeypatch):
     assert runtime.int8_step_engine() == "fbgemm"
 
 
-def test_fp32_gemm_follows_the_cpu_vendor_its_avx512_and_the_users_choice(monkeypatch):
-    """MKL's GEMM on an Intel CPU, and on an AMD one with AVX2 alone; oneDNN's packed weights on an AMD CPU with
-    AVX-512 (MKL's kernels do not use it there). The tied output projection packed for oneDNN on every CPU not
-    Intel's; the user's choice for all."""
+def test_fp32_gemm_follows_the_cpu_vendor_its_avx512_the_weights_size_and_the_users_choice(monkeypatch):
+    """MKL's GEMM on an Intel CPU; oneDNN's packed weights on an AMD CPU with AVX-512 (MKL's kernels do not use it
+    there); on one with AVX2 alone, MKL's for weights of up to 512 x 512 numbers, oneDNN's above; the user's choice
+    for all."""
     monkeypatch.delenv("AIAYN_FP32_GEMM", raising=False)
     mkl = "mkl" if torch.backends.mkl.is_available() else "onednn"
+    big = runtime.FP32_MKL_LARGEST + 1
     monkeypatch.setattr(runtime, "cpu_vendor", lambda: "GenuineIntel")
     for flags in ({"avx2"}, {"avx2", "avx512f"}):
         monkeypatch.setattr(runtime, "cpu_flags", lambda flags=flags: flags)
-        assert runtime.fp32_gemm() == runtime.fp32_output_gemm() == mkl
+        assert runtime.fp32_gemm() == runtime.fp32_gemm(big) == mkl
     monkeypatch.setattr(runtime, "cpu_vendor", lambda: "AuthenticAMD")
-    assert runtime.fp32_gemm() == "onednn" and runtime.fp32_output_gemm() == "onednn"  # a Zen 4 or 5
+    assert runtime.fp32_gemm() == runtime.fp32_gemm(big) == "onednn"  # a Zen 4 or 5
     monkeypatch.setattr(runtime, "cpu_flags", lambda: {"avx2"})  # a Zen 3
-    assert runtime.fp32_gemm() == mkl and runtime.fp32_output_gemm() == "onednn"
+    assert runtime.fp32_gemm(512 * 512) == mkl and runtime.fp32_gemm(big) == "onednn"
     monkeypatch.setenv("AIAYN_FP32_GEMM", " MKL ")  # the user's choice wins, any case, for every projection
-    assert runtime.fp32_gemm() == runtime.fp32_output_gemm() == "mkl"
+    assert runtime.fp32_gemm() == runtime.fp32_gemm(big) == "mkl"
     monkeypatch.setenv("AIAYN_FP32_GEMM", "fbgemm")
     with pytest.raises(UsageError, match="AIAYN_FP32_GEMM must be one of mkl, onednn, not 'fbgemm'"):
         runtime.fp32_gemm()

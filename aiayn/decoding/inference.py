@@ -33,14 +33,7 @@ from aiayn.config import PRECISIONS
 from aiayn.decoding import step
 from aiayn.errors import UsageError
 from aiayn.model import FeedForward, Transformer
-from aiayn.runtime import (
-    configure_process,
-    fp32_gemm,
-    fp32_output_gemm,
-    int8_packing,
-    int8_step_engine,
-    warn_if_bf16_slow,
-)
+from aiayn.runtime import configure_process, fp32_gemm, int8_packing, int8_step_engine, warn_if_bf16_slow
 
 _DTYPE = {"fp32": torch.float32, "bf16": torch.bfloat16}
 
@@ -53,9 +46,9 @@ def check_precision(precision: str) -> str:
 
 class DecodingTransformer(Transformer):
     """A Transformer as decoding runs it: its weights converted once to `precision` (fp32, bf16, int8), its projections
-    `prepacked` for oneDNN or not, and its tied output projection replaced by an equal one in the same format, or
-    packed alone (`output_projection`, a plain callable: it owns no state of its own, so the state dict is the
-    model's; decoding_copy says where)."""
+    `prepacked` for oneDNN or not (or the largest alone: decoding_copy), and its tied output projection replaced by an
+    equal one in the same format (`output_projection`, a plain callable: it owns no state of its own, so the state
+    dict is the model's)."""
 
     precision: str = "fp32"
     prepacked: bool = False
@@ -109,7 +102,7 @@ def decoding_copy(model: Transformer, precision: str = "fp32", prepack: bool | N
     """The model to decode with, in eval mode, its weights in `precision` (PRECISIONS). prepack (fp32 and bf16 on CPU;
     None: bf16 wherever oneDNN runs it, fp32 where runtime.fp32_gemm picks oneDNN's GEMM over MKL's): every
     projection, the tied output projection included, becomes a PrepackedLinear. fp32 left to choose (None) and not
-    packed still packs its tied output projection where runtime.fp32_output_gemm picks oneDNN's for it; False: none.
+    packed still packs those whose weights runtime.fp32_gemm gives oneDNN's GEMM by their size; False: none.
     A DecodingTransformer already in that format is returned as it is. The model passed in is left as it was (fp32
     not prepacked shares its tensors), unless `consume` (its caller needs it no more): then the copy takes over its
     tensors where they fit and frees each projection's weight as soon as it is converted, so that the process never
@@ -137,10 +130,24 @@ def _decoding_copy(model: Transformer, precision: str, prepack: bool | None, con
         return _prepacked_copy(model, precision, consume)
     q = _mark(_copy(model, "shared" if first.dtype == target or consume else "copied").to(target), precision,
               prepacked=False)
-    if auto and precision == "fp32" and first.device.type == "cpu" and fp32_output_gemm() == "onednn" and (
-            _prepacking_works(torch.float32)):
-        _pack_output_projection(q)  # the layers on MKL's GEMM, the vocabulary-wide projection on oneDNN's
+    if auto and precision == "fp32" and first.device.type == "cpu" and _prepacking_works(torch.float32):
+        _pack_the_largest(q, model, consume)
     return q
+
+
+def _pack_the_largest(q: DecodingTransformer, model: nn.Module, consume: bool) -> None:
+    """fp32 on MKL's GEMM: the projections whose weights runtime.fp32_gemm gives oneDNN's GEMM instead by their size
+    (on a CPU with AVX2 alone, the largest), the tied output projection among them, packed for it; consume: each
+    weight of `model` packed freed, as _prepacked_copy does."""
+    for name, m in list(q.named_modules()):
+        if isinstance(m, nn.Linear) and fp32_gemm(m.weight.numel()) == "onednn":
+            parent, _, attr = name.rpartition(".")
+            setattr(q.get_submodule(parent) if parent else q, attr, PrepackedLinear(m.weight, m.bias))
+            if consume:
+                original = model.get_submodule(name)
+                original.weight = original.bias = None
+    if fp32_gemm(q.embedding.weight.numel()) == "onednn":
+        _pack_output_projection(q)
 
 
 def load(path: str | Path, precision: str = "fp32", device: str | torch.device = "cpu",
