@@ -21,7 +21,7 @@ claim against the code). Why each was kept, with its measurements: docs/speed-de
     native                 model.scaled_dot_product_          to rounding     eq. 1 for a decoding step's one query
                            attention at a step written out                    per row, compiled from C (aiayn.native):
                            (decoding.step; CPU, fp32)                         the order of the sums; exp a polynomial
-                                                                              within 2 ulp
+                                                                              within 1 ulp
 
 aiayn.native is compiled at first use where the machine has a C compiler; without one, torch's attention runs.
 The fused label-smoothed loss is a fast path too; it lives in aiayn/training/losses.py beside its reference formula. The
