@@ -61,11 +61,16 @@ def test_self_attention_cache_layouts(grad, bf16):
             assert layer.cross_k.is_contiguous()
 
 
-def test_cross_attention_keys_are_held_as_k_transposed_for_four_queries_or_more():
+def test_cross_attention_keys_are_held_as_k_transposed_for_four_queries_or_more(monkeypatch):
     """keys_for_queries: on the CPU, for 4 or more queries per sentence, the keys as a view of K^T held contiguous,
     the same values; for fewer, K contiguous; sentences_of picks sentences in either layout. Q K^T against them is
     bit for bit the product against K itself. In a cache: beam 4's keys held as K^T through a reorder of
-    sentences, and its steps equal full decoding."""
+    sentences, and its steps equal full decoding. Where aiayn.native's attention runs the steps (it reads K), K."""
+    from aiayn import native
+
+    if native.available():
+        assert keys_for_queries(torch.randn(3, 2, 5, 4), 4).is_contiguous()
+    monkeypatch.setitem(native._state, "enabled", False)  # torch's matmuls: the layout they want
     k, q = torch.randn(3, 2, 5, 4), torch.randn(3, 2, 4, 4)
     held = keys_for_queries(k, 4)
     assert held.shape == k.shape and held.transpose(-2, -1).is_contiguous() and torch.equal(held, k)
@@ -92,13 +97,15 @@ def test_cross_attention_keys_are_held_as_k_transposed_for_four_queries_or_more(
 
 
 
-def test_sentences_leaving_a_batch_move_only_the_rows_that_take_their_places():
+def test_sentences_leaving_a_batch_move_only_the_rows_that_take_their_places(monkeypatch):
     """sentences_of(x, keep) equals x.index_select(0, keep). For a keep as going_on gives it (sentences 1 and 3 of 5
     end: 4 takes 1's place), only that row is copied, in place, and the result is a view of x's first rows (x's own
     storage); for any other order, a copy, in x's layout (K^T views stay K^T); under autograd, a copy. What moves
     (sentence_moves), found once, gives every tensor of the reorder the same rows."""
+    from aiayn import native
     from aiayn.decoding.search import going_on
 
+    monkeypatch.setitem(native._state, "enabled", False)  # keys_for_queries's K^T layout, as for torch's matmuls
     x = torch.randn(5, 2, 3, 4)
     keep = going_on(torch.tensor([False, True, False, True, False]))
     assert keep.tolist() == [0, 4, 2]
