@@ -29,21 +29,28 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
+from aiayn.errors import UsageError
+
 SOURCE = Path(__file__).with_name("native.c")
 FLAGS = ("-O3", "-march=native", "-fopenmp-simd", "-shared", "-fPIC")
 
 _lock = threading.Lock()
-_state: dict = {"enabled": os.environ.get("AIAYN_NATIVE", "1") != "0", "library": None, "why": None}
+_state: dict = {"enabled": None, "library": None, "why": None}  # enabled: None until AIAYN_NATIVE is read
 
 
 def available() -> bool:
-    """Whether a decoding step's attention runs here: enabled, and the library built (built now if not yet)."""
-    return _state["enabled"] and _library() is not None
+    """Whether a decoding step's attention runs here: enabled, and the library built (built now if not yet). A
+    UsageError if AIAYN_NATIVE is neither 0 nor 1."""
+    return _enabled() and _library() is not None
 
 
 def status() -> str:
     """One line: where the library is, or why attention runs torch's kernels instead."""
-    if not _state["enabled"]:
+    try:
+        enabled = _enabled()
+    except UsageError as e:
+        return str(e)
+    if not enabled:
         return "torch's matmuls (aiayn's kernels off: AIAYN_NATIVE=0 or set_enabled(False))"
     library = _library()
     if library is None:
@@ -53,8 +60,18 @@ def status() -> str:
 
 def set_enabled(on: bool) -> bool:
     """Use the kernels (where built) or torch's attention; returns the previous choice."""
-    before, _state["enabled"] = _state["enabled"], bool(on)
+    before, _state["enabled"] = _enabled(), bool(on)
     return before
+
+
+def _enabled() -> bool:
+    if _state["enabled"] is None:
+        asked = os.environ.get("AIAYN_NATIVE", "").strip()
+        if asked not in ("", "0", "1"):
+            raise UsageError(f"AIAYN_NATIVE must be 0 (torch's attention) or 1 (aiayn's compiled kernels), "
+                             f"not {asked!r}")
+        _state["enabled"] = asked != "0"
+    return _state["enabled"]
 
 
 def self_attention(q: Tensor, keys: Tensor, values: Tensor, rows: int, length: int) -> Tensor:

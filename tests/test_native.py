@@ -123,6 +123,18 @@ def test_built_once_per_machine_and_without_a_compiler_torch_runs_it(tmp_path, m
             assert greedy_search(model, torch.randint(4, 40, (3, 6)), SearchConfig(beam=1, max_len_b=4))
 
 
+def test_aiayn_native_other_than_0_or_1_is_one_clear_error(monkeypatch):
+    from aiayn.errors import UsageError
+
+    monkeypatch.setattr(native, "_state", {"enabled": None, "library": None, "why": None})
+    monkeypatch.setenv("AIAYN_NATIVE", "off")
+    with pytest.raises(UsageError, match="AIAYN_NATIVE must be 0 .* or 1 .*, not 'off'"):
+        native.available()
+    assert native.status().startswith("AIAYN_NATIVE must be 0")  # doctor reports it instead
+    monkeypatch.setenv("AIAYN_NATIVE", " 1 ")
+    assert native.set_enabled(True) is True
+
+
 def test_aiayn_native_0_starts_it_off_and_doctor_says_so():
     env = {**os.environ, "AIAYN_NATIVE": "0"}
     code = ("from aiayn import native, doctor; print(native.available()); "
