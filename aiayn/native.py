@@ -80,6 +80,10 @@ def self_attention(q: Tensor, keys: Tensor, values: Tensor, rows: int, length: i
     held (room >= rows) -> heads (rows, 1, h*d_v), Concat(head_1..head_h) for each row."""
     q = _checked_inputs(q, keys, values)
     heads, d_k, d_v = keys.size(2), keys.size(3), values.size(3)
+    if not (q.numel() == rows * heads * d_k and rows <= min(keys.size(1), values.size(1))
+            and 0 < length <= min(keys.size(0), values.size(0))):  # the C code reads what these shapes promise
+        raise ValueError(f"{rows} rows of queries {tuple(q.shape)} over {length} positions do not fit caches "
+                         f"{tuple(keys.shape)}, {tuple(values.shape)}")
     out = q.new_empty(rows, 1, heads * d_v)
     status = _library().self_attention(q.data_ptr(), keys.data_ptr(), keys.stride(0), values.data_ptr(),
                                        values.stride(0), out.data_ptr(), rows * heads, length, d_k, d_v, d_k ** 0.5)
@@ -93,6 +97,9 @@ def cross_attention(q: Tensor, keys: Tensor, values: Tensor, mask: Tensor | None
     q = _checked_inputs(q, keys, values)
     sentences, heads, length, d_k = keys.shape
     d_v, rows = values.size(3), q.size(0)
+    if rows % sentences or q.numel() != rows * heads * d_k or values.shape[:3] != keys.shape[:3]:
+        raise ValueError(f"queries {tuple(q.shape)} do not group evenly over keys {tuple(keys.shape)} and values "
+                         f"{tuple(values.shape)}")
     if mask is not None:
         mask = mask.reshape(-1, length).expand(sentences, length).contiguous()
     out = q.new_empty(rows, 1, heads * d_v)

@@ -66,6 +66,13 @@ def test_inputs_it_cannot_take_are_refused():
         native.self_attention(torch.randn(2, 1, 24).bfloat16(), keys, keys, 2, 3)
     with pytest.raises(ValueError, match="contiguous"):
         native.self_attention(torch.randn(2, 1, 24), keys.transpose(0, 1), keys, 2, 3)
+    cache = torch.randn(5, 3, 2, 8)  # (T, room, h, d): what the C code would read past is refused
+    with pytest.raises(ValueError, match="do not fit"):
+        native.self_attention(torch.randn(4, 1, 16), cache, cache, 4, 3)  # more rows than the room
+    with pytest.raises(ValueError, match="do not fit"):
+        native.self_attention(torch.randn(2, 1, 16), cache, cache, 2, 6)  # more positions than held
+    with pytest.raises(ValueError, match="group evenly"):
+        native.cross_attention(torch.randn(5, 1, 16), keys, keys, None)  # 5 rows over 4 sentences
 
 
 @needs_kernels
