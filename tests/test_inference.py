@@ -307,6 +307,40 @@ def test_int8_rows_are_taken_from_the_full_matrix_as_quantizing_them_anew_would(
             assert torch.equal(q.output_rows(ids)(hidden), anew(hidden))
 
 
+@pytest.mark.parametrize("engine", ["fbgemm", "onednn"])
+def test_int8_decoder_steps_project_q_k_v_in_one_gemm_with_the_same_bits(engine, monkeypatch):
+    """int8: each decoder self-attention's W^Q, W^K, W^V stacked as one GEMM (inference._Int8Fused), packed for the
+    engine of the decoder's projections, gives their three products to the bit (rows of one sentence and of many,
+    a padding row of zeros among them), is stacked again after a load_state_dict, and is what a search's written-out
+    steps call, once a layer a step."""
+    from aiayn.decoding import step
+    from aiayn.decoding.search import SearchConfig, beam_search
+
+    if engine not in torch.backends.quantized.supported_engines:
+        pytest.skip(f"this torch build has no {engine} engine")
+    monkeypatch.setenv("AIAYN_INT8_ENGINE", engine)
+    torch.manual_seed(0)
+    q = decoding_copy(tiny_model(40, eos_bias=3.0), "int8")
+    assert len(q.fused_qkv) == len(q.decoder.layers)
+    for x in (torch.randn(1, 1, 32), torch.cat([torch.randn(6, 1, 32) * 3, torch.zeros(1, 1, 32)])):
+        for layer, fused in zip(q.decoder.layers, q.fused_qkv):
+            a = layer.self_attn
+            assert torch.equal(fused(x), torch.cat([a.w_q(x), a.w_k(x), a.w_v(x)], dim=-1))
+    other = decoding_copy(tiny_model(40, seed=1), "int8")
+    q.load_state_dict(other.state_dict())
+    x = torch.randn(5, 1, 32)
+    for layer, fused in zip(q.decoder.layers, q.fused_qkv):
+        a = layer.self_attn
+        assert torch.equal(fused(x), torch.cat([a.w_q(x), a.w_k(x), a.w_v(x)], dim=-1))
+    calls, steps = [], []
+    monkeypatch.setattr(inference._Int8Fused, "__call__", lambda self, x: calls.append(x.size(0)) or self.projection(x))
+    real_step = step.step
+    monkeypatch.setattr(step, "step", lambda *args: steps.append(1) or real_step(*args))
+    with torch.no_grad():
+        beam_search(q, _sources(), SearchConfig(beam=3, max_len_b=8))
+    assert steps and len(calls) == len(steps) * len(q.decoder.layers)
+
+
 def test_precision_is_checked():
     with pytest.raises(UsageError, match="fp32, bf16, int8"):
         decoding_copy(Transformer(ModelConfig.preset("tiny", vocab_size=40)), "fp16")

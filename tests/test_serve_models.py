@@ -156,7 +156,8 @@ def test_models_load_when_asked_and_the_least_recently_used_go(runs):
 def test_weights_are_counted_in_every_decoding_format(runs):
     """What --max-model-memory counts: fp32 as stored; prepacked fp32 adds the output projection's packed copy of
     the embedding; bf16 half of fp32's; int8 one byte per projection weight (packed by oneDNN or fbgemm, not seen as
-    tensors), the embedding kept in fp32 and its int8 copy for the output projection."""
+    tensors), the embedding kept in fp32 and its int8 copy for the output projection, and the decoder
+    self-attentions' W^Q, W^K, W^V stacked once more for the decoder step (their biases in fp32)."""
     _, made, _ = runs
     plain = Translator.load(made["en", "de"], SEARCH, "fp32", prepack=False)
     stored = sum(t.numel() * 4 for t in [*plain.model.parameters(), *plain.model.buffers()])
@@ -166,7 +167,9 @@ def test_weights_are_counted_in_every_decoding_format(runs):
     assert Translator.load(made["en", "de"], SEARCH, "bf16", prepack=False).weight_bytes() == stored // 2
     linears = [m for m in plain.model.modules() if isinstance(m, torch.nn.Linear)]
     projections = sum(m.weight.numel() for m in linears)
-    int8 = stored - 3 * projections + embedding // 4
+    stacked = [m for layer in plain.model.decoder.layers for m in (layer.self_attn.w_q, layer.self_attn.w_k,
+                                                                    layer.self_attn.w_v)]
+    int8 = stored - 3 * projections + embedding // 4 + sum(m.weight.numel() + 4 * m.bias.numel() for m in stacked)
     assert Translator.load(made["en", "de"], SEARCH, "int8").weight_bytes() == int8
 
 

@@ -53,6 +53,7 @@ class DecodingTransformer(Transformer):
     precision: str = "fp32"
     prepacked: bool = False
     output_projection: Callable[[Tensor], Tensor] | None = None
+    fused_qkv: list | None = None  # int8: per decoder layer, its self-attention's W^Q, W^K, W^V as one (_Int8Fused)
 
     def decode_hidden(self, tgt_in: Tensor, memory: Tensor, src_pad: Tensor | None, cache=None) -> Tensor:
         """Transformer.decode_hidden; a step of one new position over a primed cache written out without module
@@ -299,16 +300,46 @@ class _Int8TiedProjection:
 
 
 class _Int8Rows:
-    """hidden -> logits with int8 rows `q` (V', D) of a tied projection, packed for int8_engine()'s GEMM and called
-    as Int8Linear calls its operator (_int8_linear_class)."""
+    """x -> x W^T + b with int8 rows `q` (V', D) of a projection (a tied one's, or several stacked: _Int8Fused) and
+    their fp32 bias, packed for `engine`'s GEMM (default int8_engine()) and called as Int8Linear calls its operator
+    (_int8_linear_class)."""
 
-    def __init__(self, q: Tensor):
-        with int8_packing():
-            self.packed = torch.ops.quantized.linear_prepack(q, None)
+    def __init__(self, q: Tensor, bias: Tensor | None = None, engine: str | None = None):
+        with int8_packing(engine):
+            self.packed = torch.ops.quantized.linear_prepack(q, bias)
 
-    def __call__(self, hidden: Tensor) -> Tensor:
+    def __call__(self, x: Tensor) -> Tensor:
         with torch._C.DisableTorchFunction():
-            return _int8_op()(hidden, self.packed, True)
+            return _int8_op()(x, self.packed, True)
+
+
+class _Int8Fused:
+    """x -> Concat(x W^Q + b^Q, x W^K + b^K, x W^V + b^V): a decoder self-attention's three int8 projections as one
+    GEMM, for the decoder step (aiayn.decoding.step). Their int8 rows, per-row scales and biases are taken as they
+    are and stacked (one scale per row: the rows quantize alike either way); the input, quantized once per call with
+    one scale for the whole tensor, is quantized as each of the three would quantize it. So the same products to
+    the bit, with one quantization of the input and one call where there were three. `pack` stacks them again (after
+    a load_state_dict)."""
+
+    def __init__(self, attention: nn.Module):
+        self.attention = attention
+        self.pack()
+
+    def pack(self) -> None:
+        a = self.attention
+        parts = [m._packed_params._weight_bias() for m in (a.w_q, a.w_k, a.w_v)]  # (qint8 (out, D), bias or None)
+        weights = [w for w, _ in parts]
+        q = torch._make_per_channel_quantized_tensor(
+            torch.cat([w.int_repr() for w in weights]), torch.cat([w.q_per_channel_scales() for w in weights]),
+            torch.cat([w.q_per_channel_zero_points() for w in weights]), 0)
+        biases = [b for _, b in parts]
+        self.projection = _Int8Rows(q, None if None in biases else torch.cat(biases), int8_step_engine())
+
+    def __call__(self, x: Tensor) -> Tensor:
+        return self.projection(x)
+
+    def _weight_bias(self) -> tuple[Tensor, Tensor | None]:  # what weight_bytes counts
+        return torch.ops.quantized.linear_unpack(self.projection.packed)
 
 
 @functools.cache
@@ -376,7 +407,14 @@ def _int8_copy(model: nn.Module, consume: bool = False) -> DecodingTransformer:
     projection = _Int8TiedProjection(q.embedding.weight)
     q = _mark(q, "int8", prepacked=False)
     q.output_projection = projection
+    q.fused_qkv = [_Int8Fused(layer.self_attn) for layer in q.decoder.layers]
+    q.register_load_state_dict_post_hook(_stack_again)
     return q
+
+
+def _stack_again(model: DecodingTransformer, _) -> None:
+    for fused in model.fused_qkv:
+        fused.pack()
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -387,18 +425,20 @@ def weight_bytes(model: nn.Module) -> int:
     """Bytes of the tensors a decoding model holds, each counted once, in every format above: its parameters and
     buffers, the weights packed into tensors of their own (PrepackedLinear's blocked layout), what a packed output
     projection holds (_PrepackedTiedProjection, _Int8TiedProjection: plain objects), and int8's quantized weights
-    (packed by oneDNN or fbgemm, counted unpacked)."""
+    (packed by oneDNN or fbgemm, counted unpacked; the decoder step's stacked W^Q, W^K, W^V among them)."""
     holders: list[object] = list(model.modules())
     for module in list(holders):
         for value in vars(module).values():
             if isinstance(value, (_PrepackedTiedProjection, _Int8TiedProjection)):
                 holders += [value, *value.linear.modules()]
+            elif isinstance(value, list):
+                holders += [v for v in value if isinstance(v, _Int8Fused)]
     seen: dict[int, Tensor] = {}  # by id: a tensor shared by two holders counts once (and stays alive till the end)
     for holder in holders:
         tensors = [v for v in vars(holder).values() if isinstance(v, Tensor)]
         if isinstance(holder, nn.Module):
             tensors += [*holder._parameters.values(), *holder._buffers.values()]
-        if isinstance(getattr(holder, "_packed_params", None), torch.ScriptObject):  # int8: oneDNN's or fbgemm's
-            tensors += holder._weight_bias()
+        if isinstance(getattr(holder, "_packed_params", None), torch.ScriptObject) or isinstance(holder, _Int8Fused):
+            tensors += holder._weight_bias()  # int8: oneDNN's or fbgemm's packed weights
         seen.update((id(t), t) for t in tensors if t is not None)
     return sum(t.numel() * t.element_size() for t in seen.values())

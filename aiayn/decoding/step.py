@@ -5,7 +5,8 @@ cross-attention LayerCache.attend itself), so the same bits, without the ~50 nn.
 wrappers: on a CPU, Python and torch's dispatch are the part of a step that CTranslate2 does not spend (what this is
 worth: docs/speed-design.md, benchmarks/ab/decoder_step.py). Where aiayn.native's compiled kernels are built and
 enabled, eq. 1 runs there instead (fp32 attention: fp32, int8, and bf16's fp32 attention), equal to rounding; with
-them off (aiayn.native.set_enabled(False)), the modules' bits.
+them off (aiayn.native.set_enabled(False)), the modules' bits. int8 copies project a self-attention's Q, K and V in
+one GEMM (DecodingTransformer.fused_qkv: the three projections' products to the bit).
 
     takes(model, tgt_in, cache)          whether `step` computes this call: on a CPU (fp32, bf16, int8), one new
                                          position, a primed time-major cache, attention as model.attention computes
@@ -35,25 +36,29 @@ def takes(model, tgt_in: Tensor, cache) -> bool:
 def step(model, tgt_in: Tensor, src_pad: Tensor | None, cache: DecoderCache) -> Tensor:
     x = model.embed(tgt_in, cache.length)  # (N, 1, D)
     mask = model._key_mask(src_pad)  # (B, 1, 1, S), True = attend: what Transformer.decode_hidden hands the layers
-    for layer, c in zip(model.decoder.layers, cache.layers):  # SublayerConnection; dropout is the identity in eval
+    fused = model.fused_qkv or [None] * len(cache.layers)
+    for layer, c, qkv in zip(model.decoder.layers, cache.layers, fused):  # SublayerConnection; dropout: identity
         n0, n1, n2 = (sublayer.norm for sublayer in layer.sublayers)
         if model.cfg.norm_first:
-            x = x + _self_attention(layer.self_attn, c, _layer_norm(n0, x))
+            x = x + _self_attention(layer.self_attn, c, _layer_norm(n0, x), qkv)
             x = x + _cross_attention(layer.cross_attn, c, _layer_norm(n1, x), mask)
             x = x + _feed_forward(layer.ffn, _layer_norm(n2, x))
         else:
-            x = _layer_norm(n0, x + _self_attention(layer.self_attn, c, x))
+            x = _layer_norm(n0, x + _self_attention(layer.self_attn, c, x, qkv))
             x = _layer_norm(n1, x + _cross_attention(layer.cross_attn, c, x, mask))
             x = _layer_norm(n2, x + _feed_forward(layer.ffn, x))
     cache.length += 1
     return model.decoder.norm(x)
 
 
-def _self_attention(attn, c: LayerCache, x: Tensor) -> Tensor:
+def _self_attention(attn, c: LayerCache, x: Tensor, qkv) -> Tensor:
     n, h = x.size(0), attn.h
-    q = attn.w_q.forward(x)  # (N, 1, h*dk)
-    k = attn.w_k.forward(x).view(n, 1, h, attn.d_k).transpose(1, 2)  # (N, h, 1, dk)
-    v = attn.w_v.forward(x).view(n, 1, h, attn.d_v).transpose(1, 2)
+    if qkv is not None:  # int8: W^Q, W^K, W^V as one GEMM, the same products (inference._Int8Fused)
+        q, k, v = qkv(x).split((h * attn.d_k, h * attn.d_k, h * attn.d_v), dim=-1)  # (N, 1, h*d) each
+    else:
+        q, k, v = attn.w_q.forward(x), attn.w_k.forward(x), attn.w_v.forward(x)
+    k = k.view(n, 1, h, attn.d_k).transpose(1, 2)  # (N, h, 1, dk)
+    v = v.view(n, 1, h, attn.d_v).transpose(1, 2)
     held = held_dtype(q, True)  # bf16 attends over fp32 copies of its keys and values
     k, v = c.append(k.to(held), v.to(held))  # (N, h, t+1, d): every position so far; a new one sees them all
     if held == torch.float32 and native.available():  # the buffers themselves, not the views (N, h, t+1, d)
