@@ -1,6 +1,9 @@
 /* Eq. 1, softmax(q K^T / sqrt(d_k)) V, for a decoding step: one query per decoder row and head, over that row's
    cached keys and values (self-attention) or its sentence's (cross-attention). Compiled by aiayn/native.py at first
-   use (-O3 -march=native); each loop over a head's d_k or d_v numbers is vectorized by the compiler (omp simd).
+   use (-O3 -march=native). The self-attention's loops over a head's d_k or d_v numbers are vectorized by the
+   compiler (omp simd); the softmax and the cross-attention are written in vectors of 8 numbers (GCC's and Clang's
+   vector extension), eight positions' scores at a time against keys held transposed, their sums in several vector
+   registers at once so that no multiply-add waits for the one before.
 
    Where torch runs each row's 1 x d_k by d_k x t product as its own matrix-vector call (or, below 400 multiply-adds,
    a scalar loop), these walk the cache once, in memory order, and keep the scores in a small buffer. The sums run in
@@ -11,38 +14,62 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* exp(x) for x <= 0 without a library call, so that loops over it vectorize: x = n ln 2 + r, |r| <= ln 2 / 2,
-   exp(r) by Cephes' degree-6 polynomial for expf, times 2^n set in the exponent bits: within 1 ulp of the correctly
-   rounded exp on [-87, 0] (checked at 20 million points). */
-static inline float exp_nonpositive(float x) {
-    x = x < -87.0f ? -87.0f : x;
-    float n = (x * 1.44269504088896341f + 12582912.0f) - 12582912.0f; /* round(x / ln 2): 1.5 * 2^23 drops the bits */
-    float r = x - n * 0.693359375f + n * 2.12194440e-4f;               /* ln 2 in two parts, exact to float */
-    float p = 1.9875691500e-4f;
+/* Eight numbers in a vector register (GCC's and Clang's vector extension: AVX's ymm registers where the CPU has
+   them, two SSE registers elsewhere); loads and stores of them at any address. */
+typedef float v8 __attribute__((vector_size(32)));
+typedef float v8u __attribute__((vector_size(32), aligned(4)));
+
+static inline v8 load8(const float *p) { return *(const v8u *)p; }
+static inline void store8(float *p, v8 x) { *(v8u *)p = x; }
+
+typedef int32_t v8i __attribute__((vector_size(32)));
+
+/* exp(x) of eight numbers x <= 0 without a library call: x = n ln 2 + r, |r| <= ln 2 / 2, exp(r) by Cephes'
+   degree-6 polynomial for expf, times 2^n set in the exponent bits: within 1 ulp of the correctly rounded exp on
+   [-87, 0] (checked at 20 million points); below -87, exp(-87). */
+static inline v8 exp_nonpositive(v8 x) {
+    v8i below = x < -87.0f;
+    x = (v8)(((v8i)x & ~below) | ((v8i)((v8){0} - 87.0f) & below));
+    v8 n = (x * 1.44269504088896341f + 12582912.0f) - 12582912.0f; /* round(x / ln 2): 1.5 * 2^23 drops the bits */
+    v8 r = x - n * 0.693359375f + n * 2.12194440e-4f;               /* ln 2 in two parts, exact to float */
+    v8 p = (v8){0} + 1.9875691500e-4f;
     p = p * r + 1.3981999507e-3f;
     p = p * r + 8.3334519073e-3f;
     p = p * r + 4.1665795894e-2f;
     p = p * r + 1.6666665459e-1f;
     p = p * r + 5.0000001201e-1f;
     p = p * r * r + r + 1.0f;
-    int32_t bits = ((int32_t)n + 127) << 23;
-    float two_n;
-    memcpy(&two_n, &bits, sizeof two_n);
-    return p * two_n;
+    return p * (v8)((__builtin_convertvector(n, v8i) + 127) << 23);
 }
 
-/* scores[0..length) <- softmax(scores); masked positions hold -INFINITY and get weight 0. */
+/* The weights of eight scores s whose largest is top: exp(s - top), 0 where s is -INFINITY (masked). */
+static inline v8 weights8(v8 s, float top) {
+    return (v8)((v8i)exp_nonpositive(s - top) & ~(s == -INFINITY));
+}
+
+/* scores[0..length) <- softmax(scores); masked positions hold -INFINITY and get weight 0. Eight at a time, the
+   last length % 8 through a padded copy. */
 static void softmax(float *scores, int length) {
-    float top = -INFINITY, sum = 0.0f;
+    float top = -INFINITY;
+#pragma omp simd reduction(max : top)
     for (int t = 0; t < length; t++)
         top = scores[t] > top ? scores[t] : top;
-#pragma omp simd reduction(+ : sum)
-    for (int t = 0; t < length; t++) {
-        float e = scores[t] == -INFINITY ? 0.0f : exp_nonpositive(scores[t] - top);
-        scores[t] = e;
-        sum += e;
+    v8 sums = {0};
+    int t = 0;
+    for (; t + 8 <= length; t += 8) {
+        v8 w = weights8(load8(scores + t), top);
+        store8(scores + t, w);
+        sums += w;
     }
-    float inv = 1.0f / sum;
+    if (t < length) {
+        float rest[8] = {-INFINITY, -INFINITY, -INFINITY, -INFINITY, -INFINITY, -INFINITY, -INFINITY, -INFINITY};
+        memcpy(rest, scores + t, sizeof(float) * (size_t)(length - t));
+        v8 w = weights8(load8(rest), top);
+        store8(rest, w);
+        memcpy(scores + t, rest, sizeof(float) * (size_t)(length - t));
+        sums += w;
+    }
+    float inv = 1.0f / (((sums[0] + sums[1]) + (sums[2] + sums[3])) + ((sums[4] + sums[5]) + (sums[6] + sums[7])));
 #pragma omp simd
     for (int t = 0; t < length; t++)
         scores[t] *= inv;
@@ -90,32 +117,122 @@ int self_attention(const float *q, const float *keys, long key_stride, const flo
     return 0;
 }
 
-/* Cross-attention: `group` decoder rows (a sentence's beams) per source sentence, rows sentence-major. keys
-   (sentences, heads, length, d_k) and values (sentences, heads, length, d_v), contiguous; mask (sentences, length),
-   nonzero where a row may attend, or NULL for all. q (rows, heads, d_k), out (rows, heads, d_v). A sentence's keys
-   and values for one head are read for all its rows while they are in cache. Returns 0, or -1 as above. */
-int cross_attention(const float *q, const float *keys, const float *values, const unsigned char *mask, float *out,
-                    int sentences, int group, int heads, int length, int d_k, int d_v, float sqrt_d_k) {
-    float *scores = malloc(sizeof(float) * (size_t)group * (size_t)length); /* (group, length) */
+/* scores[t] = q . k_t for t < stride, keys held transposed: kt (d_k, stride), row d holding every position's d-th
+   number. Eight positions at a time, their sums over d_k in four vector registers (four chains, so that each
+   multiply-add need not wait for the one before); where stride is not a multiple of 8, the last positions one at a
+   time. */
+static void scores_of(const float *q, const float *kt, int stride, int d_k, float *scores) {
+    int t0 = 0;
+    for (; t0 + 16 <= stride; t0 += 16) { /* two blocks of 8, four chains each */
+        v8 a0 = {0}, a1 = {0}, a2 = {0}, a3 = {0}, b0 = {0}, b1 = {0}, b2 = {0}, b3 = {0};
+        const float *k = kt + t0;
+        int d = 0;
+        for (; d + 4 <= d_k; d += 4) {
+            const float *k0 = k + (long)d * stride, *k1 = k0 + stride, *k2 = k1 + stride, *k3 = k2 + stride;
+            a0 += q[d] * load8(k0);
+            b0 += q[d] * load8(k0 + 8);
+            a1 += q[d + 1] * load8(k1);
+            b1 += q[d + 1] * load8(k1 + 8);
+            a2 += q[d + 2] * load8(k2);
+            b2 += q[d + 2] * load8(k2 + 8);
+            a3 += q[d + 3] * load8(k3);
+            b3 += q[d + 3] * load8(k3 + 8);
+        }
+        for (; d < d_k; d++) {
+            a0 += q[d] * load8(k + (long)d * stride);
+            b0 += q[d] * load8(k + (long)d * stride + 8);
+        }
+        store8(scores + t0, (a0 + a1) + (a2 + a3));
+        store8(scores + t0 + 8, (b0 + b1) + (b2 + b3));
+    }
+    for (; t0 + 8 <= stride; t0 += 8) {
+        v8 a0 = {0}, a1 = {0}, a2 = {0}, a3 = {0};
+        const float *k = kt + t0;
+        int d = 0;
+        for (; d + 4 <= d_k; d += 4) {
+            a0 += q[d] * load8(k + (long)d * stride);
+            a1 += q[d + 1] * load8(k + (long)(d + 1) * stride);
+            a2 += q[d + 2] * load8(k + (long)(d + 2) * stride);
+            a3 += q[d + 3] * load8(k + (long)(d + 3) * stride);
+        }
+        for (; d < d_k; d++)
+            a0 += q[d] * load8(k + (long)d * stride);
+        store8(scores + t0, (a0 + a1) + (a2 + a3));
+    }
+    for (; t0 < stride; t0++) {
+        float a = 0.0f;
+        for (int d = 0; d < d_k; d++)
+            a += q[d] * kt[(long)d * stride + t0];
+        scores[t0] = a;
+    }
+}
+
+/* out[i0 .. i0 + 8R) = sum over t of w[t] v[t][i0 .. i0 + 8R), in R vector registers (R chains). */
+static inline __attribute__((always_inline)) void weighted_chunk(const float *w, const float *v, int length, int d_v,
+                                                                 int i0, float *out, const int R) {
+    v8 acc[8] = {{0}};
+    for (int t = 0; t < length; t++) {
+        const float *vt = v + (long)t * d_v + i0;
+        for (int r = 0; r < R; r++)
+            acc[r] += w[t] * load8(vt + 8 * r);
+    }
+    for (int r = 0; r < R; r++)
+        store8(out + i0 + 8 * r, acc[r]);
+}
+
+/* out[0..d_v) = sum over t < length of w[t] v[t][:] (v: length rows of d_v numbers). */
+static void weighted_values(const float *w, const float *v, int length, int d_v, float *out) {
+    int i0 = 0;
+    for (; i0 + 64 <= d_v; i0 += 64)
+        weighted_chunk(w, v, length, d_v, i0, out, 8);
+    if (i0 + 32 <= d_v) {
+        weighted_chunk(w, v, length, d_v, i0, out, 4);
+        i0 += 32;
+    }
+    if (i0 + 16 <= d_v) {
+        weighted_chunk(w, v, length, d_v, i0, out, 2);
+        i0 += 16;
+    }
+    if (i0 + 8 <= d_v) {
+        weighted_chunk(w, v, length, d_v, i0, out, 1);
+        i0 += 8;
+    }
+    for (; i0 < d_v; i0++) {
+        float a = 0.0f;
+        for (int t = 0; t < length; t++)
+            a += w[t] * v[(long)t * d_v + i0];
+        out[i0] = a;
+    }
+}
+
+/* Cross-attention: `group` decoder rows (a sentence's beams) per source sentence, rows sentence-major. Keys held
+   transposed, keys_t (sentences, heads, d_k, stride), stride >= length (the positions from length on are padding,
+   never attended); values (sentences, heads, length, d_v); both contiguous. mask (sentences, length), nonzero where a
+   row may attend, or NULL for all. q (rows, heads, d_k), out (rows, heads, d_v). A sentence's keys and values for one
+   head stay in cache for all its rows. Returns 0, or -1 if the scores' buffer could not be allocated. */
+int cross_attention(const float *q, const float *keys_t, int stride, const float *values, const unsigned char *mask,
+                    float *out, int sentences, int group, int heads, int length, int d_k, int d_v, float sqrt_d_k) {
+    float *scores = malloc(sizeof(float) * (size_t)stride);
     if (!scores)
         return -1;
     for (int s = 0; s < sentences; s++) {
         const unsigned char *m = mask ? mask + (long)s * length : NULL;
         for (int h = 0; h < heads; h++) {
-            const float *k = keys + ((long)s * heads + h) * length * d_k;
+            const float *kt = keys_t + ((long)s * heads + h) * stride * d_k;
             const float *v = values + ((long)s * heads + h) * length * d_v;
-            for (int t = 0; t < length; t++)
-                for (int j = 0; j < group; j++) {
-                    const float *qj = q + (((long)s * group + j) * heads + h) * d_k;
-                    float score = dot(qj, k + (long)t * d_k, d_k) / sqrt_d_k;
-                    scores[(long)j * length + t] = m && !m[t] ? -INFINITY : score;
-                }
             for (int j = 0; j < group; j++) {
-                float *w = scores + (long)j * length, *o = out + (((long)s * group + j) * heads + h) * d_v;
-                softmax(w, length);
-                memset(o, 0, sizeof(float) * d_v);
+                long row = ((long)s * group + j) * heads + h;
+                scores_of(q + row * d_k, kt, stride, d_k, scores);
+#pragma omp simd
                 for (int t = 0; t < length; t++)
-                    add_scaled(o, w[t], v + (long)t * d_v, d_v);
+                    scores[t] /= sqrt_d_k;
+                if (m)
+                    for (int t = 0; t < length; t++)
+                        scores[t] = m[t] ? scores[t] : -INFINITY;
+                for (int t = length; t < stride; t++) /* padding: weight 0, and the softmax runs whole vectors */
+                    scores[t] = -INFINITY;
+                softmax(scores, stride);
+                weighted_values(scores, v, length, d_v, out + row * d_v);
             }
         }
     }

@@ -5,6 +5,7 @@ rounding (tests/test_native.py); what they are worth: docs/speed-design.md.
 
     self_attention(q, keys, values, rows, length)   over a time-major self-attention cache (aiayn.decoding.cache)
     cross_attention(q, keys, values, mask)          over the keys/values of each row's source sentence
+    reads_keys(keys)                                whether cross_attention reads keys in this layout (K^T held)
     available()                                     whether the kernels are built and in use; status() says why not
     set_enabled(on)                                 use them or not (an A/B's other side); AIAYN_NATIVE=0 starts off
 
@@ -79,9 +80,9 @@ def self_attention(q: Tensor, keys: Tensor, values: Tensor, rows: int, length: i
     d_k) and values (T, room, h, d_v), contiguous buffers whose first `length` positions and first `rows` rows are
     held (room >= rows) -> heads (rows, 1, h*d_v), Concat(head_1..head_h) for each row."""
     q = _checked_inputs(q, keys, values)
-    heads, d_k, d_v = keys.size(2), keys.size(3), values.size(3)
-    if not (q.numel() == rows * heads * d_k and rows <= min(keys.size(1), values.size(1))
-            and 0 < length <= min(keys.size(0), values.size(0))):  # the C code reads what these shapes promise
+    (positions, room, heads, d_k), (value_positions, value_room, _, d_v) = keys.shape, values.shape
+    if not (q.numel() == rows * heads * d_k and rows <= min(room, value_room)
+            and 0 < length <= min(positions, value_positions)):  # the C code reads what these shapes promise
         raise ValueError(f"{rows} rows of queries {tuple(q.shape)} over {length} positions do not fit caches "
                          f"{tuple(keys.shape)}, {tuple(values.shape)}")
     out = q.new_empty(rows, 1, heads * d_v)
@@ -92,27 +93,43 @@ def self_attention(q: Tensor, keys: Tensor, values: Tensor, rows: int, length: i
 
 def cross_attention(q: Tensor, keys: Tensor, values: Tensor, mask: Tensor | None) -> Tensor:
     """Eq. 1 for one query per row over its source sentence's keys: q (B*g, 1, h*d_k) fp32, g rows per
-    sentence, sentence-major; keys (B, h, S, d_k) and values (B, h, S, d_v) contiguous; mask broadcastable to
-    (B, 1, 1, S), True where a row may attend, or None -> heads (B*g, 1, h*d_v)."""
-    q = _checked_inputs(q, keys, values)
+    sentence, sentence-major; keys (B, h, S, d_k) held transposed (`reads_keys`: keys.transpose(-2, -1) a contiguous
+    (B, h, d_k, S') buffer's first S positions, S' >= S, as aiayn.decoding.cache.keys_for_queries holds them) and
+    values (B, h, S, d_v) contiguous; mask broadcastable to (B, 1, 1, S), True where a row may attend, or None ->
+    heads (B*g, 1, h*d_v)."""
+    if not reads_keys(keys):
+        raise ValueError(f"aiayn.native's cross-attention reads keys held transposed (keys_for_queries), not keys "
+                         f"of strides {keys.stride()}")
+    q = _checked_inputs(q, values, values)
     sentences, heads, length, d_k = keys.shape
-    d_v, rows = values.size(3), q.size(0)
+    d_v, rows, stride = values.size(3), q.size(0), keys.stride(3)
     if rows % sentences or q.numel() != rows * heads * d_k or values.shape[:3] != keys.shape[:3]:
         raise ValueError(f"queries {tuple(q.shape)} do not group evenly over keys {tuple(keys.shape)} and values "
                          f"{tuple(values.shape)}")
     if mask is not None:
         mask = mask.reshape(-1, length).expand(sentences, length).contiguous()
     out = q.new_empty(rows, 1, heads * d_v)
-    status = _library().cross_attention(q.data_ptr(), keys.data_ptr(), values.data_ptr(),
+    status = _library().cross_attention(q.data_ptr(), keys.data_ptr(), stride, values.data_ptr(),
                                         None if mask is None else mask.data_ptr(), out.data_ptr(), sentences,
                                         rows // sentences, heads, length, d_k, d_v, d_k ** 0.5)
     return _checked(status, out)
 
 
+def reads_keys(keys: Tensor) -> bool:
+    """Whether cross_attention reads these keys (B, h, S, d_k): fp32 on the CPU, held transposed, each head's K^T
+    (d_k, S') rows of S' >= S numbers, one after the other."""
+    if keys.dtype is not torch.float32 or not keys.is_cpu or keys.dim() != 4:
+        return False
+    sentences, heads, length, d_k = keys.shape
+    stride = keys.stride(3)
+    return (keys.stride(2) == 1 and stride >= length and keys.stride(1) == d_k * stride
+            and (sentences == 1 or keys.stride(0) == heads * d_k * stride))
+
+
 def _checked_inputs(q: Tensor, keys: Tensor, values: Tensor) -> Tensor:
     """q, contiguous; the keys and values must be contiguous already (the caches hold them so)."""
-    if not all(t.dtype == torch.float32 and t.device.type == "cpu" for t in (q, keys, values)) or not (
-            keys.is_contiguous() and values.is_contiguous()):
+    if not (q.dtype is keys.dtype is values.dtype is torch.float32 and q.is_cpu and keys.is_cpu and values.is_cpu
+            and keys.is_contiguous() and values.is_contiguous()):
         raise ValueError("aiayn.native's attention takes fp32 CPU tensors, its keys and values contiguous")
     return q.contiguous()
 
@@ -180,6 +197,6 @@ def _cpu_features() -> bytes:
 def _typed(library):
     i, f, p, n = ctypes.c_int, ctypes.c_float, ctypes.c_void_p, ctypes.c_long
     library.self_attention.argtypes = [p, p, n, p, n, p, i, i, i, i, f]
-    library.cross_attention.argtypes = [p, p, p, p, p, i, i, i, i, i, i, f]
+    library.cross_attention.argtypes = [p, p, i, p, p, p, i, i, i, i, i, i, f]
     library.self_attention.restype = library.cross_attention.restype = i
     return library

@@ -57,19 +57,30 @@ def test_self_attention_cache_layouts(grad, bf16):
         assert cache.layers[0].length == tgt.size(1) == cache.length
         assert cache.layers[0].keys.requires_grad == grad
         assert cache.layers[0].keys.dtype == cache.layers[0].cross_k.dtype == torch.float32
-        for layer in cache.layers:  # one query per sentence: cross-attention keys held as K (keys_for_queries)
-            assert layer.cross_k.is_contiguous()
+        from aiayn import native
+
+        for layer in cache.layers:  # one query per sentence: keys held as K, or K^T for aiayn.native's kernels
+            assert native.reads_keys(layer.cross_k) if native.available() else layer.cross_k.is_contiguous()
 
 
 def test_cross_attention_keys_are_held_as_k_transposed_for_four_queries_or_more(monkeypatch):
     """keys_for_queries: on the CPU, for 4 or more queries per sentence, the keys as a view of K^T held contiguous,
     the same values; for fewer, K contiguous; sentences_of picks sentences in either layout. Q K^T against them is
     bit for bit the product against K itself. In a cache: beam 4's keys held as K^T through a reorder of
-    sentences, and its steps equal full decoding. Where aiayn.native's attention runs the steps (it reads K), K."""
+    sentences, and its steps equal full decoding. Where aiayn.native's attention runs the steps, for any number of
+    queries, K^T held with each head's rows padded to whole vectors of 8 positions (zeros), which sentences_of
+    keeps."""
     from aiayn import native
 
     if native.available():
-        assert keys_for_queries(torch.randn(3, 2, 5, 4), 4).is_contiguous()
+        for queries in (1, 4):
+            k = torch.randn(3, 2, 5, 4)
+            held = keys_for_queries(k, queries)
+            assert torch.equal(held, k) and native.reads_keys(held) and held.stride() == (64, 32, 1, 8)
+            assert torch.equal(held.transpose(-2, -1).as_strided((3, 2, 4, 8), (64, 32, 8, 1))[..., 5:],
+                               torch.zeros(3, 2, 4, 3))
+            picked = sentences_of(held, torch.tensor([2, 0]))
+            assert torch.equal(picked, k[[2, 0]]) and picked.stride() == held.stride()
     monkeypatch.setitem(native._state, "enabled", False)  # torch's matmuls: the layout they want
     k, q = torch.randn(3, 2, 5, 4), torch.randn(3, 2, 4, 4)
     held = keys_for_queries(k, 4)

@@ -480,6 +480,33 @@ def test_a_step_written_out_decodes_as_the_modules_do(precision, prepack, norm_f
     assert len({len(s[0].tokens) for s in written_out[1]}) > 1  # lengths vary: sentences left the batch
 
 
+@pytest.mark.parametrize("precision,prepack", [("fp32", False), ("fp32", True), ("int8", None)])
+def test_a_step_reads_the_weights_a_load_state_dict_gives(precision, prepack, monkeypatch):
+    """The written-out step's view of the model (step._plan: projections with their weights bound, prepacked and
+    int8 ones included) is made again after a load_state_dict: a search then finds what the modules find with the
+    loaded weights, not the old ones."""
+    from aiayn import native
+    from aiayn.decoding import step
+    from aiayn.decoding.search import SearchConfig, beam_search
+
+    if prepack:
+        skip_unless_prepacking_works(torch.float32)
+    monkeypatch.setitem(native._state, "enabled", False)
+    q, other = (decoding_copy(tiny_model(40, seed=seed, eos_bias=3.0), precision, prepack=prepack) for seed in (0, 1))
+    src, config = _sources(), SearchConfig(beam=3, max_len_b=8)
+
+    def words(model):
+        return [[(h.tokens, h.score) for h in s] for s in beam_search(model, src, config)]
+
+    with torch.no_grad():
+        before = words(q)
+        assert "_step_plan" in q.__dict__
+        q.load_state_dict(other.state_dict())
+        loaded = words(q)
+        monkeypatch.setattr(step, "takes", lambda *args: False)
+        assert loaded == words(q) == words(other) != before
+
+
 def test_a_step_is_written_out_only_where_it_is_the_modules_own():
     """step.takes: not for a recorder of the attention weights (aiayn.decoding.attention.recording), several new
     positions, an unprimed cache, training mode, autocast; for fp32, bf16 and int8 copies otherwise."""

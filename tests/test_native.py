@@ -41,23 +41,30 @@ def test_self_attention_over_a_time_major_cache_is_eq_1(length):
 @needs_kernels
 @pytest.mark.parametrize("group", [1, 3])
 @pytest.mark.parametrize("masked", [False, True])
-def test_cross_attention_of_each_sentences_rows_is_eq_1(group, masked):
-    """g rows per sentence against that sentence's keys; padded positions get no weight."""
-    torch.manual_seed(group)
-    sentences, heads, length, d_k, d_v = 4, 2, 9, 8, 12
+@pytest.mark.parametrize("length,d_k,layout", [(9, 8, "padded"), (3, 7, "padded"), (40, 12, "padded"),
+                                               (17, 8, "transposed"), (16, 5, "transposed")])
+def test_cross_attention_of_each_sentences_rows_is_eq_1(group, masked, length, d_k, layout):
+    """g rows per sentence against that sentence's keys, held transposed as keys_for_queries holds them (padded to
+    whole vectors of 8 positions) or without padding (K^T contiguous); lengths and head sizes that fill the kernel's
+    blocks of 16 and 8 positions and of 4 numbers of d_k, or not; padded positions get no weight."""
+    torch.manual_seed(group + length)
+    sentences, heads, d_v = 4, 2, 12
     keys, values = torch.randn(sentences, heads, length, d_k), torch.randn(sentences, heads, length, d_v)
+    held = keys_for_queries(keys, group) if layout == "padded" else keys.transpose(-2, -1).contiguous().transpose(
+        -2, -1)
+    assert native.reads_keys(held) and torch.equal(held, keys)
     mask = None
     if masked:
         mask = torch.ones(sentences, 1, 1, length, dtype=torch.bool)
-        mask[1, ..., 5:] = False
+        mask[1, ..., length // 2:] = False
         mask[3, ..., 1:] = False  # one position left
     q = torch.randn(sentences * group, 1, heads * d_k) * 3
-    got = native.cross_attention(q, keys, values, mask)
+    got = native.cross_attention(q, held, values, mask)
     want = by_sentence(_reference, q.view(-1, 1, heads, d_k).transpose(1, 2), keys, values, mask, False, True)
     torch.testing.assert_close(got, want.transpose(1, 2).reshape(sentences * group, 1, -1), rtol=1e-5, atol=1e-6)
     if masked:  # what a padded position holds changes nothing
         values[3, :, 1:] = 1e3
-        torch.testing.assert_close(native.cross_attention(q, keys, values, mask), got)
+        torch.testing.assert_close(native.cross_attention(q, held, values, mask), got)
 
 
 def test_inputs_it_cannot_take_are_refused():
@@ -71,8 +78,11 @@ def test_inputs_it_cannot_take_are_refused():
         native.self_attention(torch.randn(4, 1, 16), cache, cache, 4, 3)  # more rows than the room
     with pytest.raises(ValueError, match="do not fit"):
         native.self_attention(torch.randn(2, 1, 16), cache, cache, 2, 6)  # more positions than held
+    with pytest.raises(ValueError, match="held transposed"):
+        native.cross_attention(torch.randn(4, 1, 16), keys, keys, None)  # K as computed, not K^T held
+    held = keys.transpose(-2, -1).contiguous().transpose(-2, -1)
     with pytest.raises(ValueError, match="group evenly"):
-        native.cross_attention(torch.randn(5, 1, 16), keys, keys, None)  # 5 rows over 4 sentences
+        native.cross_attention(torch.randn(5, 1, 16), held, keys, None)  # 5 rows over 4 sentences
 
 
 @needs_kernels

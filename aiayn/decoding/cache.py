@@ -66,9 +66,9 @@ class LayerCache:
         heads = by_sentence(attention.attention, q.to(held), self.cross_k, self.cross_v, mask, is_causal, decoding)
         return heads.to(q.dtype)
 
-    def append(self, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
+    def append(self, k: Tensor, v: Tensor, views: bool = True) -> tuple[Tensor, Tensor] | None:
         """Add this step's keys k (N, h, n, dk) and values v (N, h, n, dv); return those of all `length` positions
-        so far, (N, h, length, d)."""
+        so far, (N, h, length, d) (views=False: nothing, for a reader of the buffers themselves: aiayn.native)."""
         end = self.length + k.size(2)
         if self.time_major is None:
             self.time_major = k.device.type != "cpu" or k.dtype == torch.float32
@@ -85,7 +85,7 @@ class LayerCache:
         self.keys[self.length: end, : self.rows] = k.permute(2, 0, 1, 3)
         self.values[self.length: end, : self.rows] = v.permute(2, 0, 1, 3)
         self.length = end
-        return self._self_attention_view()
+        return self._self_attention_view() if views else None
 
     def _self_attention_view(self) -> tuple[Tensor, Tensor]:
         if not self.time_major:
@@ -121,13 +121,22 @@ class LayerCache:
 def keys_for_queries(k: Tensor, queries: int) -> Tensor:
     """Cross-attention keys k (B, h, S, dk) laid out for the steps that multiply Q K^T with them, `queries` rows of Q
     per sentence and head at a step (its beams: a search steps one position at a time, and the layout is chosen at
-    its first step): on the CPU, for 4 or more, a view of K^T held contiguous (B, h, dk, S), since MKL's batched GEMM
-    of a step's few queries per sentence against keys read transposed takes 1.5-2.5x as long at beam 4's shapes,
-    with the same products (benchmarks/ab/cross_attention_keys.py; the decoded lines stay bit for bit). For one or
-    two queries (greedy search, beam 2) MKL multiplies with other kernels whose sums differ in the last bits, and
-    gains little: there, off the CPU (torch's fused attention kernel reads K), and where aiayn.native's kernel
-    runs the steps (it reads K), K contiguous."""
-    if k.device.type != "cpu" or queries < 4 or (k.dtype == torch.float32 and native.available()):
+    its first step). On the CPU in fp32 where aiayn.native's kernels run the steps: K^T held, each head's (dk, S)
+    rows padded to whole vectors of 8 positions (the kernel reads them 8 positions at a time, never attending to the
+    padding), as a view (B, h, S, dk) of that buffer. Else, on the CPU, for 4 or more queries, a view of K^T held
+    contiguous, since MKL's batched GEMM of a step's few queries per sentence against keys read transposed takes
+    1.5-2.5x as long at beam 4's shapes, with the same products (benchmarks/ab/cross_attention_keys.py; the decoded
+    lines stay bit for bit). For one or two queries (greedy search, beam 2) MKL multiplies with other kernels whose
+    sums differ in the last bits, and gains little: there, and off the CPU (torch's fused attention kernel reads K),
+    K contiguous."""
+    if k.device.type != "cpu":
+        return k.contiguous()
+    if k.dtype == torch.float32 and native.available():
+        b, h, s, d = k.shape
+        held = k.new_zeros(b, h, d, -(-s // 8) * 8)
+        held[..., :s] = k.transpose(-2, -1)
+        return held[..., :s].transpose(-2, -1)
+    if queries < 4:
         return k.contiguous()
     return k.transpose(-2, -1).contiguous().transpose(-2, -1)
 
@@ -165,7 +174,8 @@ def sentences_of(x: Tensor, keep: Tensor | SentenceMoves) -> Tensor:
         return x[: moves.keep.numel()]
     if x.is_contiguous():
         return x.index_select(0, moves.keep)
-    return x.transpose(-2, -1).index_select(0, moves.keep).transpose(-2, -1)
+    kept = x.new_empty((x.stride(0) * moves.keep.numel(),)).as_strided((moves.keep.numel(), *x.shape[1:]), x.stride())
+    return kept.copy_(x.index_select(0, moves.keep))  # in x's layout (K^T held, padded or not)
 
 
 def held_dtype(q: Tensor, decoding: bool) -> torch.dtype:

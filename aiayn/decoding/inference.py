@@ -278,12 +278,16 @@ def _pack_output_projection(q: DecodingTransformer) -> None:
 
 class _Int8TiedProjection:
     """hidden -> logits with an int8 copy of the (tied) embedding matrix `weight` (fp32, the model's own; `rows`
-    takes some of the int8 rows)."""
+    takes some of the int8 rows); `pack` quantizes it again (after a load_state_dict)."""
 
     def __init__(self, weight: Tensor):
-        self.weight, self._int8 = weight, None
+        self.weight = weight
+        self.pack()
+
+    def pack(self) -> None:
+        self._int8 = None
         with int8_packing():
-            self.linear = _int8_linear(weight, None)
+            self.linear = _int8_linear(self.weight, None)
 
     def __call__(self, hidden: Tensor) -> Tensor:
         return self.linear(hidden)
@@ -356,6 +360,8 @@ def _int8_linear_class() -> type[nn.Module]:
     plain = torch._C.DisableTorchFunction  # no tensor subclass or torch function mode takes part in this call
 
     class Int8Linear(DynamicLinear):
+        operator = staticmethod(op)  # (x, packed weights, reduce_range): aiayn.decoding.step calls it directly
+
         def forward(self, x: Tensor) -> Tensor:
             with plain():
                 return op(x, self._packed_params._packed_params, True)
@@ -408,11 +414,14 @@ def _int8_copy(model: nn.Module, consume: bool = False) -> DecodingTransformer:
     q = _mark(q, "int8", prepacked=False)
     q.output_projection = projection
     q.fused_qkv = [_Int8Fused(layer.self_attn) for layer in q.decoder.layers]
-    q.register_load_state_dict_post_hook(_stack_again)
+    q.register_load_state_dict_post_hook(_pack_again)
     return q
 
 
-def _stack_again(model: DecodingTransformer, _) -> None:
+def _pack_again(model: DecodingTransformer, _) -> None:
+    """After a load_state_dict: the output projection quantized from the loaded embedding, the stacked projections
+    taken from the loaded ones."""
+    model.output_projection.pack()
     for fused in model.fused_qkv:
         fused.pack()
 

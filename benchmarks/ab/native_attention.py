@@ -23,7 +23,7 @@ from pathlib import Path
 import torch
 
 from aiayn import native
-from aiayn.decoding.cache import by_sentence
+from aiayn.decoding.cache import by_sentence, keys_for_queries
 from aiayn.decoding.engine import EngineOptions, open_engine
 from aiayn.decoding.search import PAPER_SEARCH
 from aiayn.model import attention
@@ -84,8 +84,10 @@ def print_shapes(heads: int = 4, d: int = 48) -> None:
             out = by_sentence(attention, q.view(b * g, 1, heads, d).transpose(1, 2), kt, values, mask, False, True)
             return out.transpose(1, 2).reshape(b * g, 1, heads * d)
 
-        def by_kernel(q=q, keys=keys, values=values, mask=mask):
-            return native.cross_attention(q, keys, values, mask)
+        held = keys_for_queries(keys, g)  # as the cache holds them for the kernel: K^T, padded to whole vectors
+
+        def by_kernel(q=q, held=held, values=values, mask=mask):
+            return native.cross_attention(q, held, values, mask)
 
         rows.append(_row(f"cross, {b} sentences x {g}, S 30", by_torch, by_kernel))
     print(f"one layer's attention, {heads} heads of {d}, {torch.get_num_threads()} thread(s); us a call, best of 5")
