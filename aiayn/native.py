@@ -100,7 +100,7 @@ def cross_attention(q: Tensor, keys: Tensor, values: Tensor, mask: Tensor | None
     if not reads_keys(keys):
         raise ValueError(f"aiayn.native's cross-attention reads keys held transposed (keys_for_queries), not keys "
                          f"of strides {keys.stride()}")
-    q = _checked_inputs(q, values, values)
+    q = _checked_inputs(q, values)
     sentences, heads, length, d_k = keys.shape
     d_v, rows, stride = values.size(3), q.size(0), keys.stride(3)
     if rows % sentences or q.numel() != rows * heads * d_k or values.shape[:3] != keys.shape[:3]:
@@ -126,10 +126,11 @@ def reads_keys(keys: Tensor) -> bool:
             and (sentences == 1 or keys.stride(0) == heads * d_k * stride))
 
 
-def _checked_inputs(q: Tensor, keys: Tensor, values: Tensor) -> Tensor:
-    """q, contiguous; the keys and values must be contiguous already (the caches hold them so)."""
-    if not (q.dtype is keys.dtype is values.dtype is torch.float32 and q.is_cpu and keys.is_cpu and values.is_cpu
-            and keys.is_contiguous() and values.is_contiguous()):
+def _checked_inputs(q: Tensor, *held: Tensor) -> Tensor:
+    """q, contiguous; what the caches hold (`held`: keys and values, or the cross-attention's values, its keys
+    checked by reads_keys) must be contiguous already."""
+    if not (q.dtype is torch.float32 and q.is_cpu
+            and all(t.dtype is torch.float32 and t.is_cpu and t.is_contiguous() for t in held)):
         raise ValueError("aiayn.native's attention takes fp32 CPU tensors, its keys and values contiguous")
     return q.contiguous()
 
