@@ -14,6 +14,8 @@ claim against the code). Why each was kept, with its measurements: docs/speed-de
                                                                               softmax: the order of the sums
     row_topk               torch.topk(x, k, dim=1)            yes             nothing (values equal; among equal
                                                                               values the index may differ)
+    row_argmax             torch.argmax(x, dim=1)             yes             nothing (aiayn.native's pass over each
+                                                                              row where it runs, else row_topk's)
     keep_freed_memory      glibc's default allocator          yes             nothing computed: memory kept in the
                                                                               process
     bound_kernel_cache     oneDNN's and ideep's 1,024-entry   yes             nothing computed: fewer compiled
@@ -38,7 +40,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from aiayn import native  # noqa: F401 (the table's row; aiayn.decoding.step calls it)
+from aiayn import native  # the table's row; aiayn.decoding.step calls it, row_argmax here
 from aiayn.allocator import keep_freed_memory  # noqa: F401 (the table's row; runtime applies it from here)
 
 NEG_INF = float("-inf")
@@ -138,6 +140,15 @@ def row_topk(x: Tensor, k: int, block: int | None = None) -> tuple[Tensor, Tenso
     values, j = cand.topk(k, dim=1)
     in_block = best_blocks.gather(1, j.div(block, rounding_mode="floor").clamp(max=k - 1)) * block + j % block
     return values, torch.where(j < k * block, in_block, j - k * block + whole)
+
+
+def row_argmax(x: Tensor) -> Tensor:
+    """Each row's largest column, (N, V) -> (N,): aiayn.native's one pass a row where it runs (fp32 CPU rows: the same
+    indices as torch.argmax, the first of equal maxima), else row_topk's (torch.argmax on a CPU reads a row one
+    number at a time; row_topk's five kernels cost less from 16 rows on)."""
+    if x.dtype is torch.float32 and x.is_cpu and x.stride(1) == 1 and native.available():
+        return native.row_argmax(x)
+    return row_topk(x, 1)[1].squeeze(1)
 
 
 # ---------------------------------------------------------------------------------------------------------

@@ -239,3 +239,37 @@ int cross_attention(const float *q, const float *keys_t, int stride, const float
     free(scores);
     return 0;
 }
+
+/* The column of each row's largest number, the first where it occurs more than once (as torch.argmax; a row
+   holding NaN: its first NaN, as torch.argmax): a greedy search's pick over a step's logits, x (rows, columns) with
+   rows `stride` numbers apart. One pass for the maximum, eight columns at a time, then one to find it. */
+void row_argmax(const float *x, long rows, long columns, long stride, int64_t *out) {
+    for (long r = 0; r < rows; r++) {
+        const float *a = x + r * stride;
+        v8 top8 = (v8){0} - INFINITY;
+        v8i nan8 = {0};
+        long c = 0;
+        for (; c + 8 <= columns; c += 8) {
+            v8 v = load8(a + c);
+            v8i greater = v > top8;
+            top8 = (v8)(((v8i)v & greater) | ((v8i)top8 & ~greater));
+            nan8 |= v != v;
+        }
+        float top = -INFINITY;
+        int nan = 0;
+        for (int i = 0; i < 8; i++) {
+            top = top8[i] > top ? top8[i] : top;
+            nan |= nan8[i] != 0;
+        }
+        for (; c < columns; c++) {
+            top = a[c] > top ? a[c] : top;
+            nan |= a[c] != a[c];
+        }
+        long k = 0;
+        if (nan)
+            while (a[k] == a[k]) k++;
+        else
+            while (a[k] != top) k++;
+        out[r] = k;
+    }
+}

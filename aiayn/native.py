@@ -6,6 +6,7 @@ rounding (tests/test_native.py); what they are worth: docs/speed-design.md.
     self_attention(q, keys, values, rows, length)   over a time-major self-attention cache (aiayn.decoding.cache)
     cross_attention(q, keys, values, mask)          over the keys/values of each row's source sentence
     reads_keys(keys)                                whether cross_attention reads keys in this layout (K^T held)
+    row_argmax(x)                                   torch.argmax(x, 1) of a step's (N, V) logits, in one pass a row
     available()                                     whether the kernels are built and in use; status() says why not
     set_enabled(on)                                 use them or not (an A/B's other side); AIAYN_NATIVE=0 starts off
 
@@ -115,6 +116,19 @@ def cross_attention(q: Tensor, keys: Tensor, values: Tensor, mask: Tensor | None
     return _checked(status, out)
 
 
+def row_argmax(x: Tensor) -> Tensor:
+    """x.argmax(1) for x (N, V) fp32 on the CPU with its columns one after the other (any row stride): the same
+    indices, the first of equal maxima, a row's first NaN where it holds one (a greedy search's pick: torch's argmax
+    reduces a row one number at a time)."""
+    if not (x.dtype is torch.float32 and x.is_cpu and x.dim() == 2 and x.size(1) > 0
+            and (x.stride(1) == 1 or x.size(1) == 1)):
+        raise ValueError(f"aiayn.native's row_argmax takes (rows, columns) fp32 CPU rows, each contiguous, not "
+                         f"{x.dtype} {tuple(x.shape)} of strides {x.stride()}")
+    out = torch.empty(x.size(0), dtype=torch.long)
+    _library().row_argmax(x.data_ptr(), x.size(0), x.size(1), x.stride(0), out.data_ptr())
+    return out
+
+
 def reads_keys(keys: Tensor) -> bool:
     """Whether cross_attention reads these keys (B, h, S, d_k): fp32 on the CPU, held transposed, each head's K^T
     (d_k, S') rows of S' >= S numbers, one after the other."""
@@ -200,4 +214,6 @@ def _typed(library):
     library.self_attention.argtypes = [p, p, n, p, n, p, i, i, i, i, f]
     library.cross_attention.argtypes = [p, p, i, p, p, p, i, i, i, i, i, i, f]
     library.self_attention.restype = library.cross_attention.restype = i
+    library.row_argmax.argtypes = [p, n, n, n, p]
+    library.row_argmax.restype = None
     return library

@@ -12,6 +12,7 @@ from aiayn.fast import (
     Dropout,
     LayerNorm,
     keep_freed_memory,
+    row_argmax,
     row_topk,
     set_layer_norm_output,
     use_matmul_attention,
@@ -108,6 +109,17 @@ def test_row_topk_equals_topk(v):
         assert all(len(set(row)) == k for row in index.tolist())
 
 
+def test_row_argmax_without_the_kernels_is_row_topks(monkeypatch):
+    from aiayn import native
+
+    monkeypatch.setattr(native, "available", lambda: False)
+    monkeypatch.setattr(native, "row_argmax", None)  # not called
+    x = torch.randn(5, 3000)
+    x[1, 2900] = 40.0
+    assert torch.equal(row_argmax(x), x.argmax(1))
+    assert torch.equal(row_argmax(x.double()), x.argmax(1))  # not fp32: row_topk's too
+
+
 def test_bound_kernel_cache_sets_a_default_and_keeps_the_users(monkeypatch):
     from aiayn.fast import KERNEL_CACHE, bound_kernel_cache
 
@@ -155,6 +167,12 @@ def _row_topk():
     return row_topk(x, 8)[0], x.topk(8, dim=1)[0]
 
 
+def _row_argmax():
+    x = torch.randn(16, 8_000)
+    x[3, 100] = x[3, 7_000] = 50.0  # equal maxima: the first, as torch's
+    return row_argmax(x), x.argmax(1)
+
+
 def _process_setting(apply):
     def check(monkeypatch):
         for name in ("ONEDNN_PRIMITIVE_CACHE_CAPACITY", "LRU_CACHE_CAPACITY"):
@@ -180,7 +198,7 @@ def _native():
 
 
 _CLAIMS = {"Dropout": _dropout, "LayerNorm": _layer_norm, "use_matmul_attention": _matmul_attention,
-           "row_topk": _row_topk, "keep_freed_memory": _process_setting(keep_freed_memory),
+           "row_topk": _row_topk, "row_argmax": _row_argmax, "keep_freed_memory": _process_setting(keep_freed_memory),
            "bound_kernel_cache": _process_setting(lambda: __import__("aiayn.fast").fast.bound_kernel_cache()),
            "native": _native}
 

@@ -83,28 +83,51 @@ def test_inputs_it_cannot_take_are_refused():
     held = keys.transpose(-2, -1).contiguous().transpose(-2, -1)
     with pytest.raises(ValueError, match="group evenly"):
         native.cross_attention(torch.randn(5, 1, 16), held, keys, None)  # 5 rows over 4 sentences
+    with pytest.raises(ValueError, match="each contiguous"):
+        native.row_argmax(torch.randn(8, 3).t())  # columns 8 numbers apart
+    with pytest.raises(ValueError, match="fp32 CPU rows"):
+        native.row_argmax(torch.randn(3, 8).double())
+
+
+@needs_kernels
+@pytest.mark.parametrize("columns", [1, 5, 8, 13, 4000])  # less than, one and a half, many vectors of 8
+def test_row_argmax_is_torchs_argmax(columns):
+    """The first of equal maxima, a row's first NaN, a row of -inf, and rows read with a stride (a slice of wider
+    rows): the indices torch.argmax gives."""
+    torch.manual_seed(0)
+    wide = torch.randn(7, columns + 3)
+    x = wide[:, 1: columns + 1]  # (7, columns), rows columns + 3 numbers apart
+    x[1] = 2.0  # every column equal: the first
+    x[2] = float("-inf")  # every token banned: the first
+    if columns > 1:
+        x[3, -1] = x[3, 0] = 100.0  # equal maxima at both ends
+        x[4, columns // 2:] = float("nan")  # NaN after the maximum still wins, as torch's
+        x[5, columns - 1] = 50.0  # the maximum in the last, possibly partial, vector
+    assert torch.equal(native.row_argmax(x), x.argmax(1))
+    assert torch.equal(native.row_argmax(x[:0]), x[:0].argmax(1))  # no rows
 
 
 @needs_kernels
 @pytest.mark.parametrize("precision", ["fp32", "bf16"])
 def test_searches_find_the_same_words_with_the_kernels(precision, monkeypatch):
     """Greedy and beam search (sentences leaving the batch) take the kernels at every written-out step, self- and
-    cross-attention, and find what torch's attention finds, scores to rounding."""
+    cross-attention (and greedy search's argmax), and find what torch finds, scores to rounding."""
     from aiayn.decoding.search import SearchConfig, beam_search, greedy_search
 
     model = tiny_model(40, eos_bias=3.0)
     q = decoding_copy(model, precision, prepack=False)
     src = torch.randint(4, 40, (6, 9))
     src[2, 5:] = 0  # padding: the cross-attention mask
-    calls = {"self": 0, "cross": 0}
+    calls = {"self_attention": 0, "cross_attention": 0, "row_argmax": 0}
     for name in calls:
-        kernel = getattr(native, f"{name}_attention")
-        monkeypatch.setattr(native, f"{name}_attention",
+        kernel = getattr(native, name)
+        monkeypatch.setattr(native, name,
                             lambda *a, name=name, kernel=kernel: calls.__setitem__(name, calls[name] + 1) or kernel(*a))
     searches = [(greedy_search, SearchConfig(beam=1, max_len_b=8)), (beam_search, SearchConfig(beam=4, max_len_b=8))]
     with torch.no_grad():
         kernels = [search(q, src, config) for search, config in searches]
-        assert calls["self"] > 10 and calls["cross"] == calls["self"]
+        assert calls["self_attention"] > 10 and calls["cross_attention"] == calls["self_attention"]
+        assert calls["row_argmax"] >= 8  # greedy search's pick, a step each
         before = native.set_enabled(False)
         try:
             matmuls = [search(q, src, config) for search, config in searches]

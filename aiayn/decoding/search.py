@@ -43,7 +43,7 @@ from aiayn.config import BOS_ID, EOS_ID, PAD_ID, PAPER_SEARCH, SearchConfig
 from aiayn.decoding.cache import sentence_moves, sentences_of
 from aiayn.decoding.sampling import Sampler
 from aiayn.errors import UsageError
-from aiayn.fast import row_topk
+from aiayn.fast import row_argmax, row_topk
 
 NEG_INF = float("-inf")
 
@@ -281,7 +281,7 @@ def going_on(done: Tensor) -> Tensor:
 
 
 def _argmax(lprobs: Tensor, sent: Tensor, sample: Tensor) -> Tensor:
-    return row_topk(lprobs, 1)[1].squeeze(1)
+    return row_argmax(lprobs)
 
 
 # ---------------------------------------------------------------------------------------------------------

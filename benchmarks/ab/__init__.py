@@ -2,6 +2,8 @@
 
 import argparse
 import statistics
+import time
+from collections.abc import Callable
 
 
 def print_interleaved(seconds: dict[str, list[float]], outputs: dict[str, list]) -> None:
@@ -15,6 +17,25 @@ def print_interleaved(seconds: dict[str, list[float]], outputs: dict[str, list])
     print(f"  {first} / {second}: {min(one) / min(other):.3f}x by the minimum, "
           f"{statistics.median(one) / statistics.median(other):.3f}x by the median; "
           f"{sum(x == y for x, y in zip(a, b))} of {len(a)} lines the same")
+
+
+def interleave(engine, lines: list[str], sides: dict[str, Callable[[], None]], rounds: int) -> tuple[dict, dict]:
+    """Each round, for each side in turn: sides[name]() sets that side up, then the engine translates `lines`, timed
+    in CPU seconds (`time.process_time`) so that the machine's drift hits every side alike. -> (seconds, outputs):
+    each side's times and its last round's words per line, print_interleaved's arguments. A 64-line warm-up first;
+    the first side is set up again at the end."""
+    seconds: dict[str, list[float]] = {name: [] for name in sides}
+    outputs: dict[str, list] = {}
+    engine.translate_nbest(lines[:64])
+    for _ in range(rounds):
+        for name, setup in sides.items():
+            setup()
+            cpu = time.process_time()
+            nbests = engine.translate_nbest(lines)
+            seconds[name].append(time.process_time() - cpu)
+            outputs[name] = [hyps[0].tokens for hyps in nbests]
+    next(iter(sides.values()))()
+    return seconds, outputs
 
 
 def real_text_options(doc: str, rounds: int, threads: int, more=None) -> argparse.Namespace:

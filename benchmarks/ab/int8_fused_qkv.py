@@ -16,14 +16,13 @@ decoder layer. Search: |Y|^0.6 (power), patience 1, aiayn's default batches, no 
 from __future__ import annotations
 
 import dataclasses
-import time
 from pathlib import Path
 
 import torch
 
 from aiayn.decoding.engine import EngineOptions, open_engine
 from aiayn.decoding.search import PAPER_SEARCH
-from benchmarks.ab import print_interleaved, real_text_options
+from benchmarks.ab import interleave, print_interleaved, real_text_options
 from benchmarks.timing import compare, table
 
 
@@ -39,17 +38,9 @@ def main() -> None:
     if args.shapes:
         print_shapes(model)
     lines = Path(args.src).read_text(encoding="utf-8").splitlines()
-    seconds: dict[str, list[float]] = {"one GEMM": [], "three": []}
-    outputs: dict[str, list] = {}
-    engine.translate_nbest(lines[:64])  # warm-up
-    for _ in range(args.rounds):
-        for name in seconds:
-            model.fused_qkv = stacked if name == "one GEMM" else None
-            cpu = time.process_time()
-            nbests = engine.translate_nbest(lines)
-            seconds[name].append(time.process_time() - cpu)
-            outputs[name] = [hyps[0].tokens for hyps in nbests]
-    model.fused_qkv = stacked
+    sides = {"one GEMM": lambda: setattr(model, "fused_qkv", stacked),
+             "three": lambda: setattr(model, "fused_qkv", None)}
+    seconds, outputs = interleave(engine, lines, sides, args.rounds)
     print(f"{args.run}: {len(lines)} lines, int8, beam {args.beam}, {args.threads} thread(s), {args.rounds} rounds; "
           f"CPU seconds of translate_nbest; a line: its words")
     print_interleaved(seconds, outputs)

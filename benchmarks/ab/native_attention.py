@@ -5,19 +5,19 @@ them off: two matmuls and a softmax over the same cache), interleaved in one pro
         [--rounds 4] [--threads 1] [--shapes]
 
 One engine is loaded; each round translates the whole file with the kernels, then without
-(aiayn.native.set_enabled), CPU seconds of translate_nbest (`time.process_time`), so the machine's drift hits both
-alike. Prints each side's minimum and median, kernels over torch (< 1: the kernels are faster), and how many lines
-have the same words (fp32: the scores differ in the last bits; int8 quantizes each step's activations per tensor,
-so a last-bit difference can move a rounding and change words). --shapes first prints one layer's attention at
-the quickstart model's shapes (4 heads of 48), microseconds a call, best of 5: self-attention over a time-major
-cache of `t` positions, cross-attention of g rows per sentence over 30 source positions. Search: |Y|^0.6 (power),
-patience 1, aiayn's default batches, no scores asked for greedy search (as `aiayn translate`). Not a test.
+(aiayn.native.set_enabled; greedy search's argmax goes with them: benchmarks/ab/greedy_argmax.py measures it alone),
+CPU seconds of translate_nbest (`time.process_time`), so the machine's drift hits both alike. Prints each side's
+minimum and median, kernels over torch (< 1: the kernels are faster), and how many lines have the same words
+(fp32: the scores differ in the last bits; int8 quantizes each step's activations per tensor, so a last-bit
+difference can move a rounding and change words). --shapes first prints one layer's attention at the quickstart
+model's shapes (4 heads of 48), microseconds a call, best of 5: self-attention over a time-major cache of `t`
+positions, cross-attention of g rows per sentence over 30 source positions. Search: |Y|^0.6 (power), patience 1,
+aiayn's default batches, no scores asked for greedy search (as `aiayn translate`). Not a test.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import time
 from pathlib import Path
 
 import torch
@@ -27,7 +27,7 @@ from aiayn.decoding.cache import by_sentence, keys_for_queries
 from aiayn.decoding.engine import EngineOptions, open_engine
 from aiayn.decoding.search import PAPER_SEARCH
 from aiayn.model import attention
-from benchmarks.ab import print_interleaved, real_text_options
+from benchmarks.ab import interleave, print_interleaved, real_text_options
 from benchmarks.timing import compare, table
 
 
@@ -43,17 +43,8 @@ def main() -> None:
     engine = open_engine(args.run, EngineOptions(engine="aiayn", search=search, precision=args.precision,
                                                  device="cpu"))
     lines = Path(args.src).read_text(encoding="utf-8").splitlines()
-    seconds: dict[str, list[float]] = {"kernels": [], "torch": []}
-    outputs: dict[str, list] = {}
-    engine.translate_nbest(lines[:64])  # warm-up
-    for _ in range(args.rounds):
-        for name in seconds:
-            native.set_enabled(name == "kernels")
-            cpu = time.process_time()
-            nbests = engine.translate_nbest(lines)
-            seconds[name].append(time.process_time() - cpu)
-            outputs[name] = [hyps[0].tokens for hyps in nbests]
-    native.set_enabled(True)
+    sides = {"kernels": lambda: native.set_enabled(True), "torch": lambda: native.set_enabled(False)}
+    seconds, outputs = interleave(engine, lines, sides, args.rounds)
     print(f"{args.run}: {len(lines)} lines, {args.precision}, beam {args.beam}, {args.threads} thread(s), "
           f"{args.rounds} rounds; CPU seconds of translate_nbest; a line: its words")
     print_interleaved(seconds, outputs)
