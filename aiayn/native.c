@@ -273,3 +273,21 @@ void row_argmax(const float *x, long rows, long columns, long stride, int64_t *o
         out[r] = k;
     }
 }
+
+/* rows[into[e]] <- rows[source[e]] for each of `entries` pairs, every source read before any row is written (a beam
+   that takes a sibling's prefix may read a row another beam overwrites): rows (count, width bytes). 2 where an index
+   lies outside [0, count) (nothing written), 1 where memory ran out, else 0. */
+int move_rows(char *rows, long count, long width, const int64_t *into, const int64_t *source, long entries) {
+    for (long e = 0; e < entries; e++)
+        if (into[e] < 0 || into[e] >= count || source[e] < 0 || source[e] >= count)
+            return 2;
+    char *held = malloc((size_t)(entries * width > 0 ? entries * width : 1));
+    if (held == NULL)
+        return 1;
+    for (long e = 0; e < entries; e++)
+        memcpy(held + e * width, rows + source[e] * width, (size_t)width);
+    for (long e = 0; e < entries; e++)
+        memcpy(rows + into[e] * width, held + e * width, (size_t)width);
+    free(held);
+    return 0;
+}

@@ -7,6 +7,7 @@ rounding (tests/test_native.py); what they are worth: docs/speed-design.md.
     cross_attention(q, keys, values, mask)          over the keys/values of each row's source sentence
     reads_keys(keys)                                whether cross_attention reads keys in this layout (K^T held)
     row_argmax(x)                                   torch.argmax(x, 1) of a step's (N, V) logits, in one pass a row
+    move_rows(x, into, source)                      x[into] = x[source] in place, as memcpy: a cache's reorder
     available()                                     whether the kernels are built and in use; status() says why not
     set_enabled(on)                                 use them or not (an A/B's other side); AIAYN_NATIVE=0 starts off
 
@@ -129,6 +130,24 @@ def row_argmax(x: Tensor) -> Tensor:
     return out
 
 
+def move_rows(x: Tensor, into: Tensor, source: Tensor) -> None:
+    """x.index_copy_(0, into, x.index_select(0, source)): rows `source` of x copied onto rows `into`, in place, every
+    source read before any row is written; x a contiguous CPU tensor of any dtype, into and source (E,) int64. A
+    ValueError, x unchanged, where an index lies outside x's rows."""
+    if not (x.is_cpu and x.is_contiguous() and x.dim() > 0 and into.dtype is source.dtype is torch.int64
+            and into.is_cpu and source.is_cpu and into.dim() == source.dim() == 1 and into.numel() == source.numel()):
+        raise ValueError(f"aiayn.native's move_rows takes a contiguous CPU tensor and two (E,) int64 CPU indices, "
+                         f"not {tuple(x.shape)} ({'' if x.is_contiguous() else 'not '}contiguous), "
+                         f"{into.dtype} {tuple(into.shape)}, {source.dtype} {tuple(source.shape)}")
+    into, source = into.contiguous(), source.contiguous()
+    status = _library().move_rows(x.data_ptr(), x.size(0), x[:1].numel() * x.element_size(), into.data_ptr(),
+                                  source.data_ptr(), into.numel())
+    if status == 2:
+        raise ValueError(f"aiayn.native's move_rows: an index outside the {x.size(0)} rows")
+    if status != 0:
+        raise MemoryError("aiayn.native's move_rows could not allocate its copy of the rows")
+
+
 def reads_keys(keys: Tensor) -> bool:
     """Whether cross_attention reads these keys (B, h, S, d_k): fp32 on the CPU, held transposed, each head's K^T
     (d_k, S') rows of S' >= S numbers, one after the other."""
@@ -216,4 +235,6 @@ def _typed(library):
     library.self_attention.restype = library.cross_attention.restype = i
     library.row_argmax.argtypes = [p, n, n, n, p]
     library.row_argmax.restype = None
+    library.move_rows.argtypes = [p, n, n, p, p, n]
+    library.move_rows.restype = i
     return library

@@ -108,17 +108,43 @@ def test_row_argmax_is_torchs_argmax(columns):
 
 
 @needs_kernels
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bool])
+def test_move_rows_is_torchs_indexed_copy(dtype):
+    """Rows copied onto rows, a source among the rows written (read before it is overwritten), as index_copy_ of
+    index_select; an index outside the rows refused with nothing written."""
+    torch.manual_seed(0)
+    x = torch.randn(12, 3, 5).gt(0) if dtype is torch.bool else torch.randn(12, 3, 5)
+    into, source = torch.tensor([2, 7, 3, 11]), torch.tensor([7, 2, 2, 0])  # rows 2 and 7 swap
+    want = x.clone().index_copy_(0, into, x.index_select(0, source))
+    native.move_rows(x, into, source)
+    assert torch.equal(x, want)
+    native.move_rows(x, into[:0], source[:0])  # nothing to move
+    assert torch.equal(x, want)
+    for bad in (torch.tensor([12]), torch.tensor([-1])):
+        with pytest.raises(ValueError, match="outside the 12 rows"):
+            native.move_rows(x, bad, torch.tensor([0]))
+        with pytest.raises(ValueError, match="outside the 12 rows"):
+            native.move_rows(x, torch.tensor([0]), bad)
+        assert torch.equal(x, want)
+    with pytest.raises(ValueError, match="contiguous CPU tensor"):
+        native.move_rows(x.transpose(0, 1), torch.tensor([0]), torch.tensor([1]))
+    with pytest.raises(ValueError, match="int64"):
+        native.move_rows(x, torch.tensor([0], dtype=torch.int32), torch.tensor([1]))
+
+
+@needs_kernels
 @pytest.mark.parametrize("precision", ["fp32", "bf16"])
 def test_searches_find_the_same_words_with_the_kernels(precision, monkeypatch):
     """Greedy and beam search (sentences leaving the batch) take the kernels at every written-out step, self- and
-    cross-attention (and greedy search's argmax), and find what torch finds, scores to rounding."""
+    cross-attention (and greedy search's argmax, beam search's cache reorders), and find what torch finds, scores to
+    rounding."""
     from aiayn.decoding.search import SearchConfig, beam_search, greedy_search
 
     model = tiny_model(40, eos_bias=3.0)
     q = decoding_copy(model, precision, prepack=False)
     src = torch.randint(4, 40, (6, 9))
     src[2, 5:] = 0  # padding: the cross-attention mask
-    calls = {"self_attention": 0, "cross_attention": 0, "row_argmax": 0}
+    calls = {"self_attention": 0, "cross_attention": 0, "row_argmax": 0, "move_rows": 0}
     for name in calls:
         kernel = getattr(native, name)
         monkeypatch.setattr(native, name,
@@ -128,6 +154,7 @@ def test_searches_find_the_same_words_with_the_kernels(precision, monkeypatch):
         kernels = [search(q, src, config) for search, config in searches]
         assert calls["self_attention"] > 10 and calls["cross_attention"] == calls["self_attention"]
         assert calls["row_argmax"] >= 8  # greedy search's pick, a step each
+        assert calls["move_rows"] > 0  # beam search's reorders of the self-attention cache
         before = native.set_enabled(False)
         try:
             matmuls = [search(q, src, config) for search, config in searches]

@@ -105,8 +105,7 @@ class LayerCache:
         elif self.keys is not None and copies is not None:
             into, source = copies
             for buf in (self.keys, self.values):  # every source read before any entry is overwritten
-                past = buf[: self.length].view(-1, *buf.shape[2:])  # (length * N, h, d)
-                past.index_copy_(0, into, past.index_select(0, source))
+                move_rows(buf[: self.length].view(-1, *buf.shape[2:]), into, source)  # (length * N, h, d)
             self.rows = rows.numel()
         elif self.keys is not None:  # one copy of the past into a spare buffer, which then holds the cache
             spares = {} if spares is None else spares
@@ -170,12 +169,21 @@ def sentences_of(x: Tensor, keep: Tensor | SentenceMoves) -> Tensor:
     moves = keep if isinstance(keep, SentenceMoves) else sentence_moves(keep)
     if not (torch.is_grad_enabled() and x.requires_grad) and moves.in_place:
         if moves.moved.numel():
-            x.index_copy_(0, moves.moved, x.index_select(0, moves.sources))
+            move_rows(x, moves.moved, moves.sources)
         return x[: moves.keep.numel()]
     if x.is_contiguous():
         return x.index_select(0, moves.keep)
     kept = x.new_empty((x.stride(0) * moves.keep.numel(),)).as_strided((moves.keep.numel(), *x.shape[1:]), x.stride())
     return kept.copy_(x.index_select(0, moves.keep))  # in x's layout (K^T held, padded or not)
+
+
+def move_rows(x: Tensor, into: Tensor, source: Tensor) -> None:
+    """x.index_copy_(0, into, x.index_select(0, source)), the same bytes: by aiayn.native's copies of whole rows where
+    they run (x contiguous on the CPU), else by torch's indexed copies, which move a row a number at a time."""
+    if x.is_cpu and x.is_contiguous() and native.available():
+        native.move_rows(x, into, source)
+    else:
+        x.index_copy_(0, into, x.index_select(0, source))
 
 
 def held_dtype(q: Tensor, decoding: bool) -> torch.dtype:

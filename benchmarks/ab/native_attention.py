@@ -5,7 +5,7 @@ them off: two matmuls and a softmax over the same cache), interleaved in one pro
         [--rounds 4] [--threads 1] [--shapes]
 
 One engine is loaded; each round translates the whole file with the kernels, then without
-(aiayn.native.set_enabled; greedy search's argmax goes with them: benchmarks/ab/greedy_argmax.py measures it alone),
+(aiayn.native.set_enabled; greedy search's argmax goes with them: benchmarks/ab/native_helpers.py measures it alone),
 CPU seconds of translate_nbest (`time.process_time`), so the machine's drift hits both alike. Prints each side's
 minimum and median, kernels over torch (< 1: the kernels are faster), and how many lines have the same words
 (fp32: the scores differ in the last bits; int8 quantizes each step's activations per tensor, so a last-bit
