@@ -7,7 +7,10 @@
 
    Where torch runs each row's 1 x d_k by d_k x t product as its own matrix-vector call (or, below 400 multiply-adds,
    a scalar loop), these walk the cache once, in memory order, and keep the scores in a small buffer. The sums run in
-   another order than a matmul's and exp is a polynomial (below): equal to torch's eq. 1 to rounding. */
+   another order than a matmul's and exp is a polynomial (below): equal to torch's eq. 1 to rounding.
+
+   Two helpers of a search follow, exact where torch's ops read or move one number at a time: greedy search's argmax
+   (row_argmax) and a reorder's copies of cache rows (move_rows). */
 
 #include <math.h>
 #include <stdint.h>

@@ -1,6 +1,8 @@
 """Eq. 1 for a decoding step on the CPU, compiled: one query per decoder row and head over the cached keys and values
 (aiayn/native.c). torch runs each row's one-query products as separate matrix-vector calls, a generic kernel on some
-CPUs; these two functions run a step's attention in one call each. Equal to model.scaled_dot_product_attention to
+CPUs; these two functions run a step's attention in one call each. Two helpers of a search beside them: greedy
+search's argmax in one pass a row, and a reorder's copies of cache rows as whole rows (torch's ops for both read or
+move one number at a time on a CPU). Equal to model.scaled_dot_product_attention to
 rounding (tests/test_native.py); what they are worth: docs/speed-design.md.
 
     self_attention(q, keys, values, rows, length)   over a time-major self-attention cache (aiayn.decoding.cache)
