@@ -241,6 +241,31 @@ def test_gpu_userpath_part_cpu_smoke(copy_data, tmp_path):
     shutil.rmtree(qs)
 
 
+
+def test_gpu_distill_part_cpu_smoke(copy_data, tmp_path):
+    """all.sh's distill part with SMOKE=1 on a tiny run and the copy task's prepared data: `aiayn distill` runs every
+    stage with the flags the lease gives it (its recipe comes back), then the teacher (beam 4) and the student
+    (greedy) translate the test set as whole processes, each with its BLEU line."""
+    from helpers import save_run, tiny_model
+
+    from aiayn.data import Vocab
+
+    qs = tmp_path / "qs"
+    save_run(tiny_model(len(Vocab.load(copy_data / "vocab.model")), eos_bias=4.0), copy_data / "vocab.model",
+             qs / "run")
+    out = tmp_path / "out"
+    env = {**os.environ, "SMOKE": "1", "OUT": str(out), "PY": sys.executable, "QS_DIR": str(qs),
+           "DISTILL_DATA": str(copy_data), "DISTILL_OUT": str(tmp_path / "student"), "OMP_NUM_THREADS": "1"}
+    subprocess.run(["bash", "benchmarks/gpu/all.sh", "distill"], cwd=REPO, env=env, check=True, capture_output=True,
+                   text=True, timeout=600)
+    recipe = json.loads((out / "distill-recipe.json").read_text())
+    assert set(recipe["stages"]) >= {"teacher", "data", "student", "int8"}, recipe.get("stages")
+    report = (out / "distill.txt").read_text()
+    assert "failed" not in report, report
+    for who, beam in (("teacher", 4), ("student", 1)):
+        assert f"aiayn translate {who} --beam {beam}: " in report and f"BLEU distill-{who}: " in report
+        assert len((out / f"distill-{who}.hyp").read_text().splitlines()) == 40
+
 def test_realtext_benchmark_smoke(copy_data, tmp_path):
     """benchmarks/e2e/realtext.py end to end on a tiny run and 4 lines, one round, one and two threads: every cell
     (aiayn translate, in process with both stopping rules, CTranslate2 direct, at two threads also with inter_threads,

@@ -55,7 +55,7 @@ def test_auto_picking_fp16_says_so_in_the_start_line(copy_data, tmp_path, monkey
     from aiayn.training.train import TrainConfig, train
 
     monkeypatch.setattr(runtime, "auto_dtype", lambda device_type, bf16: "fp16")  # as on a T4 or V100
-    tc = TrainConfig(max_steps=1, max_tokens=400, save_every_minutes=0, threads=1, dtype="auto")
+    tc = TrainConfig(max_steps=1, max_tokens=400, save_every_minutes=0, threads=1, dtype="auto", device="cpu")
     train(copy_data, tmp_path / "run", ModelConfig.preset("tiny"), tc, progress=False)
     assert "; device cpu, fp16 (--dtype auto: no native bf16 on this GPU), 1 process(es)" in capsys.readouterr().out
     from aiayn.rundir import RunDir

@@ -28,6 +28,10 @@
 #             search, and --search-impl eager) on the quickstart's test set as a whole process, fp32 and bf16, beside
 #             HF generate on the same model exported (benchmarks/gpu/hf_generate.py); wall seconds, peak host memory
 #             and BLEU in $OUT/userpath.txt (run the quickstart part first in the same call, or set QS_DIR)
+#   distill   `aiayn distill --device cuda` on the quickstart's run and prepared data (QS_DIR, as for userpath): the
+#             teacher's beam search and ${DISTILL_MINUTES:-1.5} minutes of the student's training on the GPU, then the
+#             teacher (beam 4) and the student (greedy) on the test set, each a whole process, with BLEU; its log,
+#             recipe and table in $OUT/distill.log, distill-recipe.json and distill.txt (DISTILL_FLAGS: more flags)
 # benchmarks/gpu/lease.sh runs train, profile, ttb and userpath in a lease's order, within a deadline, resumable.
 # All take ~31 minutes; where a command may run 10 minutes at most, run them as several (say `all.sh peers quickstart`
 # with QS_MINUTES=1.5, then `all.sh ttb` with TTB_BUDGETS=1,2, then `all.sh tests check multi30k`). A lease of about
@@ -127,18 +131,18 @@ if want profile; then  # after train: its compiled cells leave their kernels in 
         --layouts packed $([ "${PROFILE_COMPILE:-1}" = 1 ] && echo --compile) --out "$OUT/profile" 2>&1 \
         | grep -v Warning | tee "$OUT/profile.txt" | grep -E "^aiayn|^\| (kind|matrix|attention|softmax)"
 fi
+timed() {  # LABEL CMD...: wall seconds (and peak host RSS where GNU time is installed) of one whole process
+    local label=$1; shift
+    local t0=$EPOCHREALTIME rss=""
+    if [ -x /usr/bin/time ]; then set -- /usr/bin/time -f "peak RSS %M KB" -o "$OUT/userpath-rss" "$@"; fi
+    timeout ${USERPATH_TIMEOUT:-120} "$@" > "$OUT/userpath-last.json" 2> "$OUT/userpath-last.err" \
+        || { echo "$label: failed"; tail -3 "$OUT/userpath-last.err"; return; }
+    [ -f "$OUT/userpath-rss" ] && rss=$(tail -1 "$OUT/userpath-rss")
+    echo "$label: $(awk "BEGIN {printf \"%.2f\", $EPOCHREALTIME - $t0}") s, $rss $(tail -1 "$OUT/userpath-last.json")"
+}
 if want userpath; then  # aiayn translate as a user runs it on a GPU, beside HF generate on the exported model
     SRC="$Q/data/test.src.txt"; REF="$Q/data/test.tgt.txt"; H=$(mktemp -d)/hf
     DEV=${SMOKE_FLAG:+--device cpu}; IMPLS="auto eager"; [ -n "$SMOKE_FLAG" ] && IMPLS="fixed eager"
-    timed() {  # LABEL CMD...: wall seconds (and peak host RSS where GNU time is installed) of one whole process
-        local label=$1; shift
-        local t0=$EPOCHREALTIME rss=""
-        if [ -x /usr/bin/time ]; then set -- /usr/bin/time -f "peak RSS %M KB" -o "$OUT/userpath-rss" "$@"; fi
-        timeout ${USERPATH_TIMEOUT:-120} "$@" > "$OUT/userpath-last.json" 2> "$OUT/userpath-last.err" \
-            || { echo "$label: failed"; tail -3 "$OUT/userpath-last.err"; return; }
-        [ -f "$OUT/userpath-rss" ] && rss=$(tail -1 "$OUT/userpath-rss")
-        echo "$label: $(awk "BEGIN {printf \"%.2f\", $EPOCHREALTIME - $t0}") s, $rss $(tail -1 "$OUT/userpath-last.json")"
-    }
     $PY -m aiayn export --checkpoint "$Q/run" --to hf "$H" > /dev/null 2>&1 || echo "export --to hf failed"
     { for p in fp32 bf16; do
           for impl in $IMPLS; do
@@ -153,4 +157,23 @@ if want userpath; then  # aiayn translate as a user runs it on a GPU, beside HF 
           echo "BLEU $(basename "$hyp" .hyp): $($PY -m sacrebleu "$REF" -i "$hyp" -b 2>/dev/null)"
       done
     } 2>&1 | tee "$OUT/userpath.txt"
+fi
+if want distill; then  # aiayn distill with --device cuda: the teacher's beam search and the student's training there
+    DD=${DISTILL_DATA:-$Q/data}; D=${DISTILL_OUT:-$(mktemp -d)/student}  # DD: the quickstart's prepared data
+    FLAGS="--device cuda --minutes ${DISTILL_MINUTES:-1.5} ${DISTILL_FLAGS:-}"
+    [ -n "$SMOKE_FLAG" ] && FLAGS="--device cpu --max-steps 2 --int8-lines 4 ${DISTILL_FLAGS:-}"
+    { echo "# aiayn distill --teacher $Q/run --data $DD --out $D $FLAGS --no-progress"
+      TIME=""; [ -x /usr/bin/time ] && TIME="/usr/bin/time -v"
+      timeout ${DISTILL_TIMEOUT:-330} $TIME $PY -m aiayn distill --teacher "$Q/run" --data "$DD" --out "$D" $FLAGS \
+          --no-progress
+    } > "$OUT/distill.log" 2>&1
+    grep -E "^\[|BLEU|sentences/s|steps|Maximum resident|[Ee]rror" "$OUT/distill.log"
+    cp "$D/distill/recipe.json" "$OUT/distill-recipe.json" 2>/dev/null
+    { for who in "teacher --beam 4" "student --beam 1"; do  # the test set, never trained on, each a whole process
+          set -- $who; R=$Q/run; [ "$1" = student ] && R=$D
+          timed "aiayn translate $1 $2 $3" $PY -m aiayn translate --checkpoint "$R" --input "$DD/test.src.txt" \
+              --output "$OUT/distill-$1.hyp" $2 $3 --no-progress --no-split-sentences ${SMOKE_FLAG:+--device cpu}
+          echo "BLEU distill-$1: $($PY -m sacrebleu "$DD/test.tgt.txt" -i "$OUT/distill-$1.hyp" -b 2>/dev/null)"
+      done
+    } 2>&1 | tee "$OUT/distill.txt"
 fi

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # What benchmarks/gpu/lease.sh reads, made here (the GPU machine has no network and no ../shared): .lease/multi30k,
 # Multi30k EN->DE prepared as configs/multi30k.yaml's header says, and .lease/qs, a quickstart run (its averaged
-# weights, config and vocabulary: what `aiayn translate --checkpoint` and `aiayn export` read) with its test set.
+# weights, config and vocabulary: what `aiayn translate --checkpoint` and `aiayn export` read) with its prepared data.
 # Carry .lease with the call (about 40 MB). From the repository root:
 #
 #   bash benchmarks/gpu/lease_inputs.sh [QUICKSTART_OUT]      (default runs/quickstart: `aiayn quickstart`'s --out)
@@ -16,5 +16,5 @@ if [ ! -f "$L/multi30k/vocab.model" ]; then
 fi
 mkdir -p "$L/qs/run" "$L/qs/data"
 cp "$Q/run/config.json" "$Q/run/vocab.model" "$Q/run/averaged.safetensors" "$L/qs/run/"
-cp "$Q/data/test.src.txt" "$Q/data/test.tgt.txt" "$L/qs/data/"
+cp -r "$Q/data/." "$L/qs/data/"  # prepared: all.sh distill reads its training split
 du -sh "$L"
