@@ -231,6 +231,33 @@ def test_a_rerun_with_another_recipe_is_refused(setup, done, capsys):
     assert "another search" in err
 
 
+
+def test_epochs_are_passes_over_the_distilled_data_made_steps(setup, done, tmp_path, capsys):
+    """--epochs E: E passes over the distilled data in the student's batches (train's sampler at --max-tokens), made
+    steps once the data exist and said; the run trains that many steps, and the same command again trains none; with
+    --max-steps too it is one error line."""
+    import math
+
+    from aiayn.data.batching import TokenBatchSampler
+
+    data, teacher = setup
+    out = tmp_path / "student"
+    shutil.copytree(done / "distill" / "teacher", out / "distill" / "teacher")  # the teacher's shards, not again
+    by_epochs = [a for a in STUDENT if a not in ("--max-steps", "4")] + ["--epochs", "1.7"]
+    command = ["distill", "--teacher", str(teacher), "--data", str(data), "--out", str(out), *by_epochs]
+    capsys.readouterr()
+    assert main(command) == 0
+    said = "".join(capsys.readouterr())
+    split = load_split(out / "distill" / "data", "train")
+    per_epoch = len(TokenBatchSampler(split.src_lengths, split.tgt_lengths, max_tokens=200, seed=1))
+    steps = math.ceil(1.7 * per_epoch)  # rounded up: 1.7 epochs are no whole number of steps here
+    assert f"{per_epoch} batches/epoch/process" in said  # train's own count of an epoch's batches
+    assert f"for 1.7 epochs ({steps} steps)" in said and steps > 4 and steps != 1.7 * per_epoch
+    recipe = json.loads((out / "distill" / "recipe.json").read_text())
+    assert recipe["budget"]["epochs"] == 1.7 and recipe["stages"]["student"]["steps"] == steps
+    assert main(command) == 0 and trained_so_far(out)[0] == steps
+    assert "one budget" in _error(capsys, 2, [*command, "--max-steps", "3"])
+
 def test_student_presets_are_deep_encoders_and_shallow_decoders():
     from aiayn.config import ModelConfig
 

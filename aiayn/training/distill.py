@@ -10,7 +10,8 @@
                     splits and the vocabulary (the teacher's: an OPUS-MT teacher's two) copied unchanged
       3. student    the teacher cut to fewer layers ("teacher-E-D", by default teacher-all-2: aiayn.training.shrink)
                     and fine-tuned on it, or a student preset (config.py: student-6-1, ...) trained on it from random
-                    weights, into OUT, a run like any other;
+                    weights, into OUT, a run like any other, for its budget: minutes, steps, or epochs (passes over
+                    the distilled data in the student's batches, made steps once they exist);
                     its last checkpoint (the end of the annealed schedule) becomes OUT/averaged.safetensors, what
                     `aiayn translate --checkpoint OUT` decodes with (the dev loss against the human references,
                     what checkpoint_best keeps, ranks a student trained on other targets badly)
@@ -24,7 +25,9 @@ into the same OUT is refused.
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import math
 import os
 import shutil
 import time
@@ -67,6 +70,7 @@ class Recipe:
     shard_size: int = 2000
     batch_size: int = 64
     max_steps: int = 0  # > 0: train the student this many steps instead of `minutes`
+    epochs: float = 0.0  # > 0: this many passes over the distilled data instead of `minutes` (made steps at stage 3)
     minutes: float = 12.0
     max_tokens: int = 2048
     warmup: int = 400
@@ -87,8 +91,11 @@ class Recipe:
                              f"{', '.join(p for p in PRESETS if p not in STUDENT_PRESETS)}")
         if self.shard_size < 1 or self.batch_size < 1 or self.max_steps < 0 or self.int8_lines < 0:
             raise UsageError("--shard-size and --batch-size must be >= 1, --max-steps and --int8-lines >= 0")
-        if self.max_steps == 0 and not self.minutes > 0:
-            raise UsageError(f"the student's budget must be > 0 minutes (or --max-steps N), got {self.minutes:g}")
+        if self.epochs < 0 or (self.epochs > 0 and self.max_steps > 0):
+            raise UsageError("give the student one budget: --max-steps N, --epochs E (> 0) or --minutes M")
+        if self.max_steps == 0 and self.epochs == 0 and not self.minutes > 0:
+            raise UsageError(f"the student's budget must be > 0 minutes (or --max-steps N, --epochs E), got "
+                             f"{self.minutes:g}")
         SearchConfig(beam=self.beam, alpha=self.alpha)  # its own checks
 
     def model(self, vocab_size: int, teacher: ModelConfig) -> ModelConfig:
@@ -147,7 +154,8 @@ def recipe_record(recipe: Recipe, inputs: dict[str, Any]) -> dict[str, Any]:
             "student": {"preset": recipe.student, "overrides": recipe.student_overrides, "model": model},
             "search": {"beam": recipe.beam, "alpha": recipe.alpha}, "shard_size": recipe.shard_size,
             "train": {k: getattr(recipe, k) for k in ("max_tokens", "warmup", "lr_factor", "anneal", "dtype")},
-            "budget": {"max_steps": recipe.max_steps, "minutes": recipe.minutes}, "stages": {}}
+            "budget": {"max_steps": recipe.max_steps, "epochs": recipe.epochs, "minutes": recipe.minutes},
+            "stages": {}}
 
 
 def open_recipe(out: Path, record: dict[str, Any], main: bool) -> dict[str, Any]:
@@ -318,6 +326,17 @@ def shrunk_student(out: Path, teacher: Path, model: ModelConfig) -> Path:
     return shrink.write_shrunk(teacher, model, folder / "student.safetensors")
 
 
+def epoch_steps(out: Path, epochs: float, max_tokens: int, world_size: int) -> int:
+    """--epochs E as the student's steps: E passes over the distilled data in train's batches of max_tokens (one
+    step a batch in each process), rounded up."""
+    from aiayn.data.batching import TokenBatchSampler
+
+    split = load_split(RunDir(out).distill / DATA_DIR, "train", full_check=False)
+    batches = TokenBatchSampler(split.src_lengths, split.tgt_lengths, max_tokens=max_tokens,
+                                seed=TrainConfig().seed, world_size=world_size)
+    return max(1, math.ceil(epochs * len(batches)))
+
+
 def train_student(recipe: Recipe, out: Path, record: dict[str, Any], progress: bool) -> dict[str, Any] | None:
     """The student (recipe.json's model, in `record`) trained, or resumed to the same budget, on the distilled data
     into `out`; a "teacher-E-D" student starts from the recorded first teacher's weights (fine-tuned: train's
@@ -404,10 +423,15 @@ def distill(recipe: Recipe, out: Path, progress: bool = True) -> dict[str, Any]:
     if main:
         RunDir(out).distill.mkdir(parents=True, exist_ok=True)
     # one process group for both stages: a second one on torchrun's store would read the first one's stale addresses
-    with setup_runtime(recipe.device, "fp32", recipe.threads):
+    with setup_runtime(recipe.device, "fp32", recipe.threads) as rt:
         _teacher_stage(recipe, out, record, progress)
+        budget = ""
+        if recipe.epochs:  # the student's budget in steps, now that the distilled data exist
+            steps = epoch_steps(out, recipe.epochs, recipe.max_tokens, rt.world_size)
+            budget = f" for {recipe.epochs:g} epochs ({steps:,} steps)"
+            recipe = dataclasses.replace(recipe, epochs=0.0, max_steps=steps)
         if main:
-            print(f"[3/4] the student ({recipe.student}) trains on the distilled data into {out}", flush=True)
+            print(f"[3/4] the student ({recipe.student}) trains on the distilled data into {out}{budget}", flush=True)
         summary = train_student(recipe, out, record, progress)
     if summary is not None and summary["interrupted_by"] is not None:
         return {**record, "interrupted_by": summary["interrupted_by"]}
