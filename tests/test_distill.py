@@ -302,6 +302,22 @@ def test_a_student_cut_from_its_teacher(setup, copy_data, tmp_path, capsys):
     assert recipe["student"]["preset"] == "teacher-all-2" and recipe["stages"]["student"]["steps"] == 2
 
 
+
+def test_a_cut_student_of_a_teacher_without_dropout_gets_some():
+    """A teacher-E-D student keeps its teacher's dropout, except where the teacher had none: then STUDENT_DROPOUT
+    (0.1), unless --set dropout says otherwise; a preset student has its preset's."""
+    from aiayn.config import ModelConfig
+    from aiayn.training.distill import STUDENT_DROPOUT, Recipe
+
+    teacher = ModelConfig.preset("tiny", vocab_size=120, dropout=0.0)
+    cut = Recipe(teachers=("t",), data="d")  # the default student, teacher-all-2
+    assert STUDENT_DROPOUT == 0.1 and cut.model(120, teacher) == teacher.replace(dropout=0.1)
+    assert cut.model(120, teacher.replace(dropout=0.3)).dropout == 0.3
+    kept = Recipe(teachers=("t",), data="d", student_overrides={"dropout": 0.0})
+    assert kept.model(120, teacher).dropout == 0.0
+    preset = Recipe(teachers=("t",), data="d", student="student-6-1")
+    assert preset.model(120, teacher).dropout == ModelConfig.preset("student-6-1").dropout
+
 def _teacher_targets(teachers, data):
     """The best beam-4 translation of each training source of `data` by `teachers` (an ensemble if several)."""
     split = load_split(data, "train")

@@ -74,9 +74,8 @@ def register(sub) -> None:
                    help="train the student for this many steps instead of --minutes (default 0: by time)")
     p.add_argument("--epochs", type=number(float, low=0), default=0.0,
                    help="train the student for this many passes over the distilled data instead of --minutes (made "
-                        "steps once the data exist; default 0: by time). A GPU runs many epochs a minute; a student "
-                        "of a teacher trained without dropout keeps its BLEU over many with --set dropout=0.1: "
-                        "docs/distill.md")
+                        "steps once the data exist; default 0: by time): the budget to give on a GPU, which runs "
+                        "many epochs a minute (docs/distill.md)")
     p.add_argument("--beam", type=positive_int, default=4, help="the teacher's beam size (default 4)")
     p.add_argument("--alpha", type=non_negative_float, default=0.6,
                    help="the teacher's length penalty alpha (default 0.6)")

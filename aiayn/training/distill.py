@@ -55,6 +55,9 @@ TEACHER_DIR, DATA_DIR = "teacher", "data"
 STUDENT_PRESETS = tuple(name for name in PRESETS if name.startswith("student-"))
 # The recipe's fields that fix what the stages compute: a second call must give the same ones.
 FIXED = ("teachers", "data", "student", "search", "shard_size", "train")
+# A teacher-E-D student's dropout where its teacher had none: without, the student loses BLEU the more epochs it
+# trains on the distilled data (docs/distill.md, "On a GPU, and many epochs")
+STUDENT_DROPOUT = 0.1
 
 
 @dataclass(frozen=True)
@@ -99,10 +102,12 @@ class Recipe:
         SearchConfig(beam=self.beam, alpha=self.alpha)  # its own checks
 
     def model(self, vocab_size: int, teacher: ModelConfig) -> ModelConfig:
-        """The student's model: its preset's, or for "teacher-E-D" the (first) teacher's cut to E+D layers."""
+        """The student's model: its preset's, or for "teacher-E-D" the (first) teacher's cut to E+D layers, with
+        STUDENT_DROPOUT where the teacher trained without dropout and --set gives none."""
         layers = shrink.parse_spec(self.student)
         if layers is not None:
-            return shrink.shrunk_config(teacher, *layers, self.student_overrides)
+            own = {"dropout": STUDENT_DROPOUT} if teacher.dropout == 0 else {}
+            return shrink.shrunk_config(teacher, *layers, {**own, **self.student_overrides})
         return ModelConfig.preset(self.student, **{**self.student_overrides, "vocab_size": vocab_size})
 
     def train_config(self, dtype: str, device: str) -> TrainConfig:

@@ -29,8 +29,8 @@
 #             HF generate on the same model exported (benchmarks/gpu/hf_generate.py); wall seconds, peak host memory
 #             and BLEU in $OUT/userpath.txt (run the quickstart part first in the same call, or set QS_DIR)
 #   distill   `aiayn distill --device cuda` on the quickstart's run and prepared data (QS_DIR, as for userpath): the
-#             teacher's beam search and the student's training on the GPU (DISTILL_BUDGET, default `--epochs 8 --set
-#             dropout=0.1`: a GPU's minutes are many epochs, docs/distill.md), then the teacher (beam 4) and the
+#             teacher's beam search and the student's training on the GPU (DISTILL_BUDGET, default `--epochs 8`: a
+#             GPU's minutes are many epochs, docs/distill.md), then the teacher (beam 4) and the
 #             student (greedy) on the test set, each a whole process, with BLEU; its log, recipe and table in
 #             $OUT/distill.log, distill-recipe.json and distill.txt (DISTILL_FLAGS: more flags)
 # benchmarks/gpu/lease.sh runs train, profile, ttb and userpath in a lease's order, within a deadline, resumable.
@@ -161,7 +161,7 @@ if want userpath; then  # aiayn translate as a user runs it on a GPU, beside HF 
 fi
 if want distill; then  # aiayn distill with --device cuda: the teacher's beam search and the student's training there
     DD=${DISTILL_DATA:-$Q/data}; D=${DISTILL_OUT:-$(mktemp -d)/student}  # DD: the quickstart's prepared data
-    FLAGS="--device cuda ${DISTILL_BUDGET:---epochs 8 --set dropout=0.1} ${DISTILL_FLAGS:-}"
+    FLAGS="--device cuda ${DISTILL_BUDGET:---epochs 8} ${DISTILL_FLAGS:-}"
     [ -n "$SMOKE_FLAG" ] && FLAGS="--device cpu --max-steps 2 --int8-lines 4 ${DISTILL_FLAGS:-}"
     { echo "# aiayn distill --teacher $Q/run --data $DD --out $D $FLAGS --no-progress"
       TIME=""; [ -x /usr/bin/time ] && TIME="/usr/bin/time -v"
