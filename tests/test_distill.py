@@ -257,6 +257,9 @@ def test_epochs_are_passes_over_the_distilled_data_made_steps(setup, done, tmp_p
     assert recipe["budget"]["epochs"] == 1.7 and recipe["stages"]["student"]["steps"] == steps
     assert main(command) == 0 and trained_so_far(out)[0] == steps
     assert "one budget" in _error(capsys, 2, [*command, "--max-steps", "3"])
+    assert "one budget" in _error(capsys, 2, [*command, "--minutes", "5"])
+    assert "one budget" in _error(capsys, 2, ["distill", "--teacher", str(teacher), "--data", str(data), "--out",
+                                              str(tmp_path / "other"), *STUDENT, "--minutes", "5"])  # with --max-steps
 
 def test_student_presets_are_deep_encoders_and_shallow_decoders():
     from aiayn.config import ModelConfig

@@ -16,6 +16,7 @@ from aiayn.cli.common import (
     positive_int,
 )
 from aiayn.config import DEFAULT_STUDENT, PRESETS
+from aiayn.errors import UsageError
 
 DTYPES = ("auto", "bf16", "fp32")
 
@@ -23,12 +24,15 @@ DTYPES = ("auto", "bf16", "fp32")
 def distill_command(args: argparse.Namespace) -> int:
     from aiayn.training.distill import Recipe, distill
 
+    if args.minutes is not None and (args.max_steps or args.epochs):
+        raise UsageError("give the student one budget: --minutes M, --max-steps N or --epochs E")
+    by_time = {} if args.minutes is None else {"minutes": args.minutes}  # else the Recipe's default
     recipe = Recipe(teachers=tuple(args.teacher), data=args.data, student=args.student,
                     student_overrides=model_overrides(args.set), beam=args.beam, alpha=args.alpha,
                     shard_size=args.shard_size, batch_size=args.batch_size, max_steps=args.max_steps,
-                    epochs=args.epochs, minutes=args.minutes, max_tokens=args.max_tokens, warmup=args.warmup,
-                    lr_factor=args.lr_factor, anneal=args.anneal, dtype=args.dtype, device=args.device,
-                    threads=args.threads, int8_lines=args.int8_lines)
+                    epochs=args.epochs, max_tokens=args.max_tokens, warmup=args.warmup, lr_factor=args.lr_factor,
+                    anneal=args.anneal, dtype=args.dtype, device=args.device, threads=args.threads,
+                    int8_lines=args.int8_lines, **by_time)
     result = distill(recipe, Path(args.out), progress=not args.no_progress)
     if result["interrupted_by"] is not None:  # the student's training stopped by Ctrl-C / SIGTERM: 130 / 143
         print("stopped: the student's training was interrupted (checkpoint saved); run the same command again to "
@@ -68,7 +72,7 @@ def register(sub) -> None:
                         f"(default {DEFAULT_STUDENT}: all the teacher's encoder layers and two of its decoder layers)")
     p.add_argument("--set", action="append", metavar="FIELD=VALUE",
                    help="override a field of the student's preset, e.g. dropout=0.0 (repeatable)")
-    p.add_argument("--minutes", type=positive_float, default=12.0,
+    p.add_argument("--minutes", type=positive_float, default=None,
                    help="the student's training time budget (default 12); an interrupted run is resumed to it")
     p.add_argument("--max-steps", type=number(int, low=0), default=0,
                    help="train the student for this many steps instead of --minutes (default 0: by time)")
