@@ -18,7 +18,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from aiayn import fast
+from aiayn import fast, torch_import
 from aiayn.errors import UsageError
 
 DTYPES = ("fp32", "bf16", "fp16", "auto")  # auto: auto_dtype()
@@ -101,6 +101,8 @@ def resolve_device(name: str, local_rank: int = 0) -> torch.device:
         device = torch.device(name)
     except RuntimeError:
         raise UsageError(f"unknown device {name!r}; use auto, cpu, cuda, cuda:N or mps") from None
+    if device.type != "cpu":
+        torch_import.finish()  # what torch registers for other devices, if its import deferred it
     if device.type == "cuda":
         if not torch.cuda.is_available():
             raise UsageError(f"--device {name}: this PyTorch ({torch.__version__}) sees no CUDA GPU; use --device cpu "

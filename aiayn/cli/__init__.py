@@ -14,6 +14,7 @@ import gc
 import importlib
 import sys
 
+from aiayn import torch_import
 from aiayn.cli.common import Parser, low_memory
 from aiayn.errors import UserError
 
@@ -80,7 +81,8 @@ def main(argv: list[str] | None = None) -> int:
         collecting = gc.isenabled()
         gc.disable()  # torch's import makes ~10^5 objects that live as long as the process: no collections meanwhile
         try:
-            from aiayn.runtime import configure_process
+            with torch_import.registrations_deferred(getattr(args, "defers_registrations", False)):
+                from aiayn.runtime import configure_process
 
             # Before any kernel: oneDNN's caches bounded (a long bf16 run's memory stays flat), and unless
             # --low-memory every command reuses its big tensors' memory instead of page-faulting it in again.

@@ -172,4 +172,5 @@ def register(sub) -> None:
                         "inter_threads; docs/decoding.md")
     add_device_arg(p)
     add_progress_arg(p)
-    p.set_defaults(func=translate_command, needs_torch=lambda args: args.engine != "ct2")
+    p.set_defaults(func=translate_command, needs_torch=lambda args: args.engine != "ct2",
+                   defers_registrations=True)  # torch imported without what a CPU translation never runs
