@@ -24,10 +24,6 @@ claim against the code). Why each was kept, with its measurements: docs/speed-de
                            attention at a step written out                    per row, compiled from C (aiayn.native):
                            (decoding.step; CPU, fp32)                         the order of the sums; exp a polynomial
                                                                               within 1 ulp
-    int8_by_rows           torch's dynamic int8 linear        no              each row quantized over its own range,
-                           (one range for the whole input)                    not the whole input's: int8 products
-                                                                              nearer fp32's, a row's independent of
-                                                                              the rows beside it
 
 aiayn.native is compiled at first use where the machine has a C compiler; without one, torch's attention runs.
 The fused label-smoothed loss is a fast path too; it lives in aiayn/training/losses.py beside its reference formula. The
@@ -153,37 +149,6 @@ def row_argmax(x: Tensor) -> Tensor:
     if x.dtype is torch.float32 and x.is_cpu and x.stride(1) == 1 and native.available():
         return native.row_argmax(x)
     return row_topk(x, 1)[1].squeeze(1)
-
-
-def int8_by_rows(op, x: Tensor, packed, bias: Tensor | None) -> Tensor:
-    """x W^T + b by torch's dynamic int8 operator `op` (x, packed weights holding W and b, reduce_range) with each row
-    of x quantized over its own range: op quantizes its whole input over one range, so a row of small numbers beside
-    one of large numbers kept few levels. Each row is divided by its largest magnitude, a row [1, -1, 0, ...] added
-    (the whole input's range is then [-1, 1] whatever the rows: each row's quantization its own), and the products
-    scaled back (x' W^T + b) * s + b (1 - s) = x W^T + b. On aiayn.native's two passes where it runs, else torch's
-    ops (equal to rounding). `bias` is the b packed with W (None if none)."""
-    shape = x.shape
-    rows = x.reshape(-1, shape[-1])
-    n, columns = rows.shape
-    if columns < 2:  # no room for the [1, -1] row: the whole input's range
-        return op(x, packed, True)
-    kernels = native.kernels() if rows.dtype is torch.float32 and rows.is_contiguous() else None
-    if kernels is not None:  # its unit_rows and scale_rows_back, called here with the checks made above
-        unit, scales = torch.empty(n + 1, columns), torch.empty(n)
-        kernels.unit_rows(rows.data_ptr(), n, columns, columns, unit.data_ptr(), scales.data_ptr())
-        y = op(unit, packed, True)
-        kernels.scale_rows_back(y.data_ptr(), n, y.size(1), scales.data_ptr(),
-                                None if bias is None else bias.data_ptr())
-    else:
-        scales = rows.abs().amax(1, keepdim=True)
-        scales = torch.where((scales > 0) & scales.isfinite(), scales, 1.0)
-        ends = torch.zeros(1, columns)
-        ends[0, :2] = torch.tensor([1.0, -1.0])
-        y = op(torch.cat([rows / scales, ends]), packed, True)
-        y[:-1].mul_(scales)
-        if bias is not None:
-            y[:-1].add_(bias * (1 - scales))
-    return y[:-1].view(*shape[:-1], y.size(-1))
 
 
 # ---------------------------------------------------------------------------------------------------------

@@ -10,8 +10,7 @@
    another order than a matmul's and exp is a polynomial (below): equal to torch's eq. 1 to rounding.
 
    Two helpers of a search follow, exact where torch's ops read or move one number at a time: greedy search's argmax
-   (row_argmax) and a reorder's copies of cache rows (move_rows). Last, the two halves of an int8 projection that
-   quantizes each row over its own range (unit_rows, scale_rows_back: aiayn.fast.int8_by_rows). */
+   (row_argmax) and a reorder's copies of cache rows (move_rows). */
 
 #include <math.h>
 #include <stdint.h>
@@ -294,49 +293,4 @@ int move_rows(char *rows, long count, long width, const int64_t *into, const int
         memcpy(rows + into[e] * width, held + e * width, (size_t)width);
     free(held);
     return 0;
-}
-
-/* Each row of x (rows, columns; rows `stride` numbers apart) divided by its largest magnitude, into out (rows + 1,
-   columns), the magnitudes into scales (1 for a row of zeros, or one holding an infinity or NaN); out's last row
-   holds 1, -1 and zeros, so that an int8 quantization over the whole tensor's range (torch's dynamic one) quantizes
-   every row over [-1, 1], whatever rows lie beside it. The division as torch's: exact to rounding. */
-void unit_rows(const float *x, long rows, long columns, long stride, float *out, float *scales) {
-    for (long r = 0; r < rows; r++) {
-        const float *a = x + r * stride;
-        float top = 0.f;
-#pragma omp simd reduction(max : top)
-        for (long c = 0; c < columns; c++) {
-            float v = fabsf(a[c]);
-            top = v > top ? v : top;
-        }
-        if (!(top > 0.f) || !isfinite(top))
-            top = 1.f;
-        scales[r] = top;
-        float *o = out + r * columns;
-#pragma omp simd
-        for (long c = 0; c < columns; c++)
-            o[c] = a[c] / top;
-    }
-    float *last = out + rows * columns;
-    memset(last, 0, (size_t)columns * sizeof(float));
-    last[0] = 1.f;
-    if (columns > 1)
-        last[1] = -1.f;
-}
-
-/* y (rows, columns): a projection x' W^T + b of unit_rows' rows x' = x / scale, made that of x: y * scale +
-   b (1 - scale) (bias NULL: y * scale), in place. */
-void scale_rows_back(float *y, long rows, long columns, const float *scales, const float *bias) {
-    for (long r = 0; r < rows; r++) {
-        float *o = y + r * columns, s = scales[r], t = 1.f - s;
-        if (bias) {
-#pragma omp simd
-            for (long c = 0; c < columns; c++)
-                o[c] = o[c] * s + bias[c] * t;
-        } else {
-#pragma omp simd
-            for (long c = 0; c < columns; c++)
-                o[c] *= s;
-        }
-    }
 }

@@ -11,8 +11,6 @@ rounding (tests/test_native.py); what they are worth: docs/speed-design.md.
     row_argmax(x)                                   torch.argmax(x, 1) of a step's (N, V) logits, in one pass a row
     move_rows(x, into, source)                      x[into] = x[source] in place, as memcpy: a cache's reorder
     available()                                     whether the kernels are built and in use; status() says why not
-    kernels()                                       the library itself where available(), else None: its
-                                                    unit_rows and scale_rows_back are aiayn.fast.int8_by_rows' halves
     set_enabled(on)                                 use them or not (an A/B's other side); AIAYN_NATIVE=0 starts off
 
 The library is compiled at first use by the system's C compiler (CC, else cc) with -march=native, into
@@ -63,13 +61,6 @@ def status() -> str:
     if library is None:
         return f"torch's matmuls (aiayn's kernels off: {_state['why']})"
     return f"aiayn's kernels, compiled here: {library._name}"
-
-
-def kernels():
-    """The loaded library where the kernels are enabled and built, else None: for a caller that checks its arguments
-    itself (aiayn.fast.int8_by_rows: a checking wrapper around its two calls cost as much as the kernels there)."""
-    return _state["library"] if _state["enabled"] and _state["library"] is not None else (
-        _library() if available() else None)
 
 
 def set_enabled(on: bool) -> bool:
@@ -248,7 +239,4 @@ def _typed(library):
     library.row_argmax.restype = None
     library.move_rows.argtypes = [p, n, n, p, p, n]
     library.move_rows.restype = i
-    library.unit_rows.argtypes = [p, n, n, n, p, p]
-    library.scale_rows_back.argtypes = [p, n, n, p, p]
-    library.unit_rows.restype = library.scale_rows_back.restype = None
     return library

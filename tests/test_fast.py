@@ -11,7 +11,6 @@ from torch import nn
 from aiayn.fast import (
     Dropout,
     LayerNorm,
-    int8_by_rows,
     keep_freed_memory,
     row_argmax,
     row_topk,
@@ -198,26 +197,10 @@ def _native():
     return native.self_attention(q, keys, values, 6, 17), ref.transpose(1, 2).reshape(6, 1, 4 * 32)
 
 
-def _int8_packed(out: int = 48, columns: int = 64, seed: int = 0):
-    """(the dynamic int8 operator, the packed weights of a random (out, columns) projection with a bias as decoding
-    quantizes it, that bias, the int8 weight as floats)."""
-    from aiayn.decoding.inference import _int8_linear, _int8_op
-
-    torch.manual_seed(seed)
-    linear = _int8_linear(torch.randn(out, columns) / 8, torch.randn(out))
-    return _int8_op(), linear._packed_params._packed_params, linear.bias(), linear.weight().dequantize()
-
-
-def _int8_by_rows():
-    op, packed, bias, _ = _int8_packed()
-    x = torch.randn(5, 64) * torch.tensor([[1.0], [100.0], [0.01], [3.0], [0.0]])
-    return int8_by_rows(op, x, packed, bias), op(x, packed, True)
-
-
 _CLAIMS = {"Dropout": _dropout, "LayerNorm": _layer_norm, "use_matmul_attention": _matmul_attention,
            "row_topk": _row_topk, "row_argmax": _row_argmax, "keep_freed_memory": _process_setting(keep_freed_memory),
            "bound_kernel_cache": _process_setting(lambda: __import__("aiayn.fast").fast.bound_kernel_cache()),
-           "native": _native, "int8_by_rows": _int8_by_rows}
+           "native": _native}
 
 
 def test_what_changes_table_says_what_the_code_does(monkeypatch):
@@ -239,45 +222,3 @@ def test_what_changes_table_says_what_the_code_does(monkeypatch):
         assert _observed(*observed) == claim, name
     if unbuilt:
         pytest.skip(f"not built here: {unbuilt}")
-
-
-@pytest.mark.parametrize("compiled", [True, False])
-def test_int8_by_rows_quantizes_each_row_over_its_own_range(compiled):
-    """Each row's int8 product is that row's alone (the same beside any other rows: a row of 1,000s, of 0.001s, of
-    zeros), and nearer the float product than the whole input's one range gives a row of small numbers beside large
-    ones; a row of zeros gives the bias; the compiled halves and torch's ops agree to rounding."""
-    from aiayn import native
-
-    if compiled and not native.available():
-        pytest.skip("aiayn.native is not built here")
-    op, packed, bias, weight = _int8_packed()
-    torch.manual_seed(1)
-    small, others = torch.randn(1, 64) * 0.01, torch.randn(6, 64) * torch.tensor([[1000.0], [1e-3], [0.0], [1.0],
-                                                                                  [5.0], [0.2]])
-    before = native.set_enabled(compiled)
-    try:
-        alone = int8_by_rows(op, small, packed, bias)
-        for i in range(len(others)):
-            beside = int8_by_rows(op, torch.cat([others[:i], small, others[i:]]).view(1, 7, 64), packed, bias)
-            assert beside.shape == (1, 7, 48) and torch.equal(beside[0, i], alone[0])
-        exact = small @ weight.T + bias
-        mixed = op(torch.cat([small, others[:1]]), packed, True)[0]  # one range for a row of 0.01s and one of 1,000s
-        assert (alone[0] - exact[0]).abs().max() < 0.02 * (mixed - exact[0]).abs().max()
-        zeros = int8_by_rows(op, torch.zeros(2, 64), packed, bias)
-        torch.testing.assert_close(zeros, bias.expand(2, 48), rtol=0, atol=1e-6)
-    finally:
-        native.set_enabled(before)
-    if compiled:
-        x = torch.cat([small, others])
-        torch.testing.assert_close(int8_by_rows(op, x, packed, bias), _by_torch_ops(op, x, packed, bias),
-                                   rtol=1e-5, atol=1e-5)
-
-
-def _by_torch_ops(op, x, packed, bias):
-    from aiayn import native
-
-    before = native.set_enabled(False)
-    try:
-        return int8_by_rows(op, x, packed, bias)
-    finally:
-        native.set_enabled(before)

@@ -245,8 +245,6 @@ def test_int8_decoding_packs_the_decoders_projections_for_the_step_engine(monkey
     # differ at ordinary inputs; on an AVX2-only CPU at a few, so inputs of several scales and shapes are tried).
     from torch.ao.nn.quantized.dynamic import Linear as DynamicLinear
 
-    from aiayn.fast import int8_by_rows
-
     if not {"fbgemm", "onednn"} <= set(torch.backends.quantized.supported_engines):
         pytest.skip("torch lacks one of the two int8 engines here")
     monkeypatch.setattr(inference, "int8_step_engine", lambda: "fbgemm")
@@ -256,16 +254,9 @@ def test_int8_decoding_packs_the_decoders_projections_for_the_step_engine(monkey
     inputs = [torch.randn(rows, q.cfg.d_model) * scale for rows in (7, 64) for scale in (0.01, 1, 3, 100, 1000)]
     inputs += [x.index_fill(1, torch.tensor([0]), 1e4 * x.abs().max()) for x in inputs]  # one outlying feature
 
-    def packed_for(engine: str, m: nn.Module):
+    def packed_for(engine: str, m: nn.Module, x: torch.Tensor) -> torch.Tensor:
         with runtime.int8_packing(engine):
-            return torch.ops.quantized.linear_prepack(*m._packed_params._weight_bias())
-
-    def called_as(m: nn.Module, params, x: torch.Tensor) -> torch.Tensor:  # as m calls its packed weights
-        if m.by_rows:  # a layer's: each row over its own range
-            return int8_by_rows(torch.ops.quantized.linear_dynamic, x, params, m._packed_params._weight_bias()[1])
-        return torch.ops.quantized.linear_dynamic(x, params, True)
-
-    def over_one_range(params, x: torch.Tensor) -> torch.Tensor:  # where the two engines' roundings part
+            params = torch.ops.quantized.linear_prepack(*m._packed_params._weight_bias())
         return torch.ops.quantized.linear_dynamic(x, params, True)
 
     layers = {"decoder": q.decoder.layers[0].self_attn.w_q, "encoder": q.encoder.layers[0].self_attn.w_q,
@@ -274,11 +265,8 @@ def test_int8_decoding_packs_the_decoders_projections_for_the_step_engine(monkey
     for part, m in layers.items():
         engine, other = ("fbgemm", "onednn") if part == "decoder" else ("onednn", "fbgemm")
         with torch.no_grad():
-            assert all(torch.equal(m(x), called_as(m, packed_for(engine, m), x)) for x in inputs), part
-            own = m._packed_params._packed_params
-            assert all(torch.equal(over_one_range(own, x), over_one_range(packed_for(engine, m), x)) for x in inputs)
-            assert any(not torch.equal(over_one_range(own, x), over_one_range(packed_for(other, m), x))
-                       for x in inputs), part
+            assert all(torch.equal(m(x), packed_for(engine, m, x)) for x in inputs), part
+            assert any(not torch.equal(m(x), packed_for(other, m, x)) for x in inputs), part
 
 
 def test_int8_step_engine_is_fbgemm_beside_onednn_without_amx(monkeypatch):

@@ -2,8 +2,7 @@
 
     PRECISIONS                  "fp32" (the model's own weights), "bf16" (a copy converted once: autocast would cast
                                 the weights again at every step), "int8" (every projection dynamically quantized:
-                                int8 weights, one scale per output channel; each row of a layer's input quantized
-                                over its own range, fast.int8_by_rows, the output projection's input over one; CPU)
+                                int8 weights, one scale per output channel, the input quantized per batch; CPU)
     DecodingTransformer         a Transformer in one of those formats, `prepacked` or not; the same modules and maths
     decoding_copy(model, ...)   the trained model -> a DecodingTransformer (the model passed in is left as it was,
                                 unless `consume`: then its tensors move into the copy or are freed as it is made)
@@ -33,7 +32,6 @@ from aiayn.allocator import release_freed_memory
 from aiayn.config import PRECISIONS
 from aiayn.decoding import step
 from aiayn.errors import UsageError
-from aiayn.fast import int8_by_rows
 from aiayn.model import FeedForward, Transformer
 from aiayn.runtime import configure_process, fp32_gemm, int8_packing, int8_step_engine, warn_if_bf16_slow
 
@@ -289,7 +287,7 @@ class _Int8TiedProjection:
     def pack(self) -> None:
         self._int8 = None
         with int8_packing():
-            self.linear = _int8_linear(self.weight, None, by_rows=False)  # one range: a pass over the logits less
+            self.linear = _int8_linear(self.weight, None)
 
     def __call__(self, hidden: Tensor) -> Tensor:
         return self.linear(hidden)
@@ -310,25 +308,22 @@ class _Int8Rows:
     their fp32 bias, packed for `engine`'s GEMM (default int8_engine()) and called as Int8Linear calls its operator
     (_int8_linear_class)."""
 
-    def __init__(self, q: Tensor, bias: Tensor | None = None, engine: str | None = None, by_rows: bool = False):
+    def __init__(self, q: Tensor, bias: Tensor | None = None, engine: str | None = None):
         with int8_packing(engine):
             self.packed = torch.ops.quantized.linear_prepack(q, bias)
-        self.bias, self.by_rows = bias, by_rows
 
     def __call__(self, x: Tensor) -> Tensor:
         with torch._C.DisableTorchFunction():
-            if self.by_rows:
-                return int8_by_rows(_int8_op(), x, self.packed, self.bias)
             return _int8_op()(x, self.packed, True)
 
 
 class _Int8Fused:
     """x -> Concat(x W^Q + b^Q, x W^K + b^K, x W^V + b^V): a decoder self-attention's three int8 projections as one
     GEMM, for the decoder step (aiayn.decoding.step). Their int8 rows, per-row scales and biases are taken as they
-    are and stacked (one scale per row: the rows quantize alike either way); the input, quantized once per call,
-    each row over its own range (fast.int8_by_rows), is quantized as each of the three would quantize it. So the
-    same products to the bit, with one quantization of the input and one call where there were three. `pack` stacks
-    them again (after a load_state_dict)."""
+    are and stacked (one scale per row: the rows quantize alike either way); the input, quantized once per call with
+    one scale for the whole tensor, is quantized as each of the three would quantize it. So the same products to
+    the bit, with one quantization of the input and one call where there were three. `pack` stacks them again (after
+    a load_state_dict)."""
 
     def __init__(self, attention: nn.Module):
         self.attention = attention
@@ -342,7 +337,7 @@ class _Int8Fused:
             torch.cat([w.int_repr() for w in weights]), torch.cat([w.q_per_channel_scales() for w in weights]),
             torch.cat([w.q_per_channel_zero_points() for w in weights]), 0)
         biases = [b for _, b in parts]
-        self.projection = _Int8Rows(q, None if None in biases else torch.cat(biases), int8_step_engine(), True)
+        self.projection = _Int8Rows(q, None if None in biases else torch.cat(biases), int8_step_engine())
 
     def __call__(self, x: Tensor) -> Tensor:
         return self.projection(x)
@@ -365,23 +360,11 @@ def _int8_linear_class() -> type[nn.Module]:
     plain = torch._C.DisableTorchFunction  # no tensor subclass or torch function mode takes part in this call
 
     class Int8Linear(DynamicLinear):
-        operator = staticmethod(op)  # (x, packed weights, reduce_range)
-        by_rows = True  # each row of x quantized over its own range (fast.int8_by_rows), else x's over one
-
-        def bound(self) -> Callable[[Tensor], Tensor]:
-            """x -> this projection of x, its packed weights (and their bias) bound: aiayn.decoding.step's call."""
-            packed = self._packed_params._packed_params
-            if not self.by_rows:
-                return lambda x: op(x, packed, True)
-            bias = torch.ops.quantized.linear_unpack(packed)[1]
-            return lambda x: int8_by_rows(op, x, packed, bias)
+        operator = staticmethod(op)  # (x, packed weights, reduce_range): aiayn.decoding.step calls it directly
 
         def forward(self, x: Tensor) -> Tensor:
-            packed, held = self._packed_params._packed_params, self.__dict__.get("_bound")
-            if held is None or held[0] is not packed:  # new weights (a load_state_dict): bound anew
-                held = self.__dict__["_bound"] = (packed, self.bound())
             with plain():
-                return held[1](x)
+                return op(x, self._packed_params._packed_params, True)
 
     return Int8Linear
 
@@ -394,7 +377,7 @@ def _int8_op():
     return getattr(overload, "_op", overload)
 
 
-def _int8_linear(weight: Tensor, bias: Tensor | None, by_rows: bool = True) -> nn.Module:
+def _int8_linear(weight: Tensor, bias: Tensor | None) -> nn.Module:
     """An Int8Linear (_int8_linear_class) of the projection x W^T + b, as torch.ao's dynamic quantization makes it
     (DynamicLinear.from_float with per_channel_dynamic_qconfig: the weight observed and quantized to int8 per output
     channel, packed for the current quantized engine), to the bit. from_float first makes its module at full size,
@@ -409,7 +392,7 @@ def _int8_linear(weight: Tensor, bias: Tensor | None, by_rows: bool = True) -> n
         observer = per_channel_dynamic_qconfig.weight()
         observer(weight.detach())
         q = _int8_linear_class()(1, 1, dtype=torch.qint8)
-    q.in_features, q.out_features, q.by_rows = weight.size(1), weight.size(0), by_rows
+    q.in_features, q.out_features = weight.size(1), weight.size(0)
     q.set_weight_bias(_quantize_weight(weight.detach().float(), observer), None if bias is None else bias.detach())
     return q
 

@@ -150,7 +150,8 @@ def _projection(module: nn.Module) -> Callable:
         return functools.partial(F.linear, weight=module.weight, bias=module.bias)
     packed = getattr(getattr(module, "_packed_params", None), "_packed_params", None)
     if packed is not None and hasattr(type(module), "operator"):  # inference's Int8Linear
-        return module.bound()
+        op = type(module).operator
+        return lambda x: op(x, packed, True)
     return module.forward
 
 
