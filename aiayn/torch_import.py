@@ -1,7 +1,7 @@
 """torch imported for a translation on a CPU without what such a translation never runs. torch's own import ends with
 two modules imported for what they register alone: kernels for the meta device written in Python
 (torch._meta_registrations: what torch.compile, export and fake tensors compute shapes with) and CUDA kernels that
-replace some of ATen's (torch._native). Together they are about a third of the import's CPU time. While
+replace some of ATen's (torch._native): a large part of the import's CPU time (docs/speed-design.md). While
 `registrations_deferred` is open, importing either makes a lazy module (importlib's LazyLoader): the first use of any
 of its attributes runs it, and `finish` runs both, which `runtime.resolve_device` does for every device but the CPU.
 No torch here, so that `cli.main` can open it before torch is imported; where torch is imported already it changes
