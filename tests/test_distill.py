@@ -179,6 +179,7 @@ def test_killed_while_the_student_trains_and_run_again(setup, tmp_path, sig):
     assert {p: p.stat().st_mtime_ns for p in shards} == shards  # the teacher's stage was not run again
     recipe = json.loads((out / "distill" / "recipe.json").read_text())
     assert recipe["stages"]["student"]["steps"] == 120 and (out / rundir.SHORTLIST).is_file()
+    assert recipe["budget"] == {"max_steps": 120}  # the budget that decides, alone
 
 
 def test_two_processes_translate_their_shards_merged_in_order(setup, done, tmp_path):
@@ -254,7 +255,7 @@ def test_epochs_are_passes_over_the_distilled_data_made_steps(setup, done, tmp_p
     assert f"{per_epoch} batches/epoch/process" in said  # train's own count of an epoch's batches
     assert f"for 1.7 epochs ({steps} steps)" in said and steps > 4 and steps != 1.7 * per_epoch
     recipe = json.loads((out / "distill" / "recipe.json").read_text())
-    assert recipe["budget"]["epochs"] == 1.7 and recipe["stages"]["student"]["steps"] == steps
+    assert recipe["budget"] == {"epochs": 1.7} and recipe["stages"]["student"]["steps"] == steps
     assert main(command) == 0 and trained_so_far(out)[0] == steps
     assert "one budget" in _error(capsys, 2, [*command, "--max-steps", "3"])
     assert "one budget" in _error(capsys, 2, [*command, "--minutes", "5"])

@@ -159,7 +159,8 @@ def recipe_record(recipe: Recipe, inputs: dict[str, Any]) -> dict[str, Any]:
             "student": {"preset": recipe.student, "overrides": recipe.student_overrides, "model": model},
             "search": {"beam": recipe.beam, "alpha": recipe.alpha}, "shard_size": recipe.shard_size,
             "train": {k: getattr(recipe, k) for k in ("max_tokens", "warmup", "lr_factor", "anneal", "dtype")},
-            "budget": {"max_steps": recipe.max_steps, "epochs": recipe.epochs, "minutes": recipe.minutes},
+            "budget": ({"max_steps": recipe.max_steps} if recipe.max_steps else {"epochs": recipe.epochs}
+                       if recipe.epochs else {"minutes": recipe.minutes}),  # the one that decides
             "stages": {}}
 
 
