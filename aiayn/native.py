@@ -10,18 +10,21 @@ rounding (tests/test_native.py); what they are worth: docs/speed-design.md.
     reads_keys(keys)                                whether cross_attention reads keys in this layout (K^T held)
     row_argmax(x)                                   torch.argmax(x, 1) of a step's (N, V) logits, in one pass a row
     move_rows(x, into, source)                      x[into] = x[source] in place, as memcpy: a cache's reorder
+    int8_linear(x, weights)                         x W^T + b, int8, each row of x over its own range (native_int8.c;
+                                                    Int8Weights: W packed once); int8_available() where it is built
     available()                                     whether the kernels are built and in use; status() says why not
     set_enabled(on)                                 use them or not (an A/B's other side); AIAYN_NATIVE=0 starts off
 
-The library is compiled at first use by the system's C compiler (CC, else cc) with -march=native, into
-$AIAYN_CACHE_DIR (default ~/.cache/aiayn)/native/<key>/, the key naming the source, the compiler command and the CPU's
-features, so a machine builds it once and a changed source or another CPU builds anew. Without a compiler, or where
-it fails, decoding runs torch's attention as before and `aiayn doctor` says why.
+The library (native.c and native_int8.c) is compiled at first use by the system's C compiler (CC, else cc) with
+-march=native, into $AIAYN_CACHE_DIR (default ~/.cache/aiayn)/native/<key>/, the key naming the sources, the compiler
+command and the CPU's features, so a machine builds it once and a changed source or another CPU builds anew. Without
+a compiler, or where it fails, decoding runs torch's attention and int8 torch's fbgemm, and `aiayn doctor` says why.
 """
 
 from __future__ import annotations
 
 import ctypes
+import functools
 import hashlib
 import os
 import platform
@@ -29,7 +32,9 @@ import shutil
 import subprocess
 import tempfile
 import threading
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import NamedTuple
 
 import torch
 from torch import Tensor
@@ -37,6 +42,7 @@ from torch import Tensor
 from aiayn.errors import UsageError
 
 SOURCE = Path(__file__).with_name("native.c")
+SOURCES = (SOURCE, SOURCE.with_name("native_int8.c"))
 FLAGS = ("-O3", "-march=native", "-fopenmp-simd", "-shared", "-fPIC")
 
 _lock = threading.Lock()
@@ -150,6 +156,90 @@ def move_rows(x: Tensor, into: Tensor, source: Tensor) -> None:
         raise MemoryError("aiayn.native's move_rows could not allocate its copy of the rows")
 
 
+class Int8Weights(NamedTuple):
+    """A projection's weights as int8_linear reads them: W (N, K) quantized per output channel and packed (see
+    native_int8.c; pack_int8 makes them)."""
+
+    packed: Tensor  # (ceil(N/8), ceil(K/4), 8, 4) int8
+    colsum: Tensor  # (N'): int32, each output channel's int8 weights summed; N' = N rounded up to 8, zeros after N
+    scale: Tensor  # (N'): fp32, each channel's scale (max |W_n| / 127)
+    bias: Tensor  # (N'): fp32, b (zeros where the projection has none)
+    n_in: int
+    n_out: int
+    pointers: tuple[int, ...] = ()  # the four tensors' addresses, as int8_linear passes them (with_pointers)
+
+    def with_pointers(self) -> Int8Weights:
+        """These weights, their addresses taken once (a step calls int8_linear tens of times)."""
+        return self._replace(pointers=(self.packed.data_ptr(), self.colsum.data_ptr(), self.scale.data_ptr(),
+                                       self.bias.data_ptr()))
+
+
+def pack_int8(values: Tensor, scale: Tensor, bias: Tensor | None) -> Int8Weights:
+    """Int8Weights of W = values * scale[:, None]: values (N, K) int8 in [-127, 127], scale (N,), bias (N,) or None."""
+    n, k = values.shape
+    n8, k4 = -(-n // 8) * 8, -(-k // 4) * 4
+    full = values.new_zeros(n8, k4)
+    full[:n, :k] = values
+    packed = full.view(n8 // 8, 8, k4 // 4, 4).transpose(1, 2).contiguous()
+
+    def padded(t: Tensor | None, dtype: torch.dtype) -> Tensor:
+        out = torch.zeros(n8, dtype=dtype)
+        if t is not None:
+            out[:n] = t
+        return out
+    return Int8Weights(packed, padded(values.sum(1, dtype=torch.int32), torch.int32), padded(scale, torch.float32),
+                       padded(bias, torch.float32), k, n).with_pointers()
+
+
+def unpack_int8(weights: Int8Weights) -> Tensor:
+    """The (N, K) int8 values pack_int8 packed."""
+    n8 = weights.packed.size(0) * 8
+    return weights.packed.transpose(1, 2).reshape(n8, -1)[:weights.n_out, :weights.n_in]
+
+
+def int8_available() -> bool:
+    """Whether int8_linear runs here: the kernels available() and compiled for a CPU with AVX2."""
+    return available() and bool(_library().int8_kernel())
+
+
+def int8_linear(x: Tensor, weights: Int8Weights) -> Tensor:
+    """x W^T + b for x (..., K) fp32 on the CPU: each row of x quantized to int8 over its own range, W's int8 values
+    (native_int8.c); a row's products depend on that row alone."""
+    n_in = weights.n_in
+    if not (x.dtype is torch.float32 and x.is_cpu and x.size(-1) == n_in):
+        raise ValueError(f"aiayn.native's int8_linear takes fp32 CPU rows of {n_in} numbers, not {x.dtype} "
+                         f"{tuple(x.shape)}")
+    rows = x.reshape(-1, n_in).contiguous()
+    out = x.new_empty(*x.shape[:-1], weights.n_out)
+    count, n_out, library = rows.size(0), weights.n_out, _library()
+
+    def run(first: int, last: int) -> int:  # rows [first, last)
+        return library.int8_linear(rows.data_ptr() + first * n_in * 4, last - first, n_in, -(-n_in // 4) * 4,
+                                   *weights.pointers, n_out, out.data_ptr() + first * n_out * 4)
+
+    threads = torch.get_num_threads() if count * n_in * n_out >= INT8_SPLIT_PRODUCTS and count >= 8 else 1
+    if threads == 1:
+        status = run(0, count)
+    else:  # an encoder's thousands of rows on torch's threads: the rows split, the other parts on _pool's threads
+        bounds = [count * i // threads for i in range(threads + 1)]
+        others = [_pool().submit(run, bounds[i], bounds[i + 1]) for i in range(1, threads)]
+        status = min([run(bounds[0], bounds[1]), *(f.result() for f in others)])
+    if status == -2:
+        raise RuntimeError("aiayn.native's int8_linear was compiled without AVX2 here (see int8_available())")
+    if status != 0:
+        raise MemoryError("aiayn.native's int8_linear could not allocate its buffer of quantized rows")
+    return out
+
+
+INT8_SPLIT_PRODUCTS = 1 << 21  # int8_linear splits its rows over torch's threads from ~2 million multiply-adds
+
+
+@functools.cache
+def _pool() -> ThreadPoolExecutor:
+    """Threads for int8_linear's other parts (ctypes lets go of the GIL during each call)."""
+    return ThreadPoolExecutor(max(1, (os.cpu_count() or 2) - 1), thread_name_prefix="aiayn-int8")
+
+
 def reads_keys(keys: Tensor) -> bool:
     """Whether cross_attention reads these keys (B, h, S, d_k): fp32 on the CPU, held transposed, each head's K^T
     (d_k, S') rows of S' >= S numbers, one after the other."""
@@ -194,7 +284,7 @@ def _build() -> Path:
     compiler = os.environ.get("CC") or "cc"
     if shutil.which(compiler) is None:
         raise RuntimeError(f"no C compiler: {compiler!r} not found (install gcc, or set CC)")
-    source = SOURCE.read_bytes()
+    source = b"\0".join(path.read_bytes() for path in SOURCES)
     key = hashlib.sha256(b"\0".join([source, compiler.encode(), " ".join(FLAGS).encode(),
                                      platform.machine().encode(), _cpu_features()])).hexdigest()[:16]
     root = Path(os.environ.get("AIAYN_CACHE_DIR") or Path.home() / ".cache" / "aiayn")
@@ -209,12 +299,13 @@ def _build() -> Path:
     os.close(fd)
     try:
         for flags in (FLAGS, tuple(f for f in FLAGS if f != "-march=native")):  # some compilers know no -march
-            done = subprocess.run([compiler, *flags, "-o", tmp, str(SOURCE), "-lm"], capture_output=True, text=True,
-                                  timeout=120)
+            done = subprocess.run([compiler, *flags, "-o", tmp, *map(str, SOURCES), "-lm"], capture_output=True,
+                                  text=True, timeout=120)
             if done.returncode == 0:
                 os.replace(tmp, target)
                 return target
-        raise RuntimeError(f"{compiler} could not compile {SOURCE.name}: {(done.stderr or done.stdout).strip()}")
+        names = " and ".join(p.name for p in SOURCES)
+        raise RuntimeError(f"{compiler} could not compile {names}: {(done.stderr or done.stdout).strip()}")
     finally:
         if os.path.exists(tmp):
             os.unlink(tmp)
@@ -239,4 +330,7 @@ def _typed(library):
     library.row_argmax.restype = None
     library.move_rows.argtypes = [p, n, n, p, p, n]
     library.move_rows.restype = i
+    library.int8_kernel.argtypes, library.int8_kernel.restype = [], i
+    library.int8_linear.argtypes = [p, n, n, n, p, p, p, p, n, p]
+    library.int8_linear.restype = i
     return library

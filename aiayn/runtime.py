@@ -137,22 +137,33 @@ def users_choice(variable: str, choices: tuple[str, ...]) -> str | None:
     return asked or None
 
 
-INT8_ENGINES = ("fbgemm", "onednn")  # torch's quantized engines int8 decoding can pack its weights for
+INT8_ENGINES = ("aiayn", "fbgemm", "onednn")  # the int8 GEMMs decoding can pack its weights for: aiayn's, torch's
 
 
 def int8_engine() -> str:
-    """The quantized engine int8 decoding packs its weights for: oneDNN's where the CPU has int8 dot products
-    (AVX512-VNNI or AMX-INT8, and oneDNN is not capped below them by ONEDNN_MAX_CPU_ISA), fbgemm's elsewhere (an
-    AVX2 CPU, where oneDNN's int8 GEMM is the slower one). Both quantize each row of activations to 8 bits on the fly
-    and give the same products to rounding; speeds: docs/speed.md. AIAYN_INT8_ENGINE=fbgemm|onednn chooses."""
+    """The int8 GEMM decoding packs its weights for: oneDNN's where the CPU has int8 dot products (AVX512-VNNI or
+    AMX-INT8, and oneDNN is not capped below them by ONEDNN_MAX_CPU_ISA); elsewhere aiayn's own (aiayn/native_int8.c,
+    where aiayn.native's kernels are built for a CPU with AVX2), else fbgemm's. torch's two quantize a batch's
+    activations over one range (7 bits on fbgemm), aiayn's each row over its own (7 bits), faster on AVX2 and nearer
+    fp32; measurements: docs/speed.md. AIAYN_INT8_ENGINE=aiayn|fbgemm|onednn chooses."""
     asked = users_choice("AIAYN_INT8_ENGINE", INT8_ENGINES)
+    if asked == "aiayn" and not _aiayn_int8():
+        raise UsageError("AIAYN_INT8_ENGINE=aiayn needs aiayn's compiled kernels on a CPU with AVX2 (`aiayn doctor` "
+                         "says why they are not in use); choose fbgemm or onednn")
     if asked:
         return asked
     capped = os.environ.get("ONEDNN_MAX_CPU_ISA", "").upper()
-    if capped and capped != "ALL" and "VNNI" not in capped and "AMX" not in capped:
-        return "fbgemm"
     vnni = {"avx512_vnni", "amx_int8"} & cpu_flags()
-    return "onednn" if vnni and "onednn" in torch.backends.quantized.supported_engines else "fbgemm"
+    if vnni and not (capped and capped != "ALL" and "VNNI" not in capped and "AMX" not in capped) and \
+            "onednn" in torch.backends.quantized.supported_engines:
+        return "onednn"
+    return "aiayn" if _aiayn_int8() else "fbgemm"
+
+
+def _aiayn_int8() -> bool:
+    from aiayn import native  # compiles the kernels on first use
+
+    return native.int8_available()
 
 
 def int8_step_engine() -> str:
@@ -197,8 +208,8 @@ def fp32_gemm(elements: int = 0) -> str:
 def int8_packing(engine: str | None = None):
     """Within: int8 weights are quantized and packed for `engine` (default int8_engine()); a packed weight keeps its
     engine's kernels wherever it runs afterwards."""
-    before = torch.backends.quantized.engine
-    torch.backends.quantized.engine = engine or int8_engine()
+    before, engine = torch.backends.quantized.engine, engine or int8_engine()
+    torch.backends.quantized.engine = "fbgemm" if engine == "aiayn" else engine  # aiayn's packs its own (int8_rows)
     try:
         yield
     finally:

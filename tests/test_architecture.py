@@ -51,7 +51,8 @@ def test_importing_the_core_loads_no_feature_and_no_optional_dependency():
 FLOORS = [
     ["decoding", "training", "errors", "allocator", "torch_import"],  # the subpackages' __init__ import nothing
     ["native"],
-    ["fast", "training.packed", "decoding.cache", "progress", "decoding.sampling", "decoding.sentences"],
+    ["fast", "training.packed", "decoding.cache", "progress", "decoding.sampling", "decoding.sentences",
+     "decoding.int8_rows"],
     ["files", "config", "extras", "metrics.bleu", "metrics.evalb", "decoding.ensemble", "languages",
      "decoding.alignment"],
     ["data.folder", "data.vocab", "data.batching", "model", "runtime", "decoding.search", "metrics.significance",

@@ -193,11 +193,13 @@ def test_int8_copy_follows_the_model():
     assert sum(agree) >= 2
 
 
-def test_int8_projections_call_torchs_operator_as_torchs_module_does():
-    # Every int8 projection, the tied output projection included, is the lean Int8Linear, and it (and a shortlist's
-    # rows) returns what torch's own dynamic quantized Linear returns for the same packed weights, to the bit.
+def test_int8_projections_call_torchs_operator_as_torchs_module_does(monkeypatch):
+    # On torch's int8 engines every int8 projection, the tied output projection included, is the lean Int8Linear, and
+    # it (and a shortlist's rows) returns what torch's own dynamic quantized Linear returns for the same packed
+    # weights, to the bit.
     from torch.ao.nn.quantized.dynamic import Linear as DynamicLinear
 
+    monkeypatch.setenv("AIAYN_INT8_ENGINE", "fbgemm")
     torch.manual_seed(0)
     q = decoding_copy(Transformer(ModelConfig.preset("tiny", vocab_size=60)).eval(), "int8")
     projections = [m for m in q.modules() if isinstance(m, DynamicLinear)] + [q.output_projection.linear]
@@ -253,7 +255,7 @@ def test_int8_projections_are_what_torchs_dynamic_quantization_makes_packed_once
         with torch.no_grad():
             assert torch.equal(mine(x), ref(x))
 
-def test_int8_projections_skip_the_search_for_torch_function_overrides():
+def test_int8_projections_skip_the_search_for_torch_function_overrides(monkeypatch):
     # torch looks for __torch_function__ on every argument of an operator called from Python; on the packed weights (a
     # TorchScript object) that lookup raises and catches a C++ exception at every call. The lean Int8Linear calls the
     # operator with that machinery off: a torch function mode sees torch's own module's call, not the lean one's.
@@ -269,6 +271,7 @@ def test_int8_projections_skip_the_search_for_torch_function_overrides():
             self.names.append(str(func))
             return func(*args, **(kwargs or {}))
 
+    monkeypatch.setenv("AIAYN_INT8_ENGINE", "fbgemm")  # torch's engines (aiayn's calls no torch operator)
     q = decoding_copy(Transformer(ModelConfig.preset("tiny", vocab_size=60)).eval(), "int8")
     lean, x = q.output_projection.linear, torch.randn(2, 32)
     with torch.no_grad(), Seen() as torchs, torch.no_grad():
@@ -307,17 +310,18 @@ def test_int8_rows_are_taken_from_the_full_matrix_as_quantizing_them_anew_would(
             assert torch.equal(q.output_rows(ids)(hidden), anew(hidden))
 
 
-@pytest.mark.parametrize("engine", ["fbgemm", "onednn"])
+@pytest.mark.parametrize("engine", ["fbgemm", "onednn", "aiayn"])
 def test_int8_decoder_steps_project_q_k_v_in_one_gemm_with_the_same_bits(engine, monkeypatch):
     """int8: each decoder self-attention's W^Q, W^K, W^V stacked as one GEMM (inference._Int8Fused), packed for the
     engine of the decoder's projections, gives their three products to the bit (rows of one sentence and of many,
     a padding row of zeros among them), is stacked again after a load_state_dict, and is what a search's written-out
     steps call, once a layer a step."""
+    from aiayn import native
     from aiayn.decoding import step
     from aiayn.decoding.search import SearchConfig, beam_search
 
-    if engine not in torch.backends.quantized.supported_engines:
-        pytest.skip(f"this torch build has no {engine} engine")
+    if engine not in (*torch.backends.quantized.supported_engines, *["aiayn"] * native.int8_available()):
+        pytest.skip(f"no {engine} int8 engine here")
     monkeypatch.setenv("AIAYN_INT8_ENGINE", engine)
     torch.manual_seed(0)
     q = decoding_copy(tiny_model(40, eos_bias=3.0), "int8")

@@ -204,17 +204,27 @@ def test_int8_engine_follows_the_cpu_and_the_users_choice(monkeypatch):
     monkeypatch.delenv("AIAYN_INT8_ENGINE", raising=False)
     monkeypatch.delenv("ONEDNN_MAX_CPU_ISA", raising=False)
     onednn = "onednn" in torch.backends.quantized.supported_engines
+    monkeypatch.setattr(runtime, "_aiayn_int8", lambda: True)  # aiayn's kernel built for AVX2
     monkeypatch.setattr(runtime, "cpu_flags", lambda: {"avx2", "avx512f", "avx512_vnni"})
-    assert runtime.int8_engine() == ("onednn" if onednn else "fbgemm")
-    monkeypatch.setattr(runtime, "cpu_flags", lambda: {"avx2", "fma"})  # no int8 dot products: fbgemm
-    assert runtime.int8_engine() == "fbgemm"
+    assert runtime.int8_engine() == ("onednn" if onednn else "aiayn")
+    monkeypatch.setattr(runtime, "cpu_flags", lambda: {"avx2", "fma"})  # no int8 dot products: aiayn's
+    assert runtime.int8_engine() == "aiayn"
     monkeypatch.setattr(runtime, "cpu_flags", lambda: {"avx2", "amx_int8"})
-    monkeypatch.setenv("ONEDNN_MAX_CPU_ISA", "AVX2")  # oneDNN capped below VNNI: fbgemm
+    monkeypatch.setenv("ONEDNN_MAX_CPU_ISA", "AVX2")  # oneDNN capped below VNNI: as an AVX2 CPU
+    assert runtime.int8_engine() == "aiayn"
+    monkeypatch.setattr(runtime, "_aiayn_int8", lambda: False)  # no kernel (no compiler, no AVX2): fbgemm
     assert runtime.int8_engine() == "fbgemm"
+    with monkeypatch.context() as m:
+        m.setenv("AIAYN_INT8_ENGINE", "aiayn")
+        with pytest.raises(UsageError, match="AIAYN_INT8_ENGINE=aiayn needs aiayn's compiled kernels"):
+            runtime.int8_engine()
+    monkeypatch.setattr(runtime, "_aiayn_int8", lambda: True)
     monkeypatch.setenv("AIAYN_INT8_ENGINE", "FBGEMM")  # the user's choice wins, any case
     assert runtime.int8_engine() == "fbgemm"
+    monkeypatch.setenv("AIAYN_INT8_ENGINE", "Aiayn")
+    assert runtime.int8_engine() == "aiayn"
     monkeypatch.setenv("AIAYN_INT8_ENGINE", "mkl")
-    with pytest.raises(UsageError, match="AIAYN_INT8_ENGINE must be one of fbgemm, onednn"):
+    with pytest.raises(UsageError, match="AIAYN_INT8_ENGINE must be one of aiayn, fbgemm, onednn"):
         runtime.int8_engine()
 
 
@@ -249,6 +259,7 @@ def test_int8_decoding_packs_the_decoders_projections_for_the_step_engine(monkey
         pytest.skip("torch lacks one of the two int8 engines here")
     monkeypatch.setattr(inference, "int8_step_engine", lambda: "fbgemm")
     monkeypatch.setattr(runtime, "int8_engine", lambda: "onednn")
+    monkeypatch.setattr(inference, "int8_engine", lambda: "onednn")
     torch.manual_seed(0)
     q = inference.decoding_copy(tiny_model(64), "int8")
     inputs = [torch.randn(rows, q.cfg.d_model) * scale for rows in (7, 64) for scale in (0.01, 1, 3, 100, 1000)]
@@ -283,6 +294,8 @@ def test_int8_step_engine_is_fbgemm_beside_onednn_without_amx(monkeypatch):
     monkeypatch.setattr(runtime, "int8_engine", lambda: "fbgemm")
     monkeypatch.delenv("AIAYN_INT8_ENGINE")
     assert runtime.int8_step_engine() == "fbgemm"
+    monkeypatch.setattr(runtime, "int8_engine", lambda: "aiayn")  # AVX2 alone: aiayn's kernel for every projection
+    assert runtime.int8_step_engine() == "aiayn"
 
 
 def test_fp32_gemm_follows_the_cpu_vendor_its_avx512_the_weights_size_and_the_users_choice(monkeypatch):

@@ -153,12 +153,14 @@ def test_models_load_when_asked_and_the_least_recently_used_go(runs):
     assert len(by_weights.loaded()) == 2 and by_weights.unloads == 1
 
 
-def test_weights_are_counted_in_every_decoding_format(runs):
+def test_weights_are_counted_in_every_decoding_format(runs, monkeypatch):
     """What --max-model-memory counts: fp32 as stored; prepacked fp32 adds the output projection's packed copy of
-    the embedding; bf16 half of fp32's; int8 one byte per projection weight (packed by oneDNN or fbgemm, not seen as
-    tensors), the embedding kept in fp32 and its int8 copy for the output projection, and the decoder
-    self-attentions' W^Q, W^K, W^V stacked once more for the decoder step (their biases in fp32)."""
+    the embedding; bf16 half of fp32's; int8 (on torch's fbgemm here; aiayn's kernel: tests/test_int8_rows.py) one
+    byte per projection weight (packed by oneDNN or fbgemm, not seen as tensors), the embedding kept in fp32 and its
+    int8 copy for the output projection, and the decoder self-attentions' W^Q, W^K, W^V stacked once more for the
+    decoder step (their biases in fp32)."""
     _, made, _ = runs
+    monkeypatch.setenv("AIAYN_INT8_ENGINE", "fbgemm")
     plain = Translator.load(made["en", "de"], SEARCH, "fp32", prepack=False)
     stored = sum(t.numel() * 4 for t in [*plain.model.parameters(), *plain.model.buffers()])
     assert plain.weight_bytes() == stored

@@ -31,9 +31,10 @@ from aiayn import rundir
 from aiayn.allocator import release_freed_memory
 from aiayn.config import PRECISIONS
 from aiayn.decoding import step
+from aiayn.decoding.int8_rows import RowInt8Linear
 from aiayn.errors import UsageError
 from aiayn.model import FeedForward, Transformer
-from aiayn.runtime import configure_process, fp32_gemm, int8_packing, int8_step_engine, warn_if_bf16_slow
+from aiayn.runtime import configure_process, fp32_gemm, int8_engine, int8_packing, int8_step_engine, warn_if_bf16_slow
 
 _DTYPE = {"fp32": torch.float32, "bf16": torch.bfloat16}
 
@@ -272,8 +273,8 @@ def _pack_output_projection(q: DecodingTransformer) -> None:
 
 
 # ---------------------------------------------------------------------------------------------------------
-# int8 (CPU): dynamic quantization, the int8 GEMM of oneDNN (VNNI, AMX) or fbgemm (runtime.int8_engine; the
-# decoder's projections: runtime.int8_step_engine).
+# int8 (CPU): dynamic quantization, the int8 GEMM of oneDNN (VNNI, AMX), fbgemm, or aiayn's own with each row over
+# its own range (AVX2 alone: int8_rows.RowInt8Linear) (runtime.int8_engine; the decoder's: runtime.int8_step_engine).
 
 
 class _Int8TiedProjection:
@@ -286,8 +287,7 @@ class _Int8TiedProjection:
 
     def pack(self) -> None:
         self._int8 = None
-        with int8_packing():
-            self.linear = _int8_linear(self.weight, None)
+        self.linear = _int8_projection(self.weight, None, int8_engine())
 
     def __call__(self, hidden: Tensor) -> Tensor:
         return self.linear(hidden)
@@ -296,6 +296,8 @@ class _Int8TiedProjection:
         """The projection of the pieces `ids` alone: one scale per row, so their int8 rows and scales are the full
         matrix's, taken from it (quantized once, on the first call) and packed (a shortlist's batch: ~10 ms for
         3,400 x 256 where quantizing those rows anew took 22)."""
+        if isinstance(self.linear, RowInt8Linear):
+            return self.linear.rows(ids)
         if self._int8 is None:
             q, _ = self.linear._packed_params._weight_bias()  # (V, D) qint8, a scale per row
             self._int8 = (q.int_repr(), q.q_per_channel_scales(), q.q_per_channel_zero_points())
@@ -331,6 +333,9 @@ class _Int8Fused:
 
     def pack(self) -> None:
         a = self.attention
+        if isinstance(a.w_q, RowInt8Linear):
+            self.projection = RowInt8Linear.stacked([a.w_q, a.w_k, a.w_v])
+            return
         parts = [m._packed_params._weight_bias() for m in (a.w_q, a.w_k, a.w_v)]  # (qint8 (out, D), bias or None)
         weights = [w for w, _ in parts]
         q = torch._make_per_channel_quantized_tensor(
@@ -342,7 +347,9 @@ class _Int8Fused:
     def __call__(self, x: Tensor) -> Tensor:
         return self.projection(x)
 
-    def _weight_bias(self) -> tuple[Tensor, Tensor | None]:  # what weight_bytes counts
+    def _weight_bias(self) -> tuple[Tensor, ...]:  # what weight_bytes counts
+        if isinstance(self.projection, RowInt8Linear):
+            return tuple(self.projection.buffers())
         return torch.ops.quantized.linear_unpack(self.projection.packed)
 
 
@@ -377,6 +384,14 @@ def _int8_op():
     return getattr(overload, "_op", overload)
 
 
+def _int8_projection(weight: Tensor, bias: Tensor | None, engine: str) -> nn.Module:
+    """x W^T + b in int8 for `engine` (runtime.INT8_ENGINES): aiayn's kernel, or an Int8Linear packed for torch's."""
+    if engine == "aiayn":
+        return RowInt8Linear.quantized(weight, bias)
+    with int8_packing(engine):
+        return _int8_linear(weight, bias)
+
+
 def _int8_linear(weight: Tensor, bias: Tensor | None) -> nn.Module:
     """An Int8Linear (_int8_linear_class) of the projection x W^T + b, as torch.ao's dynamic quantization makes it
     (DynamicLinear.from_float with per_channel_dynamic_qconfig: the weight observed and quantized to int8 per output
@@ -406,8 +421,8 @@ def _int8_copy(model: nn.Module, consume: bool = False) -> DecodingTransformer:
     for name, m in [(name, m) for name, m in q.named_modules() if isinstance(m, nn.Linear)]:
         parent, _, attr = name.rpartition(".")
         # the decoder's own projections run a step's few rows at a time: their engine (int8_step_engine)
-        with int8_packing(int8_step_engine() if id(m) in decoder else None):
-            setattr(q.get_submodule(parent) if parent else q, attr, _int8_linear(m.weight, m.bias))
+        engine = int8_step_engine() if id(m) in decoder else int8_engine()
+        setattr(q.get_submodule(parent) if parent else q, attr, _int8_projection(m.weight, m.bias, engine))
         if consume:
             m.weight = m.bias = None
     projection = _Int8TiedProjection(q.embedding.weight)

@@ -30,6 +30,7 @@ from torch import Tensor, nn
 
 from aiayn import native
 from aiayn.decoding.cache import DecoderCache, LayerCache, held_dtype
+from aiayn.decoding.int8_rows import RowInt8Linear
 from aiayn.model import attention
 
 
@@ -152,6 +153,8 @@ def _projection(module: nn.Module) -> Callable:
     if packed is not None and hasattr(type(module), "operator"):  # inference's Int8Linear
         op = type(module).operator
         return lambda x: op(x, packed, True)
+    if isinstance(module, RowInt8Linear):  # aiayn's int8 kernel
+        return functools.partial(native.int8_linear, weights=module.weights)
     return module.forward
 
 
