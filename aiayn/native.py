@@ -3,7 +3,8 @@
 CPUs; these two functions run a step's attention in one call each. Two helpers of a search beside them: greedy
 search's argmax in one pass a row, and a reorder's copies of cache rows as whole rows (torch's ops for both read or
 move one number at a time on a CPU). Equal to model.scaled_dot_product_attention to
-rounding (tests/test_native.py); what they are worth: docs/speed-design.md.
+rounding (tests/test_native.py); what they are worth: docs/speed-design.md. And int8 decoding's GEMM on CPUs with
+AVX2 and no int8 dot products (native_int8.c: each row of the input over its own range; tests/test_int8_rows.py).
 
     self_attention(q, keys, values, rows, length)   over a time-major self-attention cache (aiayn.decoding.cache)
     cross_attention(q, keys, values, mask)          over the keys/values of each row's source sentence

@@ -138,7 +138,8 @@ def add_precision_arg(p: argparse.ArgumentParser) -> None:
     """--precision: the number format decoding runs the model in (aiayn.decoding.inference)."""
     p.add_argument("--precision", choices=PRECISIONS, default="fp32",
                    help="decode in fp32 (the weights as trained), bf16 (a bf16 copy of them) or int8 (int8 "
-                        "projections, CPU) (default fp32)")
+                        "projections, CPU: oneDNN's GEMM with VNNI, aiayn's own on AVX2; the environment's "
+                        "AIAYN_INT8_ENGINE=aiayn|fbgemm|onednn chooses) (default fp32)")
 
 
 def search_config(args: argparse.Namespace) -> SearchConfig:
