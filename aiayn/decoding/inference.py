@@ -2,7 +2,8 @@
 
     PRECISIONS                  "fp32" (the model's own weights), "bf16" (a copy converted once: autocast would cast
                                 the weights again at every step), "int8" (every projection dynamically quantized:
-                                int8 weights, one scale per output channel, the input quantized per batch; CPU)
+                                int8 weights, one scale per output channel, the input quantized per batch on
+                                torch's engines, per row on aiayn's: int8_rows; CPU)
     DecodingTransformer         a Transformer in one of those formats, `prepacked` or not; the same modules and maths
     decoding_copy(model, ...)   the trained model -> a DecodingTransformer (the model passed in is left as it was,
                                 unless `consume`: then its tensors move into the copy or are freed as it is made)
@@ -415,7 +416,7 @@ def _int8_linear(weight: Tensor, bias: Tensor | None) -> nn.Module:
 def _int8_copy(model: nn.Module, consume: bool = False) -> DecodingTransformer:
     """consume: `model` itself is quantized (its fp32 projections freed as they are replaced), not a copy."""
     if next(model.parameters()).device.type != "cpu":
-        raise UsageError("int8 decoding runs on CPU (oneDNN's or fbgemm's int8 GEMM); use --precision bf16 on GPUs")
+        raise UsageError("int8 decoding runs on CPU (oneDNN's, fbgemm's or aiayn's int8 GEMM); use --precision bf16 on GPUs")
     q = (model if consume else copy.deepcopy(model)).float().eval()
     decoder = {id(m) for m in q.decoder.modules()}
     for name, m in [(name, m) for name, m in q.named_modules() if isinstance(m, nn.Linear)]:
