@@ -416,7 +416,8 @@ def _int8_linear(weight: Tensor, bias: Tensor | None) -> nn.Module:
 def _int8_copy(model: nn.Module, consume: bool = False) -> DecodingTransformer:
     """consume: `model` itself is quantized (its fp32 projections freed as they are replaced), not a copy."""
     if next(model.parameters()).device.type != "cpu":
-        raise UsageError("int8 decoding runs on CPU (oneDNN's, fbgemm's or aiayn's int8 GEMM); use --precision bf16 on GPUs")
+        raise UsageError("int8 decoding runs on CPU (oneDNN's, fbgemm's or aiayn's int8 GEMM); use --precision bf16 "
+                         "on GPUs")
     q = (model if consume else copy.deepcopy(model)).float().eval()
     decoder = {id(m) for m in q.decoder.modules()}
     for name, m in [(name, m) for name, m in q.named_modules() if isinstance(m, nn.Linear)]:
