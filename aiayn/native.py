@@ -192,10 +192,12 @@ def pack_int8(values: Tensor, scale: Tensor, bias: Tensor | None) -> Int8Weights
                        padded(bias, torch.float32), k, n).with_pointers()
 
 
-def unpack_int8(weights: Int8Weights) -> Tensor:
-    """The (N, K) int8 values pack_int8 packed."""
-    n8 = weights.packed.size(0) * 8
-    return weights.packed.transpose(1, 2).reshape(n8, -1)[:weights.n_out, :weights.n_in]
+def unpack_int8(weights: Int8Weights, ids: Tensor | None = None) -> Tensor:
+    """The (N, K) int8 values pack_int8 packed; ids (N',): those rows alone, (N', K), read where they lie."""
+    packed = weights.packed
+    if ids is None:
+        return packed.transpose(1, 2).reshape(packed.size(0) * 8, -1)[:weights.n_out, :weights.n_in]
+    return packed[ids // 8, :, ids % 8].reshape(ids.numel(), -1)[:, :weights.n_in]
 
 
 def int8_available() -> bool:
@@ -212,16 +214,16 @@ def int8_linear(x: Tensor, weights: Int8Weights) -> Tensor:
                          f"{tuple(x.shape)}")
     rows = x.reshape(-1, n_in).contiguous()
     out = x.new_empty(*x.shape[:-1], weights.n_out)
-    count, n_out, library = rows.size(0), weights.n_out, _library()
-
-    def run(first: int, last: int) -> int:  # rows [first, last)
-        return library.int8_linear(rows.data_ptr() + first * n_in * 4, last - first, n_in, -(-n_in // 4) * 4,
-                                   *weights.pointers, n_out, out.data_ptr() + first * n_out * 4)
-
-    threads = torch.get_num_threads() if count * n_in * n_out >= INT8_SPLIT_PRODUCTS and count >= 8 else 1
-    if threads == 1:
-        status = run(0, count)
+    count, n_out, k4 = rows.size(0), weights.n_out, weights.packed.size(1) * 4
+    if count * n_in * n_out < INT8_SPLIT_PRODUCTS or count < 8 or torch.get_num_threads() == 1:  # a step's few rows
+        status = _library().int8_linear(rows.data_ptr(), count, n_in, k4, *weights.pointers, n_out, out.data_ptr())
     else:  # an encoder's thousands of rows on torch's threads: the rows split, the other parts on _pool's threads
+        library, threads = _library(), torch.get_num_threads()
+
+        def run(first: int, last: int) -> int:  # rows [first, last)
+            return library.int8_linear(rows.data_ptr() + first * n_in * 4, last - first, n_in, k4, *weights.pointers,
+                                       n_out, out.data_ptr() + first * n_out * 4)
+
         bounds = [count * i // threads for i in range(threads + 1)]
         others = [_pool().submit(run, bounds[i], bounds[i + 1]) for i in range(1, threads)]
         status = min([run(bounds[0], bounds[1]), *(f.result() for f in others)])

@@ -45,6 +45,8 @@ def test_the_kernel_sums_exactly_at_every_block_and_tail(rows, n_in, n_out):
         x[1] *= 1e-4
     weights = native.pack_int8(values, scale, bias)
     assert torch.equal(native.unpack_int8(weights), values)
+    some = torch.tensor([n_out - 1, 0, n_out // 2, n_out - 1])  # rows read where they lie (a shortlist's)
+    assert torch.equal(native.unpack_int8(weights, some), values[some])
     got, exact = native.int8_linear(x, weights), _exact(x, values, scale, bias)
     assert got.shape == (rows, n_out) and torch.equal(got[0], bias)
     assert torch.allclose(got.double(), exact, rtol=1e-5, atol=1e-5 * exact.abs().max().item())

@@ -59,10 +59,11 @@ class RowInt8Linear(nn.Module):
         return native.unpack_int8(self.weights), self.scale[:n], bias if bias.any() else None
 
     def rows(self, ids: Tensor) -> RowInt8Linear:
-        """The projection of the outputs `ids` alone: the same int8 rows and scales, so the same products."""
-        values, scale, bias = self.weight_bias()
-        return RowInt8Linear.of(values.index_select(0, ids), scale.index_select(0, ids),
-                                None if bias is None else bias.index_select(0, ids))
+        """The projection of the outputs `ids` alone (a shortlist's, each batch): the same int8 rows and scales, so
+        the same products; those rows read from the packed matrix, not the whole of it unpacked."""
+        bias = self.bias.index_select(0, ids)
+        return RowInt8Linear.of(native.unpack_int8(self.weights, ids), self.scale.index_select(0, ids),
+                                bias if bias.any() else None)
 
     def _apply(self, fn, recurse=True):  # .to() and the like replace the buffers: the kernel reads the new ones
         super()._apply(fn, recurse)
