@@ -107,7 +107,8 @@ def _decoding_gemms() -> dict[str, str] | str:
 def _gemms_text(gemms: dict[str, str] | str) -> str:
     if isinstance(gemms, str):
         return gemms
-    int8, decoder = gemms["int8"], gemms["int8_decoder"]
+    int8, decoder = (f"aiayn ({native.int8_instructions()})" if name == "aiayn" else name
+                     for name in (gemms["int8"], gemms["int8_decoder"]))
     both = int8 if decoder == int8 else f"{int8}, the decoder's {decoder}"
     fp32 = gemms["fp32"] if gemms["fp32_large"] == gemms["fp32"] else (
         f"{gemms['fp32']} (weights over {runtime.FP32_MKL_LARGEST:,} numbers: {gemms['fp32_large']})")

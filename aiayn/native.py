@@ -4,7 +4,8 @@ CPUs; these two functions run a step's attention in one call each. Two helpers o
 search's argmax in one pass a row, and a reorder's copies of cache rows as whole rows (torch's ops for both read or
 move one number at a time on a CPU). Equal to model.scaled_dot_product_attention to
 rounding (tests/test_native.py); what they are worth: docs/speed-design.md. And int8 decoding's GEMM on CPUs with
-AVX2 and no int8 dot products (native_int8.c: each row of the input over its own range; tests/test_int8_rows.py).
+AVX2 (native_int8.c, on VNNI's dot products where the CPU has them: each row of the input over its own range;
+tests/test_int8_rows.py).
 
     self_attention(q, keys, values, rows, length)   over a time-major self-attention cache (aiayn.decoding.cache)
     cross_attention(q, keys, values, mask)          over the keys/values of each row's source sentence
@@ -12,7 +13,8 @@ AVX2 and no int8 dot products (native_int8.c: each row of the input over its own
     row_argmax(x)                                   torch.argmax(x, 1) of a step's (N, V) logits, in one pass a row
     move_rows(x, into, source)                      x[into] = x[source] in place, as memcpy: a cache's reorder
     int8_linear(x, weights)                         x W^T + b, int8, each row of x over its own range (native_int8.c;
-                                                    Int8Weights: W packed once); int8_available() where it is built
+                                                    Int8Weights: W packed once); int8_available() where it is built,
+                                                    int8_instructions() with what
     available()                                     whether the kernels are built and in use; status() says why not
     set_enabled(on)                                 use them or not (an A/B's other side); AIAYN_NATIVE=0 starts off
 
@@ -203,6 +205,12 @@ def unpack_int8(weights: Int8Weights, ids: Tensor | None = None) -> Tensor:
 def int8_available() -> bool:
     """Whether int8_linear runs here: the kernels available() and compiled for a CPU with AVX2."""
     return available() and bool(_library().int8_kernel())
+
+
+def int8_instructions() -> str | None:
+    """What int8_linear sums its byte products with here: "VNNI" (one dot-product instruction a 4 products), "AVX2"
+    (three), None where it is not available(); the sums, and so the outputs, are the same."""
+    return {1: "AVX2", 2: "VNNI"}.get(_library().int8_kernel()) if available() else None
 
 
 def int8_linear(x: Tensor, weights: Int8Weights) -> Tensor:

@@ -1,12 +1,14 @@
-/* An int8 projection, y = x W^T + b, for CPUs with AVX2 and no int8 dot-product instructions (no AVX512-VNNI, no
-   AMX): each row of x quantized over its own range, W quantized per output channel and packed once, the products
-   summed in int32 and scaled back in the same pass. Compiled beside native.c by aiayn/native.py.
+/* An int8 projection, y = x W^T + b, for CPUs with AVX2 (VNNI's dot products where the CPU has them): each row of x
+   quantized over its own range, W quantized per output channel and packed once, the products summed in int32 and
+   scaled back in the same pass. Compiled beside native.c by aiayn/native.py.
 
    Quantization. Row r of x becomes q = round(x * 63 / max|x_r|), 7 bits and a sign, stored as u = q + 64 in [1, 127];
    its scale s_r = max|x_r| / 63. W's row n becomes w = round(W_n * 127 / max|W_n|) in [-127, 127], scale t_n. AVX2's
    byte product (vpmaddubsw) multiplies unsigned by signed bytes and adds neighbouring pairs into 16 bits, saturating:
    127 * 127 * 2 = 32,258 fits, so every sum is exact (8-bit activations, 255 * 127 * 2, would not be). Then
-   sum_k q_k w_k = sum_k u_k w_k - 64 sum_k w_k, and y_rn = (sum_k u_k w_k - 64 colsum_n) s_r t_n + b_n.
+   sum_k q_k w_k = sum_k u_k w_k - 64 sum_k w_k, and y_rn = (sum_k u_k w_k - 64 colsum_n) s_r t_n + b_n. With VNNI
+   (AVX512-VNNI or AVX-VNNI), vpdpbusd sums each 4 byte products into int32 in one instruction: the same exact sums,
+   so the same outputs on every CPU.
 
    A row's products depend on that row alone, whatever else is in the batch (torch's dynamic int8 quantizes a whole
    batch over one range).
@@ -23,9 +25,16 @@
 #ifdef __AVX2__
 #include <immintrin.h>
 
-int int8_kernel(void) { return 1; }
+/* 1: built with AVX2's byte products alone; 2: with VNNI's dot products (the same sums). */
+int int8_kernel(void) {
+#if (defined(__AVX512VNNI__) && defined(__AVX512VL__)) || defined(__AVXVNNI__)
+    return 2;
+#else
+    return 1;
+#endif
+}
 
-enum { ROWS = 4, PANEL = 256 };
+enum { ROWS = 4, VECTORS = 2, PANEL = 256 };  /* 4 rows x 16 outputs: 8 accumulators, 16 vector registers */
 
 static void quantize_rows(const float *x, long rows, long k, long kp, uint8_t *u, float *scale) {
     const __m256 magnitude = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
@@ -58,23 +67,36 @@ static void quantize_rows(const float *x, long rows, long k, long kp, uint8_t *u
     }
 }
 
-/* `rows` (<= ROWS) rows of u against `vectors` (1 or 2) blocks of 8 outputs from n0, scaled back into y. */
-static inline __attribute__((always_inline)) void block(const uint8_t *u, long kp, const int8_t *w0, const int8_t *w1,
-                                                        const int rows, const int vectors, const float *scale,
-                                                        const int32_t *colsum, const float *w_scale,
-                                                        const float *bias, float *y, long n, long n0) {
-    __m256i acc[ROWS][2];
-    for (int i = 0; i < ROWS; i++)
-        acc[i][0] = acc[i][1] = _mm256_setzero_si256();
-    const __m256i ones = _mm256_set1_epi16(1);
+/* acc + each group of 4 byte products u_k w_k summed: one instruction with VNNI (AVX512-VNNI's on 256 bits, or
+   AVX-VNNI's), three without; the same exact int32 sums either way. */
+static inline __attribute__((always_inline)) __m256i dot4(__m256i acc, __m256i u, __m256i w) {
+#if defined(__AVX512VNNI__) && defined(__AVX512VL__)
+    return _mm256_dpbusd_epi32(acc, u, w);
+#elif defined(__AVXVNNI__)
+    return _mm256_dpbusd_avx_epi32(acc, u, w);
+#else
+    return _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(u, w), _mm256_set1_epi16(1)));
+#endif
+}
+
+/* `rows` (<= ROWS) rows of u against `vectors` (<= VECTORS) blocks of 8 outputs from n0 (w: the first block's
+   packed bytes), scaled back into y. Called with constant rows and vectors, so the accumulators stay in registers. */
+static inline __attribute__((always_inline)) void block(const uint8_t *u, long kp, const int8_t *w, const int rows,
+                                                        const int vectors, const float *scale, const int32_t *colsum,
+                                                        const float *w_scale, const float *bias, float *y, long n,
+                                                        long n0) {
+    __m256i acc[ROWS][VECTORS];
+    for (int i = 0; i < rows; i++)
+        for (int v = 0; v < vectors; v++)
+            acc[i][v] = _mm256_setzero_si256();
     for (long j = 0; j < kp / 4; j++) {
-        __m256i b0 = _mm256_loadu_si256((const __m256i *)(w0 + j * 32));
-        __m256i b1 = vectors > 1 ? _mm256_loadu_si256((const __m256i *)(w1 + j * 32)) : b0;
+        __m256i b[VECTORS];
+        for (int v = 0; v < vectors; v++)
+            b[v] = _mm256_loadu_si256((const __m256i *)(w + v * kp * 8 + j * 32));
         for (int i = 0; i < rows; i++) {
             __m256i a = _mm256_set1_epi32(*(const int32_t *)(u + i * kp + j * 4));
-            acc[i][0] = _mm256_add_epi32(acc[i][0], _mm256_madd_epi16(_mm256_maddubs_epi16(a, b0), ones));
-            if (vectors > 1)
-                acc[i][1] = _mm256_add_epi32(acc[i][1], _mm256_madd_epi16(_mm256_maddubs_epi16(a, b1), ones));
+            for (int v = 0; v < vectors; v++)
+                acc[i][v] = dot4(acc[i][v], a, b[v]);
         }
     }
     for (int v = 0; v < vectors; v++) {
@@ -96,6 +118,20 @@ static inline __attribute__((always_inline)) void block(const uint8_t *u, long k
     }
 }
 
+/* Rows p0..p1 of the panel u (its row p0 first) against `vectors` blocks of outputs from block b0: ROWS at a time. */
+static inline __attribute__((always_inline)) void panel_blocks(const uint8_t *u, long p0, long p1, long kp,
+                                                               const int8_t *packed, long b0, const int vectors,
+                                                               const float *scale, const int32_t *colsum,
+                                                               const float *w_scale, const float *bias, float *y,
+                                                               long n) {
+    const int8_t *w = packed + b0 * kp * 8;
+    long r = p0;
+    for (; r + ROWS <= p1; r += ROWS)
+        block(u + (r - p0) * kp, kp, w, ROWS, vectors, scale + (r - p0), colsum, w_scale, bias, y + r * n, n, b0 * 8);
+    for (; r < p1; r++)
+        block(u + (r - p0) * kp, kp, w, 1, vectors, scale + (r - p0), colsum, w_scale, bias, y + r * n, n, b0 * 8);
+}
+
 /* y (rows, n) = x (rows, k) W^T + b, W packed as above (kp = k rounded up to 4; colsum, w_scale and bias padded to
    n rounded up to 8). Returns 0, or -1 if the panel's buffer could not be allocated. */
 int int8_linear(const float *x, long rows, long k, long kp, const int8_t *packed, const int32_t *colsum,
@@ -109,19 +145,12 @@ int int8_linear(const float *x, long rows, long k, long kp, const int8_t *packed
         return -1;
     }
     for (long p0 = 0; p0 < rows; p0 += PANEL) {
-        long p1 = p0 + PANEL < rows ? p0 + PANEL : rows;
+        long p1 = p0 + PANEL < rows ? p0 + PANEL : rows, b = 0;
         quantize_rows(x + p0 * k, p1 - p0, k, kp, u, scale);
-        for (long b = 0; b < blocks; b += 2) {
-            const int8_t *w0 = packed + b * kp * 8, *w1 = w0 + kp * 8;
-            int vectors = b + 1 < blocks ? 2 : 1;
-            long r = p0;
-            for (; r + ROWS <= p1; r += ROWS)
-                block(u + (r - p0) * kp, kp, w0, w1, ROWS, vectors, scale + (r - p0), colsum, w_scale, bias,
-                      y + r * n, n, b * 8);
-            for (; r < p1; r++)
-                block(u + (r - p0) * kp, kp, w0, w1, 1, vectors, scale + (r - p0), colsum, w_scale, bias, y + r * n,
-                      n, b * 8);
-        }
+        for (; b + VECTORS <= blocks; b += VECTORS)
+            panel_blocks(u, p0, p1, kp, packed, b, VECTORS, scale, colsum, w_scale, bias, y, n);
+        for (; b < blocks; b++)  /* the last few blocks, one at a time */
+            panel_blocks(u, p0, p1, kp, packed, b, 1, scale, colsum, w_scale, bias, y, n);
     }
     free(u);
     free(scale);

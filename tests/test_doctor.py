@@ -8,7 +8,7 @@ import pytest
 import torch
 from helpers import REPO
 
-from aiayn import doctor, runtime
+from aiayn import doctor, native, runtime
 from aiayn.cli import main
 from aiayn.extras import OPTIONAL
 
@@ -143,3 +143,9 @@ def test_doctor_names_the_decoders_int8_engine_where_it_differs():
     same = doctor._gemms_text({"fp32": "onednn", "fp32_large": "onednn", "int8": "fbgemm", "int8_decoder": "fbgemm"})
     assert "fp32 onednn; int8 fbgemm (" in same and "decoder" not in same and "weights" not in same
     assert set(doctor.report(bench=False)["decoding_gemms"]) == {"fp32", "fp32_large", "int8", "int8_decoder"}
+
+
+def test_doctor_says_what_aiayns_int8_kernel_sums_with(monkeypatch):
+    monkeypatch.setattr(native, "int8_instructions", lambda: "VNNI")
+    own = doctor._gemms_text({"fp32": "onednn", "fp32_large": "onednn", "int8": "aiayn", "int8_decoder": "aiayn"})
+    assert "; int8 aiayn (VNNI) (" in own and "decoder" not in own

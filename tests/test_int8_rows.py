@@ -3,6 +3,11 @@ every shape its blocks and tails take, each row quantized over its own range (a 
 batch beside it), and int8 decoding on it: every projection on the kernel, a shortlist's rows and the stacked
 W^Q, W^K, W^V to the bit, a state dict round trip, and its weight bytes counted."""
 
+import ctypes
+import os
+import shutil
+import subprocess
+
 import pytest
 import torch
 from helpers import tiny_model
@@ -31,9 +36,10 @@ def _exact(x: torch.Tensor, values, scale, bias) -> torch.Tensor:
 
 
 @pytest.mark.parametrize("rows,n_in,n_out", [(1, 5, 3), (3, 8, 8), (4, 32, 16), (7, 193, 41), (261, 64, 24),
-                                             (600, 257, 9)])
+                                             (600, 257, 9), (5, 40, 100), (9, 12, 256), (6, 20, 59)])
 def test_the_kernel_sums_exactly_at_every_block_and_tail(rows, n_in, n_out):
-    """Rows in blocks of 4 and a tail, panels of 256 and a tail, inputs not a multiple of 4, outputs not of 8 or 16,
+    """Rows in blocks of 4 and a tail, panels of 256 and a tail, inputs not a multiple of 4, outputs in blocks of 16
+    with a single block of 8 after them and the last block part empty,
     a row of zeros (its output the bias), a row of large and of tiny numbers: each equals integer arithmetic to fp32
     rounding (7-bit rows: 8-bit ones would saturate AVX2's 16-bit pair sums and miss by far more)."""
     torch.manual_seed(rows)
@@ -137,3 +143,26 @@ def test_many_rows_split_over_torchs_threads_give_the_same_bits(monkeypatch):
         assert torch.equal(projection(x), one) and len(submitted) == 2
     finally:
         torch.set_num_threads(threads)
+
+
+@pytest.mark.skipif(native.int8_instructions() != "VNNI" or shutil.which(os.environ.get("CC") or "cc") is None,
+                    reason="the kernel is built here without VNNI (the AVX2 build is the one in use), or no compiler")
+def test_the_vnni_build_and_the_avx2_build_give_the_same_bits(tmp_path):
+    """VNNI's one-instruction dot products (the build in use here) against the same source built for AVX2 alone
+    (three instructions): every output the same bits, so int8 translations do not depend on
+    the CPU's instruction set."""
+    library = tmp_path / "avx2.so"
+    subprocess.run([os.environ.get("CC") or "cc", "-O3", "-mavx2", "-mfma", "-mno-avx512f", "-shared", "-fPIC", "-o",
+                    str(library), str(native.SOURCES[1])], check=True, capture_output=True, timeout=120)
+    avx2 = ctypes.CDLL(str(library))
+    p, n = ctypes.c_void_p, ctypes.c_long
+    avx2.int8_linear.argtypes = [p, n, n, n, p, p, p, p, n, p]
+    assert avx2.int8_kernel() == 1
+    for rows, n_in, n_out in ((1, 5, 3), (7, 193, 41), (261, 64, 24), (5, 40, 100), (130, 256, 1000)):
+        torch.manual_seed(rows)
+        values, scale, bias = _weights(n_out, n_in)
+        weights, x = native.pack_int8(values, scale, bias).with_pointers(), torch.randn(rows, n_in)
+        out = torch.empty(rows, n_out)
+        assert avx2.int8_linear(x.data_ptr(), rows, n_in, weights.packed.size(1) * 4, *weights.pointers, n_out,
+                                out.data_ptr()) == 0
+        assert torch.equal(native.int8_linear(x, weights), out)

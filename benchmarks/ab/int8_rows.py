@@ -1,9 +1,10 @@
 """int8 decoding on aiayn's own int8 kernel (each row of a projection's input over its own range: aiayn/native_int8.c,
-the default on a CPU with AVX2 and no VNNI) against torch's fbgemm (the batch's input over one range), interleaved in
-one process on real text, each beside the model's fp32 translations:
+the default on a CPU with AVX2 and no VNNI) against torch's fbgemm (the batch's input over one range) or another
+engine (--against: onednn; default, what int8_engine() picks with AIAYN_INT8_ENGINE unset), interleaved in one
+process on real text, each beside the model's fp32 translations:
 
     python -m benchmarks.ab.int8_rows --run RUN --src test.src.txt --ref test.tgt.txt [--beam 4] [--rounds 4]
-        [--threads 1] [--more RUN ...] [--shapes]
+        [--threads 1] [--more RUN ...] [--shapes] [--against fbgemm|onednn|default]
 
 The model is loaded once per engine (AIAYN_INT8_ENGINE=aiayn, =fbgemm) and once in fp32. Each round translates the
 whole file with each engine in turn, so the machine's drift hits both alike: wall and CPU seconds of translate_nbest
@@ -29,7 +30,7 @@ from aiayn.decoding.engine import EngineOptions, open_engine
 from aiayn.decoding.search import PAPER_SEARCH
 from benchmarks.ab import real_text_options
 
-SIDES = ("aiayn", "fbgemm")
+SIDES = ["aiayn", "fbgemm"]  # the second: --against
 SHAPES = ((1, 256, 256), (4, 192, 576), (64, 192, 576), (128, 192, 576), (128, 768, 192), (128, 192, 4000),
           (256, 256, 1024), (256, 192, 4000), (2048, 192, 768), (2048, 768, 192))
 
@@ -37,10 +38,12 @@ SHAPES = ((1, 256, 256), (4, 192, 576), (64, 192, 576), (128, 192, 576), (128, 7
 def engines(run: str, search) -> dict[str, object]:
     out = {}
     for side in ("fp32", *SIDES):
-        os.environ["AIAYN_INT8_ENGINE"] = "fbgemm" if side == "fp32" else side
+        os.environ.pop("AIAYN_INT8_ENGINE", None)
+        if side != "default":
+            os.environ["AIAYN_INT8_ENGINE"] = "fbgemm" if side == "fp32" else side
         out[side] = open_engine(run, EngineOptions(engine="aiayn", search=search, device="cpu",
                                                    precision="fp32" if side == "fp32" else "int8"))
-    del os.environ["AIAYN_INT8_ENGINE"]
+    os.environ.pop("AIAYN_INT8_ENGINE", None)
     return out
 
 
@@ -61,14 +64,15 @@ def near_fp32(run: str, texts: dict[str, list[str]], refs: list[str]) -> None:
 def shapes() -> None:
     from aiayn.decoding.inference import _int8_projection
 
-    print("| rows x in -> out | fp32 us | int8 fbgemm us | int8 aiayn us | aiayn / fbgemm (speed) |")
+    other = "fbgemm" if SIDES[1] == "default" else SIDES[1]  # a projection alone: default names no engine
+    print(f"| rows x in -> out | fp32 us | int8 {other} us | int8 aiayn us | aiayn / {other} (speed) |")
     print("|---|---|---|---|---|")
     for rows, n_in, n_out in SHAPES:
         torch.manual_seed(0)
         linear = torch.nn.Linear(n_in, n_out)
         x = torch.randn(rows, n_in)
         calls = {"fp32": linear, **{side: _int8_projection(linear.weight, linear.bias, side) for side in
-                                     ("fbgemm", "aiayn")}}
+                                     (other, "aiayn")}}
         us = {}
         for name, f in calls.items():
             reps = max(3, int(2e7 / (rows * n_in * n_out)))
@@ -81,8 +85,8 @@ def shapes() -> None:
                         f(x)
                     times.append((time.perf_counter() - start) / reps * 1e6)
             us[name] = statistics.median(times)
-        print(f"| {rows} x {n_in} -> {n_out} | {us['fp32']:,.1f} | {us['fbgemm']:,.1f} | {us['aiayn']:,.1f} | "
-              f"{us['fbgemm'] / us['aiayn']:.2f}x |")
+        print(f"| {rows} x {n_in} -> {n_out} | {us['fp32']:,.1f} | {us[other]:,.1f} | {us['aiayn']:,.1f} | "
+              f"{us[other] / us['aiayn']:.2f}x |")
 
 
 def main() -> None:
@@ -90,9 +94,12 @@ def main() -> None:
         ap.add_argument("--ref", required=True)
         ap.add_argument("--more", nargs="*", default=[], help="other runs: BLEU and nearness to fp32 only")
         ap.add_argument("--shapes", action="store_true", help="also time one projection per call at decoding shapes")
+        ap.add_argument("--against", choices=("fbgemm", "onednn", "default"), default="fbgemm",
+                        help="the engine aiayn's is measured against (default: int8_engine()'s own choice)")
 
     args = real_text_options(__doc__, rounds=4, threads=1, more=more)
     torch.set_num_threads(args.threads)
+    SIDES[1] = args.against
     if args.shapes:
         shapes()
     search = dataclasses.replace(PAPER_SEARCH, beam=args.beam, lp="power", beam_patience=1.0, scores=False)
@@ -113,8 +120,9 @@ def main() -> None:
     for name, seconds in (("wall", wall), ("CPU", cpu)):
         for side in SIDES:
             print(f"  {name:4s} {side:7s} min {min(seconds[side]):.3f} median {statistics.median(seconds[side]):.3f}")
-        print(f"  {name:4s} aiayn / fbgemm: min {min(seconds['aiayn']) / min(seconds['fbgemm']):.3f}, median "
-              f"{statistics.median(seconds['aiayn']) / statistics.median(seconds['fbgemm']):.3f} (< 1: aiayn's faster)")
+        other = SIDES[1]
+        print(f"  {name:4s} aiayn / {other}: min {min(seconds['aiayn']) / min(seconds[other]):.3f}, median "
+              f"{statistics.median(seconds['aiayn']) / statistics.median(seconds[other]):.3f} (< 1: aiayn's faster)")
     near_fp32(args.run, {side: texts_of(e, lines) for side, e in loaded.items()}, refs)
     for run in args.more:
         near_fp32(run, {side: texts_of(e, lines) for side, e in engines(run, search).items()}, refs)
