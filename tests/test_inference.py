@@ -314,8 +314,9 @@ def test_int8_rows_are_taken_from_the_full_matrix_as_quantizing_them_anew_would(
 def test_int8_decoder_steps_project_q_k_v_in_one_gemm_with_the_same_bits(engine, monkeypatch):
     """int8: each decoder self-attention's W^Q, W^K, W^V stacked as one GEMM (inference._Int8Fused), packed for the
     engine of the decoder's projections, gives their three products to the bit (rows of one sentence and of many,
-    a padding row of zeros among them), is stacked again after a load_state_dict, and is what a search's written-out
-    steps call, once a layer a step."""
+    a padding row of zeros among them), is stacked again after a load_state_dict (the loaded projections packed
+    again for their engine: torch's current one may round otherwise, as oneDNN's and x86's do on a CPU with VNNI), and
+    is what a search's written-out steps call, once a layer a step."""
     from aiayn import native
     from aiayn.decoding import step
     from aiayn.decoding.search import SearchConfig, beam_search
@@ -333,9 +334,10 @@ def test_int8_decoder_steps_project_q_k_v_in_one_gemm_with_the_same_bits(engine,
     other = decoding_copy(tiny_model(40, seed=1), "int8")
     q.load_state_dict(other.state_dict())
     x = torch.randn(5, 1, 32)
-    for layer, fused in zip(q.decoder.layers, q.fused_qkv):
+    for layer, fused, source in zip(q.decoder.layers, q.fused_qkv, other.decoder.layers):
         a = layer.self_attn
         assert torch.equal(fused(x), torch.cat([a.w_q(x), a.w_k(x), a.w_v(x)], dim=-1))
+        assert torch.equal(a.w_q(x), source.self_attn.w_q(x))  # packed again for its engine, not torch's current one
     calls, steps = [], []
     monkeypatch.setattr(inference._Int8Fused, "__call__", lambda self, x: calls.append(x.size(0)) or self.projection(x))
     real_step = step.step

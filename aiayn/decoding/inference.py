@@ -390,7 +390,9 @@ def _int8_projection(weight: Tensor, bias: Tensor | None, engine: str) -> nn.Mod
     if engine == "aiayn":
         return RowInt8Linear.quantized(weight, bias)
     with int8_packing(engine):
-        return _int8_linear(weight, bias)
+        q = _int8_linear(weight, bias)
+    q.packed_for = engine  # a load_state_dict packs it under torch's engine of the moment: _pack_again packs it back
+    return q
 
 
 def _int8_linear(weight: Tensor, bias: Tensor | None) -> nn.Module:
@@ -436,8 +438,13 @@ def _int8_copy(model: nn.Module, consume: bool = False) -> DecodingTransformer:
 
 
 def _pack_again(model: DecodingTransformer, _) -> None:
-    """After a load_state_dict: the output projection quantized from the loaded embedding, the stacked projections
-    taken from the loaded ones."""
+    """After a load_state_dict: torch's int8 projections packed again for their engine (loading packed them for
+    torch's current one, whose kernels may round differently), the output projection quantized from the loaded
+    embedding, the stacked projections taken from the loaded ones."""
+    for m in model.modules():
+        if getattr(m, "packed_for", None) is not None:
+            with int8_packing(m.packed_for):
+                m.set_weight_bias(*m._weight_bias())
     model.output_projection.pack()
     for fused in model.fused_qkv:
         fused.pack()
