@@ -169,12 +169,13 @@ class Int8Weights(NamedTuple):
     bias: Tensor  # (N'): fp32, b (zeros where the projection has none)
     n_in: int
     n_out: int
-    pointers: tuple[int, ...] = ()  # the four tensors' addresses, as int8_linear passes them (with_pointers)
+    arguments: tuple[int, ...] = ()  # what the C call takes after the rows: K, K rounded up to 4, the four tensors'
+    #                                   addresses, N (with_pointers)
 
     def with_pointers(self) -> Int8Weights:
         """These weights, their addresses taken once (a step calls int8_linear tens of times)."""
-        return self._replace(pointers=(self.packed.data_ptr(), self.colsum.data_ptr(), self.scale.data_ptr(),
-                                       self.bias.data_ptr()))
+        return self._replace(arguments=(self.n_in, self.packed.size(1) * 4, self.packed.data_ptr(),
+                                        self.colsum.data_ptr(), self.scale.data_ptr(), self.bias.data_ptr(), self.n_out))
 
 
 def pack_int8(values: Tensor, scale: Tensor, bias: Tensor | None) -> Int8Weights:
@@ -220,17 +221,17 @@ def int8_linear(x: Tensor, weights: Int8Weights) -> Tensor:
     if not (x.dtype is torch.float32 and x.is_cpu and x.size(-1) == n_in):
         raise ValueError(f"aiayn.native's int8_linear takes fp32 CPU rows of {n_in} numbers, not {x.dtype} "
                          f"{tuple(x.shape)}")
-    rows = x.reshape(-1, n_in).contiguous()
-    out = x.new_empty(*x.shape[:-1], weights.n_out)
-    count, n_out, k4 = rows.size(0), weights.n_out, weights.packed.size(1) * 4
-    if count * n_in * n_out < INT8_SPLIT_PRODUCTS or count < 8 or torch.get_num_threads() == 1:  # a step's few rows
-        status = _library().int8_linear(rows.data_ptr(), count, n_in, k4, *weights.pointers, n_out, out.data_ptr())
+    rows = x if x.is_contiguous() else x.contiguous()  # (..., K): its rows one after the other
+    n_out, count = weights.n_out, rows.numel() // n_in
+    out = x.new_empty(*x.shape[:-1], n_out)
+    if count < 8 or count * n_in * n_out < INT8_SPLIT_PRODUCTS or torch.get_num_threads() == 1:  # a step's few rows
+        status = _library().int8_linear(rows.data_ptr(), count, *weights.arguments, out.data_ptr())
     else:  # an encoder's thousands of rows on torch's threads: the rows split, the other parts on _pool's threads
         library, threads = _library(), torch.get_num_threads()
 
         def run(first: int, last: int) -> int:  # rows [first, last)
-            return library.int8_linear(rows.data_ptr() + first * n_in * 4, last - first, n_in, k4, *weights.pointers,
-                                       n_out, out.data_ptr() + first * n_out * 4)
+            return library.int8_linear(rows.data_ptr() + first * n_in * 4, last - first, *weights.arguments,
+                                       out.data_ptr() + first * n_out * 4)
 
         bounds = [count * i // threads for i in range(threads + 1)]
         others = [_pool().submit(run, bounds[i], bounds[i + 1]) for i in range(1, threads)]

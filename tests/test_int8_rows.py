@@ -163,6 +163,5 @@ def test_the_vnni_build_and_the_avx2_build_give_the_same_bits(tmp_path):
         values, scale, bias = _weights(n_out, n_in)
         weights, x = native.pack_int8(values, scale, bias).with_pointers(), torch.randn(rows, n_in)
         out = torch.empty(rows, n_out)
-        assert avx2.int8_linear(x.data_ptr(), rows, n_in, weights.packed.size(1) * 4, *weights.pointers, n_out,
-                                out.data_ptr()) == 0
+        assert avx2.int8_linear(x.data_ptr(), rows, *weights.arguments, out.data_ptr()) == 0
         assert torch.equal(native.int8_linear(x, weights), out)
