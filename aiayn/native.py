@@ -174,8 +174,8 @@ class Int8Weights(NamedTuple):
 
     def with_pointers(self) -> Int8Weights:
         """These weights, their addresses taken once (a step calls int8_linear tens of times)."""
-        return self._replace(arguments=(self.n_in, self.packed.size(1) * 4, self.packed.data_ptr(),
-                                        self.colsum.data_ptr(), self.scale.data_ptr(), self.bias.data_ptr(), self.n_out))
+        addresses = (t.data_ptr() for t in (self.packed, self.colsum, self.scale, self.bias))
+        return self._replace(arguments=(self.n_in, self.packed.size(1) * 4, *addresses, self.n_out))
 
 
 def pack_int8(values: Tensor, scale: Tensor, bias: Tensor | None) -> Int8Weights:
