@@ -133,14 +133,15 @@ def test_real_text_ratios_match_the_evidence():
 
     measured = rows("realtext-xeon-amx")
     epyc = set().union(*(rows("realtext-epyc-avx2", cells) for cells in ("1t", "2t")))  # 2t: CT2's inter_threads too
-    assert len(measured) == 6 and len(epyc) == 6
+    zen4 = set().union(*(rows("realtext-epyc-zen4", cells) for cells in ("1t", "2t")))
+    assert len(measured) == 6 and len(epyc) == 6 and len(zen4) == 9
     speed = _section((REPO / "docs" / "speed.md").read_text(encoding="utf-8"), "## Real text", "The other models")
     quoted = {(t, p, a, b) for t, p, a, b in re.findall(
         r"^\| (\d) \| (\w+) \| \w+ \| [^|]+ \| \*\*([\d.]+)\*\* \| [^|]+ \| \*\*([\d.]+)\*\*", speed, flags=re.M)}
     assert quoted == measured
     readme = _section((REPO / "README.md").read_text(encoding="utf-8"), "**Translating real text", "## Results")
     pairs = set(re.findall(r"(?<![\d.-])(\d\.\d\d)x / (\d\.\d\d)x", readme))
-    assert len(pairs) >= 8 and pairs <= {(a, b) for _, _, a, b in measured | epyc}
+    assert len(pairs) >= 8 and pairs <= {(a, b) for _, _, a, b in measured | epyc | zen4}
 
 
 def defines(module: Path, name: str) -> bool:

@@ -34,7 +34,7 @@ def main() -> None:
     ap.add_argument("--run", required=True)
     ap.add_argument("--src", required=True, help="the file; its first line is the one-line case")
     ap.add_argument("--rounds", type=int, default=5)
-    ap.add_argument("--file-rounds", type=int, default=3)
+    ap.add_argument("--file-rounds", type=int, default=3, help="rounds on the whole file (0: one line alone)")
     args = ap.parse_args()
     tmp = Path(tempfile.mkdtemp())
     one = tmp / "one.txt"
@@ -46,7 +46,7 @@ def main() -> None:
     print(f"# {' '.join(sys.argv)}\n# CPU seconds of each process (user + system), sides interleaved")
     bare = [cpu_seconds([sys.executable, "-c", "import torch"]) for _ in range(args.rounds)]
     print(f'python -c "import torch": min {min(bare):.3f}  median {statistics.median(bare):.3f}')
-    for name, src, extra, rounds in cases:
+    for name, src, extra, rounds in [case for case in cases if case[3] > 0]:  # --file-rounds 0: one line alone
         seconds: dict[str, list[float]] = {"deferred": [], "whole": []}
         for _ in range(rounds):
             for side in seconds:
