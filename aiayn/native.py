@@ -205,12 +205,12 @@ def unpack_int8(weights: Int8Weights, ids: Tensor | None = None) -> Tensor:
 
 def int8_available() -> bool:
     """Whether int8_linear runs here: the kernels available() and compiled for a CPU with AVX2."""
-    return available() and bool(_library().int8_kernel())
+    return int8_instructions() is not None
 
 
 def int8_instructions() -> str | None:
     """What int8_linear sums its byte products with here: "VNNI" (one dot-product instruction a 4 products), "AVX2"
-    (three), None where it is not available(); the sums, and so the outputs, are the same."""
+    (three), None where it does not run; the sums, and so the outputs, are the same."""
     return {1: "AVX2", 2: "VNNI"}.get(_library().int8_kernel()) if available() else None
 
 

@@ -30,14 +30,13 @@ from aiayn.decoding.engine import EngineOptions, open_engine
 from aiayn.decoding.search import PAPER_SEARCH
 from benchmarks.ab import real_text_options
 
-SIDES = ["aiayn", "fbgemm"]  # the second: --against
 SHAPES = ((1, 256, 256), (4, 192, 576), (64, 192, 576), (128, 192, 576), (128, 768, 192), (128, 192, 4000),
           (256, 256, 1024), (256, 192, 4000), (2048, 192, 768), (2048, 768, 192))
 
 
-def engines(run: str, search) -> dict[str, object]:
+def engines(run: str, search, sides: tuple[str, str]) -> dict[str, object]:
     out = {}
-    for side in ("fp32", *SIDES):
+    for side in ("fp32", *sides):
         os.environ.pop("AIAYN_INT8_ENGINE", None)
         if side != "default":
             os.environ["AIAYN_INT8_ENGINE"] = "fbgemm" if side == "fp32" else side
@@ -51,20 +50,20 @@ def texts_of(engine, lines: list[str]) -> list[str]:
     return [h[0].text for h in engine.translate_nbest(lines)]
 
 
-def near_fp32(run: str, texts: dict[str, list[str]], refs: list[str]) -> None:
+def near_fp32(run: str, texts: dict[str, list[str]], refs: list[str], sides: tuple[str, str]) -> None:
     fp32 = texts["fp32"]
     print(f"{run}: fp32 BLEU {sacrebleu.corpus_bleu(fp32, [refs]).score:.2f}")
-    for side in SIDES:
+    for side in sides:
         out = texts[side]
         print(f"  int8 {side:7s} BLEU {sacrebleu.corpus_bleu(out, [refs]).score:.2f}, "
               f"{sum(a == b for a, b in zip(out, fp32))} of {len(fp32)} lines fp32's, "
               f"BLEU against fp32's {sacrebleu.corpus_bleu(out, [fp32]).score:.1f}")
 
 
-def shapes() -> None:
+def shapes(against: str) -> None:
     from aiayn.decoding.inference import _int8_projection
 
-    other = "fbgemm" if SIDES[1] == "default" else SIDES[1]  # a projection alone: default names no engine
+    other = "fbgemm" if against == "default" else against  # a projection alone: default names no engine
     print(f"| rows x in -> out | fp32 us | int8 {other} us | int8 aiayn us | aiayn / {other} (speed) |")
     print("|---|---|---|---|---|")
     for rows, n_in, n_out in SHAPES:
@@ -99,18 +98,18 @@ def main() -> None:
 
     args = real_text_options(__doc__, rounds=4, threads=1, more=more)
     torch.set_num_threads(args.threads)
-    SIDES[1] = args.against
+    sides = ("aiayn", args.against)
     if args.shapes:
-        shapes()
+        shapes(args.against)
     search = dataclasses.replace(PAPER_SEARCH, beam=args.beam, lp="power", beam_patience=1.0, scores=False)
     lines = Path(args.src).read_text(encoding="utf-8").splitlines()
     refs = Path(args.ref).read_text(encoding="utf-8").splitlines()
-    loaded = engines(args.run, search)
-    for side in SIDES:
+    loaded = engines(args.run, search, sides)
+    for side in sides:
         loaded[side].translate_nbest(lines[:64])  # warm-up
-    wall, cpu = {side: [] for side in SIDES}, {side: [] for side in SIDES}
+    wall, cpu = {side: [] for side in sides}, {side: [] for side in sides}
     for _ in range(args.rounds):
-        for side in SIDES:
+        for side in sides:
             w, c = time.perf_counter(), time.process_time()
             loaded[side].translate_nbest(lines)
             wall[side].append(time.perf_counter() - w)
@@ -118,14 +117,14 @@ def main() -> None:
     print(f"\n{args.run}: {len(lines)} lines, int8, beam {args.beam}, {args.threads} thread(s), {args.rounds} rounds "
           f"interleaved; seconds of translate_nbest")
     for name, seconds in (("wall", wall), ("CPU", cpu)):
-        for side in SIDES:
+        for side in sides:
             print(f"  {name:4s} {side:7s} min {min(seconds[side]):.3f} median {statistics.median(seconds[side]):.3f}")
-        other = SIDES[1]
+        other = sides[1]
         print(f"  {name:4s} aiayn / {other}: min {min(seconds['aiayn']) / min(seconds[other]):.3f}, median "
               f"{statistics.median(seconds['aiayn']) / statistics.median(seconds[other]):.3f} (< 1: aiayn's faster)")
-    near_fp32(args.run, {side: texts_of(e, lines) for side, e in loaded.items()}, refs)
+    near_fp32(args.run, {side: texts_of(e, lines) for side, e in loaded.items()}, refs, sides)
     for run in args.more:
-        near_fp32(run, {side: texts_of(e, lines) for side, e in engines(run, search).items()}, refs)
+        near_fp32(run, {side: texts_of(e, lines) for side, e in engines(run, search, sides).items()}, refs, sides)
 
 
 if __name__ == "__main__":
